@@ -1,0 +1,41 @@
+# UniCore: `make help` lists the targets. Everything runs from the project venv (.venv), created on demand.
+SHELL := /bin/bash
+VENV  := .venv
+BIN   := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: help bootstrap k8s-bins test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+bootstrap: ## create .venv, install UniCore and its dev tools, install redis-server if missing
+	@hack/bootstrap.sh
+
+k8s-bins: ## build (or reuse from cache / KUBEBUILDER_ASSETS) kube-apiserver, controller-manager, scheduler, etcd, helm
+	@hack/build-k8s.sh
+
+test: bootstrap k8s-bins ## everything CI runs: unit, integration (real Redis) and cluster tests (real control plane)
+	KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: bootstrap ## unit + integration tests only (no control plane)
+	$(BIN)/pytest -m "not cluster and not kind" $(PYTEST_ARGS)
+
+lint: bootstrap ## ruff and mypy
+	$(BIN)/ruff check agent_image operator hack tests bench
+	$(BIN)/mypy agent_image/unicore operator/unicore_operator
+
+demo-local: bootstrap ## run a scripted tree of agents as local processes (no cluster), then show it
+	@hack/demo-local.sh
+
+demo: bootstrap k8s-bins ## cluster mode: control plane + GPU node + operator, apply examples/, show the tree
+	@KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" hack/demo.sh
+
+cluster-up: bootstrap k8s-bins ## start the local control plane in the background; prints `export KUBECONFIG=...`
+	@KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/unicore-devcluster up --detach
+
+cluster-down: ## stop the local control plane
+	@$(BIN)/unicore-devcluster down
+
+bench: bootstrap k8s-bins ## run every benchmark under bench/ and print their tables
+	@for b in bench/bench_*.py; do echo "== $$b"; KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/python $$b || exit 1; done

@@ -1,0 +1,47 @@
+"""The Model interface every provider implements (Bedrock Converse shapes on both sides)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from unicore.schema import ContentBlock, Usage
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "content_filtered", "guardrail_intervened"]
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ModelRequest(BaseModel):
+    """One model call. ``messages`` are already cleaned and shaped (alternating roles, tool results first)."""
+
+    task_id: str
+    system: str = ""
+    messages: list[dict[str, Any]]  # [{"role": "user"|"assistant", "content": [blocks]}]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int = 4096
+    temperature: float | None = None
+    purpose: Literal["turn", "summary"] = "turn"
+
+
+class ModelResponse(BaseModel):
+    content: list[ContentBlock]
+    stop_reason: str
+    usage: Usage = Field(default_factory=Usage)
+    model_id: str = ""
+    latency_seconds: float = 0.0
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model. Implementations raise ``unicore.errors.ModelError`` on failure."""
+
+    provider: str  # "scripted", "bedrock", "openai"
+    name: str  # the resolved model name/id
+
+    def converse(self, request: ModelRequest) -> ModelResponse: ...

@@ -1,0 +1,139 @@
+"""Pydantic models of everything UniCore stores or accepts at an edge.
+
+Content blocks follow the Bedrock Converse shape, kept as plain dicts so they round-trip unchanged:
+``{"text": str}``, ``{"toolUse": {"toolUseId", "name", "input"}}``,
+``{"toolResult": {"toolUseId", "content": [{"text"}|{"json"}], "status": "success"|"error"}}``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_ITERATIONS = 250
+DEFAULT_MESSAGE_CAP_BYTES = 256 * 1024
+
+TASK_ID_RE = re.compile(r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+Role = Literal["user", "assistant"]
+InboxType = Literal["user", "completion", "tool_result"]
+ContentBlock = dict[str, Any]
+
+
+def task_name(task_id: str) -> str:
+    """The task's name: the part after the namespace (``default/demo-a`` -> ``demo-a``)."""
+    return task_id.rsplit("/", 1)[-1]
+
+
+def child_task_id(parent_id: str, name: str) -> str:
+    """The id of the child ``name`` of ``parent_id``: ``<parent>-<name>`` in the parent's namespace."""
+    return f"{parent_id}-{name}"
+
+
+def validate_task_id(task_id: str) -> str:
+    if len(task_name(task_id)) > 253 or not TASK_ID_RE.match(task_id):
+        raise ValueError(
+            f"invalid task id {task_id!r}: use lowercase letters, digits and '-' "
+            "(optionally '<namespace>/<name>'), at most 253 characters"
+        )
+    return task_id
+
+
+class Limits(BaseModel):
+    """Policy limits, enforced in code (never left to the model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, ge=1, le=10_000)
+    max_depth: int = Field(3, ge=0, le=32)
+    max_children: int = Field(10, ge=0, le=1_000)
+    max_descendants: int = Field(100, ge=0, le=100_000)
+    token_budget: int = Field(0, ge=0, description="tokens per root tree; 0 = unlimited")
+    turn_timeout_seconds: int = Field(3600, ge=1)
+    recursion: bool = True
+    summarize_turns: bool = True
+
+
+class TaskSpec(BaseModel):
+    """What is needed to create a task (root or child)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    prompt: str | None = None
+    parent: str | None = None
+    model: str = "scripted"
+    system_prompt: str = ""
+    tools: list[str] | None = None  # None = the default toolset for the task's depth
+    child_tools: list[str] | None = None  # reduced toolset given to children
+    limits: Limits = Field(default_factory=Limits)
+    script: dict[str, Any] | None = None  # scripted model steps, inherited by children
+
+    _check_id = field_validator("id")(lambda cls, v: validate_task_id(v))  # type: ignore[misc]
+
+
+class Message(BaseModel):
+    """One stored conversation message (append-only)."""
+
+    role: Role
+    content: list[ContentBlock]
+    seq: int = 0  # position in the task's whole history
+    turn_number: int = 0
+    message_number: int = 0  # position inside its turn
+    timestamp: float = Field(default_factory=time.time)
+
+
+class InboxMessage(BaseModel):
+    """A message waiting in a task's inbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    type: InboxType
+    content: Any  # str for user/completion, a toolResult block for tool_result
+    sender: str | None = None
+    tool_use_id: str | None = None
+    timestamp: float = Field(default_factory=time.time)
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+def text_block(text: str) -> ContentBlock:
+    return {"text": text}
+
+
+def tool_result_block(tool_use_id: str, text: str, *, error: bool = False) -> ContentBlock:
+    return {
+        "toolResult": {
+            "toolUseId": tool_use_id,
+            "content": [{"text": text}],
+            "status": "error" if error else "success",
+        }
+    }
+
+
+def is_turn_ending(message: Message | dict[str, Any]) -> bool:
+    """A text-only assistant message ends a turn (seed 000 ``is_turn_ending_message``)."""
+    role = message.role if isinstance(message, Message) else message.get("role")
+    content = message.content if isinstance(message, Message) else message.get("content", [])
+    if role != "assistant":
+        return False
+    has_text = any("text" in block for block in content)
+    has_tool_use = any("toolUse" in block for block in content)
+    return has_text and not has_tool_use

@@ -1,0 +1,69 @@
+"""Metrics written to Redis by short-lived processes (turn Jobs), exported later by the operator.
+
+Counters and histograms live in two hashes shared by all tasks (not per task):
+``uc:metrics:counters`` field ``<name>|<labels>`` -> float, and ``uc:metrics:hist`` fields
+``<name>|<labels>|le=<bound>`` (cumulative bucket counts), ``<name>|<labels>|sum`` and ``<name>|<labels>|count``.
+``<labels>`` is ``k=v,k=v`` sorted by key. Gauges set by processes go to ``uc:metrics:gauges``.
+Names follow Prometheus conventions without the exporter's ``unicore_`` prefix (e.g. ``model_calls_total``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import redis
+
+COUNTERS_KEY = "uc:metrics:counters"
+HISTOGRAMS_KEY = "uc:metrics:hist"
+GAUGES_KEY = "uc:metrics:gauges"
+
+DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+def label_string(labels: Mapping[str, str] | None) -> str:
+    if not labels:
+        return ""
+    for key, value in labels.items():
+        if any(ch in f"{key}{value}" for ch in "|,="):
+            raise ValueError(f"label {key}={value!r} may not contain '|', ',' or '='")
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    if not text:
+        return {}
+    return dict(pair.split("=", 1) for pair in text.split(","))
+
+
+class Telemetry:
+    """Best-effort metric writes: one pipelined round trip per call; never raises into the caller's work."""
+
+    def __init__(self, client: redis.Redis, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+        self._redis = client
+        self._buckets = tuple(buckets)
+
+    def incr(self, name: str, labels: Mapping[str, str] | None = None, by: float = 1.0) -> None:
+        try:
+            self._redis.hincrbyfloat(COUNTERS_KEY, f"{name}|{label_string(labels)}", by)
+        except redis.RedisError:
+            pass
+
+    def set_gauge(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        try:
+            self._redis.hset(GAUGES_KEY, f"{name}|{label_string(labels)}", value)
+        except redis.RedisError:
+            pass
+
+    def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        base = f"{name}|{label_string(labels)}"
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for bound in self._buckets:
+                if value <= bound:
+                    pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|le={bound:g}", 1)
+            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|le=+Inf", 1)
+            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|sum", value)
+            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|count", 1)
+            pipe.execute()
+        except redis.RedisError:
+            pass

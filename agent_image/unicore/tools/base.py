@@ -1,0 +1,47 @@
+"""Tool interface: a name, a description, a pydantic input model (its JSON schema goes to the model), a run()."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from unicore.state.store import TaskStore
+
+
+class Spawner(Protocol):
+    """Creates (or resumes) a child task. Local: Redis + activation. Kubernetes: a child AgentTask via the API."""
+
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+        """Create child ``<parent>-<name>`` with ``prompt``, or queue ``prompt`` to it if it exists.
+
+        Returns ``(child_id, created)``; raises ``unicore.errors.ToolError`` (or a subclass) with a clear message.
+        """
+        ...
+
+
+@dataclass
+class ToolContext:
+    task_id: str
+    store: TaskStore
+    spawner: Spawner
+    workspace: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class Tool:
+    """Subclass with ``name``, ``description``, ``Input`` (a pydantic model) and ``run``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Input: ClassVar[type[BaseModel]]
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.Input.model_json_schema()
+
+    def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
+        raise NotImplementedError

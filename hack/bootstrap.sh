@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates .venv, installs the project with its dev extras, and makes sure a redis-server exists.
+# Idempotent: a second run only checks. Used by `make test`, `make demo`, `make demo-local`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.unicore-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install --quiet --upgrade pip
+  .venv/bin/pip install --quiet -e '.[dev]'
+  touch "$stamp"
+fi
+# The three source folders go on sys.path directly, so packages and modules added later need no reinstall.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n' "$PWD/agent_image" "$PWD/operator" "$PWD/hack" > "$site/unicore-src.pth"
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "bootstrap: redis-server not found; installing Debian's package" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # Debian's package starts a system service; UniCore starts its own servers.
+  ($SUDO service redis-server stop || true) >/dev/null 2>&1
+fi

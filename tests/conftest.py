@@ -1,0 +1,35 @@
+"""Shared fixtures: a real redis-server for the session, flushed before each test that uses it."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.redis_server import RedisServer
+
+# The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher.
+if importlib.util.find_spec("unicore_devcluster.pytest_plugin") is not None:
+    pytest_plugins = ["unicore_devcluster.pytest_plugin"]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    redis.Redis.from_url(redis_server.url).flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()

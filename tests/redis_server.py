@@ -1,0 +1,43 @@
+"""Start a private, real redis-server on a unix socket (tests and local mode share this helper's idea)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import redis
+
+from tests.waiting import wait_for
+
+
+class RedisServer:
+    def __init__(self, directory: Path | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not on PATH; run hack/bootstrap.sh (it installs Debian's package)")
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="unicore-redis-"))
+        self.socket = self.dir / "redis.sock"
+        self.proc = subprocess.Popen(
+            [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+             "--dir", str(self.dir), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = f"unix://{self.socket}"
+        wait_for(self._ping, timeout=20, what="redis-server to answer PING")
+
+    def _ping(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+        return bool(redis.Redis.from_url(self.url).ping())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
