@@ -3,11 +3,15 @@ SHELL := /bin/bash
 VENV  := .venv
 BIN   := $(VENV)/bin
 PYTEST_ARGS ?=
+.DEFAULT_GOAL := help
+
+# Shipping targets (images, kind, helm deploy) live in their own fragment.
+-include hack/ship.mk
 
 .PHONY: help bootstrap k8s-bins test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 bootstrap: ## create .venv, install UniCore and its dev tools, install redis-server if missing
 	@hack/bootstrap.sh
