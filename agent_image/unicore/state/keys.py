@@ -1,0 +1,65 @@
+"""Redis key builders (schema version 1). Every key of one task shares the hash tag ``{<task id>}``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVATIONS_STREAM = "uc:activations"
+TASKS_INDEX = "uc:tasks"
+ACTIVATIONS_MAXLEN = 10_000
+
+
+def task_key(task_id: str, part: str) -> str:
+    """``uc:{<task id>}:<part>``; the braces make Redis Cluster keep all of a task's keys in one slot."""
+    return f"uc:{{{task_id}}}:{part}"
+
+
+@dataclass(frozen=True)
+class TaskKeys:
+    """All keys of one task."""
+
+    task_id: str
+
+    @property
+    def task(self) -> str:
+        return task_key(self.task_id, "task")
+
+    @property
+    def turns(self) -> str:
+        return task_key(self.task_id, "turns")
+
+    @property
+    def turnmeta(self) -> str:
+        return task_key(self.task_id, "turnmeta")
+
+    @property
+    def messages(self) -> str:
+        return task_key(self.task_id, "messages")
+
+    @property
+    def inbox(self) -> str:
+        return task_key(self.task_id, "inbox")
+
+    @property
+    def seen(self) -> str:
+        return task_key(self.task_id, "seen")
+
+    @property
+    def lease(self) -> str:
+        return task_key(self.task_id, "lease")
+
+    @property
+    def fence(self) -> str:
+        return task_key(self.task_id, "fence")
+
+    @property
+    def heartbeat(self) -> str:
+        return task_key(self.task_id, "heartbeat")
+
+    @property
+    def children(self) -> str:
+        return task_key(self.task_id, "children")
+
+    def all(self) -> list[str]:
+        return [self.task, self.turns, self.turnmeta, self.messages, self.inbox, self.seen, self.lease,
+                self.fence, self.heartbeat, self.children]

@@ -1,0 +1,174 @@
+"""The Lua scripts behind every multi-step write. Each runs atomically on one task's keys (one hash tag).
+
+Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write nothing
+unless the lease still holds that token (error reply ``UC_LEASE_LOST``).
+
+Messages and turn headers are built by string concatenation around JSON produced in Python, so content blocks
+are stored byte for byte as Python serialized them (cjson would turn ``[]`` into ``{}``).
+"""
+
+from __future__ import annotations
+
+LEASE_LOST = "UC_LEASE_LOST"
+STALE_INBOX = "UC_STALE_INBOX"
+NO_TURN = "UC_NO_TURN"
+
+_FENCE = """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+  return redis.error_reply('UC_LEASE_LOST')
+end
+"""
+
+_MESSAGE_JSON = """
+local function message_json(seq, turn_number, first_seq, role, now, content)
+  return '{"seq":' .. seq .. ',"turn_number":' .. turn_number .. ',"message_number":' .. (seq - first_seq)
+    .. ',"role":"' .. role .. '","timestamp":' .. now .. ',"content":' .. content .. '}'
+end
+"""
+
+# KEYS: task, inbox, seen, tasks index   ARGV: created_at, prompt_id ('' = none), prompt_entry, field, value, ...
+CREATE_TASK = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+end
+return 1
+"""
+
+# KEYS: task, inbox, seen   ARGV: id, entry_json, now
+QUEUE_MESSAGE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: lease, fence, task, heartbeat   ARGV: holder, ttl_ms, now
+ACQUIRE_LEASE = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return {-1, ''} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'token', token, 'holder', ARGV[1], 'acquired_at', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[4], ARGV[3])
+redis.call('HSET', KEYS[3], 'status', 'running', 'lease_holder', ARGV[1], 'updated_at', ARGV[3])
+return {token, ARGV[1]}
+"""
+
+# KEYS: lease, heartbeat   ARGV: token, ttl_ms, now
+RENEW_LEASE = _FENCE + """
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: lease, task   ARGV: token, now
+RELEASE_LEASE = """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
+return 1
+"""
+
+# KEYS: lease, task, inbox, turns, messages
+# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, content_json...
+# Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the task
+# was stopped (first drain of the process) and the last message is turn-ending (text-only assistant).
+DRAIN = _FENCE + _MESSAGE_JSON + """
+local n = tonumber(ARGV[2])
+if redis.call('LINDEX', KEYS[3], n - 1) ~= ARGV[3] then return redis.error_reply('UC_STALE_INBOX') end
+local now = ARGV[5]
+local nturns = redis.call('LLEN', KEYS[4])
+local nmsgs = redis.call('LLEN', KEYS[5])
+local new_turn = false
+local turn_number = 0
+local first_seq = 0
+if nturns == 0 then
+  new_turn = true
+else
+  local header = cjson.decode(redis.call('LINDEX', KEYS[4], -1))
+  turn_number = header['turn_number']
+  first_seq = header['first_seq']
+  if nmsgs <= first_seq then
+    new_turn = true
+  elseif ARGV[4] == '1' then
+    local last = cjson.decode(redis.call('LINDEX', KEYS[5], -1))
+    if last['role'] == 'assistant' then
+      local has_text, has_tool_use = false, false
+      for _, block in ipairs(last['content']) do
+        if type(block) == 'table' then
+          if block['text'] ~= nil then has_text = true end
+          if block['toolUse'] ~= nil then has_tool_use = true end
+        end
+      end
+      if has_text and not has_tool_use then new_turn = true end
+    end
+  end
+end
+if new_turn then
+  turn_number = nturns
+  first_seq = nmsgs
+  redis.call('RPUSH', KEYS[4],
+    '{"turn_number":' .. turn_number .. ',"started_at":' .. now .. ',"first_seq":' .. first_seq .. '}')
+  redis.call('HSET', KEYS[2], 'turns', nturns + 1)
+end
+local seq = nmsgs
+for i = 6, #ARGV do
+  redis.call('RPUSH', KEYS[5], message_json(seq, turn_number, first_seq, 'user', now, ARGV[i]))
+  seq = seq + 1
+end
+redis.call('LTRIM', KEYS[3], n, -1)
+redis.call('HSET', KEYS[2], 'updated_at', now)
+return {turn_number, new_turn and 1 or 0, nmsgs, first_seq}
+"""
+
+# KEYS: lease, task, turns, messages
+# ARGV: token, role, content_json, now, is_assistant, has_tool_use, input_tokens, output_tokens, total_tokens
+APPEND_MESSAGE = _FENCE + _MESSAGE_JSON + """
+local header_raw = redis.call('LINDEX', KEYS[3], -1)
+if not header_raw then return redis.error_reply('UC_NO_TURN') end
+local header = cjson.decode(header_raw)
+local seq = redis.call('LLEN', KEYS[4])
+redis.call('RPUSH', KEYS[4], message_json(seq, header['turn_number'], header['first_seq'], ARGV[2], ARGV[4], ARGV[3]))
+if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[2], 'iterations', 1) end
+if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[2], 'tool_iterations', 1) end
+if tonumber(ARGV[9]) > 0 then
+  redis.call('HINCRBY', KEYS[2], 'input_tokens', ARGV[7])
+  redis.call('HINCRBY', KEYS[2], 'output_tokens', ARGV[8])
+  redis.call('HINCRBY', KEYS[2], 'total_tokens', ARGV[9])
+end
+redis.call('HSET', KEYS[2], 'updated_at', ARGV[4])
+return {seq, header['turn_number'], seq - header['first_seq']}
+"""
+
+# KEYS: lease, task   ARGV: token, now, input_tokens, output_tokens, total_tokens
+RECORD_USAGE = _FENCE + """
+redis.call('HINCRBY', KEYS[2], 'input_tokens', ARGV[3])
+redis.call('HINCRBY', KEYS[2], 'output_tokens', ARGV[4])
+redis.call('HINCRBY', KEYS[2], 'total_tokens', ARGV[5])
+redis.call('HSET', KEYS[2], 'updated_at', ARGV[2])
+return 1
+"""
+
+# KEYS: lease, task, turnmeta   ARGV: token, now, turn_number, last_response, meta field, meta value, ...
+END_TURN = _FENCE + """
+local prefix = ARGV[3] .. ':'
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[3], prefix .. ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[2], 'last_response', ARGV[4], 'last_error', '', 'updated_at', ARGV[2])
+return 1
+"""
+
+# KEYS: lease, task   ARGV: token, now, field, value, ...
+SET_FIELDS = _FENCE + """
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[2], 'updated_at', ARGV[2])
+return 1
+"""

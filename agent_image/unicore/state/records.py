@@ -1,0 +1,120 @@
+"""Typed views of what the store reads back from Redis: task records, turns, drain results, leases."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from unicore.schema import SCHEMA_VERSION, Limits, Message, Usage
+
+TaskStatus = Literal["idle", "running"]
+
+
+class TaskRecord(BaseModel):
+    """The ``uc:{T}:task`` hash, decoded."""
+
+    id: str
+    name: str
+    parent: str | None = None
+    root: str
+    depth: int = 0
+    model: str = "scripted"
+    system_prompt: str = ""
+    tools: list[str] | None = None
+    child_tools: list[str] | None = None
+    limits: Limits = Field(default_factory=Limits)
+    script: dict[str, Any] | None = None
+    status: TaskStatus = "idle"
+    turns: int = 0  # turns started (== number of stored turns)
+    iterations: int = 0  # model calls of turns (assistant messages)
+    tool_iterations: int = 0  # assistant messages that asked for tools
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    tree_input_tokens: int = 0  # rolled up over the whole tree (meaningful on the root)
+    tree_output_tokens: int = 0
+    tree_total_tokens: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_response: str = ""
+    last_error: str = ""
+    lease_holder: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+                     total_tokens=self.total_tokens)
+
+    @property
+    def tree_usage(self) -> Usage:
+        return Usage(input_tokens=self.tree_input_tokens, output_tokens=self.tree_output_tokens,
+                     total_tokens=self.tree_total_tokens)
+
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("tools", "child_tools", "limits", "script")
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str]) -> TaskRecord:
+        values: dict[str, Any] = {}
+        for key, raw in data.items():
+            if key not in cls.model_fields:
+                continue
+            if key in cls.JSON_FIELDS:
+                values[key] = json.loads(raw) if raw else None
+                if key == "limits" and values[key] is None:
+                    values.pop(key)
+            elif key == "parent":
+                values[key] = raw or None
+            else:
+                values[key] = raw
+        return cls.model_validate(values)
+
+    def to_hash(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in self.model_dump(mode="json").items():
+            if key in self.JSON_FIELDS:
+                out[key] = "" if value is None else json.dumps(value)
+            elif value is None:
+                out[key] = ""
+            elif isinstance(value, bool):
+                out[key] = "1" if value else "0"
+            else:
+                out[key] = str(value)
+        return out
+
+
+class Turn(BaseModel):
+    """One turn with its messages (as loaded by ``TaskStore.load_history``)."""
+
+    turn_number: int
+    started_at: float
+    first_seq: int
+    summary: str = ""
+    ended_at: float | None = None
+    iterations: int | None = None
+    note: str = ""
+    messages: list[Message] = Field(default_factory=list)
+
+
+@dataclass
+class DrainResult:
+    """What one drain moved from the inbox into the conversation."""
+
+    drained: int = 0  # inbox entries consumed
+    messages: list[Message] = field(default_factory=list)  # user messages appended
+    turn_number: int | None = None
+    new_turn: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.drained == 0
+
+
+@dataclass(frozen=True)
+class Lease:
+    task_id: str
+    token: int
+    holder: str

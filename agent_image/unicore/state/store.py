@@ -1,0 +1,453 @@
+"""TaskStore: every read and write of task state in Redis (schema version 1).
+
+Data flows inbox -> turn -> history -> status:
+- producers ``queue_message`` (idempotent by message id) and ``activate`` the task;
+- the lease holder ``drain``s the inbox into the conversation (one fenced Lua script), ``append_message``s the
+  model's answers, ``end_turn``s and ``release``s;
+- readers ``load_history`` / ``get_task`` / ``list_tasks`` / ``tree``.
+
+Every method costs a constant number of round trips, whatever the history length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.log import get_logger
+from unicore.schema import (
+    DEFAULT_MESSAGE_CAP_BYTES,
+    SCHEMA_VERSION,
+    ContentBlock,
+    InboxMessage,
+    Message,
+    TaskSpec,
+    Usage,
+    is_turn_ending,
+    task_name,
+    text_block,
+)
+from unicore.state import lua
+from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TASKS_INDEX, TaskKeys
+from unicore.state.records import DrainResult, Lease, TaskRecord, Turn
+
+log = get_logger("state")
+
+DEFAULT_LEASE_TTL_MS = 30_000
+_DRAIN_RETRIES = 5
+
+
+def connect(url: str | None = None) -> redis.Redis:
+    """A client that decodes responses to str (what TaskStore expects). ``url`` defaults to ``$REDIS_URL``."""
+    chosen = url or os.environ.get("REDIS_URL")
+    if not chosen:
+        raise ConfigError("REDIS_URL is not set")
+    return redis.Redis.from_url(chosen, decode_responses=True)
+
+
+def _now() -> str:
+    return repr(time.time())
+
+
+def _holder_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
+    """("tool_result", toolResult block) or ("text", str) for one decoded inbox entry."""
+    if entry.get("type") == "tool_result":
+        block = entry.get("content")
+        if isinstance(block, dict) and "toolResult" in block:
+            return "tool_result", block
+        if isinstance(block, dict) and "toolUseId" in block:
+            return "tool_result", {"toolResult": block}
+    content = entry.get("content")
+    return "text", content if isinstance(content, str) else json.dumps(content)
+
+
+def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
+    """Seed 000 batching: all tool results first, in ONE user message; then one user message per text entry."""
+    tool_results: list[ContentBlock] = []
+    texts: list[list[ContentBlock]] = []
+    for raw in raw_entries:
+        try:
+            entry = json.loads(raw)
+            if not isinstance(entry, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            log.warning("unreadable inbox entry kept as text: %.200s", raw)
+            texts.append([text_block(f"[unreadable inbox entry] {raw}")])
+            continue
+        kind, content = inbox_entry_to_content(entry)
+        if kind == "tool_result":
+            tool_results.append(content)
+        else:
+            texts.append([text_block(content)])
+    return ([tool_results] if tool_results else []) + texts
+
+
+class TaskStore:
+    """All task state operations. ``client`` must decode responses (``connect()`` makes such a client)."""
+
+    def __init__(self, client: redis.Redis, *, message_cap_bytes: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
+        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ConfigError("TaskStore needs a Redis client created with decode_responses=True")
+        self.redis = client
+        self.message_cap_bytes = message_cap_bytes
+        self._create = client.register_script(lua.CREATE_TASK)
+        self._queue = client.register_script(lua.QUEUE_MESSAGE)
+        self._acquire = client.register_script(lua.ACQUIRE_LEASE)
+        self._renew = client.register_script(lua.RENEW_LEASE)
+        self._release = client.register_script(lua.RELEASE_LEASE)
+        self._drain = client.register_script(lua.DRAIN)
+        self._append = client.register_script(lua.APPEND_MESSAGE)
+        self._usage = client.register_script(lua.RECORD_USAGE)
+        self._end_turn = client.register_script(lua.END_TURN)
+        self._set_fields = client.register_script(lua.SET_FIELDS)
+
+    @classmethod
+    def from_url(cls, url: str | None = None) -> TaskStore:
+        return cls(connect(url))
+
+    @staticmethod
+    def keys(task_id: str) -> TaskKeys:
+        return TaskKeys(task_id)
+
+    # ------------------------------------------------------------------ tasks
+
+    def create_task(self, spec: TaskSpec) -> bool:
+        """Create the task (and queue its prompt). Returns False, writing nothing, if the task already exists:
+        an existing conversation is never overwritten (seed 000 bug 2)."""
+        parent: TaskRecord | None = None
+        if spec.parent:
+            parent = self.get_task(spec.parent)
+        now = time.time()
+        record = TaskRecord(
+            id=spec.id, name=task_name(spec.id), parent=spec.parent,
+            root=parent.root if parent else spec.id, depth=parent.depth + 1 if parent else 0,
+            model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools, child_tools=spec.child_tools,
+            limits=spec.limits, script=spec.script, created_at=now, updated_at=now, schema_version=SCHEMA_VERSION,
+        )
+        prompt_id, prompt_entry = "", ""
+        if spec.prompt is not None:
+            message = InboxMessage(id=f"prompt:{spec.id}", type="user", content=spec.prompt, sender="user",
+                                   timestamp=now)
+            prompt_entry = self._encode_entry(message)
+            prompt_id = message.id
+        keys = self.keys(spec.id)
+        fields = [item for pair in record.to_hash().items() for item in pair]
+        created = bool(self._create(keys=[keys.task, keys.inbox, keys.seen],
+                                    args=[repr(now), prompt_id, prompt_entry, *fields]))
+        if not created:
+            log.info("task %s already exists; its conversation is kept", spec.id)
+            return False
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(TASKS_INDEX, {spec.id: now}, nx=True)
+        if spec.parent:
+            pipe.zadd(self.keys(spec.parent).children, {spec.id: now}, nx=True)
+        pipe.execute()
+        log.info("created task %s (parent %s)", spec.id, spec.parent or "-")
+        return True
+
+    def exists(self, task_id: str) -> bool:
+        return bool(self.redis.exists(self.keys(task_id).task))
+
+    def get_task(self, task_id: str) -> TaskRecord:
+        data = self.redis.hgetall(self.keys(task_id).task)
+        if not data:
+            raise TaskNotFound(f"no task {task_id!r}")
+        return TaskRecord.from_hash(data)
+
+    def list_tasks(self) -> list[str]:
+        """All task ids, oldest first."""
+        return list(self.redis.zrange(TASKS_INDEX, 0, -1))
+
+    def children(self, task_id: str) -> list[str]:
+        """Child ids, oldest first."""
+        return list(self.redis.zrange(self.keys(task_id).children, 0, -1))
+
+    def tree(self, root_id: str) -> list[tuple[int, TaskRecord]]:
+        """(depth below root, record) in depth-first order, children oldest first."""
+        out: list[tuple[int, TaskRecord]] = []
+
+        def walk(task_id: str, level: int) -> None:
+            out.append((level, self.get_task(task_id)))
+            for child in self.children(task_id):
+                walk(child, level + 1)
+
+        walk(root_id, 0)
+        return out
+
+    def delete_task(self, task_id: str) -> None:
+        """Remove every key of the task and its index entries (its children are not deleted)."""
+        parent = self.redis.hget(self.keys(task_id).task, "parent")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.delete(*self.keys(task_id).all())
+        pipe.zrem(TASKS_INDEX, task_id)
+        if parent:
+            pipe.zrem(self.keys(parent).children, task_id)
+        pipe.execute()
+
+    # ------------------------------------------------------------------ inbox and activations
+
+    def _encode_entry(self, message: InboxMessage) -> str:
+        encoded = message.model_dump_json()
+        size = len(encoded.encode())
+        if size > self.message_cap_bytes:
+            raise MessageTooLarge(
+                f"message {message.id} is {size} bytes, over the cap of {self.message_cap_bytes} bytes; "
+                "nothing was queued"
+            )
+        return encoded
+
+    def queue_message(self, task_id: str, message: InboxMessage) -> bool:
+        """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing nothing)
+        if that id was already accepted. Raises MessageTooLarge / TaskNotFound, writing nothing."""
+        encoded = self._encode_entry(message)
+        keys = self.keys(task_id)
+        result = int(self._queue(keys=[keys.task, keys.inbox, keys.seen],
+                                 args=[message.id, encoded, repr(message.timestamp)]))
+        if result < 0:
+            raise TaskNotFound(f"no task {task_id!r}; message {message.id} was not queued")
+        return result == 1
+
+    def queue_text(self, task_id: str, text: str, *, sender: str = "user", kind: str = "user",
+                   message_id: str | None = None) -> bool:
+        message = InboxMessage(type=kind, content=text, sender=sender)  # type: ignore[arg-type]
+        if message_id:
+            message.id = message_id
+        return self.queue_message(task_id, message)
+
+    def activate(self, task_id: str, reason: str) -> str:
+        """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor)."""
+        return str(self.redis.xadd(ACTIVATIONS_STREAM, {"task": task_id, "reason": reason, "ts": _now()},
+                                   maxlen=ACTIVATIONS_MAXLEN, approximate=True))
+
+    def pending_count(self, task_id: str) -> int:
+        return int(self.redis.llen(self.keys(task_id).inbox))
+
+    def inbox(self, task_id: str) -> list[InboxMessage]:
+        return [InboxMessage.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).inbox, 0, -1)]
+
+    # ------------------------------------------------------------------ lease
+
+    def acquire_lease(self, task_id: str, *, holder: str | None = None,
+                      ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> Lease:
+        """Take the task's lease with a new fencing token; LeaseBusy if a live holder has it."""
+        keys = self.keys(task_id)
+        who = holder or _holder_id()
+        token, current = self._acquire(keys=[keys.lease, keys.fence, keys.task, keys.heartbeat],
+                                       args=[who, ttl_ms, _now()])
+        token = int(token)
+        if token < 0:
+            raise TaskNotFound(f"no task {task_id!r}")
+        if token == 0:
+            raise LeaseBusy(f"task {task_id} is already running a turn (lease held by {current})")
+        return Lease(task_id=task_id, token=token, holder=who)
+
+    def renew_lease(self, lease: Lease, *, ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> None:
+        """Heartbeat: extend the lease and write ``uc:{T}:heartbeat``. LeaseLost if it is gone."""
+        keys = self.keys(lease.task_id)
+        self._fenced(self._renew, [keys.lease, keys.heartbeat], [lease.token, ttl_ms, _now()])
+
+    def release_lease(self, lease: Lease) -> bool:
+        """Drop the lease and mark the task idle; False if the lease was no longer ours (nothing written)."""
+        keys = self.keys(lease.task_id)
+        return bool(self._release(keys=[keys.lease, keys.task], args=[lease.token, _now()]))
+
+    def lease_holder(self, task_id: str) -> str | None:
+        """The live holder, or None if no turn holds the lease."""
+        return self.redis.hget(self.keys(task_id).lease, "holder")
+
+    def heartbeat_at(self, task_id: str) -> float | None:
+        raw = self.redis.get(self.keys(task_id).heartbeat)
+        return float(raw) if raw else None
+
+    def _fenced(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return script(keys=keys, args=args)
+        except redis.ResponseError as exc:
+            text = str(exc)
+            if lua.LEASE_LOST in text:
+                raise LeaseLost(f"lease of {keys[0]} lost: write refused") from None
+            if lua.NO_TURN in text:
+                raise UniCoreError(f"{keys[0]}: no turn to append to (drain first)") from None
+            raise
+
+    # ------------------------------------------------------------------ turn writes (fenced)
+
+    def drain(self, lease: Lease, *, first_drain: bool) -> DrainResult:
+        """Move every inbox entry into the conversation (seed 000 rules), atomically.
+
+        One read of the inbox, then ONE fenced script that re-checks the drained entries are still the inbox's
+        head, creates the turn if needed, appends the user messages and trims exactly those entries.
+        Producers only RPUSH, so entries pushed meanwhile stay for the next drain.
+        """
+        keys = self.keys(lease.task_id)
+        for _ in range(_DRAIN_RETRIES):
+            raw_entries: list[str] = self.redis.lrange(keys.inbox, 0, -1)
+            if not raw_entries:
+                return DrainResult()
+            contents = build_drain_messages(raw_entries)
+            now = _now()
+            try:
+                turn_number, new_turn, start_seq, turn_first_seq = self._fenced(
+                    self._drain, [keys.lease, keys.task, keys.inbox, keys.turns, keys.messages],
+                    [lease.token, len(raw_entries), raw_entries[-1], "1" if first_drain else "0", now,
+                     *(json.dumps(c) for c in contents)])
+            except redis.ResponseError as exc:
+                if lua.STALE_INBOX in str(exc):
+                    log.warning("inbox of %s changed under the drain; reading it again", lease.task_id)
+                    continue
+                raise
+            messages = [
+                Message(role="user", content=content, seq=int(start_seq) + i, turn_number=int(turn_number),
+                        message_number=int(start_seq) + i - int(turn_first_seq), timestamp=float(now))
+                for i, content in enumerate(contents)
+            ]
+            return DrainResult(drained=len(raw_entries), messages=messages, turn_number=int(turn_number),
+                               new_turn=bool(int(new_turn)))
+        raise UniCoreError(f"inbox of {lease.task_id} kept changing under the drain")
+
+    def append_message(self, lease: Lease, role: str, content: list[ContentBlock], *,
+                       usage: Usage | None = None) -> Message:
+        """Append one message to the current turn (and add the model call's usage), fenced."""
+        keys = self.keys(lease.task_id)
+        now = _now()
+        is_assistant = role == "assistant"
+        has_tool_use = is_assistant and any("toolUse" in block for block in content)
+        used = usage or Usage()
+        seq, turn_number, message_number = self._fenced(
+            self._append, [keys.lease, keys.task, keys.turns, keys.messages],
+            [lease.token, role, json.dumps(content), now, int(is_assistant), int(has_tool_use),
+             used.input_tokens, used.output_tokens, used.total_tokens])
+        if usage and usage.total_tokens:
+            self._roll_up_usage(lease.task_id, usage)
+        return Message(role=role, content=content, seq=int(seq), turn_number=int(turn_number),  # type: ignore[arg-type]
+                       message_number=int(message_number), timestamp=float(now))
+
+    def record_usage(self, lease: Lease, usage: Usage) -> None:
+        """Add a model call's usage (e.g. the turn summary) to the task and to its root's tree totals."""
+        keys = self.keys(lease.task_id)
+        self._fenced(self._usage, [keys.lease, keys.task],
+                     [lease.token, _now(), usage.input_tokens, usage.output_tokens, usage.total_tokens])
+        self._roll_up_usage(lease.task_id, usage)
+
+    def _roll_up_usage(self, task_id: str, usage: Usage) -> None:
+        # The root lives in another hash slot, so this is a separate (non-atomic, best effort) increment.
+        root = self.redis.hget(self.keys(task_id).task, "root") or task_id
+        pipe = self.redis.pipeline(transaction=False)
+        root_key = self.keys(root).task
+        pipe.hincrby(root_key, "tree_input_tokens", usage.input_tokens)
+        pipe.hincrby(root_key, "tree_output_tokens", usage.output_tokens)
+        pipe.hincrby(root_key, "tree_total_tokens", usage.total_tokens)
+        pipe.execute()
+
+    def end_turn(self, lease: Lease, turn_number: int, *, last_response: str, summary: str = "",
+                 iterations: int = 0, note: str = "", extra: dict[str, str] | None = None) -> None:
+        """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last response."""
+        keys = self.keys(lease.task_id)
+        now = _now()
+        meta: dict[str, str] = {"ended_at": now, "summary": summary, "iterations": str(iterations), "note": note}
+        meta.update(extra or {})
+        flat = [item for pair in meta.items() for item in pair]
+        self._fenced(self._end_turn, [keys.lease, keys.task, keys.turnmeta],
+                     [lease.token, now, turn_number, last_response, *flat])
+
+    def set_task_fields(self, lease: Lease, fields: dict[str, str]) -> None:
+        """Fenced HSET of task record fields (e.g. ``last_error``)."""
+        keys = self.keys(lease.task_id)
+        flat = [item for pair in fields.items() for item in pair]
+        self._fenced(self._set_fields, [keys.lease, keys.task], [lease.token, _now(), *flat])
+
+    def record_error(self, lease: Lease, error: str) -> None:
+        self.set_task_fields(lease, {"last_error": error[:4000]})
+
+    # ------------------------------------------------------------------ reads of the conversation
+
+    def load_history(self, task_id: str) -> list[Turn]:
+        """All turns with their messages: one round trip (LRANGE turns + LRANGE messages + HGETALL turnmeta)."""
+        keys = self.keys(task_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(keys.turns, 0, -1)
+        pipe.lrange(keys.messages, 0, -1)
+        pipe.hgetall(keys.turnmeta)
+        raw_turns, raw_messages, meta = pipe.execute()
+        return assemble_history(raw_turns, raw_messages, meta)
+
+    def messages(self, task_id: str) -> list[Message]:
+        return [Message.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)]
+
+    def last_message(self, task_id: str) -> Message | None:
+        raw = self.redis.lindex(self.keys(task_id).messages, -1)
+        return Message.model_validate_json(raw) if raw else None
+
+    def message_count(self, task_id: str) -> int:
+        return int(self.redis.llen(self.keys(task_id).messages))
+
+    def turn_count(self, task_id: str) -> int:
+        return int(self.redis.llen(self.keys(task_id).turns))
+
+    def assistant_message_count(self, task_id: str) -> int:
+        return int(self.redis.hget(self.keys(task_id).task, "iterations") or 0)
+
+    def turn_meta(self, task_id: str, turn_number: int) -> dict[str, str]:
+        prefix = f"{turn_number}:"
+        meta = self.redis.hgetall(self.keys(task_id).turnmeta)
+        return {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+
+    def needs_turn(self, task_id: str) -> bool:
+        """True when a turn should run: pending inbox entries, or an unfinished turn whose process died
+        (status still ``running`` while no lease is held)."""
+        keys = self.keys(task_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(keys.inbox)
+        pipe.exists(keys.lease)
+        pipe.hget(keys.task, "status")
+        pending, leased, status = pipe.execute()
+        if leased:
+            return False
+        return bool(pending) or status == "running"
+
+    def usage_totals(self, task_id: str) -> Usage:
+        return self.get_task(task_id).usage
+
+
+def assemble_history(raw_turns: Iterable[str], raw_messages: Iterable[str], meta: dict[str, str]) -> list[Turn]:
+    turns: list[Turn] = []
+    for raw in raw_turns:
+        header = json.loads(raw)
+        n = header["turn_number"]
+        ended = meta.get(f"{n}:ended_at")
+        iterations = meta.get(f"{n}:iterations")
+        turns.append(Turn(turn_number=n, started_at=header["started_at"], first_seq=header["first_seq"],
+                          summary=meta.get(f"{n}:summary", ""), ended_at=float(ended) if ended else None,
+                          iterations=int(iterations) if iterations else None, note=meta.get(f"{n}:note", "")))
+    by_number = {turn.turn_number: turn for turn in turns}
+    for raw in raw_messages:
+        message = Message.model_validate_json(raw)
+        turn = by_number.get(message.turn_number)
+        if turn is None:  # cannot happen with the fenced scripts; keep the message visible anyway
+            turn = Turn(turn_number=message.turn_number, started_at=message.timestamp, first_seq=message.seq)
+            by_number[turn.turn_number] = turn
+            turns.append(turn)
+        turn.messages.append(message)
+    return turns
+
+
+def history_messages(turns: Iterable[Turn]) -> list[Message]:
+    return [message for turn in turns for message in turn.messages]
+
+
+def last_is_turn_ending(turns: Sequence[Turn]) -> bool:
+    for turn in reversed(turns):
+        if turn.messages:
+            return is_turn_ending(turn.messages[-1])
+    return False
