@@ -68,7 +68,7 @@ done
 if [[ ! -x "$BIN_DIR/helm" ]]; then
   log "installing helm $HELM_VERSION"
   gobin_tmp="$(mktemp -d "$BIN_DIR/.helm.XXXXXX")"
-  GOFLAGS="" GOBIN="$gobin_tmp" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" \
+  GOFLAGS="" GOBIN="$gobin_tmp" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" \
     || { rm -rf "$gobin_tmp"; exit 1; }
   mv -f "$gobin_tmp/helm" "$BIN_DIR/helm"
   rm -rf "$gobin_tmp"

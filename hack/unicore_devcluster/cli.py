@@ -1,0 +1,155 @@
+"""unicore-devcluster up [--data-dir D] [--detach] | down | status | env"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from unicore_devcluster.cluster import DevCluster, default_data_dir, read_state, stop_running, supervisor_alive
+from unicore_devcluster.log import logger
+from unicore_devcluster.procs import alive
+
+
+def _export_lines(state: dict[str, object]) -> str:
+    return f"export KUBEBUILDER_ASSETS={state['bin_dir']}\nexport KUBECONFIG={state['kubeconfig']}"
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    state = read_state(data_dir)
+    if state and supervisor_alive(state):
+        print(f"devcluster already running in {data_dir}", file=sys.stderr)
+        print(_export_lines(state))
+        return 0
+    if state:  # stale state of a supervisor that died
+        stop_running(data_dir)
+    if args.detach:
+        return _up_detached(data_dir, args.timeout)
+    return _up_foreground(data_dir, args.timeout)
+
+
+def _up_foreground(data_dir: Path, timeout: float) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = DevCluster(data_dir)
+    try:
+        cluster.start(timeout=timeout)
+        print(f"devcluster ready in {cluster.ready_seconds:.1f}s", file=sys.stderr)
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        stop.wait()
+    finally:
+        cluster.stop()
+    return 0
+
+
+def _up_detached(data_dir: Path, timeout: float) -> int:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "devcluster.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "unicore_devcluster.cli", "up", "--data-dir", str(data_dir),
+             "--timeout", str(timeout)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout + 30
+    while time.monotonic() < deadline:
+        state = read_state(data_dir)
+        if state and state.get("ready") and state["supervisor"]["pid"] == proc.pid:
+            print(f"devcluster ready in {state['ready_seconds']:.1f}s (pid {proc.pid}, logs {data_dir}/logs)",
+                  file=sys.stderr)
+            print(_export_lines(state))
+            return 0
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
+    print(f"devcluster failed to start; {log_path}:\n{tail}", file=sys.stderr)
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(30)
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    if stop_running(args.data_dir):
+        print("devcluster stopped", file=sys.stderr)
+    else:
+        print("no devcluster state found; nothing to stop", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = read_state(args.data_dir)
+    if state is None:
+        print("devcluster: not running")
+        return 1
+    running = supervisor_alive(state)
+    print(f"devcluster: {'running' if running else 'DEAD (stale state)'}  server {state['server']}")
+    print(f"  kubeconfig {state['kubeconfig']}")
+    print(f"  supervisor pid {state['supervisor']['pid']}")
+    for name, proc in state.get("processes", {}).items():
+        print(f"  {name:24s} pid {proc['pid']:>7}  {'up' if alive(proc['pid'], proc.get('started')) else 'gone'}")
+    if running:
+        os.environ.setdefault("KUBECONFIG", state["kubeconfig"])
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=state["kubeconfig"])
+        try:
+            for node in client.CoreV1Api(api).list_node().items:
+                ready = next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "?")
+                gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "0")
+                print(f"  node {node.metadata.name:20s} Ready={ready} gpus={gpus}")
+        finally:
+            api.close()
+    return 0 if running else 1
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    state = read_state(args.data_dir)
+    if state is None or not supervisor_alive(state):
+        print("devcluster: not running", file=sys.stderr)
+        return 1
+    print(_export_lines(state))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="unicore-devcluster", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func, helptext in (
+        ("up", cmd_up, "start the control plane, nodes and pod runner (foreground unless --detach)"),
+        ("down", cmd_down, "stop a running devcluster"),
+        ("status", cmd_status, "show processes and nodes"),
+        ("env", cmd_env, "print export lines for KUBECONFIG and KUBEBUILDER_ASSETS"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--data-dir", default=str(default_data_dir()))
+        p.set_defaults(func=func)
+        if name == "up":
+            p.add_argument("--detach", action="store_true", help="run in the background and return once ready")
+            p.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logger.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""PodRunner: the kubelet's part. Runs pods bound to the fake nodes as local processes.
+
+For each pod bound to one of its nodes it runs the first container's command and args as a local process (in its
+own process group) with the pod's env and a kubeconfig holding a TokenRequest token for the pod's ServiceAccount,
+reports Running then Succeeded/Failed with the exit code through pods/status, keeps the output in a log file, and
+on deletion sends SIGTERM, waits the grace period, sends SIGKILL and force-deletes the pod.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import queue
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from unicore_devcluster.kubeconfig import write_kubeconfig
+from unicore_devcluster.log import logger
+from unicore_devcluster.podenv import PodSetupError, build_plan
+from unicore_devcluster.procs import Child, spawn, terminate
+
+TOKEN_SECONDS = 24 * 3600
+WATCH_SECONDS = 30
+STOP_GRACE = 5.0
+Key = tuple[str, str]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_path() -> str:
+    """PATH for pod processes: the current interpreter's bin dir (the project venv) first."""
+    parts = [str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")]
+    return os.pathsep.join(parts)
+
+
+@dataclass
+class PodProcess:
+    """What the runner knows about one pod it runs."""
+
+    namespace: str
+    name: str
+    uid: str
+    container: str
+    image: str
+    restart_policy: str
+    pod_dir: Path
+    log_path: Path
+    child: Child | None = None
+    started_at: str = ""
+    restart_count: int = 0
+    exit_code: int | None = None
+    finished_at: str = ""
+    reported_exit: bool = False
+    terminating: bool = False
+    restart_due: float | None = None
+    failed_setup: bool = False
+    history: list[int] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid if self.child else None
+
+    def running(self) -> bool:
+        return self.child is not None and self.child.running()
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class PodRunner:
+    """Runs the pods bound to ``node_names`` (see module doc). Start with ``start()``, stop with ``stop()``."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        node_names: set[str],
+        data_dir: Path,
+        *,
+        server: str,
+        ca_file: Path,
+        path: str | None = None,
+    ) -> None:
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.node_names = set(node_names)
+        self.data_dir = Path(data_dir)
+        self.server = server
+        self.ca_file = ca_file
+        self.path = path or default_path()
+        self._queue: queue.Queue[Key | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pods: dict[Key, PodProcess] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch: watch.Watch | None = None
+
+    # ------------------------------------------------------------------ public API
+    def start(self) -> None:
+        for target, name in ((self._work, "devcluster-runner"), (self._watch_loop, "devcluster-runner-watch")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop watching and terminate every pod process (SIGTERM, SIGKILL after a short grace)."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        self._queue.put(None)
+        for thread in self._threads:
+            if thread.name == "devcluster-runner":
+                thread.join(timeout=30)
+        with self._lock:
+            pods = list(self._pods.values())
+        stoppers = [
+            threading.Thread(target=self._kill, args=(pod, STOP_GRACE), daemon=True) for pod in pods if pod.child
+        ]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(timeout=STOP_GRACE + 10)
+
+    def pids(self) -> dict[Key, int]:
+        """The pids of the pod processes that are running now."""
+        with self._lock:
+            return {key: pod.pid for key, pod in self._pods.items() if pod.pid is not None and pod.running()}
+
+    def pid_of(self, namespace: str, name: str) -> int | None:
+        with self._lock:
+            pod = self._pods.get((namespace, name))
+            return pod.pid if pod else None
+
+    def log_path(self, namespace: str, name: str, container: str | None = None) -> Path | None:
+        """The log file of the pod's container (the newest pod of that name), None if it never ran."""
+        with self._lock:
+            pod = self._pods.get((namespace, name))
+            if pod is not None and (container is None or container == pod.container):
+                return pod.log_path
+        candidates = sorted(
+            (self.data_dir / "pods").glob(f"{namespace}_{name}_*/{container or '*'}.log"),
+            key=lambda p: p.stat().st_mtime,
+        )
+        return candidates[-1] if candidates else None
+
+    def read_log(self, namespace: str, name: str, container: str | None = None) -> str:
+        path = self.log_path(namespace, name, container)
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    # ------------------------------------------------------------------ watching
+    def _on_our_node(self, pod: Any) -> bool:
+        return bool(pod.spec and pod.spec.node_name in self.node_names)
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                listing = self.core.list_pod_for_all_namespaces()
+                for pod in listing.items:
+                    if self._on_our_node(pod):
+                        self._enqueue((pod.metadata.namespace, pod.metadata.name))
+                with self._lock:
+                    for key in self._pods:
+                        self._enqueue(key)
+                self._watch = watch.Watch()
+                for event in self._watch.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    resource_version=listing.metadata.resource_version,
+                    timeout_seconds=WATCH_SECONDS,
+                ):
+                    if self._stop.is_set():
+                        break
+                    pod = event["object"]
+                    key = (pod.metadata.namespace, pod.metadata.name)
+                    if self._on_our_node(pod) or key in self._pods:
+                        self._enqueue(key)
+            except Exception as exc:  # noqa: BLE001 - relist after any watch failure
+                if self._stop.is_set():
+                    return
+                logger.debug("pod watch restarting after %r", exc)
+                self._stop.wait(0.5)
+
+    def _enqueue(self, key: Key) -> None:
+        self._queue.put(key)
+
+    # ------------------------------------------------------------------ reconciling
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                key = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                self._due_restarts()
+                continue
+            if key is None:
+                return
+            try:
+                self._reconcile(key)
+            except Exception:  # noqa: BLE001 - one pod must not stop the runner
+                logger.exception("reconciling pod %s/%s failed; retrying", *key)
+                threading.Timer(1.0, self._enqueue, args=(key,)).start()
+            self._due_restarts()
+
+    def _due_restarts(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [pod.key for pod in self._pods.values() if pod.restart_due is not None and pod.restart_due <= now]
+        for key in due:
+            self._enqueue(key)
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _reconcile(self, key: Key) -> None:
+        namespace, name = key
+        pod = self._read(namespace, name)
+        with self._lock:
+            tracked = self._pods.get(key)
+        if pod is None or (tracked is not None and pod["metadata"]["uid"] != tracked.uid):
+            if tracked is not None:  # gone (or replaced by a new pod of the same name) behind our back
+                self._untrack(tracked, grace=0.0)
+            if pod is None:
+                return
+            tracked = None
+        meta, spec, status = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
+        if spec.get("nodeName") not in self.node_names:
+            return
+        if meta.get("deletionTimestamp"):
+            self._handle_deletion(pod, tracked)
+            return
+        if tracked is None:
+            if status.get("phase") in ("Succeeded", "Failed"):
+                return
+            if status.get("phase") == "Running":  # a pod an earlier runner started: its process is gone
+                self._report_lost(pod)
+                return
+            self._launch(pod, None)
+            return
+        if tracked.running() or tracked.terminating:
+            return
+        if tracked.child is not None and not tracked.reported_exit:
+            self._report_exit(pod, tracked)
+        if tracked.restart_due is not None and time.monotonic() >= tracked.restart_due:
+            tracked.restart_due = None
+            tracked.restart_count += 1
+            self._launch(pod, tracked)
+
+    def _untrack(self, tracked: PodProcess, grace: float) -> None:
+        with self._lock:
+            self._pods.pop(tracked.key, None)
+        if tracked.child is not None and tracked.running():
+            threading.Thread(target=self._kill, args=(tracked, grace), daemon=True).start()
+
+    # ------------------------------------------------------------------ start
+    def _token_kubeconfig(self, pod: dict[str, Any], pod_dir: Path) -> Path | None:
+        meta, spec = pod["metadata"], pod.get("spec", {})
+        sa_name = spec.get("serviceAccountName") or "default"
+        automount = spec.get("automountServiceAccountToken")
+        if automount is None:
+            try:
+                sa = self.core.read_namespaced_service_account(sa_name, meta["namespace"])
+                automount = sa.automount_service_account_token
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                raise PodSetupError("CreateContainerConfigError", f"serviceaccount {sa_name!r} not found") from exc
+        path = pod_dir / "kubeconfig"
+        token = None
+        if automount is not False:
+            body = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": TOKEN_SECONDS,
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+                },
+            }
+            resp = self.core.create_namespaced_service_account_token(sa_name, meta["namespace"], body)
+            token = resp.status.token
+        return write_kubeconfig(
+            path,
+            server=self.server,
+            ca_file=self.ca_file,
+            user=f"system:serviceaccount:{meta['namespace']}:{sa_name}",
+            token=token,
+            namespace=meta["namespace"],
+        )
+
+    def _launch(self, pod: dict[str, Any], previous: PodProcess | None) -> None:
+        meta, spec = pod["metadata"], pod.get("spec", {})
+        container = (spec.get("containers") or [{}])[0]
+        pod_dir = self.data_dir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        tracked = previous or PodProcess(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta["uid"],
+            container=container.get("name", "main"),
+            image=container.get("image", ""),
+            restart_policy=spec.get("restartPolicy", "Always"),
+            pod_dir=pod_dir,
+            log_path=pod_dir / f"{container.get('name', 'main')}.log",
+        )
+        with self._lock:
+            self._pods[tracked.key] = tracked
+        try:
+            kubeconfig = self._token_kubeconfig(pod, pod_dir)
+            plan = build_plan(pod, self.core, pod_dir, path=self.path, kubeconfig=kubeconfig)
+        except PodSetupError as exc:
+            logger.warning("pod %s/%s cannot start: %s", tracked.namespace, tracked.name, exc)
+            tracked.failed_setup = True
+            tracked.reported_exit = True
+            self._patch_status(tracked, self._setup_failure_status(tracked, exc))
+            return
+        tracked.started_at = _now()
+        tracked.exit_code = None
+        tracked.reported_exit = False
+        tracked.child = spawn(
+            f"pod {tracked.namespace}/{tracked.name}", plan.argv, log_path=tracked.log_path, env=plan.env, cwd=plan.cwd
+        )
+        logger.info("pod %s/%s: started %s (pid %d)", tracked.namespace, tracked.name, plan.argv[0], tracked.child.pid)
+        threading.Thread(target=self._await_exit, args=(tracked, tracked.child), daemon=True).start()
+        self._patch_status(tracked, self._running_status(tracked))
+
+    def _await_exit(self, tracked: PodProcess, child: Child) -> None:
+        code = child.popen.wait()
+        # members of its process group that outlived it go with it
+        terminate(child.pid, None, 0.0)
+        tracked.exit_code = _exit_code(code)
+        tracked.finished_at = _now()
+        logger.info("pod %s/%s: process exited with %d", tracked.namespace, tracked.name, tracked.exit_code)
+        self._enqueue(tracked.key)
+
+    # ------------------------------------------------------------------ exit, deletion
+    def _needs_restart(self, tracked: PodProcess) -> bool:
+        if tracked.restart_policy == "Always":
+            return True
+        return tracked.restart_policy == "OnFailure" and tracked.exit_code != 0
+
+    def _report_exit(self, pod: dict[str, Any], tracked: PodProcess) -> None:
+        tracked.reported_exit = True
+        tracked.history.append(tracked.exit_code or 0)
+        if self._needs_restart(tracked) and not pod["metadata"].get("deletionTimestamp"):
+            backoff = min(30.0, 1.0 * (2 ** min(tracked.restart_count, 5)))
+            tracked.restart_due = time.monotonic() + backoff
+            self._patch_status(tracked, self._waiting_status(tracked))
+            return
+        self._patch_status(tracked, self._terminated_status(tracked))
+
+    def _report_lost(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        container = (pod.get("spec", {}).get("containers") or [{}])[0]
+        lost = PodProcess(
+            namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], container=container.get("name", "main"),
+            image=container.get("image", ""), restart_policy="Never", pod_dir=self.data_dir, log_path=self.data_dir,
+            exit_code=137, finished_at=_now(), started_at=_now(),
+        )
+        self._patch_status(lost, self._terminated_status(lost, reason="RunnerRestarted"))
+
+    def _handle_deletion(self, pod: dict[str, Any], tracked: PodProcess | None) -> None:
+        if tracked is not None and tracked.running():
+            if not tracked.terminating:
+                tracked.terminating = True
+                grace = pod["metadata"].get("deletionGracePeriodSeconds")
+                if grace is None:
+                    grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+                logger.info("pod %s/%s deleted: SIGTERM, grace %ss", tracked.namespace, tracked.name, grace)
+                threading.Thread(target=self._kill_then_requeue, args=(tracked, float(grace)), daemon=True).start()
+            return
+        if tracked is not None and tracked.child is not None and not tracked.reported_exit:
+            tracked.reported_exit = True
+            self._patch_status(tracked, self._terminated_status(tracked))
+        self._force_delete(pod)
+        with self._lock:
+            if tracked is not None:
+                self._pods.pop(tracked.key, None)
+
+    def _kill(self, tracked: PodProcess, grace: float) -> None:
+        if tracked.child is not None:
+            tracked.child.stop(grace)
+
+    def _kill_then_requeue(self, tracked: PodProcess, grace: float) -> None:
+        self._kill(tracked, grace)
+        # wait until _await_exit recorded the exit code, then let the worker finish the deletion
+        deadline = time.monotonic() + 5
+        while tracked.exit_code is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        tracked.terminating = False
+        self._enqueue(tracked.key)
+
+    def _force_delete(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            self.core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])),
+            )
+            logger.info("pod %s/%s removed", meta["namespace"], meta["name"])
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    # ------------------------------------------------------------------ status
+    def _patch_status(self, tracked: PodProcess, status: dict[str, Any]) -> None:
+        try:
+            self.core.patch_namespaced_pod_status(tracked.name, tracked.namespace, {"status": status})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    @staticmethod
+    def _conditions(ready: bool, reason: str | None = None) -> list[dict[str, Any]]:
+        now = _now()
+        out = []
+        for kind, value in (
+            ("PodReadyToStartContainers", True),
+            ("Initialized", True),
+            ("ContainersReady", ready),
+            ("Ready", ready),
+        ):
+            cond: dict[str, Any] = {"type": kind, "status": "True" if value else "False", "lastTransitionTime": now}
+            if not value and reason:
+                cond["reason"] = reason
+            out.append(cond)
+        return out
+
+    def _base(self, tracked: PodProcess) -> dict[str, Any]:
+        return {
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": tracked.started_at or _now(),
+        }
+
+    def _container_status(self, tracked: PodProcess, state: dict[str, Any], ready: bool) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "name": tracked.container,
+            "image": tracked.image,
+            "imageID": "",
+            "containerID": f"local://{tracked.pid or 0}",
+            "ready": ready,
+            "started": ready,
+            "restartCount": tracked.restart_count,
+            "state": state,
+        }
+        if tracked.history and len(tracked.history) > 1 or tracked.restart_count:
+            status["lastState"] = {"terminated": {"exitCode": tracked.history[-1] if tracked.history else 0}}
+        return status
+
+    def _running_status(self, tracked: PodProcess) -> dict[str, Any]:
+        state = {"running": {"startedAt": tracked.started_at}, "terminated": None, "waiting": None}
+        return {
+            **self._base(tracked),
+            "phase": "Running",
+            "conditions": self._conditions(True),
+            "containerStatuses": [self._container_status(tracked, state, True)],
+        }
+
+    def _waiting_status(self, tracked: PodProcess) -> dict[str, Any]:
+        state = {"waiting": {"reason": "CrashLoopBackOff"}, "running": None, "terminated": None}
+        return {
+            **self._base(tracked),
+            "phase": "Running",
+            "conditions": self._conditions(False, "ContainersNotReady"),
+            "containerStatuses": [self._container_status(tracked, state, False)],
+        }
+
+    def _terminated_status(self, tracked: PodProcess, reason: str | None = None) -> dict[str, Any]:
+        code = tracked.exit_code if tracked.exit_code is not None else 137
+        terminated: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason or ("Completed" if code == 0 else "Error"),
+            "startedAt": tracked.started_at or _now(),
+            "finishedAt": tracked.finished_at or _now(),
+            "containerID": f"local://{tracked.pid or 0}",
+        }
+        if code > 128:
+            terminated["signal"] = code - 128
+        state = {"terminated": terminated, "running": None, "waiting": None}
+        return {
+            **self._base(tracked),
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": self._conditions(False, "PodCompleted"),
+            "containerStatuses": [self._container_status(tracked, state, False)],
+        }
+
+    def _setup_failure_status(self, tracked: PodProcess, exc: PodSetupError) -> dict[str, Any]:
+        tracked.exit_code = 128
+        state = {
+            "terminated": {
+                "exitCode": 128,
+                "reason": exc.reason,
+                "message": str(exc),
+                "startedAt": _now(),
+                "finishedAt": _now(),
+            },
+            "running": None,
+            "waiting": None,
+        }
+        return {
+            **self._base(tracked),
+            "phase": "Failed",
+            "message": str(exc),
+            "reason": exc.reason,
+            "conditions": self._conditions(False, "PodFailed"),
+            "containerStatuses": [self._container_status(tracked, state, False)],
+        }
+
+
+def remove_pod_dirs(data_dir: Path) -> None:
+    shutil.rmtree(Path(data_dir) / "pods", ignore_errors=True)
