@@ -1,0 +1,87 @@
+"""Local-mode Spawner: creates (or resumes) a child task in Redis and signals an activation.
+
+The limits are checked first (``unicore.tools.policy``, shared with the Kubernetes spawner); a refused spawn writes
+nothing. A new child inherits the parent's model, scripted steps and limits, gets depth = parent depth + 1 (the store
+derives depth and root from ``parent``) and the reduced child toolset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicore.errors import MessageTooLarge, ToolError
+from unicore.log import get_logger
+from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
+from unicore.tools import policy, storeview
+from unicore.tools.registry import ALL_TOOLS
+from unicore.tools.storeview import TaskView
+
+log = get_logger("launch.local")
+
+
+def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str) -> TaskSpec:
+    """The TaskSpec of a new child (the store creates it and queues its prompt atomically)."""
+    return TaskSpec(
+        id=plan.child_id,
+        prompt=prompt,
+        parent=parent.id,
+        model=parent.model,
+        system_prompt="",
+        tools=plan.tools,
+        child_tools=parent.child_tools,
+        limits=parent.limits,
+        script=parent.script,
+    )
+
+
+def check_message_size(message: InboxMessage, cap: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
+    """Refuse an over-size prompt BEFORE anything is written (the store enforces the same cap on queue)."""
+    size = len(message.model_dump_json().encode())
+    if size > cap:
+        raise ToolError(f"prompt too large: {size:,} bytes encoded, the cap is {cap:,}; shorten it or put it in a file")
+
+
+class LocalSpawner:
+    """``Spawner`` for local mode (and for tests): everything happens in Redis through ``TaskStore``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+        parent = storeview.get_view(self.store, parent_id)
+        if parent is None:
+            raise ToolError(f"parent task {parent_id} not found")
+        child_id = policy.validate_child_name(parent_id, name)
+        existing = storeview.get_view(self.store, child_id)
+        message = InboxMessage(type="user", content=prompt, sender=parent_id)
+        check_message_size(message)
+        counts = policy.tree_counts(self.store, parent)
+        if existing is not None:
+            if existing.parent != parent_id:
+                raise ToolError(f"task {child_id} exists but is not a child of {parent_id}; choose another name")
+            policy.check_message(parent, counts)
+            self._deliver(child_id, message, "message")
+            log.info("resumed child %s of %s with a new message", child_id, parent_id)
+            return child_id, False
+        plan = policy.check_spawn(parent, name, counts, tools, ALL_TOOLS)
+        try:
+            created = self.store.create_task(child_spec(parent, plan, prompt))
+        except MessageTooLarge as exc:
+            raise ToolError(str(exc)) from exc
+        if not created:
+            # create_task never overwrites: a concurrent spawn won the race, so this becomes a resume.
+            self._deliver(child_id, message, "message")
+            return child_id, False
+        self.store.activate(child_id, "spawn")
+        log.info("spawned child %s of %s (depth %d, tools %s)", child_id, parent_id, plan.depth, plan.tools)
+        return child_id, True
+
+    def _deliver(self, child_id: str, message: InboxMessage, reason: str) -> None:
+        try:
+            self.store.queue_message(child_id, message)
+        except MessageTooLarge as exc:
+            raise ToolError(str(exc)) from exc
+        self.store.activate(child_id, reason)
+
+
+__all__ = ["LocalSpawner", "child_spec", "child_task_id"]

@@ -1,0 +1,161 @@
+"""Limits on what agents may do, enforced in code (never left to the model).
+
+``check_spawn`` and ``check_message`` are PURE functions over the parent's record and a few counts, so the local
+spawner and the Kubernetes spawner run exactly the same checks. They run BEFORE anything is written: a refused action
+raises ``LimitExceeded`` (or ``ToolError`` for bad input) and leaves Redis untouched.
+``tree_counts`` gathers the counts with pipelined reads (a few round trips, one per tree level).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from unicore.errors import LimitExceeded, ToolError
+from unicore.schema import child_task_id, task_name, validate_task_id
+from unicore.tools import storeview
+from unicore.tools.storeview import TaskView
+
+SPAWN_TOOL = "spawn_task"
+MESSAGE_TOOL = "message_task"
+# Tools that only make sense for a task allowed to have children.
+SPAWNING_TOOLS = (SPAWN_TOOL, MESSAGE_TOOL)
+
+# A root task (no parent) without an explicit tool list gets these.
+DEFAULT_TOOLS: tuple[str, ...] = ("read_file", "write_file", "list_files", "spawn_task", "message_task", "task_status")
+# A child gets a reduced, read-only toolset unless its parent (or the spawn call) says otherwise (seed 002).
+DEFAULT_CHILD_TOOLS: tuple[str, ...] = ("read_file", "list_files", "task_status", "spawn_task", "message_task")
+
+CHILD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_CHILD_NAME = 63
+
+
+@dataclass(frozen=True)
+class TreeCounts:
+    """What the limits are checked against."""
+
+    children: int  # existing children of the parent
+    descendants: int  # existing descendants of the root (the root itself not counted)
+    tokens_used: int  # total tokens used by the root's whole tree
+
+
+@dataclass(frozen=True)
+class SpawnPlan:
+    child_id: str
+    depth: int
+    tools: list[str]
+
+
+def may_spawn(task: TaskView) -> bool:
+    """Recursion is on and a child of this task would be within ``max_depth``."""
+    return task.limits.recursion and task.depth + 1 <= task.limits.max_depth
+
+
+def allowed_tool_names(task: TaskView, known: Collection[str]) -> list[str]:
+    """The names of the tools this task may use (in order, unknown names dropped)."""
+    if task.tools is not None:
+        base: Sequence[str] = task.tools
+    else:
+        base = DEFAULT_TOOLS if task.parent is None else DEFAULT_CHILD_TOOLS
+    names = [name for name in dict.fromkeys(base) if name in known]
+    if not may_spawn(task):
+        names = [name for name in names if name not in SPAWNING_TOOLS]
+    return names
+
+
+def validate_child_name(parent_id: str, name: str) -> str:
+    """The child's id, or a ToolError saying what a valid name looks like."""
+    if not isinstance(name, str) or not CHILD_NAME_RE.match(name) or len(name) > MAX_CHILD_NAME:
+        raise ToolError(
+            f"invalid child name {name!r}: use 1-{MAX_CHILD_NAME} lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (e.g. 'research-a')"
+        )
+    child_id = child_task_id(parent_id, name)
+    try:
+        validate_task_id(child_id)
+    except ValueError:
+        raise ToolError(
+            f"child name {name!r} makes the task id {child_id!r} too long "
+            f"({len(task_name(child_id))} characters, at most 253); choose a shorter name"
+        ) from None
+    return child_id
+
+
+def check_budget(parent: TaskView, counts: TreeCounts) -> None:
+    budget = parent.limits.token_budget
+    if budget and counts.tokens_used >= budget:
+        raise LimitExceeded(
+            f"token budget exhausted: the task tree of {parent.root_id} has used {counts.tokens_used:,} of its "
+            f"{budget:,} tokens (limits.token_budget); no more work can be delegated. Finish with what you have."
+        )
+
+
+def child_tools(parent: TaskView, requested: Sequence[str] | None, known: Collection[str]) -> list[str]:
+    """The child's tools: ``requested`` (checked) or the parent's child toolset, never more than the parent has."""
+    parent_allowed = allowed_tool_names(parent, known)
+    if requested is None:
+        base = parent.child_tools if parent.child_tools is not None else DEFAULT_CHILD_TOOLS
+        return [name for name in dict.fromkeys(base) if name in parent_allowed]
+    unknown = sorted({name for name in requested if name not in known})
+    if unknown:
+        raise ToolError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(sorted(known))}")
+    lacking = sorted({name for name in requested if name not in parent_allowed})
+    if lacking:
+        raise LimitExceeded(
+            f"a child cannot get tools its parent lacks: {', '.join(lacking)} "
+            f"(your tools: {', '.join(parent_allowed) or 'none'})"
+        )
+    return list(dict.fromkeys(requested))
+
+
+def check_spawn(
+    parent: TaskView,
+    name: str,
+    counts: TreeCounts,
+    requested_tools: Sequence[str] | None,
+    known_tools: Collection[str],
+) -> SpawnPlan:
+    """Decide whether ``parent`` may create a NEW child ``name``; raise LimitExceeded/ToolError if not."""
+    child_id = validate_child_name(parent.id, name)
+    limits = parent.limits
+    if not limits.recursion:
+        raise LimitExceeded("spawning child tasks is disabled for this task tree (limits.recursion is false)")
+    depth = parent.depth + 1
+    if depth > limits.max_depth:
+        raise LimitExceeded(
+            f"maximum depth reached: a child of {parent.id} would be at depth {depth}, "
+            f"but limits.max_depth is {limits.max_depth}. Do the work yourself instead."
+        )
+    if counts.children >= limits.max_children:
+        raise LimitExceeded(
+            f"maximum children reached: {parent.id} already has {counts.children} child task(s) "
+            f"(limits.max_children = {limits.max_children}). Reuse an existing child by spawning it again "
+            "with the same name (it gets your prompt as a new message)."
+        )
+    if counts.descendants >= limits.max_descendants:
+        raise LimitExceeded(
+            f"maximum task tree size reached: {parent.root_id} already has {counts.descendants} descendant task(s) "
+            f"(limits.max_descendants = {limits.max_descendants})"
+        )
+    check_budget(parent, counts)
+    return SpawnPlan(child_id=child_id, depth=depth, tools=child_tools(parent, requested_tools, known_tools))
+
+
+def check_message(parent: TaskView, counts: TreeCounts) -> None:
+    """Decide whether ``parent`` may send more work to an existing descendant (token budget only)."""
+    check_budget(parent, counts)
+
+
+def tree_counts(store: Any, parent: TaskView) -> TreeCounts:
+    """Counts for ``check_spawn``: the parent's children, the root's descendants and the tree's token use."""
+    client = storeview.redis_of(store)
+    root = parent.root_id
+    tree = storeview.descendants(client, root, limit=parent.limits.max_descendants + 1)
+    children = storeview.child_count(client, parent.id)
+    # The store rolls usage up onto the root (best effort); the per-task sum covers a missed roll-up.
+    root_view = parent if parent.id == root else storeview.read_views(client, [root])[0]
+    rolled_up = root_view.tree_total_tokens if root_view is not None else 0
+    tokens = max(rolled_up, storeview.tree_tokens(client, [root, *(node.id for node in tree)]))
+    return TreeCounts(children=children, descendants=len(tree), tokens_used=tokens)

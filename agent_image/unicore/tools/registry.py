@@ -1,0 +1,131 @@
+"""The built-in tools, the toolset a task may use, their JSON schemas, and the one safe way to run a tool call.
+
+``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation, a
+``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read and act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from unicore.errors import ToolError
+from unicore.log import get_logger
+from unicore.providers.base import ToolSpec
+from unicore.schema import ContentBlock
+from unicore.tools import policy
+from unicore.tools.base import Tool, ToolContext
+from unicore.tools.storeview import view_of
+from unicore.tools.tasks import MessageTask, SpawnTask, TaskStatus
+from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
+
+log = get_logger("tools")
+
+ALL_TOOLS: dict[str, Tool] = {
+    tool.name: tool for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
+}
+MAX_RESULT_CHARS = 100_000
+
+
+def tool_names_for(record: Any) -> list[str]:
+    """Names of the tools the task may use (``record`` as returned by the store, a TaskSpec or a TaskView)."""
+    return policy.allowed_tool_names(view_of(record), ALL_TOOLS)
+
+
+def toolset_for(record: Any) -> list[Tool]:
+    """The task's allowed tools: ``record.tools`` if set, else the default (root) or reduced (child) toolset.
+
+    ``spawn_task``/``message_task`` are dropped when recursion is off or a child would exceed ``max_depth``.
+    """
+    return [ALL_TOOLS[name] for name in tool_names_for(record)]
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    return schema
+
+
+def tool_specs(tools: Iterable[Tool]) -> list[ToolSpec]:
+    """Model-facing specs; the JSON schemas come from the tools' pydantic input models."""
+    return [
+        ToolSpec(name=tool.name, description=tool.description, input_schema=_strip_titles(tool.input_schema()))
+        for tool in tools
+    ]
+
+
+def format_validation_error(tool: str, error: ValidationError) -> str:
+    lines = [f"Invalid input for tool {tool}:"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item.get("loc", ())) or "(input)"
+        problem = item.get("msg", "invalid")
+        if item.get("type") == "missing":
+            lines.append(f"- {where}: required field is missing")
+        elif item.get("type") == "extra_forbidden":
+            lines.append(f"- {where}: unknown field (not in the tool's input schema)")
+        else:
+            given = json.dumps(item.get("input"), default=str)
+            given = given if len(given) <= 80 else given[:77] + "..."
+            lines.append(f"- {where}: {problem} (got {given})")
+    lines.append("Fix the input and call the tool again.")
+    return "\n".join(lines)
+
+
+def _result_content(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, dict | list):
+        text = json.dumps(value, default=str)
+        if len(text) <= MAX_RESULT_CHARS:
+            return [{"json": value}]
+        value = text
+    text = "" if value is None else str(value)
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS:,} more characters cut ...]"
+    return [{"text": text or "(no output)"}]
+
+
+def _result(tool_use_id: str, content: list[dict[str, Any]], error: bool) -> ContentBlock:
+    return {"toolResult": {"toolUseId": tool_use_id, "content": content, "status": "error" if error else "success"}}
+
+
+def _error(tool_use_id: str, message: str) -> ContentBlock:
+    return _result(tool_use_id, [{"text": f"Error: {message}"}], True)
+
+
+def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str, Any]) -> ContentBlock:
+    """Run one ``toolUse`` block (or its inner dict) and return its ``toolResult`` block. Never raises."""
+    use = tool_use.get("toolUse", tool_use)
+    tool_use_id = str(use.get("toolUseId", ""))
+    name = use.get("name")
+    allowed = {tool.name: tool for tool in tools}
+    if name not in allowed:
+        if name in ALL_TOOLS:
+            message = f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
+        else:
+            message = f"unknown tool {name!r}; your tools: {', '.join(allowed) or 'none'}"
+        log.warning("task %s: refused tool call %r: %s", ctx.task_id, name, message)
+        return _error(tool_use_id, message)
+    tool = allowed[name]
+    if ctx.cancel.is_set():
+        return _error(tool_use_id, "cancelled: the turn is stopping, the tool did not run")
+    raw_input = use.get("input")
+    if raw_input is None:
+        raw_input = {}
+    try:
+        args = tool.Input.model_validate(raw_input)
+    except ValidationError as exc:
+        return _error(tool_use_id, format_validation_error(tool.name, exc))
+    try:
+        value = tool.run(ctx, args)
+    except Exception as exc:  # every failure goes back to the model (seed rule); ToolError carries a clear message
+        if isinstance(exc, ToolError):
+            log.info("task %s: tool %s refused: %s", ctx.task_id, name, exc)
+            return _error(tool_use_id, str(exc))
+        log.exception("task %s: tool %s failed unexpectedly", ctx.task_id, name)
+        return _error(tool_use_id, f"tool {name} failed unexpectedly: {type(exc).__name__}: {exc}")
+    log.debug("task %s: tool %s ok", ctx.task_id, name)
+    return _result(tool_use_id, _result_content(value), False)

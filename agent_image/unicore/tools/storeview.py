@@ -1,0 +1,295 @@
+"""The one place the tools, policy, prompts and local spawner READ task state.
+
+Everything here is read-only and pipelined. It uses ``TaskStore.get_task`` for single records and the contract's
+Redis keys (docs/CONTRACT.md, schema version 1; ``unicore.state.keys``) for multi-task reads done in one round
+trip, so the coupling to ``unicore.state`` is confined to this module.
+Writes (create_task, queue_message, activate) always go through ``TaskStore``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+from pydantic import BaseModel
+
+from unicore.errors import TaskNotFound
+from unicore.schema import Limits
+from unicore.state.keys import task_key
+
+if TYPE_CHECKING:
+    from unicore.state.store import TaskStore
+
+
+def key(task_id: str, suffix: str) -> str:
+    """``uc:{<task id>}:<suffix>`` (one hash tag per task)."""
+    return task_key(task_id, suffix)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _json(value: Any, default: Any) -> Any:
+    if value is None or value == "" or value == b"":
+        return default
+    if not isinstance(value, str | bytes):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return default
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(float(_text(value)))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(_text(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _limits(value: Any) -> Limits:
+    if isinstance(value, Limits):
+        return value
+    raw = _json(value, {})
+    if isinstance(raw, BaseModel):
+        raw = raw.model_dump()
+    try:
+        return Limits.model_validate(raw or {})
+    except ValueError:
+        return Limits()
+
+
+def _names(value: Any) -> list[str] | None:
+    raw = _json(value, None)
+    if raw is None:
+        return None
+    return [str(name) for name in raw]
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What the tools need to know about one task record."""
+
+    id: str
+    parent: str | None = None
+    root: str = ""
+    depth: int = 0
+    model: str = "scripted"
+    system_prompt: str = ""
+    tools: list[str] | None = None
+    child_tools: list[str] | None = None
+    limits: Limits = field(default_factory=Limits)
+    script: dict[str, Any] | None = None
+    status: str = "idle"
+    turns: int = 0
+    iterations: int = 0  # model calls
+    tool_iterations: int = 0  # model calls that asked for tools
+    total_tokens: int = 0
+    tree_total_tokens: int = 0  # rolled up on the root by the store
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_response: str = ""
+    model_call_started_at: float = 0.0  # optional record field; 0 = unknown / not in a call
+
+    @property
+    def root_id(self) -> str:
+        return self.root or self.id
+
+
+def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
+    """Parse a task record hash (``uc:{T}:task``, bytes or str) or a dict of record fields."""
+    fields = {_text(k): v for k, v in data.items()}
+    parent = fields.get("parent")
+    parent_id = _text(parent) if parent not in (None, "", b"") else None
+    task_id = _text(fields.get("id", ""))
+    root = fields.get("root")
+    script = _json(fields.get("script"), None)
+    return TaskView(
+        id=task_id,
+        parent=parent_id,
+        root=_text(root) if root not in (None, "", b"") else "",
+        depth=_int(fields.get("depth", 0)),
+        model=_text(fields.get("model", "scripted")),
+        system_prompt=_text(fields.get("system_prompt", "")),
+        tools=_names(fields.get("tools")),
+        child_tools=_names(fields.get("child_tools")),
+        limits=_limits(fields.get("limits")),
+        script=script if isinstance(script, dict) else None,
+        status=_text(fields.get("status", "idle")),
+        turns=_int(fields.get("turns", 0)),
+        iterations=_int(fields.get("iterations", 0)),
+        tool_iterations=_int(fields.get("tool_iterations", 0)),
+        total_tokens=_int(fields.get("total_tokens", 0)),
+        tree_total_tokens=_int(fields.get("tree_total_tokens", 0)),
+        created_at=_float(fields.get("created_at", 0)),
+        updated_at=_float(fields.get("updated_at", 0)),
+        last_response=_text(fields.get("last_response", "") or ""),
+        model_call_started_at=_float(fields.get("model_call_started_at", 0)),
+    )
+
+
+def view_of(record: Any) -> TaskView:
+    """A TaskView of whatever ``TaskStore.get_task`` returns (a TaskView, a mapping, or a model/object)."""
+    if isinstance(record, TaskView):
+        return record
+    if isinstance(record, Mapping):
+        return view_from_mapping(record)
+    if isinstance(record, BaseModel):
+        return view_from_mapping(record.model_dump())
+    names = [name for name in TaskView.__dataclass_fields__ if hasattr(record, name)]
+    return view_from_mapping({name: getattr(record, name) for name in names})
+
+
+def redis_of(store: TaskStore | Any) -> redis.Redis:
+    """The store's Redis client (the contract: ``TaskStore(redis)``)."""
+    for name in ("redis", "client", "r", "_redis"):
+        client = getattr(store, name, None)
+        if isinstance(client, redis.Redis):
+            return client
+    raise TypeError(f"cannot find the Redis client of {type(store).__name__}")
+
+
+def get_view(store: TaskStore | Any, task_id: str) -> TaskView | None:
+    """The task's record, or None if there is no such task."""
+    try:
+        record = store.get_task(task_id)
+    except TaskNotFound:
+        return None
+    if record is None:
+        return None
+    return view_of(record)
+
+
+def _view(task_id: str, data: Mapping[Any, Any]) -> TaskView:
+    return view_from_mapping({"id": task_id, **{_text(k): v for k, v in data.items()}})
+
+
+def read_views(client: redis.Redis, task_ids: Sequence[str]) -> list[TaskView | None]:
+    """Records of many tasks in one round trip (None for a missing task)."""
+    pipe = client.pipeline(transaction=False)
+    for task_id in task_ids:
+        pipe.hgetall(key(task_id, "task"))
+    views: list[TaskView | None] = []
+    for task_id, data in zip(task_ids, pipe.execute(), strict=True):
+        views.append(_view(task_id, data) if data else None)
+    return views
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    id: str
+    parent: str
+    level: int  # 1 = direct child of the tree's top
+
+
+def descendants(
+    client: redis.Redis, top: str, *, max_levels: int = 64, limit: int = 100_000
+) -> list[TreeNode]:
+    """Breadth-first descendants of ``top`` (not ``top`` itself): one pipelined round trip per tree level."""
+    found: list[TreeNode] = []
+    frontier = [top]
+    level = 0
+    seen = {top}
+    while frontier and level < max_levels and len(found) < limit:
+        level += 1
+        pipe = client.pipeline(transaction=False)
+        for task_id in frontier:
+            pipe.zrange(key(task_id, "children"), 0, -1)
+        next_frontier: list[str] = []
+        for parent, children in zip(frontier, pipe.execute(), strict=True):
+            for raw in children:
+                child = _text(raw)
+                if child in seen:
+                    continue
+                seen.add(child)
+                found.append(TreeNode(child, parent, level))
+                next_frontier.append(child)
+                if len(found) >= limit:
+                    return found
+        frontier = next_frontier
+    return found
+
+
+def child_count(client: redis.Redis, task_id: str) -> int:
+    return int(client.zcard(key(task_id, "children")))
+
+
+def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
+    """Sum of ``total_tokens`` of the given tasks (one round trip)."""
+    ids = list(task_ids)
+    if not ids:
+        return 0
+    pipe = client.pipeline(transaction=False)
+    for task_id in ids:
+        pipe.hget(key(task_id, "task"), "total_tokens")
+    return sum(_int(value) for value in pipe.execute() if value is not None)
+
+
+def _message(raw: Any) -> dict[str, Any] | None:
+    value = _json(raw, None)
+    return value if isinstance(value, dict) else None
+
+
+def tail_messages(client: redis.Redis, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
+    """The last ``count`` stored messages (oldest first) and the total number stored."""
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(key(task_id, "messages"))
+    pipe.lrange(key(task_id, "messages"), -count, -1)
+    total, raws = pipe.execute()
+    return [m for m in (_message(raw) for raw in raws) if m is not None], int(total)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Live view of one task for ``task_status``."""
+
+    view: TaskView
+    heartbeat: float | None  # unix time, None when no turn process has heartbeated
+    lease_held: bool
+    pending: int  # inbox entries waiting
+    last_messages: list[dict[str, Any]]
+
+
+def read_activity(client: redis.Redis, task_ids: Sequence[str], *, tail: int = 3) -> list[Activity | None]:
+    """Record, heartbeat, lease, inbox length and last messages of many tasks in ONE round trip."""
+    pipe = client.pipeline(transaction=False)
+    for task_id in task_ids:
+        pipe.hgetall(key(task_id, "task"))
+        pipe.get(key(task_id, "heartbeat"))
+        pipe.exists(key(task_id, "lease"))
+        pipe.llen(key(task_id, "inbox"))
+        pipe.lrange(key(task_id, "messages"), -tail, -1)
+    results = pipe.execute()
+    activities: list[Activity | None] = []
+    for index, task_id in enumerate(task_ids):
+        data, beat, lease, pending, raws = results[index * 5 : index * 5 + 5]
+        if not data:
+            activities.append(None)
+            continue
+        view = _view(task_id, data)
+        activities.append(
+            Activity(
+                view=view,
+                heartbeat=_float(beat) if beat is not None else None,
+                lease_held=bool(lease),
+                pending=int(pending),
+                last_messages=[m for m in (_message(raw) for raw in raws) if m is not None],
+            )
+        )
+    return activities
+
+
+def now() -> float:
+    return time.time()
