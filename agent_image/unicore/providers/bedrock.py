@@ -1,0 +1,253 @@
+"""Amazon Bedrock through boto3 ``bedrock-runtime`` Converse.
+
+Configuration (``BedrockSettings.from_env``): ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` (or any
+credential boto3 finds: env keys, IRSA / Pod Identity on Kubernetes), and
+``UNICORE_BEDROCK_ENDPOINT_URL``, ``UNICORE_BEDROCK_READ_TIMEOUT`` (s, default 300),
+``UNICORE_BEDROCK_MAX_ATTEMPTS`` (default 8), ``UNICORE_BEDROCK_RPM`` / ``UNICORE_BEDROCK_TPM`` (proactive limits
+per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model, keyed by
+short name or id, e.g. ``{"claude-sonnet-4": {"max_requests": 50, "max_tokens": 400000}}``),
+``UNICORE_BEDROCK_MODEL_CACHE_TTL`` (s, default 21600), ``UNICORE_BEDROCK_DISCOVERY`` (``0`` disables discovery).
+
+botocore's own retries are switched off: ``unicore.providers.retry`` is the one retry policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import boto3
+import redis
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from unicore.errors import ConfigError, ModelError
+from unicore.log import get_logger
+from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.calling import CallRunner, Retryable, flatten_tool_blocks, has_tool_blocks
+from unicore.providers.model_names import (
+    ModelNameResolver,
+    aws_credentials_hint,
+    is_full_model_id,
+    short_name,
+)
+from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, is_retryable, real_sleep
+from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits
+from unicore.schema import Usage
+
+log = get_logger("bedrock")
+
+ClientFactory = Callable[[str], Any]  # service name ("bedrock-runtime" | "bedrock") -> boto3 client
+
+
+class BedrockSettings(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    region: str | None = None
+    profile: str | None = None
+    endpoint_url: str | None = None
+    read_timeout: float = Field(300.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    limits: ThrottleLimits = Field(default_factory=ThrottleLimits)
+    model_limits: dict[str, ThrottleLimits] = Field(default_factory=dict)
+    model_cache_ttl: int = Field(6 * 3600, ge=0)
+    discover_models: bool = True
+    client_factory: ClientFactory | None = Field(None, exclude=True, description="tests: inject (stubbed) clients")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BedrockSettings:
+        env = os.environ if env is None else env
+        try:
+            limits = ThrottleLimits(
+                max_requests=_int(env.get("UNICORE_BEDROCK_RPM")), max_tokens=_int(env.get("UNICORE_BEDROCK_TPM"))
+            )
+            per_model_raw = json.loads(env.get("UNICORE_BEDROCK_LIMITS") or "{}")
+            if not isinstance(per_model_raw, dict):
+                raise ValueError("UNICORE_BEDROCK_LIMITS must be a JSON object")
+            per_model = {k: _model_limits(limits, v) for k, v in per_model_raw.items()}
+            return cls(
+                region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+                profile=env.get("AWS_PROFILE") or None,
+                endpoint_url=env.get("UNICORE_BEDROCK_ENDPOINT_URL") or None,
+                read_timeout=float(env.get("UNICORE_BEDROCK_READ_TIMEOUT") or 300),
+                retry=RetryPolicy(max_attempts=int(env.get("UNICORE_BEDROCK_MAX_ATTEMPTS") or 8)),
+                limits=limits,
+                model_limits=per_model,
+                model_cache_ttl=int(env.get("UNICORE_BEDROCK_MODEL_CACHE_TTL") or 6 * 3600),
+                discover_models=(env.get("UNICORE_BEDROCK_DISCOVERY") or "1").lower() not in ("0", "false", "no"),
+            )
+        except (ValueError, TypeError, ValidationError) as exc:
+            raise ConfigError(f"invalid Bedrock settings in the environment: {exc}") from exc
+
+    def limits_for(self, name: str, model_id: str) -> ThrottleLimits:
+        for key in (name, model_id, short_name(model_id)):
+            if key in self.model_limits:
+                return self.model_limits[key]
+        return self.limits
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for ``service``; clear ConfigErrors for a missing region or profile."""
+        if self.client_factory is not None:
+            return self.client_factory(service)
+        try:
+            session = boto3.Session(profile_name=self.profile, region_name=self.region)
+            config = Config(
+                read_timeout=self.read_timeout,
+                connect_timeout=self.connect_timeout,
+                retries={"total_max_attempts": 1, "mode": "standard"},
+            )
+            return session.client(service, endpoint_url=self.endpoint_url, config=config)
+        except (NoRegionError, ProfileNotFound, NoCredentialsError, PartialCredentialsError) as exc:
+            raise ConfigError(aws_credentials_hint(exc)) from exc
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def _model_limits(base: ThrottleLimits, raw: Any) -> ThrottleLimits:
+    if not isinstance(raw, dict):
+        raise ValueError(f"per-model limits must be JSON objects, got {raw!r}")
+    aliases = {"rpm": "max_requests", "tpm": "max_tokens"}
+    return ThrottleLimits.model_validate({**base.model_dump(), **{aliases.get(k, k): v for k, v in raw.items()}})
+
+
+# ---------------------------------------------------------------------------------------------- request mapping
+
+
+def converse_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
+    """ModelRequest -> keyword arguments of ``bedrock-runtime.converse``."""
+    messages = [{"role": m["role"], "content": list(m.get("content", []))} for m in request.messages]
+    if not request.tools and has_tool_blocks(messages):
+        # Converse rejects toolUse/toolResult blocks without a toolConfig (e.g. a summary call): show them as text.
+        messages = flatten_tool_blocks(messages)
+    params: dict[str, Any] = {"modelId": model_id, "messages": messages}
+    if request.system:
+        params["system"] = [{"text": request.system}]
+    inference: dict[str, Any] = {"maxTokens": request.max_tokens}
+    if request.temperature is not None:
+        inference["temperature"] = request.temperature
+    params["inferenceConfig"] = inference
+    if request.tools:
+        tools = []
+        for tool in request.tools:
+            spec: dict[str, Any] = {"name": tool.name, "inputSchema": {"json": tool.input_schema}}
+            if tool.description:
+                spec["description"] = tool.description
+            tools.append({"toolSpec": spec})
+        params["toolConfig"] = {"tools": tools}
+    return params
+
+
+def converse_response(model_id: str, raw: Mapping[str, Any]) -> ModelResponse:
+    """A ``converse`` answer -> ModelResponse (text and toolUse blocks; other block kinds are dropped)."""
+    content: list[dict[str, Any]] = []
+    for block in raw.get("output", {}).get("message", {}).get("content", []):
+        if "text" in block:
+            content.append({"text": block["text"]})
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            content.append({"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"], "input": use.get("input")}})
+        else:
+            log.debug("dropping unsupported content block %s", sorted(block))
+    usage = raw.get("usage") or {}
+    inp, out = int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))
+    return ModelResponse(
+        content=content,
+        stop_reason=str(raw.get("stopReason", "end_turn")),
+        usage=Usage(input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("totalTokens", inp + out))),
+        model_id=model_id,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ the model
+
+
+class BedrockModel:
+    """A Bedrock model behind the Model protocol."""
+
+    provider = "bedrock"
+
+    def __init__(
+        self,
+        model_id: str,
+        runtime_client: Any,
+        *,
+        policy: RetryPolicy | None = None,
+        coordinator: ThrottleCoordinator | None = None,
+        redis_client: redis.Redis | None = None,
+        sleep: Sleeper = real_sleep,
+        uniform: Uniform = random.uniform,
+    ) -> None:
+        self.name = model_id
+        self._client = runtime_client
+        self.runner = CallRunner(
+            "bedrock", model_id, policy=policy, coordinator=coordinator, redis_client=redis_client,
+            sleep=sleep, uniform=uniform,
+        )
+
+    def converse(self, request: ModelRequest) -> ModelResponse:
+        params = converse_request(self.name, request)
+        return self.runner.run(request, lambda: self._send(params))
+
+    def _send(self, params: dict[str, Any]) -> ModelResponse:
+        try:
+            raw = self._client.converse(**params)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", "Unknown"))
+            message = str(error.get("Message", exc))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if is_retryable(code, status):
+                raise Retryable(code, message, status) from exc
+            raise ModelError(f"Bedrock {code} for model {self.name}: {message}") from exc
+        except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
+            raise ConfigError(aws_credentials_hint(exc)) from exc
+        except BotoCoreError as exc:
+            raise ModelError(f"Bedrock call to {self.name} failed: {exc}") from exc
+        return converse_response(self.name, raw)
+
+
+def build_bedrock_model(
+    name: str,
+    *,
+    settings: BedrockSettings | None = None,
+    redis_client: redis.Redis | None = None,
+    sleep: Sleeper = real_sleep,
+    uniform: Uniform = random.uniform,
+) -> BedrockModel:
+    """``bedrock:<name>`` -> a BedrockModel: resolve the name, build clients, attach the shared throttle."""
+    settings = settings or BedrockSettings.from_env()
+    runtime = settings.client("bedrock-runtime")
+    region = settings.region or getattr(getattr(runtime, "meta", None), "region_name", None) or "us-east-1"
+    control = None
+    if settings.discover_models and not is_full_model_id(name.strip()):
+        control = settings.client("bedrock")
+    resolver = ModelNameResolver(
+        region, control_client=control, redis_client=redis_client, cache_ttl=settings.model_cache_ttl,
+        discover=settings.discover_models,
+    )
+    model_id = resolver.resolve(name)
+    log.info("bedrock model %s -> %s", name, model_id)
+    coordinator = None
+    if redis_client is not None:
+        coordinator = ThrottleCoordinator(
+            redis_client, model_id, settings.limits_for(name, model_id), sleep=sleep, uniform=uniform
+        )
+    return BedrockModel(
+        model_id, runtime, policy=settings.retry, coordinator=coordinator, redis_client=redis_client,
+        sleep=sleep, uniform=uniform,
+    )
+
