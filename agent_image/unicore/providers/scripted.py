@@ -1,0 +1,193 @@
+"""The scripted model: deterministic answers from a script, for tests and demos.
+
+Script format (YAML or JSON file, or a dict)::
+
+    default: "Done."            # the answer once a task's steps are used up
+    tasks:                      # first entry whose glob matches the task name (or id) is used
+      "demo":
+        - tool_use: [{name: spawn_task, input: {name: a, prompt: "Find A"}}]
+        - text: "Waiting for my researchers."
+        - echo: true            # answer with the text of the latest user message(s)
+      "demo-*":
+        - sleep: 0.5            # wait this many seconds (interruptible), then take the step's other fields
+          text: "Result from a child."
+
+The step is the number of assistant messages in the request, so the answer is a function of the stored history:
+deterministic across processes and restarts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from unicore.errors import ConfigError, TurnCancelled
+from unicore.history import latest_user_text
+from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.schema import ContentBlock, Usage, task_name
+
+
+class ScriptToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScriptStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = None
+    tool_use: list[ScriptToolCall] | None = None
+    echo: bool = False
+    sleep: float | None = Field(None, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _has_an_action(self) -> ScriptStep:
+        if self.text is None and not self.tool_use and not self.echo and self.sleep is None:
+            raise ValueError("a step needs at least one of text, tool_use, echo or sleep")
+        return self
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default: str = "Done."
+    tasks: dict[str, list[ScriptStep]] = Field(default_factory=dict)
+
+    def steps_for(self, task_id: str) -> list[ScriptStep]:
+        name = task_name(task_id)
+        for pattern, steps in self.tasks.items():
+            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task_id, pattern):
+                return steps
+        return []
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item.get("loc", ())) or "(top level)"
+        parts.append(f"{where}: {item.get('msg')}")
+    return "; ".join(parts)
+
+
+def load_script(source: str | Path | dict[str, Any]) -> Script:
+    """Validate a script given as a dict, or read it from a YAML/JSON file. ConfigError if malformed."""
+    where = "script"
+    if isinstance(source, dict):
+        data: Any = source
+    else:
+        path = Path(source)
+        where = str(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read script {path}: {exc.strerror or exc}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"script {path} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a script is a mapping with 'default' and 'tasks'")
+    try:
+        return Script.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid {where}: {_describe(exc)}") from None
+
+
+def count_tokens(text: str) -> int:
+    """Approximate tokens as words (enough for budgets and metrics)."""
+    return len(text.split())
+
+
+def _request_text(request: ModelRequest) -> str:
+    parts = [request.system]
+    for message in request.messages:
+        for block in message.get("content", []):
+            if "text" in block:
+                parts.append(str(block["text"]))
+            elif "toolResult" in block:
+                parts.extend(str(c.get("text", c.get("json", ""))) for c in block["toolResult"].get("content", []))
+            elif "toolUse" in block:
+                parts.append(str(block["toolUse"].get("input", "")))
+    return " ".join(parts)
+
+
+class ScriptedModel:
+    """A ``Model`` answering from a ``Script``."""
+
+    provider = "scripted"
+
+    def __init__(self, script: Script, *, name: str = "scripted") -> None:
+        self.script = script
+        self.name = name
+        self.cancel: threading.Event | None = None  # set by the turn runner so a sleep can be interrupted
+
+    def set_cancel_event(self, event: threading.Event) -> None:
+        self.cancel = event
+
+    def _sleep(self, seconds: float) -> None:
+        if self.cancel is None:
+            time.sleep(seconds)
+        elif self.cancel.wait(seconds):
+            raise TurnCancelled("cancelled during the scripted model's sleep")
+
+    def converse(self, request: ModelRequest) -> ModelResponse:
+        started = time.monotonic()
+        if request.purpose == "summary":
+            content: list[ContentBlock] = [{"text": self._summary(request)}]
+            stop = "end_turn"
+        else:
+            step_index = sum(1 for m in request.messages if m.get("role") == "assistant")
+            steps = self.script.steps_for(request.task_id)
+            step = steps[step_index] if step_index < len(steps) else ScriptStep(text=self.script.default)
+            if step.sleep:
+                self._sleep(step.sleep)
+            content = self._content(request, step, step_index)
+            stop = "tool_use" if any("toolUse" in block for block in content) else "end_turn"
+        input_tokens = count_tokens(_request_text(request))
+        output_tokens = sum(count_tokens(str(b.get("text", b.get("toolUse", "")))) for b in content)
+        return ModelResponse(
+            content=content, stop_reason=stop, model_id=self.name,
+            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens,
+                        total_tokens=input_tokens + output_tokens),
+            latency_seconds=time.monotonic() - started,
+        )
+
+    def _content(self, request: ModelRequest, step: ScriptStep, step_index: int) -> list[ContentBlock]:
+        texts = []
+        if step.text is not None:
+            texts.append(step.text)
+        if step.echo:
+            texts.append(latest_user_text(request.messages) or "(nothing to echo)")
+        if not texts and not step.tool_use:
+            texts.append(self.script.default)
+        content: list[ContentBlock] = [{"text": "\n\n".join(texts)}] if texts else []
+        for i, call in enumerate(step.tool_use or []):
+            digest = hashlib.sha1(f"{request.task_id}|{step_index}|{i}".encode()).hexdigest()[:10]
+            content.append({"toolUse": {"toolUseId": f"tooluse_{step_index}_{i}_{digest}", "name": call.name,
+                                        "input": call.input}})
+        return content
+
+    def _summary(self, request: ModelRequest) -> str:
+        last = latest_user_text(request.messages[:-1]) if len(request.messages) > 1 else ""
+        answers = [b["text"] for m in request.messages if m.get("role") == "assistant"
+                   for b in m.get("content", []) if "text" in b]
+        final = answers[-1] if answers else last
+        return f"Scripted turn: {len(answers)} answers; final: {final[:200]}"
+
+
+def resolve_scripted(spec: str, *, redis: Any = None, script: dict[str, Any] | None = None) -> ScriptedModel:
+    """``scripted`` (the record's stored script, or an empty script) or ``scripted:PATH`` (a script file)."""
+    if spec == "scripted":
+        return ScriptedModel(load_script(script) if script else Script())
+    if spec.startswith("scripted:"):
+        return ScriptedModel(load_script(spec.split(":", 1)[1]), name=spec)
+    raise ConfigError(f"unknown model {spec!r}: use scripted, scripted:PATH, bedrock:<name> or openai:<name>")

@@ -1,0 +1,463 @@
+"""One agent turn, then exit: lease -> drain -> (model -> tools -> drain)* -> summary -> notify parent -> release.
+
+Exit codes of ``unicore-turn`` (``TurnOutcome.exit_code``):
+  0   the turn ended (text-only answer, max_iterations or token budget), or there was nothing to do
+  1   the turn failed (model error, bad model/script, unexpected error); ``last_error`` is set on the task
+  2   bad command line
+  3   another live turn holds the task's lease (nothing done)
+  4   no such task
+  5   the lease was lost mid-turn (a newer turn owns the task); nothing more was written
+  143 cancelled by SIGTERM at a safe point; unanswered tool calls of the last answer got "Cancelled" results
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from unicore.errors import (
+    ConfigError,
+    LeaseBusy,
+    LeaseLost,
+    MessageTooLarge,
+    ModelError,
+    TaskNotFound,
+    TurnCancelled,
+)
+from unicore.history import CANCELLED_TEXT, build_request_messages, message_text
+from unicore.log import get_logger
+from unicore.providers.base import Model, ModelRequest, ModelResponse, ToolSpec
+from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, task_name, tool_result_block
+from unicore.state.records import Lease, TaskRecord, Turn
+from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
+from unicore.state.telemetry import Telemetry
+from unicore.tools.base import Spawner, Tool, ToolContext
+from unicore.turn_signals import Heartbeat
+
+log = get_logger("turn")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BUSY = 3
+EXIT_NOT_FOUND = 4
+EXIT_LEASE_LOST = 5
+EXIT_CANCELLED = 143
+
+SUMMARY_PROMPT = (
+    "Summarize the turn above in at most three sentences: what was asked, what was done (tools, children), "
+    "and the outcome. Answer with the summary only."
+)
+
+ModelFactory = Callable[[TaskRecord, redis.Redis], Model]
+ToolsetFactory = Callable[[TaskRecord], Sequence[Tool]]
+SystemPromptBuilder = Callable[[TaskStore, TaskRecord], str]
+
+
+@dataclass
+class TurnOutcome:
+    task_id: str
+    exit_code: int
+    turn_number: int | None = None
+    iterations: int = 0  # model calls made by this process in the turn
+    final_text: str = ""
+    note: str = ""
+    error: str = ""
+    tool_calls: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- default seams
+
+
+def default_model_factory(record: TaskRecord, client: redis.Redis) -> Model:
+    """``unicore.providers.registry.resolve_model`` when present; the scripted provider otherwise."""
+    try:
+        from unicore.providers.registry import resolve_model  # type: ignore[attr-defined]
+    except ImportError:
+        from unicore.providers.scripted import resolve_scripted as resolve_model
+    return resolve_model(record.model, redis=client, script=record.script)
+
+
+def default_toolset_factory(record: TaskRecord) -> Sequence[Tool]:
+    try:
+        from unicore.tools.registry import toolset_for
+    except ImportError:
+        return []
+    return toolset_for(record)
+
+
+def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
+    try:
+        from unicore.prompts import build_system_prompt
+    except ImportError:
+        return record.system_prompt
+    return build_system_prompt(store, record)
+
+
+def _tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:
+    try:
+        from unicore.tools.registry import tool_specs
+    except ImportError:
+        return [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema()) for t in tools]
+    return tool_specs(tools)
+
+
+def _run_tool_call(ctx: ToolContext, tools: Sequence[Tool], block: ContentBlock) -> ContentBlock:
+    try:
+        from unicore.tools.registry import run_tool_call
+    except ImportError:
+        tool_id = block["toolUse"]["toolUseId"]
+        return tool_result_block(tool_id, f"Error: unknown tool {block['toolUse'].get('name')!r}", error=True)
+    return run_tool_call(ctx, tools, block)
+
+
+def default_workspace(task_id: str) -> Path:
+    base = os.environ.get("UNICORE_WORKSPACE")
+    if base:
+        return Path(base)
+    home = Path(os.environ.get("UNICORE_HOME", Path.home() / ".unicore"))
+    return home / "workspaces" / task_id.replace("/", "__")
+
+
+def completion_message(record: TaskRecord, final_text: str, note: str = "") -> str:
+    """Seed 000 completion message for the parent."""
+    name = record.id[len(record.parent) + 1:] if record.parent and record.id.startswith(f"{record.parent}-") \
+        else task_name(record.id)
+    lines = [
+        f"[SYSTEM] Child task {record.id} has completed successfully.",
+        f"Ran {record.turns} turns with {record.tool_iterations} tool iterations.",
+        f"You can continue the conversation by calling spawn_task with name='{name}' and a new message.",
+    ]
+    if note:
+        lines.append(f"Note: {note}")
+    lines += ["", "Final response from child:", final_text]
+    return "\n".join(lines)
+
+
+def _label(value: str) -> str:
+    return "".join("_" if ch in "|,=" else ch for ch in value)
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class _Turn:
+    def __init__(self, task_id: str, client: redis.Redis, *, model_factory: ModelFactory,
+                 toolset_factory: ToolsetFactory, spawner: Spawner | None, workspace: Path | None,
+                 cancel: threading.Event, holder: str | None, lease_ttl_ms: int, summarize: bool | None,
+                 system_prompt_builder: SystemPromptBuilder) -> None:
+        self.task_id = task_id
+        self.redis = client
+        self.store = TaskStore(client)
+        self.telemetry = Telemetry(client)
+        self.model_factory = model_factory
+        self.toolset_factory = toolset_factory
+        self.spawner = spawner
+        self.workspace = workspace
+        self.cancel = cancel
+        self.holder = holder
+        self.lease_ttl_ms = lease_ttl_ms
+        self.summarize = summarize
+        self.system_prompt_builder = system_prompt_builder
+        self.lease: Lease | None = None
+        self.lease_lost = threading.Event()
+        self.outcome = TurnOutcome(task_id=task_id, exit_code=EXIT_OK)
+        self.pending_tool_uses: list[ContentBlock] = []  # tool calls of the last answer still without a result
+
+    # ---- lifecycle
+
+    def run(self) -> TurnOutcome:
+        try:
+            record = self.store.get_task(self.task_id)
+        except TaskNotFound as exc:
+            return self._finish(EXIT_NOT_FOUND, str(exc))
+        try:
+            self.lease = self.store.acquire_lease(self.task_id, holder=self.holder, ttl_ms=self.lease_ttl_ms)
+        except LeaseBusy as exc:
+            log.error("%s", exc)
+            return self._finish(EXIT_BUSY, str(exc))
+        heartbeat = Heartbeat(lambda: self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms),  # type: ignore[arg-type]
+                              self.lease_ttl_ms / 3000, self._on_heartbeat_failure)
+        heartbeat.start()
+        started = time.monotonic()
+        try:
+            self._run_leased(record, started)
+        except TurnCancelled as exc:
+            self._cancelled(str(exc))
+        except LeaseLost as exc:
+            log.error("task %s: %s; stopping without writing", self.task_id, exc)
+            self.outcome.exit_code, self.outcome.error = EXIT_LEASE_LOST, str(exc)
+            self.lease = None  # not ours any more: never release it
+        except (ModelError, ConfigError) as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the turn must release its lease and say why it failed
+            log.exception("task %s: turn failed", self.task_id)
+            self._failed(f"unexpected {type(exc).__name__}: {exc}")
+        finally:
+            heartbeat.stop()
+            if self.lease is not None:
+                try:
+                    self.store.release_lease(self.lease)
+                except redis.RedisError as exc:
+                    log.error("task %s: could not release the lease: %s", self.task_id, exc)
+        if self.outcome.turn_number is not None:
+            self.telemetry.observe("turn_duration_seconds", time.monotonic() - started)
+        if self.outcome.exit_code == EXIT_OK and self.outcome.turn_number is not None:
+            self.telemetry.incr("turns_finished_total")
+        elif self.outcome.exit_code not in (EXIT_OK, EXIT_BUSY, EXIT_NOT_FOUND):
+            self.telemetry.incr("turns_failed_total", {"reason": _exit_reason(self.outcome.exit_code)})
+        return self.outcome
+
+    def _finish(self, code: int, error: str) -> TurnOutcome:
+        self.outcome.exit_code, self.outcome.error = code, error
+        return self.outcome
+
+    def _on_heartbeat_failure(self, exc: BaseException) -> None:
+        log.error("task %s: heartbeat failed (%s); stopping at the next safe point", self.task_id, exc)
+        if isinstance(exc, LeaseLost):
+            self.lease_lost.set()
+        self.cancel.set()
+
+    def _check_cancel(self) -> None:
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"lease of {self.task_id} lost (heartbeat)")
+        if self.cancel.is_set():
+            raise TurnCancelled("cancel requested")
+
+    def _failed(self, error: str) -> None:
+        log.error("task %s: turn failed: %s", self.task_id, error)
+        self.outcome.exit_code, self.outcome.error = EXIT_FAILED, error
+        if self.lease is not None:
+            try:
+                self.store.record_error(self.lease, error)
+            except (LeaseLost, redis.RedisError) as exc:
+                log.error("task %s: could not record the error: %s", self.task_id, exc)
+
+    def _cancelled(self, why: str) -> None:
+        if self.lease_lost.is_set():
+            self.outcome.exit_code, self.outcome.error = EXIT_LEASE_LOST, "lease lost"
+            self.lease = None
+            return
+        log.warning("task %s: turn cancelled (%s)", self.task_id, why)
+        self.outcome.exit_code, self.outcome.error = EXIT_CANCELLED, f"cancelled: {why}"
+        try:
+            for block in self.pending_tool_uses:
+                self._queue_result(tool_result_block(block["toolUse"]["toolUseId"], CANCELLED_TEXT, error=True))
+            if self.lease is not None:
+                self.store.record_error(self.lease, "turn cancelled (SIGTERM) at a safe point")
+        except (LeaseLost, redis.RedisError) as exc:
+            log.error("task %s: could not record the cancellation: %s", self.task_id, exc)
+
+    # ---- the turn
+
+    def _run_leased(self, record: TaskRecord, started: float) -> None:
+        assert self.lease is not None
+        self._check_cancel()
+        model = self.model_factory(record, self.redis)
+        if hasattr(model, "set_cancel_event"):
+            model.set_cancel_event(self.cancel)
+        tools = list(self.toolset_factory(record))
+        specs = _tool_specs(tools)
+        workspace = self.workspace or default_workspace(self.task_id)
+        workspace.mkdir(parents=True, exist_ok=True)
+        ctx = ToolContext(task_id=self.task_id, store=self.store, spawner=self.spawner or _no_spawner(),
+                          workspace=workspace, cancel=self.cancel)
+
+        drained = self.store.drain(self.lease, first_drain=True)
+        turns = self.store.load_history(self.task_id)
+        messages = history_messages(turns)
+        if not messages:
+            log.info("task %s: nothing to do (no messages)", self.task_id)
+            return
+        current = turns[-1]
+        self.outcome.turn_number = current.turn_number
+        if drained.empty and is_turn_ending(messages[-1]):
+            if current.ended_at is None:
+                log.info("task %s: turn %d was answered but not finished; finishing it", self.task_id,
+                         current.turn_number)
+                self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
+            else:
+                log.info("task %s: nothing to do", self.task_id)
+            return
+        self.telemetry.incr("turns_started_total")
+        log.info("task %s: turn %d (%s, %d new messages)", self.task_id, current.turn_number,
+                 "new" if drained.new_turn else "continued", len(drained.messages))
+
+        max_iterations = record.limits.max_iterations
+        final_text, note = "", ""
+        for _ in range(max_iterations):
+            self._check_cancel()
+            budget_note = self._budget_exhausted(record)
+            if budget_note:
+                note = budget_note
+                final_text = note
+                break
+            request = ModelRequest(task_id=self.task_id, system=self.system_prompt_builder(self.store, record),
+                                   messages=build_request_messages(messages), tools=specs, purpose="turn")
+            response = self._call_model(model, request)
+            self.outcome.iterations += 1
+            answer = self.store.append_message(self.lease, "assistant", response.content, usage=response.usage)
+            messages.append(answer)
+            tool_uses = [block for block in response.content if "toolUse" in block]
+            if not tool_uses:
+                final_text = message_text(response.content)
+                break
+            self.pending_tool_uses = list(tool_uses)
+            while self.pending_tool_uses:
+                self._check_cancel()
+                block = self.pending_tool_uses[0]
+                result = _run_tool_call(ctx, tools, block)
+                self._queue_result(result)
+                self.pending_tool_uses.pop(0)
+                self.outcome.tool_calls += 1
+            self._check_cancel()
+            drained = self.store.drain(self.lease, first_drain=False)
+            messages.extend(drained.messages)
+        else:
+            note = (f"stopped after max_iterations={max_iterations} model calls without a text-only answer")
+            log.warning("task %s: %s", self.task_id, note)
+            final_text = message_text(messages[-1].content) if messages[-1].role == "assistant" else ""
+            final_text = final_text or note
+        turns = self.store.load_history(self.task_id)
+        self._end_turn(model, record, turns[-1], final_text, note, self.outcome.iterations)
+
+    def _budget_exhausted(self, record: TaskRecord) -> str:
+        root_key = self.store.keys(record.root).task
+        raw_budget = self.redis.hget(root_key, "limits")
+        if not raw_budget:
+            return ""
+        from unicore.schema import Limits
+
+        budget = Limits.model_validate_json(raw_budget).token_budget
+        if budget <= 0:
+            return ""
+        used = int(self.redis.hget(root_key, "tree_total_tokens") or 0)
+        if used >= budget:
+            return f"stopped: the token budget of the tree ({budget} tokens) is used up ({used} used)"
+        return ""
+
+    def _call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        labels = {"provider": _label(getattr(model, "provider", "?")), "model": _label(getattr(model, "name", "?"))}
+        began = time.monotonic()
+        try:
+            response = model.converse(request)
+        except (TurnCancelled, ModelError, ConfigError):
+            self.telemetry.incr("model_calls_total", {**labels, "outcome": "error"})
+            raise
+        except Exception as exc:  # a provider bug is a model failure of this turn
+            self.telemetry.incr("model_calls_total", {**labels, "outcome": "error"})
+            raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+        self.telemetry.incr("model_calls_total", {**labels, "outcome": "ok"})
+        self.telemetry.observe("model_call_duration_seconds", time.monotonic() - began, labels)
+        self.telemetry.incr("model_tokens_total", {**labels, "kind": "input"}, response.usage.input_tokens)
+        self.telemetry.incr("model_tokens_total", {**labels, "kind": "output"}, response.usage.output_tokens)
+        if not response.content:
+            raise ModelError("the model returned an empty message")
+        return response
+
+    def _queue_result(self, result: ContentBlock) -> None:
+        tool_id = result["toolResult"]["toolUseId"]
+        message = InboxMessage(id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id,
+                               tool_use_id=tool_id)
+        try:
+            self.store.queue_message(self.task_id, message)
+        except MessageTooLarge as exc:
+            message.content = tool_result_block(tool_id, f"Error: the tool result was too large to keep ({exc})",
+                                                error=True)
+            self.store.queue_message(self.task_id, message)
+
+    def _end_turn(self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str,
+                  iterations: int) -> None:
+        assert self.lease is not None
+        summary = self._summary(model, record, turn)
+        self.store.end_turn(self.lease, turn.turn_number, last_response=final_text, summary=summary,
+                            iterations=iterations, note=note)
+        self.outcome.final_text, self.outcome.note = final_text, note
+        record = self.store.get_task(self.task_id)
+        if record.parent:
+            self._notify_parent(record, turn.turn_number, final_text, note)
+        log.info("task %s: turn %d ended after %d model calls", self.task_id, turn.turn_number, iterations)
+
+    def _summary(self, model: Model, record: TaskRecord, turn: Turn) -> str:
+        enabled = self.summarize
+        if enabled is None:
+            enabled = record.limits.summarize_turns and os.environ.get("UNICORE_SUMMARIZE_TURNS", "1") != "0"
+        if not enabled or not turn.messages:
+            return ""
+        messages = build_request_messages(turn.messages)
+        messages.append({"role": "user", "content": [{"text": SUMMARY_PROMPT}]})
+        request = ModelRequest(task_id=self.task_id, system="You summarize agent conversations.",
+                               messages=build_request_messages(messages), purpose="summary", max_tokens=512)
+        try:
+            response = self._call_model(model, request)
+        except (ModelError, ConfigError) as exc:
+            log.warning("task %s: turn summary failed: %s", self.task_id, exc)
+            return ""
+        assert self.lease is not None
+        self.store.record_usage(self.lease, response.usage)
+        return message_text(response.content)
+
+    def _notify_parent(self, record: TaskRecord, turn_number: int, final_text: str, note: str) -> None:
+        assert record.parent
+        message = InboxMessage(id=f"completion:{record.id}:{turn_number}", type="completion",
+                               content=completion_message(record, final_text, note), sender=record.id)
+        try:
+            self.store.queue_message(record.parent, message)
+        except TaskNotFound:
+            log.warning("task %s: parent %s is gone; completion dropped", record.id, record.parent)
+            return
+        except MessageTooLarge:
+            message.content = completion_message(record, final_text[:100_000] + "\n[... cut ...]", note)
+            self.store.queue_message(record.parent, message)
+        self.store.activate(record.parent, f"completion:{record.id}")
+
+
+def _exit_reason(code: int) -> str:
+    return {EXIT_FAILED: "failed", EXIT_LEASE_LOST: "lease_lost", EXIT_CANCELLED: "cancelled"}.get(code, str(code))
+
+
+class _NoSpawner:
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+        from unicore.errors import ToolError
+
+        raise ToolError("spawning is not available in this process")
+
+
+def _no_spawner() -> Spawner:
+    return _NoSpawner()
+
+
+def run_turn(task_id: str, *, redis: redis.Redis, model_factory: ModelFactory | None = None,
+             toolset_factory: ToolsetFactory | None = None, spawner: Spawner | None = None,
+             workspace: Path | None = None, cancel: threading.Event | None = None, holder: str | None = None,
+             lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, summarize: bool | None = None,
+             system_prompt_builder: SystemPromptBuilder | None = None) -> TurnOutcome:
+    """Run exactly one turn of ``task_id`` and return its outcome (``exit_code`` as documented above).
+
+    ``redis`` must decode responses. ``spawner`` defaults to the local spawner (Redis + activation).
+    ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
+    """
+    if spawner is None:
+        try:
+            from unicore.launch.local_spawner import LocalSpawner
+
+            spawner = LocalSpawner(TaskStore(redis))
+        except ImportError:
+            spawner = None
+    return _Turn(task_id, redis, model_factory=model_factory or default_model_factory,
+                 toolset_factory=toolset_factory or default_toolset_factory, spawner=spawner,
+                 workspace=workspace, cancel=cancel or threading.Event(), holder=holder,
+                 lease_ttl_ms=lease_ttl_ms, summarize=summarize,
+                 system_prompt_builder=system_prompt_builder or default_system_prompt).run()
+
+
+__all__ = ["run_turn", "TurnOutcome", "completion_message", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_BUSY",
+           "EXIT_NOT_FOUND", "EXIT_LEASE_LOST", "EXIT_CANCELLED", "Message"]
