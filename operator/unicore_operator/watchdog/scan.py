@@ -1,0 +1,220 @@
+"""The watchdog's decision: a PURE function from a snapshot of the operator's caches to a list of reap actions.
+
+``scan(snapshot, now, thresholds)`` does no I/O and reads no clock; the adapter builds the snapshot from Kopf
+indexes plus ONE pipelined Redis read, and the reaper carries the actions out. One walk over jobs, pods and tasks:
+O(tasks + jobs + pods), at most one action per task (the most specific reason wins) and one per orphan Job.
+
+Reasons, in the order they are checked:
+- ``orphan_job``: a turn Job whose AgentTask is not in the cache (older than ``absence_grace``);
+- ``deadline_exceeded``: a Job running past ``activeDeadlineSeconds`` + ``deadline_grace`` and still not finished;
+- ``pending_timeout``: the Job's pod Pending longer than ``pending_timeout`` (or no pod at all that long); the
+  scheduler's / kubelet's reason is copied into the message;
+- ``heartbeat_stale``: the Job's pod Running but the task's heartbeat (or, before the first beat, the pod start)
+  older than ``heartbeat_timeout``: the turn process hangs;
+- ``lease_holder_gone``: a Redis lease whose holder pod is not in the cache (or has terminated) while the task has
+  no live Job;
+- ``running_without_job``: Redis says ``running``, no lease, no live Job (seed 000 ``check_task_activity``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
+
+MAX_MESSAGE = 900  # status.message stays small
+
+
+class ReapReason(str, Enum):
+    ORPHAN_JOB = "orphan_job"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    PENDING_TIMEOUT = "pending_timeout"
+    HEARTBEAT_STALE = "heartbeat_stale"
+    LEASE_HOLDER_GONE = "lease_holder_gone"
+    RUNNING_WITHOUT_JOB = "running_without_job"
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    heartbeat_timeout: float = 120.0
+    pending_timeout: float = 300.0
+    max_reaps: int = 3
+    deadline_grace: float = 30.0  # the Job controller gets this long to kill a Job past its deadline
+    absence_grace: float = 30.0  # an object missing from a cache must be missing at least this long
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The watchdog's inputs. ``tasks`` by task id (``ns/name``), ``redis`` by task id."""
+
+    tasks: Mapping[str, TaskView]
+    jobs: Sequence[JobView]
+    pods: Sequence[PodView]
+    redis: Mapping[str, RedisTaskState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReapAction:
+    """One thing to reap, and everything the reaper needs to do it without looking anything up."""
+
+    reason: ReapReason
+    task_id: str
+    namespace: str
+    message: str
+    job: str = ""  # Job name to delete (propagation Background); "" = none
+    job_uid: str = ""  # precondition for the delete: never delete a newer Job of the same name
+    pod: str = ""
+    lease_token: str = ""  # release the lease only if it still holds this token
+    reset_status: bool = False  # Redis status running -> idle
+    task_exists: bool = True  # False for orphan Jobs: nothing to record on a task
+    activate: bool = True  # queue the interruption note and activate the task
+    fail_task: bool = False  # this reap is the UNICORE_MAX_REAPS-th in a row: phase Failed
+    attempts: int = 0  # status.failedAttempts after this reap
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def _age(now: float, since: float | None) -> float:
+    return now - since if since else 0.0
+
+
+def pending_cause(pod: PodView | None) -> str:
+    """The scheduler's or kubelet's reason a pod is still Pending, as a short human string."""
+    if pod is None:
+        return "no pod was created for the Job"
+    if pod.waiting_reason:
+        return f"{pod.waiting_reason}: {pod.waiting_message}".rstrip(": ")
+    if pod.unschedulable_reason:
+        reason = "FailedScheduling" if pod.unschedulable_reason == "Unschedulable" else pod.unschedulable_reason
+        return f"{reason}: {pod.unschedulable_message}".rstrip(": ")
+    return "not scheduled yet (no reason reported)"
+
+
+def _task_action(
+    reason: ReapReason, task: TaskView, message: str, thresholds: Thresholds, *,
+    job: JobView | None = None, pod: PodView | None = None, state: RedisTaskState | None = None,
+    reset_status: bool = False,
+) -> ReapAction:
+    attempts = task.failed_attempts + 1
+    fail = attempts >= thresholds.max_reaps
+    if fail:
+        message = f"{message} (reaped {attempts} times in a row; giving up)"
+    return ReapAction(
+        reason=reason, task_id=task.task_id, namespace=task.namespace, message=_clip(message),
+        job=job.name if job else "", job_uid=job.uid if job else "", pod=pod.name if pod else "",
+        lease_token=state.lease_token if state else "", reset_status=reset_status,
+        activate=not task.suspend and not fail, fail_task=fail, attempts=attempts,
+    )
+
+
+def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
+                state: RedisTaskState | None) -> ReapAction | None:
+    if job.start_time and job.active_deadline_seconds is not None:
+        overdue = _age(now, job.start_time) - job.active_deadline_seconds
+        if overdue > t.deadline_grace:
+            return _task_action(
+                ReapReason.DEADLINE_EXCEEDED, task,
+                f"turn Job {job.name} still running {overdue:.0f}s past its "
+                f"activeDeadlineSeconds={job.active_deadline_seconds}",
+                t, job=job, pod=pods[0] if pods else None, state=state, reset_status=True,
+            )
+    live = [p for p in pods if not p.deleting and not p.terminated]
+    pending = [p for p in live if p.phase == "Pending"]
+    running = [p for p in live if p.phase == "Running"]
+    if not live and not pods and _age(now, job.created_at) > t.pending_timeout:
+        return _task_action(
+            ReapReason.PENDING_TIMEOUT, task,
+            f"turn Job {job.name} has had no pod for {_age(now, job.created_at):.0f}s: {pending_cause(None)}",
+            t, job=job, state=state, reset_status=True,
+        )
+    for pod in pending:
+        waited = _age(now, pod.created_at)
+        if waited > t.pending_timeout:
+            return _task_action(
+                ReapReason.PENDING_TIMEOUT, task,
+                f"turn pod {pod.name} Pending for {waited:.0f}s: {pending_cause(pod)}",
+                t, job=job, pod=pod, state=state, reset_status=True,
+            )
+    for pod in running:
+        started = pod.start_time or pod.created_at
+        beat = state.heartbeat_at if state and state.heartbeat_at else 0.0
+        last_sign_of_life = max(beat, started)
+        silent = now - last_sign_of_life
+        if silent > t.heartbeat_timeout:
+            what = "no heartbeat since the pod started" if beat < started else "last heartbeat"
+            return _task_action(
+                ReapReason.HEARTBEAT_STALE, task,
+                f"turn pod {pod.name} hangs: {what} {silent:.0f}s ago "
+                f"(threshold {t.heartbeat_timeout:.0f}s)",
+                t, job=job, pod=pod, state=state, reset_status=True,
+            )
+    return None
+
+
+def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAction]:
+    """Everything stuck in ``snapshot`` at time ``now``; pure, deterministic, one pass over each collection."""
+    t = thresholds
+    actions: list[ReapAction] = []
+    acted: set[str] = set()
+    tasks = snapshot.tasks
+    redis_states = snapshot.redis
+
+    pods_by_job: dict[str, list[PodView]] = {}
+    pod_names: dict[str, PodView] = {}
+    for pod in snapshot.pods:
+        pods_by_job.setdefault(pod.job_key, []).append(pod)
+        pod_names[pod.key] = pod
+
+    live_job_tasks: set[str] = set()
+    for job in snapshot.jobs:
+        if job.deleting:
+            continue
+        task = tasks.get(job.task_id)
+        if task is None:
+            if _age(now, job.created_at) > t.absence_grace:
+                actions.append(ReapAction(
+                    reason=ReapReason.ORPHAN_JOB, task_id=job.task_id, namespace=job.namespace,
+                    message=f"turn Job {job.name} belongs to AgentTask {job.task_id}, which no longer exists",
+                    job=job.name, job_uid=job.uid, task_exists=False, activate=False,
+                ))
+            continue
+        if job.finished:
+            continue
+        live_job_tasks.add(job.task_id)
+        if job.suspended or job.task_id in acted:
+            continue
+        action = _job_action(job, task, pods_by_job.get(job.key, []), now, t, redis_states.get(job.task_id))
+        if action is not None:
+            actions.append(action)
+            acted.add(job.task_id)
+
+    for task_id, state in redis_states.items():
+        if task_id in acted or task_id in live_job_tasks:
+            continue
+        task = tasks.get(task_id)
+        if task is None:
+            continue  # not an AgentTask of ours (local mode, or deleted: the finalizer cleans Redis)
+        if state.leased:
+            holder_pod = state.lease_holder.split(":", 1)[0]
+            pod = pod_names.get(f"{task.namespace}/{holder_pod}")
+            if (pod is None or pod.terminated) and _age(now, state.lease_acquired_at) > t.absence_grace:
+                where = "is gone" if pod is None else f"has {pod.phase.lower()}"
+                actions.append(_task_action(
+                    ReapReason.LEASE_HOLDER_GONE, task,
+                    f"lease of {task_id} is held by {state.lease_holder}, whose pod {where} (no live turn Job)",
+                    t, state=state, reset_status=True,
+                ))
+                acted.add(task_id)
+            continue
+        if state.status == "running" and _age(now, state.updated_at) > t.absence_grace:
+            actions.append(_task_action(
+                ReapReason.RUNNING_WITHOUT_JOB, task,
+                f"{task_id} is marked running in Redis but has no lease and no live turn Job",
+                t, state=state, reset_status=True,
+            ))
+            acted.add(task_id)
+    return actions

@@ -1,0 +1,205 @@
+"""Small, immutable views of the objects the watchdog looks at, built once per watch event (not per scan).
+
+The kopf index functions in :mod:`adapter` turn raw bodies into these views, so a scan only walks plain
+dataclasses. Every converter here is pure: body (a mapping shaped like the Kubernetes object) in, view out.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+TASK_LABEL = "unicore.dev/task"
+TASK_ID_ANNOTATION = "unicore.dev/task-id"
+JOB_NAME_LABEL = "job-name"
+CONTROLLER_UID_LABEL = "controller-uid"
+
+# Container waiting reasons that mean "this pod will not start by itself".
+STUCK_WAITING_REASONS = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+     "CreateContainerError", "ErrImageNeverPull", "RunContainerError"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """An AgentTask as the watchdog needs it."""
+
+    namespace: str
+    name: str
+    phase: str = ""
+    active_job: str = ""
+    suspend: bool = False
+    failed_attempts: int = 0
+    root: str = ""
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A turn Job (label app.kubernetes.io/managed-by=unicore-operator)."""
+
+    namespace: str
+    name: str
+    task_id: str
+    uid: str = ""
+    created_at: float = 0.0
+    start_time: float | None = None
+    active_deadline_seconds: int | None = None
+    finished: bool = False  # has a Complete or Failed condition
+    deleting: bool = False  # deletionTimestamp set
+    suspended: bool = False  # spec.suspend (e.g. held by Kueue): not stuck, just queued
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A turn Job's pod."""
+
+    namespace: str
+    name: str
+    job_name: str
+    phase: str = "Pending"
+    created_at: float = 0.0
+    start_time: float | None = None
+    deleting: bool = False
+    unschedulable_reason: str = ""  # PodScheduled=False reason (e.g. Unschedulable)
+    unschedulable_message: str = ""  # the scheduler's message ("0/2 nodes are available: ...")
+    waiting_reason: str = ""  # a container's waiting reason (ImagePullBackOff, ...)
+    waiting_message: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def job_key(self) -> str:
+        return f"{self.namespace}/{self.job_name}"
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTaskState:
+    """What Redis says about one task's turn (read in one pipelined round trip for all tasks)."""
+
+    status: str = ""  # "running" / "idle" / "" (no record)
+    updated_at: float | None = None
+    heartbeat_at: float | None = None
+    lease_holder: str = ""
+    lease_token: str = ""
+    lease_acquired_at: float | None = None
+
+    @property
+    def leased(self) -> bool:
+        return bool(self.lease_token or self.lease_holder)
+
+
+def parse_time(value: Any) -> float | None:
+    """Kubernetes RFC 3339 timestamp (or datetime) -> unix seconds; None when absent or unreadable."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+        return stamp.timestamp()
+    try:
+        text = str(value).replace("Z", "+00:00")
+        stamp = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+    return stamp.timestamp()
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def task_view(body: Mapping[str, Any]) -> TaskView:
+    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    labels = meta.get("labels") or {}
+    return TaskView(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        phase=str(status.get("phase") or ""),
+        active_job=str(status.get("activeJob") or ""),
+        suspend=bool(spec.get("suspend")),
+        failed_attempts=int(status.get("failedAttempts") or 0),
+        root=str(labels.get("unicore.dev/root") or meta.get("name") or ""),
+    )
+
+
+def _task_id_of(meta: Mapping[str, Any]) -> str:
+    annotations = meta.get("annotations") or {}
+    if annotations.get(TASK_ID_ANNOTATION):
+        return str(annotations[TASK_ID_ANNOTATION])
+    labels = meta.get("labels") or {}
+    return f"{meta.get('namespace') or ''}/{labels.get(TASK_LABEL) or ''}"
+
+
+def job_view(body: Mapping[str, Any]) -> JobView:
+    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    conditions = status.get("conditions") or []
+    finished = any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+    deadline = spec.get("activeDeadlineSeconds")
+    return JobView(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        task_id=_task_id_of(meta),
+        uid=str(meta.get("uid") or ""),
+        created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        start_time=parse_time(status.get("startTime")),
+        active_deadline_seconds=int(deadline) if deadline is not None else None,
+        finished=finished,
+        deleting=bool(meta.get("deletionTimestamp")),
+        suspended=bool(spec.get("suspend")),
+    )
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta, status = _meta(body), body.get("status") or {}
+    labels = meta.get("labels") or {}
+    job_name = str(labels.get(JOB_NAME_LABEL) or labels.get(f"batch.kubernetes.io/{JOB_NAME_LABEL}") or "")
+    if not job_name:
+        for owner in meta.get("ownerReferences") or []:
+            if owner.get("kind") == "Job":
+                job_name = str(owner.get("name") or "")
+    unsched_reason = unsched_message = ""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            unsched_reason = str(cond.get("reason") or "")
+            unsched_message = str(cond.get("message") or "")
+    waiting_reason = waiting_message = ""
+    for cstatus in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+        waiting = (cstatus.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            waiting_reason = str(waiting.get("reason"))
+            waiting_message = str(waiting.get("message") or "")
+            if waiting_reason in STUCK_WAITING_REASONS:
+                break
+    return PodView(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        job_name=job_name,
+        phase=str(status.get("phase") or "Pending"),
+        created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        start_time=parse_time(status.get("startTime")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable_reason=unsched_reason,
+        unschedulable_message=unsched_message,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+    )
