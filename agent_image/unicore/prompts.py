@@ -1,4 +1,4 @@
-"""System prompts: a static base, the task's own system prompt, and for a child its parent's transcript (bounded)."""
+"""System prompts: a static base, the task's own prompt, for a child its parent's transcript (bounded)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,20 @@ _FIRST_TAIL = 64  # messages read first; doubled until the bound is reached or t
 
 BASE_PROMPT = """\
 You are an agent running inside UniCore, a system that runs LLM agent conversations ("tasks") on Kubernetes.
-Your task id is {task_id}. You work in turns: each turn, you may call tools, and your turn ends when you answer
-with text only. Your conversation is kept, so later messages continue it.
+Your task id is {task_id}. You work in turns: each turn, you may call tools, and your turn ends when you
+answer with text only. Your conversation is kept, so later messages continue it.
 
-Tools: the tools you may use are listed with their input schemas. Workspace tools (read_file, write_file,
-list_files) work on files in your own workspace folder, with paths relative to it. A tool that fails returns an
-error result: read it and decide what to do next.
+Tools: the tools you may use are listed with their input schemas. Workspace tools (read_file,
+write_file, list_files) work on files in your own workspace folder, with paths relative to it. A tool that
+fails returns an error result: read it and decide what to do next.
 {delegation}"""
 
 DELEGATION = """
 Delegation: spawn_task starts a child task that works in parallel with you and sees your conversation so far.
-Do not wait actively: when a child finishes its turn, its final answer arrives in your conversation as a message
-starting with "[SYSTEM] Child task <id> has completed". Spawning an existing child's name (or message_task) sends it
-a follow-up message. task_status shows what your children are doing (running or idle, last tool, stuck).
+Do not wait actively: when a child finishes its turn, its final answer arrives in your conversation as a
+message starting with "[SYSTEM] Child task <id> has completed". Spawning an existing child's name (or
+message_task) sends it a follow-up message. task_status shows what your children are doing (running or
+idle, last tool, stuck).
 Limits on depth, number of children, tree size and token budget are enforced; a refused spawn says why.
 """
 
@@ -48,8 +49,8 @@ context only (tool details included).
 def parent_transcript(store: Any, parent_id: str, max_chars: int = DEFAULT_PARENT_CONTEXT_CHARS) -> str:
     """The parent's transcript with tool details, newest part kept within ``max_chars``.
 
-    Reads only the tail of the parent's history it needs (doubling the tail until the bound is reached), so the
-    cost does not grow with a long parent conversation.
+    Reads only the tail of the parent's history it needs (doubling the tail until the bound is reached), so
+    the cost does not grow with a long parent conversation.
     """
     client = storeview.redis_of(store)
     count = _FIRST_TAIL
@@ -74,9 +75,7 @@ def build_system_prompt(
         parts.append(view.system_prompt.strip())
     if view.parent:
         transcript = parent_transcript(store, view.parent, parent_context_chars)
-        parts.append(
-            CHILD_INTRO.format(parent=view.parent, transcript=transcript or "(empty)").strip()
-        )
+        parts.append(CHILD_INTRO.format(parent=view.parent, transcript=transcript or "(empty)").strip())
     return "\n\n".join(parts)
 
 

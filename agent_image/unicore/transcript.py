@@ -1,4 +1,4 @@
-"""Readable transcripts of a conversation (seed 000 ``transcribe``), and size bounding that keeps the newest part."""
+"""Readable transcripts of a conversation (seed 000 ``transcribe``); bounding that keeps the newest part."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def transcribe(
     *,
     tool_result_chars: int | None = DEFAULT_TOOL_RESULT_CHARS,
 ) -> str:
-    """Seed 000 format: ``User: ...`` / ``Assistant: ...`` paragraphs; tool uses with their input JSON and tool
-    results when ``include_tool_details``, else ``[Used <name> tool]``. Paragraphs are joined by blank lines."""
+    """Seed 000 format: ``User: ...`` / ``Assistant: ...`` paragraphs; tool uses with their input JSON and
+    tool results when ``include_tool_details``, else ``[Used <name> tool]``. Joined by blank lines."""
     lines: list[str] = []
     for message in flatten(history):
         role = message.get("role")
@@ -66,7 +66,10 @@ def transcribe(
                 use = block["toolUse"]
                 if include_tool_details:
                     payload = json.dumps(use.get("input"), sort_keys=True, default=str)
-                    lines.append(f"Assistant used tool {use.get('name')} (id {use.get('toolUseId')}) with input: {payload}")
+                    lines.append(
+                        f"Assistant used tool {use.get('name')} (id {use.get('toolUseId')}) "
+                        f"with input: {payload}"
+                    )
                 else:
                     lines.append(f"[Used {use.get('name')} tool]")
             elif "toolResult" in block and include_tool_details:

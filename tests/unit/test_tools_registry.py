@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-
 from unicore.errors import LimitExceeded, ToolError
 from unicore.schema import Limits, TaskSpec
 from unicore.tools.base import Tool, ToolContext
@@ -22,7 +21,12 @@ class NoSpawner:
 
 
 def make_ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(task_id="demo", store=None, spawner=NoSpawner(), workspace=tmp_path)  # type: ignore[arg-type]
+    return ToolContext(
+        task_id="demo",
+        store=None,  # type: ignore[arg-type]
+        spawner=NoSpawner(),
+        workspace=tmp_path,
+    )
 
 
 def use(name: str, tool_input: Any, tool_use_id: str = "t1") -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Local-mode Spawner: creates (or resumes) a child task in Redis and signals an activation.
 
-The limits are checked first (``unicore.tools.policy``, shared with the Kubernetes spawner); a refused spawn writes
-nothing. A new child inherits the parent's model, scripted steps and limits, gets depth = parent depth + 1 (the store
-derives depth and root from ``parent``) and the reduced child toolset.
+The limits are checked first (``unicore.tools.policy``, shared with the Kubernetes spawner); a refused
+spawn writes nothing. A new child inherits the parent's model, scripted steps and limits, gets depth = parent
+depth + 1 (the store derives depth and root from ``parent``) and the reduced child toolset.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def check_message_size(message: InboxMessage, cap: int = DEFAULT_MESSAGE_CAP_BYT
     """Refuse an over-size prompt BEFORE anything is written (the store enforces the same cap on queue)."""
     size = len(message.model_dump_json().encode())
     if size > cap:
-        raise ToolError(f"prompt too large: {size:,} bytes encoded, the cap is {cap:,}; shorten it or put it in a file")
+        raise ToolError(
+            f"prompt too large: {size:,} bytes encoded, the cap is {cap:,}; shorten it or put it in a file"
+        )
 
 
 class LocalSpawner:
@@ -58,7 +60,9 @@ class LocalSpawner:
         counts = policy.tree_counts(self.store, parent)
         if existing is not None:
             if existing.parent != parent_id:
-                raise ToolError(f"task {child_id} exists but is not a child of {parent_id}; choose another name")
+                raise ToolError(
+                    f"task {child_id} exists but is not a child of {parent_id}; choose another name"
+                )
             policy.check_message(parent, counts)
             self._deliver(child_id, message, "message")
             log.info("resumed child %s of %s with a new message", child_id, parent_id)

@@ -1,8 +1,8 @@
 """Limits on what agents may do, enforced in code (never left to the model).
 
-``check_spawn`` and ``check_message`` are PURE functions over the parent's record and a few counts, so the local
-spawner and the Kubernetes spawner run exactly the same checks. They run BEFORE anything is written: a refused action
-raises ``LimitExceeded`` (or ``ToolError`` for bad input) and leaves Redis untouched.
+``check_spawn`` and ``check_message`` are PURE functions over the parent's record and a few counts, so the
+local spawner and the Kubernetes spawner run exactly the same checks. They run BEFORE anything is written: a
+refused action raises ``LimitExceeded`` (or ``ToolError`` for bad input) and leaves Redis untouched.
 ``tree_counts`` gathers the counts with pipelined reads (a few round trips, one per tree level).
 """
 
@@ -24,9 +24,22 @@ MESSAGE_TOOL = "message_task"
 SPAWNING_TOOLS = (SPAWN_TOOL, MESSAGE_TOOL)
 
 # A root task (no parent) without an explicit tool list gets these.
-DEFAULT_TOOLS: tuple[str, ...] = ("read_file", "write_file", "list_files", "spawn_task", "message_task", "task_status")
+DEFAULT_TOOLS: tuple[str, ...] = (
+    "read_file",
+    "write_file",
+    "list_files",
+    "spawn_task",
+    "message_task",
+    "task_status",
+)
 # A child gets a reduced, read-only toolset unless its parent (or the spawn call) says otherwise (seed 002).
-DEFAULT_CHILD_TOOLS: tuple[str, ...] = ("read_file", "list_files", "task_status", "spawn_task", "message_task")
+DEFAULT_CHILD_TOOLS: tuple[str, ...] = (
+    "read_file",
+    "list_files",
+    "task_status",
+    "spawn_task",
+    "message_task",
+)
 
 CHILD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_CHILD_NAME = 63
@@ -87,13 +100,14 @@ def check_budget(parent: TaskView, counts: TreeCounts) -> None:
     budget = parent.limits.token_budget
     if budget and counts.tokens_used >= budget:
         raise LimitExceeded(
-            f"token budget exhausted: the task tree of {parent.root_id} has used {counts.tokens_used:,} of its "
-            f"{budget:,} tokens (limits.token_budget); no more work can be delegated. Finish with what you have."
+            f"token budget exhausted: the task tree of {parent.root_id} has used {counts.tokens_used:,} "
+            f"of its {budget:,} tokens (limits.token_budget); no more work can be delegated. "
+            "Finish with what you have."
         )
 
 
 def child_tools(parent: TaskView, requested: Sequence[str] | None, known: Collection[str]) -> list[str]:
-    """The child's tools: ``requested`` (checked) or the parent's child toolset, never more than the parent has."""
+    """The child's tools: ``requested`` (checked) or the parent's child toolset; never beyond the parent's."""
     parent_allowed = allowed_tool_names(parent, known)
     if requested is None:
         base = parent.child_tools if parent.child_tools is not None else DEFAULT_CHILD_TOOLS
@@ -136,7 +150,8 @@ def check_spawn(
         )
     if counts.descendants >= limits.max_descendants:
         raise LimitExceeded(
-            f"maximum task tree size reached: {parent.root_id} already has {counts.descendants} descendant task(s) "
+            f"maximum task tree size reached: {parent.root_id} already has {counts.descendants} "
+            "descendant task(s) "
             f"(limits.max_descendants = {limits.max_descendants})"
         )
     check_budget(parent, counts)

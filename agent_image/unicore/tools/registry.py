@@ -1,7 +1,8 @@
-"""The built-in tools, the toolset a task may use, their JSON schemas, and the one safe way to run a tool call.
+"""The built-in tools, the toolset a task may use, their JSON schemas, and the one safe way to run a call.
 
-``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation, a
-``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read and act on.
+``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation,
+a ``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read
+and act on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
 log = get_logger("tools")
 
 ALL_TOOLS: dict[str, Tool] = {
-    tool.name: tool for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
+    tool.name: tool
+    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
 }
 MAX_RESULT_CHARS = 100_000
 
@@ -54,7 +56,9 @@ def _strip_titles(schema: Any) -> Any:
 def tool_specs(tools: Iterable[Tool]) -> list[ToolSpec]:
     """Model-facing specs; the JSON schemas come from the tools' pydantic input models."""
     return [
-        ToolSpec(name=tool.name, description=tool.description, input_schema=_strip_titles(tool.input_schema()))
+        ToolSpec(
+            name=tool.name, description=tool.description, input_schema=_strip_titles(tool.input_schema())
+        )
         for tool in tools
     ]
 
@@ -89,7 +93,13 @@ def _result_content(value: Any) -> list[dict[str, Any]]:
 
 
 def _result(tool_use_id: str, content: list[dict[str, Any]], error: bool) -> ContentBlock:
-    return {"toolResult": {"toolUseId": tool_use_id, "content": content, "status": "error" if error else "success"}}
+    return {
+        "toolResult": {
+            "toolUseId": tool_use_id,
+            "content": content,
+            "status": "error" if error else "success",
+        }
+    }
 
 
 def _error(tool_use_id: str, message: str) -> ContentBlock:
@@ -104,7 +114,9 @@ def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str
     allowed = {tool.name: tool for tool in tools}
     if name not in allowed:
         if name in ALL_TOOLS:
-            message = f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
+            message = (
+                f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
+            )
         else:
             message = f"unknown tool {name!r}; your tools: {', '.join(allowed) or 'none'}"
         log.warning("task %s: refused tool call %r: %s", ctx.task_id, name, message)
@@ -121,7 +133,9 @@ def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str
         return _error(tool_use_id, format_validation_error(tool.name, exc))
     try:
         value = tool.run(ctx, args)
-    except Exception as exc:  # every failure goes back to the model (seed rule); ToolError carries a clear message
+    except (
+        Exception
+    ) as exc:  # every failure goes back to the model (seed rule); ToolError carries a clear message
         if isinstance(exc, ToolError):
             log.info("task %s: tool %s refused: %s", ctx.task_id, name, exc)
             return _error(tool_use_id, str(exc))

@@ -1,8 +1,8 @@
 """The one place the tools, policy, prompts and local spawner READ task state.
 
-Everything here is read-only and pipelined. It uses ``TaskStore.get_task`` for single records and the contract's
-Redis keys (docs/CONTRACT.md, schema version 1; ``unicore.state.keys``) for multi-task reads done in one round
-trip, so the coupling to ``unicore.state`` is confined to this module.
+Everything here is read-only and pipelined. It uses ``TaskStore.get_task`` for single records and the
+contract's Redis keys (docs/CONTRACT.md, schema version 1; ``unicore.state.keys``) for multi-task reads
+done in one round trip, so the coupling to ``unicore.state`` is confined to this module.
 Writes (create_task, queue_message, activate) always go through ``TaskStore``.
 """
 
@@ -68,7 +68,7 @@ def _limits(value: Any) -> Limits:
     try:
         return Limits.model_validate(raw or {})
     except ValueError:
-        return Limits()
+        return Limits.model_validate({})
 
 
 def _names(value: Any) -> list[str] | None:
@@ -90,7 +90,7 @@ class TaskView:
     system_prompt: str = ""
     tools: list[str] | None = None
     child_tools: list[str] | None = None
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = field(default_factory=lambda: Limits.model_validate({}))
     script: dict[str, Any] | None = None
     status: str = "idle"
     turns: int = 0

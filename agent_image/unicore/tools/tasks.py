@@ -71,8 +71,9 @@ class SpawnTaskInput(BaseModel):
 class SpawnTask(Tool):
     name = "spawn_task"
     description = (
-        "Start a child task (a sub-agent) that works on `prompt` in parallel with you. It sees your conversation "
-        "so far. When it finishes, its final answer arrives as a message starting with '[SYSTEM] Child task'. "
+        "Start a child task (a sub-agent) that works on `prompt` in parallel with you. It sees your "
+        "conversation so far. When it finishes, its final answer arrives as a message starting with "
+        "'[SYSTEM] Child task'. "
         "Spawning a name that already exists sends that child `prompt` as a follow-up message instead."
     )
     Input = SpawnTaskInput
@@ -117,7 +118,9 @@ class MessageTask(Tool):
 
 class TaskStatusInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    task: str | None = Field(None, description="a descendant's name or id to look at; default: your own children")
+    task: str | None = Field(
+        None, description="a descendant's name or id to look at; default: your own children"
+    )
     levels: int = Field(2, ge=1, le=STATUS_MAX_LEVELS, description="how many levels of descendants to show")
 
 
@@ -208,8 +211,8 @@ def render(info: dict[str, Any], indent: str) -> list[str]:
 class TaskStatus(Tool):
     name = "task_status"
     description = (
-        "Show the status of your child tasks (and their children): idle or running, turns, tokens, the last tool "
-        "each used, whether it is waiting on the model or looks stuck."
+        "Show the status of your child tasks (and their children): idle or running, turns, tokens, "
+        "the last tool each used, whether it is waiting on the model or looks stuck."
     )
     Input = TaskStatusInput
 
@@ -247,6 +250,7 @@ class TaskStatus(Tool):
 
         walk(top, 0)
         if len(nodes) > len(shown):
-            lines.append(f"[... more tasks not shown (at most {STATUS_MAX_TASKS}); ask about one child with task=...]")
+            lines.append(
+                f"[... more tasks not shown (at most {STATUS_MAX_TASKS}); ask about one child with task=...]"
+            )
         return "\n".join(lines)
-

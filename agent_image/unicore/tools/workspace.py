@@ -1,7 +1,8 @@
 """Workspace tools: read_file, write_file, list_files, confined to the task's workspace directory.
 
-Paths are relative to the workspace. ``..``, absolute paths and symlinks that lead outside are refused (the path is
-resolved, symlinks included, and must stay inside the resolved workspace). Reads, writes and listings are capped.
+Paths are relative to the workspace. ``..``, absolute paths and symlinks that lead outside are refused (the
+path is resolved, symlinks included, and must stay inside the resolved workspace). Reads, writes and listings
+are capped.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ def resolve_path(workspace: Path, path: str) -> Path:
     if "\x00" in path:
         raise ToolError("path contains a NUL character")
     if Path(path).is_absolute():
-        raise ToolError(f"absolute path {path!r} refused: give a path relative to your workspace, e.g. 'notes.md'")
+        raise ToolError(
+            f"absolute path {path!r} refused: give a path relative to your workspace, e.g. 'notes.md'"
+        )
     root = workspace.resolve()
     target = (root / path).resolve()
     if target != root and not target.is_relative_to(root):
-        raise ToolError(f"path {path!r} is outside your workspace (after resolving '..' and symlinks); refused")
+        raise ToolError(
+            f"path {path!r} is outside your workspace (after resolving '..' and symlinks); refused"
+        )
     return target
 
 
@@ -66,7 +71,9 @@ class ReadFile(Tool):
             handle.seek(args.offset)
             data = handle.read(args.max_bytes)
         if b"\x00" in data:
-            raise ToolError(f"{args.path!r} looks like a binary file ({size:,} bytes); only text files can be read")
+            raise ToolError(
+                f"{args.path!r} looks like a binary file ({size:,} bytes); only text files can be read"
+            )
         text = data.decode("utf-8", errors="replace")
         end = args.offset + len(data)
         if end < size:
@@ -95,8 +102,8 @@ class WriteFile(Tool):
         existing = target.stat().st_size if args.append and target.is_file() else 0
         if existing + len(data) > MAX_WRITE_BYTES:
             raise ToolError(
-                f"file too large: {existing + len(data):,} bytes would exceed the {MAX_WRITE_BYTES:,}-byte cap "
-                "per file; split the content over several files"
+                f"file too large: {existing + len(data):,} bytes would exceed the "
+                f"{MAX_WRITE_BYTES:,}-byte cap per file; split the content over several files"
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         if args.append:
@@ -126,7 +133,9 @@ class ListFilesInput(BaseModel):
 
 class ListFiles(Tool):
     name = "list_files"
-    description = "List the files and folders in your workspace (folders end with '/', files show their size)."
+    description = (
+        "List the files and folders in your workspace (folders end with '/', files show their size)."
+    )
     Input = ListFilesInput
 
     def run(self, ctx: ToolContext, args: ListFilesInput) -> str:  # type: ignore[override]

@@ -1,0 +1,96 @@
+"""Policy: the pure spawn/message checks shared by the local and Kubernetes spawners."""
+
+from __future__ import annotations
+
+import pytest
+from unicore.errors import LimitExceeded, ToolError
+from unicore.schema import Limits
+from unicore.tools import policy
+from unicore.tools.policy import TreeCounts, check_message, check_spawn
+from unicore.tools.registry import ALL_TOOLS
+from unicore.tools.storeview import TaskView
+
+ZERO = TreeCounts(children=0, descendants=0, tokens_used=0)
+
+
+def root(**limits: object) -> TaskView:
+    return TaskView(id="demo", limits=Limits(**limits))  # type: ignore[arg-type]
+
+
+def test_allowed_spawn_plan() -> None:
+    plan = check_spawn(root(), "research-a", ZERO, None, ALL_TOOLS)
+    assert plan.child_id == "demo-research-a"
+    assert plan.depth == 1
+    assert plan.tools == list(policy.DEFAULT_CHILD_TOOLS)
+
+
+def test_namespaced_parent() -> None:
+    parent = TaskView(id="default/demo", depth=0)
+    assert check_spawn(parent, "a", ZERO, None, ALL_TOOLS).child_id == "default/demo-a"
+
+
+@pytest.mark.parametrize("name", ["", "A", "bad name", "-a", "a-", "a_b", "x" * 64, "a/b"])
+def test_invalid_names(name: str) -> None:
+    with pytest.raises(ToolError, match="invalid child name"):
+        check_spawn(root(), name, ZERO, None, ALL_TOOLS)
+
+
+def test_name_making_the_id_too_long() -> None:
+    parent = TaskView(id="p" * 200)
+    with pytest.raises(ToolError, match="too long"):
+        check_spawn(parent, "a" * 60, ZERO, None, ALL_TOOLS)
+
+
+def test_recursion_off() -> None:
+    with pytest.raises(LimitExceeded, match="recursion is false"):
+        check_spawn(root(recursion=False), "a", ZERO, None, ALL_TOOLS)
+
+
+def test_max_depth() -> None:
+    parent = TaskView(id="d-a-b", parent="d-a", root="d", depth=2, limits=Limits(max_depth=2))
+    with pytest.raises(LimitExceeded, match="depth 3, but limits.max_depth is 2"):
+        check_spawn(parent, "c", ZERO, None, ALL_TOOLS)
+    ok = TaskView(id="d-a", parent="d", root="d", depth=1, limits=Limits(max_depth=2))
+    assert check_spawn(ok, "c", ZERO, None, ALL_TOOLS).depth == 2
+
+
+def test_max_children() -> None:
+    counts = TreeCounts(children=3, descendants=3, tokens_used=0)
+    with pytest.raises(LimitExceeded, match="already has 3 child task"):
+        check_spawn(root(max_children=3), "d", counts, None, ALL_TOOLS)
+    assert check_spawn(root(max_children=4), "d", counts, None, ALL_TOOLS)
+
+
+def test_max_descendants() -> None:
+    counts = TreeCounts(children=1, descendants=5, tokens_used=0)
+    with pytest.raises(LimitExceeded, match="already has 5 descendant"):
+        check_spawn(root(max_descendants=5), "x", counts, None, ALL_TOOLS)
+
+
+def test_token_budget() -> None:
+    counts = TreeCounts(children=0, descendants=0, tokens_used=1000)
+    with pytest.raises(LimitExceeded, match="token budget exhausted.*1,000 of its 1,000"):
+        check_spawn(root(token_budget=1000), "x", counts, None, ALL_TOOLS)
+    with pytest.raises(LimitExceeded, match="token budget"):
+        check_message(root(token_budget=1000), counts)
+    check_message(root(token_budget=1001), counts)
+    check_message(root(token_budget=0), counts)  # 0 = unlimited
+    assert check_spawn(root(token_budget=0), "x", counts, None, ALL_TOOLS)
+
+
+def test_requested_tools_must_be_a_subset_of_the_parents() -> None:
+    parent = TaskView(id="demo", tools=["read_file", "spawn_task", "task_status"])
+    plan = check_spawn(parent, "a", ZERO, ["read_file"], ALL_TOOLS)
+    assert plan.tools == ["read_file"]
+    with pytest.raises(LimitExceeded, match="cannot get tools its parent lacks: write_file"):
+        check_spawn(parent, "a", ZERO, ["read_file", "write_file"], ALL_TOOLS)
+    with pytest.raises(ToolError, match="unknown tool"):
+        check_spawn(parent, "a", ZERO, ["shell"], ALL_TOOLS)
+
+
+def test_default_child_tools_are_cut_to_what_the_parent_has() -> None:
+    parent = TaskView(id="demo", tools=["read_file", "spawn_task"])
+    assert check_spawn(parent, "a", ZERO, None, ALL_TOOLS).tools == ["read_file", "spawn_task"]
+    configured = TaskView(id="demo", child_tools=["write_file", "read_file"])
+    assert check_spawn(configured, "a", ZERO, None, ALL_TOOLS).tools == ["write_file", "read_file"]
+    assert check_spawn(configured, "a", ZERO, [], ALL_TOOLS).tools == []
