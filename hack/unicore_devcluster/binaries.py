@@ -24,7 +24,8 @@ def has_binaries(folder: str | os.PathLike[str], names: tuple[str, ...] = REQUIR
 def find_bin_dir(build: bool = True) -> Path:
     """Return the folder holding the binaries.
 
-    Order: ``$KUBEBUILDER_ASSETS`` (envtest's convention), ``$UNICORE_K8S_BIN_DIR``, then ``hack/build-k8s.sh``
+    Order: ``$KUBEBUILDER_ASSETS`` (envtest's convention), ``$UNICORE_K8S_BIN_DIR``, then
+    ``hack/build-k8s.sh``
     (which builds what is missing into its cache and prints the folder) when ``build`` is true.
     """
     for var in ("KUBEBUILDER_ASSETS", "UNICORE_K8S_BIN_DIR"):

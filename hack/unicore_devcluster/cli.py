@@ -11,8 +11,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from unicore_devcluster.cluster import DevCluster, default_data_dir, read_state, stop_running, supervisor_alive
+from unicore_devcluster.cluster import (
+    DevCluster,
+    default_data_dir,
+    read_state,
+    stop_running,
+    supervisor_alive,
+)
 from unicore_devcluster.log import logger
 from unicore_devcluster.procs import alive
 
@@ -55,8 +62,16 @@ def _up_detached(data_dir: Path, timeout: float) -> int:
     log_path = data_dir / "devcluster.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "unicore_devcluster.cli", "up", "--data-dir", str(data_dir),
-             "--timeout", str(timeout)],
+            [
+                sys.executable,
+                "-m",
+                "unicore_devcluster.cli",
+                "up",
+                "--data-dir",
+                str(data_dir),
+                "--timeout",
+                str(timeout),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -67,8 +82,10 @@ def _up_detached(data_dir: Path, timeout: float) -> int:
     while time.monotonic() < deadline:
         state = read_state(data_dir)
         if state and state.get("ready") and state["supervisor"]["pid"] == proc.pid:
-            print(f"devcluster ready in {state['ready_seconds']:.1f}s (pid {proc.pid}, logs {data_dir}/logs)",
-                  file=sys.stderr)
+            print(
+                f"devcluster ready in {state['ready_seconds']:.1f}s (pid {proc.pid}, logs {data_dir}/logs)",
+                file=sys.stderr,
+            )
             print(_export_lines(state))
             return 0
         if proc.poll() is not None:
@@ -100,14 +117,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  kubeconfig {state['kubeconfig']}")
     print(f"  supervisor pid {state['supervisor']['pid']}")
     for name, proc in state.get("processes", {}).items():
-        print(f"  {name:24s} pid {proc['pid']:>7}  {'up' if alive(proc['pid'], proc.get('started')) else 'gone'}")
+        print(
+            f"  {name:24s} pid {proc['pid']:>7}  "
+            f"{'up' if alive(proc['pid'], proc.get('started')) else 'gone'}"
+        )
     if running:
         os.environ.setdefault("KUBECONFIG", state["kubeconfig"])
         from kubernetes import client, config
 
         api = config.new_client_from_config(config_file=state["kubeconfig"])
         try:
-            for node in client.CoreV1Api(api).list_node().items:
+            core: Any = client.CoreV1Api(api)
+            for node in core.list_node().items:
                 ready = next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "?")
                 gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "0")
                 print(f"  node {node.metadata.name:20s} Ready={ready} gpus={gpus}")
@@ -139,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--data-dir", default=str(default_data_dir()))
         p.set_defaults(func=func)
         if name == "up":
-            p.add_argument("--detach", action="store_true", help="run in the background and return once ready")
+            p.add_argument(
+                "--detach", action="store_true", help="run in the background and return once ready"
+            )
             p.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -47,7 +47,8 @@ class DevCluster:
     """A real control plane plus a GPU node and a CPU node whose pods run as local processes.
 
     Owned (``DevCluster(dir).start()``): this process runs everything and ``stop()`` ends it all.
-    Attached (``attach(dir)``): uses a cluster another process started (``unicore-devcluster up``); ``stop()`` does
+    Attached (``attach(dir)``): uses a cluster another process started (``unicore-devcluster up``);
+    ``stop()`` does
     nothing.
     """
 
@@ -88,7 +89,8 @@ class DevCluster:
         return self.control_plane.api_client()
 
     def env(self) -> dict[str, str]:
-        """Environment for tools and subprocesses: KUBECONFIG and KUBEBUILDER_ASSETS (the binaries, helm too)."""
+        """Environment for tools and subprocesses: KUBECONFIG and KUBEBUILDER_ASSETS (the binaries, helm
+        too)."""
         return {"KUBECONFIG": str(self.kubeconfig), "KUBEBUILDER_ASSETS": str(self.bin_dir)}
 
     def pids(self) -> dict[str, int]:
@@ -116,6 +118,13 @@ class DevCluster:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 90.0) -> DevCluster:
+        """Start everything and return once the nodes are schedulable (the calling thread must outlive the
+        cluster: children get PR_SET_PDEATHSIG, so they die with the thread that started them)."""
+        state = read_state(self.data_dir)
+        if state is not None and supervisor_alive(state):
+            raise RuntimeError(
+                f"a devcluster already runs in {self.data_dir} (pid {state['supervisor']['pid']})"
+            )
         begin = time.monotonic()
         atexit.register(self.stop)
         try:
@@ -124,13 +133,24 @@ class DevCluster:
             assert cp.pki is not None
             self._api = cp.api_client()
             self.runner = PodRunner(
-                self._api, {n.name for n in self.nodes}, self.data_dir, server=cp.server, ca_file=cp.pki.ca.cert
+                self._api,
+                {n.name for n in self.nodes},
+                self.data_dir,
+                server=cp.server,
+                ca_file=cp.pki.ca.cert,
             )
             self.runner.start()
             self.log_server = KubeletLogServer(
-                cp.ports["kubelet"], cp.pki.kubelet_serving.cert, cp.pki.kubelet_serving.key, cp.pki.ca.cert,
-                self.log_path, lambda ns, name: bool(self.runner and self.runner.pid_of(ns, name) is not None
-                                                     and (ns, name) in self.runner.pids()),
+                cp.ports["kubelet"],
+                cp.pki.kubelet_serving.cert,
+                cp.pki.kubelet_serving.key,
+                cp.pki.ca.cert,
+                self.log_path,
+                lambda ns, name: bool(
+                    self.runner
+                    and self.runner.pid_of(ns, name) is not None
+                    and (ns, name) in self.runner.pids()
+                ),
             )
             self.log_server.start()
             self.node_agent = NodeAgent(self._api, self.nodes, kubelet_port=cp.ports["kubelet"])
@@ -147,7 +167,7 @@ class DevCluster:
     def _wait_nodes_schedulable(self, timeout: float) -> None:
         from kubernetes import client
 
-        core = client.CoreV1Api(self._api)
+        core: Any = client.CoreV1Api(self._api)
         names = {n.name for n in self.nodes}
         bad = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 

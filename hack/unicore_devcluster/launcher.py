@@ -43,7 +43,9 @@ class ControlPlane:
     >>> cp = ControlPlane(Path("/tmp/cp")); cp.start(); cp.api_client(); cp.stop()
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], bin_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, data_dir: str | os.PathLike[str], bin_dir: str | os.PathLike[str] | None = None
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.bin_dir = Path(bin_dir) if bin_dir else find_bin_dir()
         self.log_dir = self.data_dir / "logs"
@@ -110,16 +112,24 @@ class ControlPlane:
             self.ports[name] = free_port()
         pki = self.pki
         write_kubeconfig(
-            self.kubeconfig, server=self.server, ca_file=pki.ca.cert, user="unicore-admin",
-            cert_file=pki.admin.cert, key_file=pki.admin.key,
+            self.kubeconfig,
+            server=self.server,
+            ca_file=pki.ca.cert,
+            user="unicore-admin",
+            cert_file=pki.admin.cert,
+            key_file=pki.admin.key,
         )
         for stem, pair, user in (
             ("controller-manager", pki.controller_manager, "system:kube-controller-manager"),
             ("scheduler", pki.scheduler, "system:kube-scheduler"),
         ):
             write_kubeconfig(
-                self.data_dir / f"{stem}.kubeconfig", server=self.server, ca_file=pki.ca.cert, user=user,
-                cert_file=pair.cert, key_file=pair.key,
+                self.data_dir / f"{stem}.kubeconfig",
+                server=self.server,
+                ca_file=pki.ca.cert,
+                user=user,
+                cert_file=pair.cert,
+                key_file=pair.key,
             )
 
     def _spawn(self, name: str, args: list[str]) -> Child:
@@ -141,7 +151,13 @@ class ControlPlane:
             return bool(probe())
 
         try:
-            wait_until(check, timeout=max(0.1, deadline - time.monotonic()), what=what, interval=0.05, max_interval=0.2)
+            wait_until(
+                check,
+                timeout=max(0.1, deadline - time.monotonic()),
+                what=what,
+                interval=0.05,
+                max_interval=0.2,
+            )
         except WaitTimeout as exc:
             raise ControlPlaneError(f"{exc}; last {name} log lines:\n{self.log_tail(name)}") from exc
 

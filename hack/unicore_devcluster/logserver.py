@@ -1,4 +1,4 @@
-"""A tiny kubelet read-only endpoint so that ``kubectl logs`` works: GET /containerLogs/<ns>/<pod>/<container>."""
+"""A tiny kubelet endpoint so that ``kubectl logs`` works: GET /containerLogs/<ns>/<pod>/<container>."""
 
 from __future__ import annotations
 
@@ -88,7 +88,9 @@ class KubeletLogServer:
         ctx.load_cert_chain(str(cert), str(key))
         ctx.verify_mode = ssl.CERT_REQUIRED
         self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self._thread = threading.Thread(target=self.server.serve_forever, name="devcluster-kubelet-logs", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="devcluster-kubelet-logs", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()

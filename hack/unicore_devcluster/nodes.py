@@ -29,7 +29,11 @@ class NodeSpec:
     allocatable: dict[str, str] = field(default_factory=dict)
 
     def all_labels(self) -> dict[str, str]:
-        base = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+        base = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        }
         return {**base, **self.labels}
 
 
@@ -42,7 +46,13 @@ GPU_NODE = NodeSpec(
         "node.kubernetes.io/instance-type": "p4d.24xlarge",
         "unicore.dev/node-pool": "gpu",
     },
-    capacity={"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi", "nvidia.com/gpu": "4"},
+    capacity={
+        "cpu": "16",
+        "memory": "64Gi",
+        "pods": "110",
+        "ephemeral-storage": "100Gi",
+        "nvidia.com/gpu": "4",
+    },
     taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
 )
 
@@ -56,7 +66,7 @@ DEFAULT_NODES = (GPU_NODE, CPU_NODE)
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _time(ts: datetime.datetime) -> str:
@@ -78,8 +88,8 @@ class NodeAgent:
         kubelet_port: int = 10250,
         interval: float = HEARTBEAT_SECONDS,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
+        self.coordination: Any = client.CoordinationV1Api(api_client)
         self.nodes = nodes
         self.kubelet_port = kubelet_port
         self.interval = interval
@@ -176,7 +186,11 @@ class NodeAgent:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            owner = [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": self._uids[name]}] if name in self._uids else []
+            owner = (
+                [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": self._uids[name]}]
+                if name in self._uids
+                else []
+            )
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",

@@ -80,7 +80,7 @@ def _issue(
     key: ec.EllipticCurvePrivateKey | None = None,
 ) -> CertPair:
     key = key or _new_key()
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -136,18 +136,33 @@ def generate(folder: Path) -> Pki:
         return _issue(folder, stem, _name(cn, orgs), ca_key, ca_cert, client=True)
 
     apiserver = _issue(
-        folder, "apiserver", _name("kube-apiserver"), ca_key, ca_cert, server=True, dns=SERVER_NAMES, ips=SERVER_IPS
+        folder,
+        "apiserver",
+        _name("kube-apiserver"),
+        ca_key,
+        ca_cert,
+        server=True,
+        dns=SERVER_NAMES,
+        ips=SERVER_IPS,
     )
     kubelet_serving = _issue(
-        folder, "kubelet", _name("unicore-devcluster-kubelet"), ca_key, ca_cert, server=True,
-        dns=("localhost",), ips=("127.0.0.1",),
+        folder,
+        "kubelet",
+        _name("unicore-devcluster-kubelet"),
+        ca_key,
+        ca_cert,
+        server=True,
+        dns=("localhost",),
+        ips=("127.0.0.1",),
     )
     sa = _new_key()
     sa_key = folder / "sa.key"
     sa_pub = folder / "sa.pub"
     _write_key(sa, sa_key)
     sa_pub.write_bytes(
-        sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     )
     return Pki(
         ca=ca,
@@ -156,7 +171,9 @@ def generate(folder: Path) -> Pki:
         admin=client("admin", "unicore-admin", ("system:masters",)),
         controller_manager=client("controller-manager", "system:kube-controller-manager"),
         scheduler=client("scheduler", "system:kube-scheduler"),
-        apiserver_kubelet_client=client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
+        apiserver_kubelet_client=client(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+        ),
         sa_key=sa_key,
         sa_pub=sa_pub,
     )

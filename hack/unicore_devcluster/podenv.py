@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 _FIELD_RE = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -48,7 +47,6 @@ def expand(text: str, env: dict[str, str]) -> str:
 def _field_value(pod: dict[str, Any], path: str) -> str:
     meta = pod.get("metadata", {})
     spec = pod.get("spec", {})
-    status = pod.get("status", {})
     simple = {
         "metadata.name": meta.get("name"),
         "metadata.namespace": meta.get("namespace"),
@@ -71,7 +69,7 @@ def _field_value(pod: dict[str, Any], path: str) -> str:
 class ConfigSource:
     """Reads ConfigMaps and Secrets of the pod's namespace (cached per pod start)."""
 
-    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+    def __init__(self, core: Any, namespace: str) -> None:
         self.core = core
         self.namespace = namespace
         self._cache: dict[tuple[str, str], dict[str, str] | None] = {}
@@ -83,7 +81,9 @@ class ConfigSource:
                 if kind == "secret":
                     obj = self.core.read_namespaced_secret(name, self.namespace)
                     raw = obj.data or {}
-                    self._cache[key] = {k: base64.b64decode(v).decode(errors="replace") for k, v in raw.items()}
+                    self._cache[key] = {
+                        k: base64.b64decode(v).decode(errors="replace") for k, v in raw.items()
+                    }
                 else:
                     obj = self.core.read_namespaced_config_map(name, self.namespace)
                     self._cache[key] = dict(obj.data or {})
@@ -98,7 +98,9 @@ class ConfigSource:
         if data is None or ref.get("key") not in data:
             if ref.get("optional"):
                 return None
-            raise PodSetupError("CreateContainerConfigError", f"{kind} {ref.get('name')!r} key {ref.get('key')!r} not found")
+            raise PodSetupError(
+                "CreateContainerConfigError", f"{kind} {ref.get('name')!r} key {ref.get('key')!r} not found"
+            )
         return data[ref["key"]]
 
 
@@ -118,7 +120,9 @@ def _map_path(value: str, mounts: dict[str, Path]) -> str:
     return value
 
 
-def _prepare_volumes(pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, source: ConfigSource) -> dict[str, Path]:
+def _prepare_volumes(
+    pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, source: ConfigSource
+) -> dict[str, Path]:
     """emptyDir, configMap and secret volumes become folders under the pod's data folder."""
     volumes = {vol["name"]: vol for vol in pod.get("spec", {}).get("volumes", []) or []}
     mounts: dict[str, Path] = {}
@@ -160,7 +164,7 @@ def resolve_executable(name: str, path: str) -> str:
 
 def build_plan(
     pod: dict[str, Any],
-    core: client.CoreV1Api,
+    core: Any,
     pod_dir: Path,
     *,
     path: str,
@@ -217,7 +221,8 @@ def build_plan(
     args = [expand(part, env) for part in container.get("args", []) or []]
     if not command:
         raise PodSetupError(
-            "StartError", "the first container has no command: image entrypoints are not available to the local runner"
+            "StartError",
+            "the first container has no command: image entrypoints are not available to the local runner",
         )
     argv = [_map_path(part, mounts) for part in command + args]
     argv[0] = resolve_executable(command[0], path)

@@ -15,10 +15,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from unicore_devcluster.log import logger
 
 _PR_SET_PDEATHSIG = 1
+_prctl: Any
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     _prctl = _libc.prctl
@@ -99,7 +101,9 @@ class Child:
             try:
                 self.popen.wait(grace)
             except subprocess.TimeoutExpired:
-                logger.warning("%s (pid %d) ignored SIGTERM for %.1fs; sending SIGKILL", self.name, self.pid, grace)
+                logger.warning(
+                    "%s (pid %d) ignored SIGTERM for %.1fs; sending SIGKILL", self.name, self.pid, grace
+                )
                 signal_group(self.pid, signal.SIGKILL)
                 self.popen.wait()
         # members of the group that outlived the leader

@@ -1,8 +1,9 @@
 """pytest plugin: ``control_plane`` (session) and ``k8s_namespace`` (per test) fixtures, ``cluster`` marker.
 
-Enable with ``pytest_plugins = ["unicore_devcluster.pytest_plugin"]``. The session fixture starts a DevCluster in a
-temporary folder once and stops it at the end of the session (every process, even when tests fail). With
-``UNICORE_DEVCLUSTER_ATTACH=1`` it uses the cluster that ``unicore-devcluster up`` runs instead (``make cluster-up``).
+Enable with ``pytest_plugins = ["unicore_devcluster.pytest_plugin"]``. The session fixture starts a DevCluster
+in a temporary folder once and stops it at the end of the session (every process, even when tests fail). With
+``UNICORE_DEVCLUSTER_ATTACH=1`` it uses the cluster that ``unicore-devcluster up`` runs instead (``make
+cluster-up``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from unicore_devcluster.wait import wait_until
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "cluster: needs the local Kubernetes control plane (unicore_devcluster)")
+    config.addinivalue_line(
+        "markers", "cluster: needs the local Kubernetes control plane (unicore_devcluster)"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """PodRunner: the kubelet's part. Runs pods bound to the fake nodes as local processes.
 
-For each pod bound to one of its nodes it runs the first container's command and args as a local process (in its
-own process group) with the pod's env and a kubeconfig holding a TokenRequest token for the pod's ServiceAccount,
-reports Running then Succeeded/Failed with the exit code through pods/status, keeps the output in a log file, and
-on deletion sends SIGTERM, waits the grace period, sends SIGKILL and force-deletes the pod.
+For each pod bound to one of its nodes it runs the first container's command and args as a local process (in
+its own process group) with the pod's env and a kubeconfig holding a TokenRequest token for the pod's
+ServiceAccount, reports Running then Succeeded/Failed with the exit code through pods/status, keeps the output
+in a log file, and on deletion sends SIGTERM, waits the grace period, sends SIGKILL and force-deletes the pod.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ Key = tuple[str, str]
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_path() -> str:
@@ -84,7 +84,8 @@ def _exit_code(returncode: int) -> int:
 
 
 class PodRunner:
-    """Runs the pods bound to ``node_names`` (see module doc). Start with ``start()``, stop with ``stop()``."""
+    """Runs the pods bound to ``node_names`` (see module doc). Start with ``start()``, stop with
+    ``stop()``."""
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class PodRunner:
         path: str | None = None,
     ) -> None:
         self.api = api_client
-        self.core = client.CoreV1Api(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
         self.node_names = set(node_names)
         self.data_dir = Path(data_dir)
         self.server = server
@@ -112,7 +113,10 @@ class PodRunner:
 
     # ------------------------------------------------------------------ public API
     def start(self) -> None:
-        for target, name in ((self._work, "devcluster-runner"), (self._watch_loop, "devcluster-runner-watch")):
+        for target, name in (
+            (self._work, "devcluster-runner"),
+            (self._watch_loop, "devcluster-runner-watch"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -129,7 +133,9 @@ class PodRunner:
         with self._lock:
             pods = list(self._pods.values())
         stoppers = [
-            threading.Thread(target=self._kill, args=(pod, STOP_GRACE), daemon=True) for pod in pods if pod.child
+            threading.Thread(target=self._kill, args=(pod, STOP_GRACE), daemon=True)
+            for pod in pods
+            if pod.child
         ]
         for thread in stoppers:
             thread.start()
@@ -217,7 +223,11 @@ class PodRunner:
     def _due_restarts(self) -> None:
         now = time.monotonic()
         with self._lock:
-            due = [pod.key for pod in self._pods.values() if pod.restart_due is not None and pod.restart_due <= now]
+            due = [
+                pod.key
+                for pod in self._pods.values()
+                if pod.restart_due is not None and pod.restart_due <= now
+            ]
         for key in due:
             self._enqueue(key)
 
@@ -282,7 +292,9 @@ class PodRunner:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                raise PodSetupError("CreateContainerConfigError", f"serviceaccount {sa_name!r} not found") from exc
+                raise PodSetupError(
+                    "CreateContainerConfigError", f"serviceaccount {sa_name!r} not found"
+                ) from exc
         path = pod_dir / "kubeconfig"
         token = None
         if automount is not False:
@@ -291,7 +303,12 @@ class PodRunner:
                 "kind": "TokenRequest",
                 "spec": {
                     "expirationSeconds": TOKEN_SECONDS,
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    },
                 },
             }
             resp = self.core.create_namespaced_service_account_token(sa_name, meta["namespace"], body)
@@ -335,9 +352,15 @@ class PodRunner:
         tracked.exit_code = None
         tracked.reported_exit = False
         tracked.child = spawn(
-            f"pod {tracked.namespace}/{tracked.name}", plan.argv, log_path=tracked.log_path, env=plan.env, cwd=plan.cwd
+            f"pod {tracked.namespace}/{tracked.name}",
+            plan.argv,
+            log_path=tracked.log_path,
+            env=plan.env,
+            cwd=plan.cwd,
         )
-        logger.info("pod %s/%s: started %s (pid %d)", tracked.namespace, tracked.name, plan.argv[0], tracked.child.pid)
+        logger.info(
+            "pod %s/%s: started %s (pid %d)", tracked.namespace, tracked.name, plan.argv[0], tracked.child.pid
+        )
         threading.Thread(target=self._await_exit, args=(tracked, tracked.child), daemon=True).start()
         self._patch_status(tracked, self._running_status(tracked))
 
@@ -370,9 +393,17 @@ class PodRunner:
         meta = pod["metadata"]
         container = (pod.get("spec", {}).get("containers") or [{}])[0]
         lost = PodProcess(
-            namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], container=container.get("name", "main"),
-            image=container.get("image", ""), restart_policy="Never", pod_dir=self.data_dir, log_path=self.data_dir,
-            exit_code=137, finished_at=_now(), started_at=_now(),
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta["uid"],
+            container=container.get("name", "main"),
+            image=container.get("image", ""),
+            restart_policy="Never",
+            pod_dir=self.data_dir,
+            log_path=self.data_dir,
+            exit_code=137,
+            finished_at=_now(),
+            started_at=_now(),
         )
         self._patch_status(lost, self._terminated_status(lost, reason="RunnerRestarted"))
 
@@ -384,7 +415,9 @@ class PodRunner:
                 if grace is None:
                     grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
                 logger.info("pod %s/%s deleted: SIGTERM, grace %ss", tracked.namespace, tracked.name, grace)
-                threading.Thread(target=self._kill_then_requeue, args=(tracked, float(grace)), daemon=True).start()
+                threading.Thread(
+                    target=self._kill_then_requeue, args=(tracked, float(grace)), daemon=True
+                ).start()
             return
         if tracked is not None and tracked.child is not None and not tracked.reported_exit:
             tracked.reported_exit = True
@@ -413,7 +446,9 @@ class PodRunner:
             self.core.delete_namespaced_pod(
                 meta["name"],
                 meta["namespace"],
-                body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])),
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                ),
             )
             logger.info("pod %s/%s removed", meta["namespace"], meta["name"])
         except ApiException as exc:
@@ -438,7 +473,11 @@ class PodRunner:
             ("ContainersReady", ready),
             ("Ready", ready),
         ):
-            cond: dict[str, Any] = {"type": kind, "status": "True" if value else "False", "lastTransitionTime": now}
+            cond: dict[str, Any] = {
+                "type": kind,
+                "status": "True" if value else "False",
+                "lastTransitionTime": now,
+            }
             if not value and reason:
                 cond["reason"] = reason
             out.append(cond)

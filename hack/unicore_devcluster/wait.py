@@ -21,9 +21,11 @@ def wait_until(
     interval: float = 0.05,
     max_interval: float = 0.5,
 ) -> T:
-    """Call ``predicate`` until it returns a truthy value and return it; raise WaitTimeout after ``timeout`` s.
+    """Call ``predicate`` until it returns a truthy value and return it; raise WaitTimeout after
+    ``timeout`` s.
 
-    Exceptions raised by ``predicate`` count as "not yet" (the state may not exist yet); the last one is reported.
+    Exceptions raised by ``predicate`` count as "not yet" (the state may not exist yet); the last one is
+    reported.
     The poll interval grows from ``interval`` to ``max_interval``.
     """
     deadline = time.monotonic() + timeout

@@ -1,7 +1,8 @@
 """The local control plane is real: scheduler, Job controller, GC, PodSecurity, RBAC, pod lifecycle, cleanup.
 
-Everything runs against real etcd / kube-apiserver / kube-controller-manager / kube-scheduler processes started by
-``unicore_devcluster`` (fixture ``control_plane``). No fixed sleeps: every wait polls observable state.
+Everything runs against real etcd / kube-apiserver / kube-controller-manager / kube-scheduler processes
+started by ``unicore_devcluster`` (fixture ``control_plane``). No fixed sleeps: every wait polls observable
+state.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
-from tests.waiting import wait_for
 from unicore_devcluster import GPU_NODE, DevCluster
 from unicore_devcluster.procs import alive
+
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -96,10 +97,16 @@ def test_gpu_job_runs_on_gpu_node_and_completes(
                             "name": "turn",
                             "image": "unicore/agent:test",
                             "command": ["python", "-c"],
-                            "args": ["import os; print('turn ran in', os.environ['POD_NAME'], 'gpu', os.environ['G'])"],
+                            "args": [
+                                "import os; "
+                                "print('turn ran in', os.environ['POD_NAME'], 'gpu', os.environ['G'])"
+                            ],
                             "env": [
                                 {"name": "G", "value": "one"},
-                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {
+                                    "name": "POD_NAME",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                                },
                             ],
                             "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}},
                         }
@@ -139,7 +146,9 @@ def test_failed_command_reports_exit_code(core: client.CoreV1Api, k8s_namespace:
     assert (state.exit_code, state.reason) == (3, "Error")
 
 
-def test_too_many_gpus_stays_pending_with_failed_scheduling(core: client.CoreV1Api, k8s_namespace: str) -> None:
+def test_too_many_gpus_stays_pending_with_failed_scheduling(
+    core: client.CoreV1Api, k8s_namespace: str
+) -> None:
     ns = k8s_namespace
     pod = python_pod(
         "greedy",
@@ -176,7 +185,9 @@ def test_deleting_owner_garbage_collects_dependents(core: client.CoreV1Api, k8s_
     wait_for(dependents_gone, timeout=60, what="the garbage collector to delete the dependents")
 
 
-def test_restricted_namespace_rejects_privileged_pod(core: client.CoreV1Api, control_plane: DevCluster) -> None:
+def test_restricted_namespace_rejects_privileged_pod(
+    core: client.CoreV1Api, control_plane: DevCluster
+) -> None:
     name = f"restricted-{os.getpid()}-{time.monotonic_ns() % 100000}"
     core.create_namespace(
         {"metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -238,7 +249,9 @@ def test_pod_process_has_exactly_its_service_account_rbac(
         container={"env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]},
     )
     core.create_namespaced_pod(ns, pod)
-    wait_for(lambda: pod_phase(core, ns, "rbac-probe") in ("Succeeded", "Failed"), timeout=60, what="probe to end")
+    wait_for(
+        lambda: pod_phase(core, ns, "rbac-probe") in ("Succeeded", "Failed"), timeout=60, what="probe to end"
+    )
     log = control_plane.read_log(ns, "rbac-probe")
     assert pod_phase(core, ns, "rbac-probe") == "Succeeded", log
     result = json.loads(log.split("RESULT", 1)[1])
@@ -272,7 +285,9 @@ def test_deleting_running_pod_sends_sigterm_then_sigkill(
     )
     core.create_namespaced_pod(ns, pod)
     wait_for(lambda: pod_phase(core, ns, "sleeper") == "Running", timeout=30, what="pod Running")
-    started = wait_for(lambda: "pid " in control_plane.read_log(ns, "sleeper"), timeout=30, what="the pid line")
+    started = wait_for(
+        lambda: "pid " in control_plane.read_log(ns, "sleeper"), timeout=30, what="the pid line"
+    )
     assert started
     pid = int(control_plane.read_log(ns, "sleeper").split("pid ", 1)[1].split()[0])
     assert alive(pid)
@@ -294,8 +309,13 @@ def test_cli_up_down_leaves_no_process(control_plane: DevCluster, tmp_path: Path
     data_dir = Path(f"/tmp/unicore-devcluster-cli-{os.getpid()}")
     env = {**os.environ, **control_plane.env()}  # reuse the binaries
     cli = [sys.executable, "-m", "unicore_devcluster.cli"]
-    up = subprocess.run([*cli, "up", "--detach", "--data-dir", str(data_dir)], env=env, capture_output=True,
-                        text=True, timeout=180)
+    up = subprocess.run(
+        [*cli, "up", "--detach", "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     try:
         assert up.returncode == 0, up.stderr
         kubeconfig = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
@@ -303,16 +323,36 @@ def test_cli_up_down_leaves_no_process(control_plane: DevCluster, tmp_path: Path
         state = json.loads((data_dir / "devcluster.json").read_text())
         pids = {name: p["pid"] for name, p in state["processes"].items()}
         pids["supervisor"] = state["supervisor"]["pid"]
-        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "supervisor"}
+        assert set(pids) == {
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "supervisor",
+        }
         assert all(alive(pid) for pid in pids.values())
 
         kubectl = ["kubectl", "--kubeconfig", kubeconfig]
-        nodes = subprocess.run([*kubectl, "get", "nodes", "-o", "json"], capture_output=True, text=True, check=True)
-        assert {n["metadata"]["name"] for n in json.loads(nodes.stdout)["items"]} == {"unicore-gpu-0", "unicore-cpu-0"}
-        manifest = json.dumps(python_pod("idle", "import time\nprint('pid', __import__('os').getpid(), flush=True)\n"
-                                                 "while True: time.sleep(1)"))
-        subprocess.run([*kubectl, "apply", "-n", "default", "-f", "-"], input=manifest, text=True, check=True,
-                       capture_output=True)
+        nodes = subprocess.run(
+            [*kubectl, "get", "nodes", "-o", "json"], capture_output=True, text=True, check=True
+        )
+        assert {n["metadata"]["name"] for n in json.loads(nodes.stdout)["items"]} == {
+            "unicore-gpu-0",
+            "unicore-cpu-0",
+        }
+        manifest = json.dumps(
+            python_pod(
+                "idle",
+                "import time\nprint('pid', __import__('os').getpid(), flush=True)\nwhile True: time.sleep(1)",
+            )
+        )
+        subprocess.run(
+            [*kubectl, "apply", "-n", "default", "-f", "-"],
+            input=manifest,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
 
         def pod_pid() -> int | None:
             logs = list((data_dir / "pods").glob("default_idle_*/main.log"))
@@ -322,8 +362,9 @@ def test_cli_up_down_leaves_no_process(control_plane: DevCluster, tmp_path: Path
         pids["pod"] = wait_for(pod_pid, timeout=60, what="the pod process to start")
         assert alive(pids["pod"])
     finally:
-        down = subprocess.run([*cli, "down", "--data-dir", str(data_dir)], env=env, capture_output=True, text=True,
-                              timeout=120)
+        down = subprocess.run(
+            [*cli, "down", "--data-dir", str(data_dir)], env=env, capture_output=True, text=True, timeout=120
+        )
     assert down.returncode == 0, down.stderr
     left = {name: pid for name, pid in pids.items() if alive(pid)}
     assert not left, f"processes left after down: {left}"
