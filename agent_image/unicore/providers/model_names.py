@@ -59,7 +59,7 @@ FALLBACK: dict[str, tuple[str, bool]] = {
 
 GEO_PREFIXES = ("us-gov", "us", "eu", "apac", "ca", "jp", "au", "global")
 _FULL_ID = re.compile(r"^(arn:aws[a-z-]*:bedrock:|[a-z0-9-]+\.[a-z0-9])")
-_DATE = re.compile(r"-\d{8}(?=-|$)")
+_DATE = re.compile(r"-(?:\d{8}|\d{4})(?=-|$)")  # release date (or Mistral's yymm)
 _VERSION = re.compile(r"-v\d+(?::\d+)?(?::\d+k)?$|:\d+$")
 
 
@@ -84,12 +84,15 @@ def short_name(model_id: str) -> str:
     parts = name.split(".")
     if len(parts) >= 3 and parts[0] in GEO_PREFIXES:
         parts = parts[1:]
-    if len(parts) >= 2:
-        parts = parts[1:]  # provider
+    provider = parts[0] if len(parts) >= 2 else ""
+    if provider:
+        parts = parts[1:]
     name = ".".join(parts)
     name = _VERSION.sub("", name)
     name = _DATE.sub("", name)
     name = name.replace("-instruct", "")
+    if provider and len(name) <= 3:  # deepseek.r1-v1:0 -> deepseek-r1
+        name = f"{provider}-{name}"
     return name
 
 

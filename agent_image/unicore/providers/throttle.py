@@ -117,8 +117,11 @@ return 0
 
 _THROTTLED = """
 local st = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[4])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local mult = tonumber(redis.call('HGET', st, 'mult') or '1') or 1
 mult = math.min(tonumber(ARGV[2]), mult * tonumber(ARGV[1]))
 local pause = tonumber(redis.call('HGET', st, 'pause_until') or '0') or 0
@@ -191,6 +194,9 @@ class ThrottleCoordinator:
         self._throttled = client.register_script(_THROTTLED)
         self._succeeded = client.register_script(_SUCCEEDED)
 
+    def _now_arg(self) -> str:
+        return "" if self._clock_ms is None else str(int(self._clock_ms()))
+
     @property
     def _labels(self) -> dict[str, str]:
         return {"model": self.model_key}
@@ -198,7 +204,7 @@ class ThrottleCoordinator:
     def try_acquire(self, estimated_tokens: int, admission_id: str | None = None) -> tuple[bool, float, int, float]:
         """One attempt: (admitted, seconds to wait, server time ms, multiplier). Admits with ``admission_id``."""
         lim = self.limits
-        now = "" if self._clock_ms is None else str(int(self._clock_ms()))
+        now = self._now_arg()
         admitted, wait_ms, now_ms, mult_ppm = self._acquire(
             keys=list(self._keys),
             args=[
@@ -254,7 +260,8 @@ class ThrottleCoordinator:
         try:
             ppm = self._throttled(
                 keys=[self._keys[2]],
-                args=[self.limits.throttle_factor, self.limits.max_multiplier, int(backoff_seconds * 1000)],
+                args=[self.limits.throttle_factor, self.limits.max_multiplier, int(backoff_seconds * 1000),
+                      self._now_arg()],
             )
         except redis.RedisError as exc:
             log.warning("could not share throttling of %s: %s", self.model_key, exc)
