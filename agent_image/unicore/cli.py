@@ -1,0 +1,299 @@
+"""``unicore`` (local mode and inspection) and ``unicore-turn`` (one turn; the Kubernetes Job entrypoint).
+
+``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print the answer
+``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
+``unicore show TASK [--json]``                                      the transcript, turn by turn
+``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
+
+Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments. ``unicore-turn``: see ``unicore.turn``.
+``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from unicore import log as unicore_log
+from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.history import message_text
+from unicore.launch.embedded_redis import redis_url, unicore_home
+from unicore.schema import TaskSpec, validate_task_id
+from unicore.state.records import TaskRecord
+from unicore.state.store import TaskStore, connect
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"unicore: error: {message}", file=sys.stderr)
+    return code
+
+
+def _store() -> TaskStore:
+    return TaskStore(connect(redis_url()))
+
+
+# --------------------------------------------------------------------------- model selection
+
+
+def resolve_model_spec(model: str, script_file: str | None, client: redis.Redis) -> tuple[str, dict[str, Any] | None]:
+    """Validate ``--model``/``--script`` up front; return (model spec to store, script dict to store).
+
+    A script file is read once here and stored with the root task (children inherit it), so turn processes
+    do not depend on the working directory.
+    """
+    from unicore.providers.scripted import load_script
+
+    script: dict[str, Any] | None = None
+    if script_file:
+        if model not in ("scripted", ""):
+            raise ConfigError("--script goes with the scripted model (omit --model or use --model scripted)")
+        script = load_script(Path(script_file)).model_dump(exclude_none=True)
+        model = "scripted"
+    elif model.startswith("scripted:"):
+        script = load_script(Path(model.split(":", 1)[1])).model_dump(exclude_none=True)
+        model = "scripted"
+    try:
+        from unicore.providers.registry import resolve_model  # type: ignore[attr-defined]
+    except ImportError:
+        from unicore.providers.scripted import resolve_scripted as resolve_model
+    resolve_model(model, redis=client, script=script)  # a bad spec / missing credentials fail here, clearly
+    return model, script
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: float | None) -> int:
+    from unicore.launch.local import LocalSupervisor
+
+    root = store.get_task(task_id).root
+    events = (lambda text: None) if quiet else (lambda text: print(f"[unicore] {text}", file=sys.stderr))
+    supervisor = LocalSupervisor(store.redis, url, log_dir=unicore_home() / "logs", on_event=events)
+    report = supervisor.run_until_settled(root, timeout=timeout)
+    if not report.settled:
+        print(f"[unicore] the tree of {root} did not settle within {timeout}s", file=sys.stderr)
+        return EXIT_FAILED
+    if report.failures:
+        for failed, code in report.failures.items():
+            error = store.get_task(failed).last_error
+            print(f"[unicore] turn of {failed} failed (exit {code}): {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    url = redis_url()
+    store = TaskStore(connect(url))
+    name = args.name or f"task-{uuid.uuid4().hex[:8]}"
+    try:
+        validate_task_id(name)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    model, script = resolve_model_spec(args.model, args.script, store.redis)
+    spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "")
+    if args.max_iterations:
+        spec.limits.max_iterations = args.max_iterations
+    if args.no_summary:
+        spec.limits.summarize_turns = False
+    if not store.create_task(spec):
+        store.queue_text(name, args.prompt)
+        print(f"[unicore] task {name} exists: the prompt was sent to it as a new message", file=sys.stderr)
+    store.activate(name, "run")
+    code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
+    record = store.get_task(name)
+    if record.last_response:
+        print(record.last_response)
+    return code
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    url = redis_url()
+    store = TaskStore(connect(url))
+    store.queue_text(args.task, args.text, message_id=args.id)
+    store.activate(args.task, "send")
+    if args.no_wait:
+        print(f"queued for {args.task}")
+        return EXIT_OK
+    code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
+    print(store.get_task(args.task).last_response)
+    return code
+
+
+def _block_lines(block: dict[str, Any]) -> list[str]:
+    if "text" in block:
+        return [str(block["text"])]
+    if "toolUse" in block:
+        use = block["toolUse"]
+        return [f"[tool call {use.get('name')} {use.get('toolUseId')}] {json.dumps(use.get('input'))}"]
+    if "toolResult" in block:
+        result = block["toolResult"]
+        body = " ".join(str(c.get("text", json.dumps(c.get("json")))) for c in result.get("content", []))
+        status = result.get("status", "success")
+        return [f"[tool result {result.get('toolUseId')} {status}] {body}"]
+    return [json.dumps(block)]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = _store()
+    record = store.get_task(args.task)
+    turns = store.load_history(args.task)
+    if args.json:
+        print(json.dumps({"task": record.model_dump(mode="json"),
+                          "turns": [turn.model_dump(mode="json") for turn in turns],
+                          "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)]}, indent=2))
+        return EXIT_OK
+    print(f"Task {record.id}  status={record.status}  model={record.model}  turns={record.turns}  "
+          f"tokens={record.total_tokens}" + (f"  parent={record.parent}" if record.parent else ""))
+    if record.last_error:
+        print(f"Last error: {record.last_error}")
+    for turn in turns:
+        print(f"\n=== Turn {turn.turn_number} ===")
+        for message in turn.messages:
+            who = "User" if message.role == "user" else "Assistant"
+            for line in (line for block in message.content for line in _block_lines(block)):
+                print(f"{who}: {line}")
+        if turn.note:
+            print(f"(note: {turn.note})")
+        if turn.summary:
+            print(f"(summary: {turn.summary})")
+    pending = store.pending_count(args.task)
+    if pending:
+        print(f"\n({pending} message(s) waiting in the inbox)")
+    return EXIT_OK
+
+
+def _tree_line(depth: int, record: TaskRecord) -> str:
+    last = record.last_response.strip().splitlines()[0] if record.last_response.strip() else ""
+    last = last if len(last) <= 60 else last[:57] + "..."
+    return (f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{record.status}]  turns={record.turns}  "
+            f"tokens={record.total_tokens}" + (f"  last: {last}" if last else ""))
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    store = _store()
+    if args.task:
+        roots = [args.task]
+    else:
+        roots = [t for t in store.list_tasks() if not store.get_task(t).parent]
+    if not roots:
+        print("no tasks")
+    for root in roots:
+        for depth, record in store.tree(root):
+            print(_tree_line(depth, record))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="unicore", description="UniCore local mode: run and inspect agent task trees.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="create a root task and run its tree until it settles")
+    run.add_argument("prompt", help="the first user message")
+    run.add_argument("--model", default="scripted", help="scripted, scripted:PATH, bedrock:NAME, openai:NAME")
+    run.add_argument("--name", help="task name (lowercase letters, digits, '-'); default: a random one")
+    run.add_argument("--script", help="scripted model file (YAML or JSON)")
+    run.add_argument("--system", help="extra system prompt for the root task")
+    run.add_argument("--max-iterations", type=int, help="model calls per turn (default 250)")
+    run.add_argument("--no-summary", action="store_true", help="do not summarize turns")
+    run.add_argument("--timeout", type=float, help="give up after this many seconds")
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    run.set_defaults(func=cmd_run)
+
+    send = sub.add_parser("send", help="send a message to a task and run its tree again")
+    send.add_argument("task")
+    send.add_argument("text")
+    send.add_argument("--id", help="message id (a repeated id is accepted once)")
+    send.add_argument("--no-wait", action="store_true", help="queue only; do not run turns")
+    send.add_argument("--timeout", type=float)
+    send.add_argument("--quiet", "-q", action="store_true")
+    send.set_defaults(func=cmd_send)
+
+    show = sub.add_parser("show", help="print a task's transcript")
+    show.add_argument("task")
+    show.add_argument("--json", action="store_true", help="the stored turns and messages as JSON")
+    show.set_defaults(func=cmd_show)
+
+    tree = sub.add_parser("tree", help="print the task tree with statuses")
+    tree.add_argument("task", nargs="?")
+    tree.set_defaults(func=cmd_tree)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    unicore_log.configure(os.environ.get("UNICORE_LOG_LEVEL", "WARNING"))
+    try:
+        code = int(args.func(args))
+    except (ConfigError, TaskNotFound, MessageTooLarge) as exc:
+        code = _fail(str(exc))
+    except UniCoreError as exc:
+        code = _fail(f"{type(exc).__name__}: {exc}")
+    except redis.RedisError as exc:
+        code = _fail(f"Redis: {exc}")
+    except KeyboardInterrupt:
+        code = _fail("interrupted", 130)
+    return code
+
+
+def turn_main(argv: Sequence[str] | None = None) -> int:
+    """``unicore-turn TASK``: run exactly one turn of TASK and exit with its code (see ``unicore.turn``)."""
+    from unicore.turn import EXIT_FAILED as TURN_FAILED
+    from unicore.turn import run_turn
+    from unicore.turn_signals import install_cancel_handlers
+
+    parser = _Parser(prog="unicore-turn", description="Run one agent turn of a task, then exit.")
+    parser.add_argument("task", nargs="?", default=os.environ.get("UNICORE_TASK_ID"),
+                        help="task id (default: $UNICORE_TASK_ID)")
+    args = parser.parse_args(argv)
+    if not args.task:
+        parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
+    unicore_log.configure()
+    cancel = threading.Event()
+    install_cancel_handlers(cancel)
+    try:
+        client = connect(redis_url())
+        spawner = _spawner_from_env(client)
+        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel)
+        code = outcome.exit_code
+        if outcome.error:
+            print(f"unicore-turn: {args.task}: {outcome.error}", file=sys.stderr)
+    except (ConfigError, redis.RedisError) as exc:
+        code = _fail(str(exc), TURN_FAILED)
+    return code
+
+
+def _spawner_from_env(client: redis.Redis) -> Any:
+    kind = os.environ.get("UNICORE_SPAWNER", "local")
+    if kind == "local":
+        return None  # run_turn's default: the local spawner
+    if kind == "kubernetes":
+        try:
+            from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise ConfigError(f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}") from None
+        return KubernetesSpawner.from_env(TaskStore(client))
+    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {kind!r}")
+
+
+__all__ = ["main", "turn_main", "message_text"]
+
+if __name__ == "__main__":
+    sys.exit(main())

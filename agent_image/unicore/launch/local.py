@@ -1,0 +1,229 @@
+"""Local mode (seed 000's process-per-task model): run a task tree on this machine until it settles.
+
+The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as a
+safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an unfinished turn
+whose process died), no live lease, no process of ours already running it. Children run in parallel. It returns
+when every task of the tree is idle with an empty inbox and no process is left.
+
+Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
+while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
+child. Any other message (user, tool result) starts the parent at once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from unicore.log import get_logger
+from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.state.store import TaskStore
+
+log = get_logger("launch.local")
+
+CONSUMER_GROUP = "local"
+DEFAULT_HOLD_SECONDS = 120.0
+
+
+@dataclass
+class TurnRun:
+    task_id: str
+    process: subprocess.Popen[bytes]
+    started: float
+    log_path: Path | None
+
+
+@dataclass
+class SettleReport:
+    settled: bool
+    turns_run: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # task id -> exit code of its failed turn
+    exit_codes: list[tuple[str, int]] = field(default_factory=list)
+
+
+def turn_command(task_id: str) -> list[str]:
+    """``unicore-turn TASK`` from this interpreter's environment."""
+    script = Path(sys.executable).with_name("unicore-turn")
+    if script.exists():
+        return [str(script), task_id]
+    return [sys.executable, "-c", "import sys; from unicore.cli import turn_main; sys.exit(turn_main())", task_id]
+
+
+class LocalSupervisor:
+    def __init__(self, client: redis.Redis, redis_url: str, *, log_dir: Path | None = None,
+                 poll_seconds: float = 0.2, scan_seconds: float = 1.0, batch_completions: bool = True,
+                 hold_seconds: float = DEFAULT_HOLD_SECONDS, env: dict[str, str] | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
+        self.store = TaskStore(client)
+        self.redis = client
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.poll_seconds = poll_seconds
+        self.scan_seconds = scan_seconds
+        self.batch_completions = batch_completions
+        self.hold_seconds = hold_seconds
+        self.env = env or {}
+        self.on_event = on_event or (lambda text: log.info("%s", text))
+        self.consumer = f"local-{os.getpid()}"
+        self.running: dict[str, TurnRun] = {}
+        self.held_since: dict[str, float] = {}
+        self.failed: dict[str, int] = {}
+        self._ensure_group()
+
+    def _ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(ACTIVATIONS_STREAM, CONSUMER_GROUP, id="$", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    # ---- scope
+
+    def tree_ids(self, root_id: str) -> list[str]:
+        ids, stack = [], [root_id]
+        while stack:
+            task_id = stack.pop()
+            ids.append(task_id)
+            stack.extend(self.store.children(task_id))
+        return ids
+
+    # ---- processes
+
+    def _start(self, task_id: str) -> None:
+        env = {**os.environ, **self.env, "REDIS_URL": self.redis_url, "UNICORE_TASK_ID": task_id,
+               "UNICORE_SPAWNER": "local"}
+        log_path = None
+        stdout: int | object = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{task_id.replace('/', '__')}.log"
+            stdout = open(log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
+        process = subprocess.Popen(turn_command(task_id), env=env, stdout=stdout, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
+        if self.log_dir is not None:
+            stdout.close()  # type: ignore[union-attr]
+        self.running[task_id] = TurnRun(task_id, process, time.monotonic(), log_path)
+        self.held_since.pop(task_id, None)
+        self.on_event(f"turn started: {task_id} (pid {process.pid})")
+
+    def _reap(self, report: SettleReport) -> None:
+        for task_id, run in list(self.running.items()):
+            code = run.process.poll()
+            if code is None:
+                continue
+            del self.running[task_id]
+            report.turns_run += 1
+            report.exit_codes.append((task_id, code))
+            if code in (0, 3):  # 3: another live turn holds the lease; it will finish the work
+                self.on_event(f"turn finished: {task_id} (exit {code}, {time.monotonic() - run.started:.1f}s)")
+            else:
+                report.failures[task_id] = code
+                self.failed[task_id] = code
+                where = f"; log: {run.log_path}" if run.log_path else ""
+                self.on_event(f"turn FAILED: {task_id} (exit {code}){where}")
+
+    def stop_all(self, timeout: float = 10.0) -> None:
+        """SIGTERM every running turn (they stop at a safe point), then wait."""
+        for run in self.running.values():
+            if run.process.poll() is None:
+                run.process.terminate()
+        deadline = time.monotonic() + timeout
+        for run in self.running.values():
+            try:
+                run.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                run.process.kill()
+                run.process.wait()
+        self.running.clear()
+
+    # ---- decisions
+
+    def _held(self, task_id: str) -> bool:
+        """Hold a parent whose inbox holds only child completions while other children are still busy."""
+        if not self.batch_completions:
+            return False
+        entries = self.store.inbox(task_id)
+        if not entries or any(entry.type != "completion" for entry in entries):
+            return False
+        busy = [child for child in self.store.children(task_id)
+                if child not in self.failed and (child in self.running or self._busy(child))]
+        if not busy:
+            return False
+        first = self.held_since.setdefault(task_id, time.monotonic())
+        return time.monotonic() - first < self.hold_seconds
+
+    def _busy(self, task_id: str) -> bool:
+        """Pending inbox, a live lease, or a turn not finished (status running)."""
+        keys = self.store.keys(task_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(keys.inbox)
+        pipe.exists(keys.lease)
+        pipe.hget(keys.task, "status")
+        pending, leased, status = pipe.execute()
+        return bool(pending) or bool(leased) or status == "running"
+
+    def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
+        if task_id in self.running or task_id in self.failed:
+            return False
+        if not self.store.needs_turn(task_id) or self._held(task_id):
+            return False
+        self._start(task_id)
+        return True
+
+    def _read_activations(self, block_ms: int) -> list[str]:
+        try:
+            reply = self.redis.xreadgroup(CONSUMER_GROUP, self.consumer, {ACTIVATIONS_STREAM: ">"},
+                                          count=100, block=block_ms)
+        except redis.ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                self._ensure_group()
+                return []
+            raise
+        task_ids: list[str] = []
+        for _stream, entries in reply or []:
+            ids = []
+            for entry_id, fields in entries:
+                ids.append(entry_id)
+                if fields.get("task"):
+                    task_ids.append(fields["task"])
+            if ids:
+                self.redis.xack(ACTIVATIONS_STREAM, CONSUMER_GROUP, *ids)
+        return task_ids
+
+    # ---- the loop
+
+    def run_until_settled(self, root_id: str, *, timeout: float | None = None) -> SettleReport:
+        """Run turns of the tree under ``root_id`` until it settles (or ``timeout`` seconds pass)."""
+        report = SettleReport(settled=False)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_scan = 0.0
+        try:
+            while True:
+                self._reap(report)
+                now = time.monotonic()
+                started = False
+                if now >= next_scan or not self.running:
+                    tree = self.tree_ids(root_id)
+                    for task_id in tree:
+                        started |= self._maybe_start(task_id, report)
+                    next_scan = now + self.scan_seconds
+                    if not self.running and not started:
+                        if not any(self._busy(t) for t in tree if t not in self.failed):
+                            report.settled = True
+                            return report
+                if deadline is not None and time.monotonic() > deadline:
+                    return report
+                tree_set = set(self.tree_ids(root_id))
+                for task_id in self._read_activations(int(self.poll_seconds * 1000)):
+                    if task_id in tree_set:
+                        self._maybe_start(task_id, report)
+        except KeyboardInterrupt:
+            self.on_event("interrupted: stopping running turns")
+            self.stop_all()
+            raise

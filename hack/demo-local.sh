@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Local-mode demo: a scripted root task spawns three children that run in parallel as separate processes, then
+# answers with what they reported. Uses the embedded Redis (${UNICORE_HOME:-~/.unicore}/redis) unless REDIS_URL is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${VENV:-.venv}/bin"
+NAME="${DEMO_NAME:-demo}"
+
+# A previous demo tree of the same name would be continued rather than recreated: start clean.
+"$BIN/python" - "$NAME" <<'PY'
+import sys
+from unicore.launch.embedded_redis import redis_url
+from unicore.state.store import TaskStore, connect
+store = TaskStore(connect(redis_url()))
+root = sys.argv[1]
+if store.exists(root):
+    for _, record in reversed(store.tree(root)):
+        store.delete_task(record.id)
+PY
+
+echo "== unicore run"
+"$BIN/unicore" run --model scripted:examples/demo-script.yaml --name "$NAME" \
+  "Research three facts about water in parallel and report them."
+echo
+echo "== unicore tree $NAME"
+"$BIN/unicore" tree "$NAME"
+echo
+echo "== unicore show $NAME"
+"$BIN/unicore" show "$NAME"
