@@ -1,0 +1,115 @@
+{{/* Names are fixed: the kubectl plugin, turn pods and docs refer to them (docs/CONTRACT.md). */}}
+{{- define "unicore.operatorName" -}}unicore-operator{{- end }}
+{{- define "unicore.agentName" -}}unicore-agent{{- end }}
+{{- define "unicore.redisName" -}}unicore-redis{{- end }}
+{{- define "unicore.agentEnvName" -}}unicore-agent-env{{- end }}
+
+{{/* Cluster-scoped objects carry the release namespace so two releases never collide. */}}
+{{- define "unicore.clusterName" -}}unicore-operator-{{ .Release.Namespace }}{{- end }}
+
+{{- define "unicore.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: unicore
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: unicore
+{{- end }}
+
+{{/* selectorLabels: pass (dict "root" $ "component" "operator") */}}
+{{- define "unicore.selectorLabels" -}}
+app.kubernetes.io/name: unicore
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "unicore.image" -}}
+{{- $tag := .image.tag | default .root.Chart.AppVersion -}}
+{{- if eq $tag "latest" }}{{ fail "image tag `latest` is not allowed: pin a version" }}{{ end -}}
+{{ .image.repository }}:{{ $tag }}
+{{- end }}
+
+{{/* Every namespace whose turn pods need the agent ServiceAccount, Role and Secrets. */}}
+{{- define "unicore.agentNamespaces" -}}
+{{- $all := list .Release.Namespace -}}
+{{- range .Values.agent.extraNamespaces }}{{ $all = append $all . }}{{ end -}}
+{{- $all | uniq | toJson -}}
+{{- end }}
+
+{{/* The bundled Redis password: given, else read back from the release's Secret, else generated once per render. */}}
+{{- define "unicore.redisPassword" -}}
+{{- $memo := .Values.redis -}}
+{{- if not (hasKey $memo "_password") -}}
+{{-   $pw := .Values.redis.password -}}
+{{-   if not $pw -}}
+{{-     $existing := lookup "v1" "Secret" .Release.Namespace (include "unicore.redisName" .) -}}
+{{-     if and $existing $existing.data (index $existing.data "redis-password") -}}
+{{-       $pw = index $existing.data "redis-password" | b64dec -}}
+{{-     else -}}
+{{-       $pw = randAlphaNum 32 -}}
+{{-     end -}}
+{{-   end -}}
+{{-   $_ := set $memo "_password" $pw -}}
+{{- end -}}
+{{- $memo._password -}}
+{{- end }}
+
+{{/* The full Redis URL (with password) stored in the chart's unicore-redis Secret. */}}
+{{- define "unicore.redisURL" -}}
+{{- if .Values.redis.enabled -}}
+redis://:{{ include "unicore.redisPassword" . }}@{{ include "unicore.redisName" . }}.{{ .Release.Namespace }}.svc:6379/0
+{{- else -}}
+{{- $u := urlParse (required "redis.external.url is required when redis.enabled is false (or set redis.external.existingSecret)" .Values.redis.external.url) -}}
+{{- if and .Values.redis.external.password (not $u.userinfo) -}}
+{{ $u.scheme }}://:{{ .Values.redis.external.password | urlquery }}@{{ $u.host }}{{ $u.path }}{{ if $u.query }}?{{ $u.query }}{{ end }}
+{{- else -}}
+{{ .Values.redis.external.url }}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* Name of the Secret with key `redis-url` (operator and turn pods). */}}
+{{- define "unicore.redisSecretName" -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.existingSecret -}}
+{{ .Values.redis.external.existingSecret }}
+{{- else -}}
+{{ include "unicore.redisName" . }}
+{{- end -}}
+{{- end }}
+
+{{/* Does the chart render its own Secret with the Redis URL? */}}
+{{- define "unicore.redisSecretManaged" -}}
+{{- if or .Values.redis.enabled (not .Values.redis.external.existingSecret) }}true{{ end -}}
+{{- end }}
+
+{{/* The provider environment the chart stores in unicore-agent-env (name -> value). */}}
+{{- define "unicore.providerEnv" -}}
+{{- $p := .Values.provider -}}
+{{- $env := dict -}}
+{{- with $p.aws.region }}{{ $_ := set $env "AWS_REGION" . }}{{ $_ := set $env "AWS_DEFAULT_REGION" . }}{{ end -}}
+{{- with $p.aws.accessKeyId }}{{ $_ := set $env "AWS_ACCESS_KEY_ID" . }}{{ end -}}
+{{- with $p.aws.secretAccessKey }}{{ $_ := set $env "AWS_SECRET_ACCESS_KEY" . }}{{ end -}}
+{{- with $p.openai.baseUrl }}{{ $_ := set $env "OPENAI_BASE_URL" . }}{{ end -}}
+{{- with $p.openai.apiKey }}{{ $_ := set $env "OPENAI_API_KEY" . }}{{ end -}}
+{{- range $k, $v := $p.extraEnv }}{{ $_ := set $env $k (toString $v) }}{{ end -}}
+{{- $env | toJson -}}
+{{- end }}
+
+{{/* Name of the Secret turn pods get with envFrom (empty: none). */}}
+{{- define "unicore.agentEnvSecret" -}}
+{{- if .Values.provider.existingSecret -}}
+{{ .Values.provider.existingSecret }}
+{{- else if (include "unicore.providerEnv" . | fromJson) -}}
+{{ include "unicore.agentEnvName" . }}
+{{- end -}}
+{{- end }}
+
+{{/* The restricted Pod Security container securityContext. */}}
+{{- define "unicore.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
