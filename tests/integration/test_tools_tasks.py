@@ -168,7 +168,7 @@ def test_task_status_on_a_small_tree(store: TaskStore, redis_client: redis.Redis
     )
     x_at = next(i for i, line in enumerate(lines) if line.startswith("  - demo-a-x: running"))
     assert "LOOKS STUCK: no heartbeat for 10m" in lines[x_at + 1]
-    assert lines[x_at + 2].strip().startswith("in a model call for")
+    assert lines[x_at + 2].strip().startswith("last state: in a model call for")
     b_at = next(i for i, line in enumerate(lines) if line.startswith("- demo-b: idle, 1 turn(s)"))
     assert lines[b_at + 1].strip() == "last answer: B is done: 7"
     assert b_at > x_at  # the tree is printed depth first: demo-a, demo-a-x, then demo-b

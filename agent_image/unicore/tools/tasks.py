@@ -194,10 +194,11 @@ def render(info: dict[str, Any], indent: str) -> list[str]:
     lines = [head]
     if info.get("stuck"):
         lines.append(f"{indent}    LOOKS STUCK: {info['stuck_reason']} (the watchdog restarts stuck turns)")
+    last_state = "last state: " if info.get("stuck") else ""
     if "in_model_call_seconds" in info:
-        lines.append(f"{indent}    in a model call for {_age(info['in_model_call_seconds'])}")
+        lines.append(f"{indent}    {last_state}in a model call for {_age(info['in_model_call_seconds'])}")
     if "running_tool" in info:
-        lines.append(f"{indent}    running tool {info['running_tool']}")
+        lines.append(f"{indent}    {last_state}running tool {info['running_tool']}")
     tool = info.get("last_tool")
     if tool:
         age = f"{_age(tool['age_seconds'])} ago" if tool["age_seconds"] is not None else ""
