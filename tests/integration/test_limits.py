@@ -232,3 +232,21 @@ def test_bad_names_and_oversize_prompts_write_nothing(
     with pytest.raises(ToolError, match="parent task nope not found"):
         spawner.spawn("nope", "a", "p", None)
     assert snapshot(redis_url) == before
+
+
+def test_message_task_refused_by_budget_writes_nothing(
+    store: TaskStore, redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    store.create_task(TaskSpec(id="demo", prompt="go", limits=Limits(token_budget=100)))
+    assert spawn(store, "demo", tmp_path, {"name": "a", "prompt": "p"})[0] == "success"
+    redis_client.hset(store.keys("demo").task, "tree_total_tokens", 150)
+    ctx = ToolContext(task_id="demo", store=store, spawner=LocalSpawner(store), workspace=tmp_path)
+    before = snapshot(redis_url)
+    block = run_tool_call(
+        ctx,
+        toolset_for(store.get_task("demo")),
+        {"toolUse": {"toolUseId": "m", "name": "message_task", "input": {"task": "a", "message": "more"}}},
+    )
+    assert block["toolResult"]["status"] == "error"
+    assert "has used 150 of its 100 tokens" in block["toolResult"]["content"][0]["text"]
+    assert snapshot(redis_url) == before
