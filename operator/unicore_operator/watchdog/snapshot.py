@@ -1,0 +1,41 @@
+"""Assemble a :class:`Snapshot` from the watchdog's Kopf indexes (any ``Mapping[key, Iterable[view]]``).
+
+Kopf's ``Index`` maps each key to a ``Store`` (an iterable of the values indexed under it); a plain
+``dict[str, list]`` has the same shape, which is what the unit tests and the benchmark use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from unicore_operator.watchdog.scan import Snapshot
+from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
+
+V = TypeVar("V")
+
+
+def _first_by_key(index: Mapping[str, Iterable[V]]) -> dict[str, V]:
+    out: dict[str, V] = {}
+    for key, store in index.items():
+        for value in store:
+            out[key] = value
+            break
+    return out
+
+
+def _values(index: Mapping[str, Iterable[V]]) -> list[V]:
+    return [value for store in index.values() for value in store]
+
+
+def task_views(index: Mapping[str, Iterable[TaskView]]) -> dict[str, TaskView]:
+    return _first_by_key(index)
+
+
+def build_snapshot(
+    tasks: Mapping[str, Iterable[TaskView]],
+    jobs: Mapping[str, Iterable[JobView]],
+    pods: Mapping[str, Iterable[PodView]],
+    redis_states: Mapping[str, RedisTaskState],
+) -> Snapshot:
+    return Snapshot(tasks=_first_by_key(tasks), jobs=_values(jobs), pods=_values(pods), redis=redis_states)
