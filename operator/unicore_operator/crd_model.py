@@ -1,0 +1,165 @@
+"""Pydantic model of the AgentTask spec, checks beyond the CRD's CEL rules, and the TaskSpec the runtime stores.
+
+A spec that passes admission but fails here (an unknown model name, a script the scripted model cannot load) makes
+the task phase Failed with a clear message; the object and anything queued stay as they are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from unicore.errors import UniCoreError
+from unicore.schema import Limits, TaskSpec
+from unicore_operator import names
+
+
+class SpecInvalid(UniCoreError):
+    """The AgentTask spec cannot be run; the message says why."""
+
+
+class LimitsSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    max_iterations: int | None = Field(None, alias="maxIterations", ge=1)
+    max_depth: int | None = Field(None, alias="maxDepth", ge=0)
+    max_children: int | None = Field(None, alias="maxChildren", ge=0)
+    max_descendants: int | None = Field(None, alias="maxDescendants", ge=0)
+    token_budget: int | None = Field(None, alias="tokenBudget", ge=0)
+    turn_timeout_seconds: int | None = Field(None, alias="turnTimeoutSeconds", ge=1)
+    recursion: bool | None = None
+    summarize_turns: bool | None = Field(None, alias="summarizeTurns")
+
+    def set_fields(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ParentRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    uid: str | None = None
+
+
+class AgentTaskSpec(BaseModel):
+    """``spec`` of an AgentTask (camelCase in YAML)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    prompt: str | None = None
+    system_prompt: str | None = Field(None, alias="systemPrompt")
+    model: str | None = None
+    script: dict[str, Any] | None = None
+    tools: list[str] | None = None
+    child_tools: list[str] | None = Field(None, alias="childTools")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    parent_ref: ParentRef | None = Field(None, alias="parentRef")
+    suspend: bool = False
+    gpus: int | None = Field(None, ge=0)
+    resources: dict[str, Any] | None = None
+    node_selector: dict[str, str] | None = Field(None, alias="nodeSelector")
+    tolerations: list[dict[str, Any]] | None = None
+    priority_class_name: str | None = Field(None, alias="priorityClassName")
+    runtime_class_name: str | None = Field(None, alias="runtimeClassName")
+    queue_name: str | None = Field(None, alias="queueName")
+
+
+def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
+    """The typed spec, or SpecInvalid with every problem listed."""
+    try:
+        parsed = AgentTaskSpec.model_validate(dict(spec or {}))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise SpecInvalid(f"invalid AgentTask spec: {problems}") from exc
+    if parsed.parent_ref is None and not (parsed.prompt or "").strip():
+        raise SpecInvalid("spec.prompt is required for a root task (a task without spec.parentRef)")
+    if parsed.model:
+        check_model(parsed.model)
+    if parsed.script is not None:
+        check_script(parsed.script)
+    return parsed
+
+
+def _optional_attr(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr, None)
+    except ImportError:
+        return None
+
+
+def check_model(model: str) -> None:
+    parse_model_spec = _optional_attr("unicore.providers.registry", "parse_model_spec")
+    if parse_model_spec is None:
+        return
+    try:
+        parse_model_spec(model)
+    except (UniCoreError, ValueError) as exc:
+        raise SpecInvalid(f"spec.model {model!r}: {exc}") from exc
+
+
+def check_script(script: dict[str, Any]) -> None:
+    loader = _optional_attr("unicore.providers.scripted", "load_script") or _optional_attr(
+        "unicore.providers.scripted", "parse_script"
+    )
+    if loader is None:
+        return
+    try:
+        loader(script)
+    except (UniCoreError, ValueError, TypeError) as exc:
+        raise SpecInvalid(f"spec.script: {exc}") from exc
+
+
+def _parent_limits(parent_record: dict[str, str] | None) -> dict[str, Any]:
+    if not parent_record or not parent_record.get("limits"):
+        return {}
+    try:
+        raw = json.loads(parent_record["limits"])
+    except ValueError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _parent_json(parent_record: dict[str, str] | None, field: str) -> Any:
+    if not parent_record or not parent_record.get(field):
+        return None
+    try:
+        return json.loads(parent_record[field])
+    except ValueError:
+        return None
+
+
+def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent_record: dict[str, str] | None) -> TaskSpec:
+    """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits."""
+    parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
+    limits_data = {key: value for key, value in _parent_limits(parent_record).items() if key in Limits.model_fields}
+    limits_data.update(spec.limits.set_fields())
+    try:
+        limits = Limits.model_validate(limits_data)
+    except ValidationError as exc:
+        raise SpecInvalid(f"spec.limits: {exc.errors()[0]['msg']}") from exc
+    model = spec.model or (parent_record or {}).get("model") or "scripted"
+    script = spec.script if spec.script is not None else _parent_json(parent_record, "script")
+    try:
+        return TaskSpec(
+            id=names.task_id(namespace, name),
+            prompt=None,  # queued separately with an idempotent message id
+            parent=parent_id,
+            model=model,
+            system_prompt=spec.system_prompt or "",
+            tools=spec.tools,
+            child_tools=spec.child_tools,
+            limits=limits,
+            script=script,
+        )
+    except ValidationError as exc:
+        raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc
+
+
+def prompt_message_id(uid: str) -> str:
+    """The inbox message id of an AgentTask's spec.prompt: the same on every retry, so it is queued once."""
+    return f"prompt-{uid}"

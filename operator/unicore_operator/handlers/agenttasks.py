@@ -1,0 +1,135 @@
+"""AgentTask lifecycle: create (initialise Redis, queue the prompt, activate), suspend/resume, delete (finalizer),
+and child changes that the parent's status reflects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from unicore.errors import TaskNotFound
+from unicore.schema import InboxMessage
+from unicore_operator import events, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
+from unicore_operator.indexes import active_job, compact_task
+from unicore_operator.log import logger
+from unicore_operator.reconcile import _post, jobs_of, reconcile_task
+
+PARENT_WAIT_RETRIES = 30
+
+
+def _ctx(memo: kopf.Memo) -> OperatorContext:
+    ctx: OperatorContext | None = memo.get("ctx")
+    if ctx is None:
+        raise kopf.TemporaryError("operator is still starting", delay=1)
+    return ctx
+
+
+@kopf.on.create(names.GROUP, names.VERSION, names.PLURAL, id="initialise", retries=PARENT_WAIT_RETRIES + 5)
+async def initialise(body: kopf.Body, spec: kopf.Spec, namespace: str, name: str, uid: str, memo: kopf.Memo,
+                     retry: int, **_: Any) -> None:
+    """Create the task in Redis (never overwriting a conversation), queue spec.prompt once, reconcile."""
+    ctx = _ctx(memo)
+    task = compact_task(body)
+    try:
+        parsed = parse_spec(dict(spec))
+    except SpecInvalid as exc:
+        logger.warning("AgentTask %s/%s is invalid: %s", namespace, name, exc)
+        _post(ctx, task, events.WARNING, events.INVALID_SPEC, str(exc))
+        await asyncio.to_thread(ctx.kube.patch_status, namespace, name,
+                                {"phase": "Failed", "message": str(exc)})
+        return
+    tid = names.task_id(namespace, name)
+    parent_record: dict[str, str] | None = None
+    if parsed.parent_ref is not None:
+        parent_id = names.task_id(namespace, parsed.parent_ref.name)
+        snap = await ctx.redis.snapshot(parent_id)
+        if not snap.exists:
+            if retry >= PARENT_WAIT_RETRIES:
+                message = f"parent task {parent_id} does not exist"
+                await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": message})
+                _post(ctx, task, events.WARNING, events.INVALID_SPEC, message)
+                return
+            raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
+        parent_record = snap.record
+    task_spec = to_task_spec(namespace, name, parsed, parent_record)
+    created = await asyncio.to_thread(ctx.store.create_task, task_spec)
+    if parsed.prompt:
+        message = InboxMessage(id=prompt_message_id(uid), type="user", content=parsed.prompt,
+                               sender=task_spec.parent or "user")
+        try:
+            await asyncio.to_thread(ctx.store.queue_message, tid, message)
+        except TaskNotFound as exc:
+            raise kopf.TemporaryError(str(exc), delay=1) from exc
+    if parsed.parent_ref is not None:
+        parent_body = await asyncio.to_thread(ctx.kube.get_agenttask, namespace, parsed.parent_ref.name)
+        if parent_body is not None:
+            _post(ctx, parent_body, events.NORMAL, events.CHILD_SPAWNED, f"child task {name} created")
+    logger.info("initialised %s (%s)", tid, "new conversation" if created else "existing conversation kept")
+    await reconcile_task(ctx, namespace, name, "created")
+
+
+@kopf.on.field(names.GROUP, names.VERSION, names.PLURAL, field="spec.suspend", id="suspend")
+async def suspend_changed(old: Any, new: Any, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
+                          **_: Any) -> None:
+    ctx = _ctx(memo)
+    key = (namespace, name)
+    task = compact_task(body)
+    tid = names.task_id(namespace, name)
+    if new:
+        async with ctx.locks[key]:
+            running = active_job(jobs_of(ctx, key))
+            doomed = {job for job in ((running or {}).get("name"), ctx.inflight_jobs.pop(key, None)) if job}
+            for job_name in doomed:
+                # Background propagation: the Job goes at once, the pod gets SIGTERM and stops gracefully.
+                await asyncio.to_thread(ctx.kube.delete_job, namespace, job_name, "Background")
+        _post(ctx, task, events.NORMAL, events.SUSPENDED,
+              f"suspended; stopped turn Job {', '.join(sorted(doomed))}" if doomed else "suspended")
+    elif old:
+        await asyncio.to_thread(ctx.redis.reset_failures, tid)
+        _post(ctx, task, events.NORMAL, events.RESUMED, "resumed")
+    await reconcile_task(ctx, namespace, name, "suspend" if new else "resume")
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL, id="cleanup")
+async def cleanup_task(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Finalizer: remove (or expire) the task's Redis keys. Children and Jobs go by ownerReference GC."""
+    ctx = _ctx(memo)
+    key = (namespace, name)
+    tid = names.task_id(namespace, name)
+    handle = ctx.rechecks.pop(key, None)
+    if handle is not None:
+        handle.cancel()
+    ctx.inflight_jobs.pop(key, None)
+    retention = ctx.settings.redis_retention_seconds
+    if retention > 0:
+        keys = await asyncio.to_thread(ctx.redis.task_keys, tid)
+        if keys:
+            pipe = ctx.redis.aio.pipeline(transaction=False)
+            for redis_key in keys:
+                pipe.expire(redis_key, retention)
+            await pipe.execute()
+        logger.info("task %s deleted; its Redis keys expire in %ds", tid, retention)
+        return
+    await asyncio.to_thread(ctx.store.delete_task, tid)
+    leftovers = await asyncio.to_thread(ctx.redis.task_keys, tid)
+    if leftovers:
+        await ctx.redis.aio.delete(*leftovers)
+    logger.info("task %s deleted with its Redis keys", tid)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
+async def agenttask_event(event: kopf.RawEvent, body: kopf.Body, spec: kopf.Spec, status: kopf.Status,
+                          namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A child changed: its parent's status (children, Waiting/Idle) follows. A spec edit: observedGeneration."""
+    ctx: OperatorContext | None = memo.get("ctx")
+    if ctx is None or not ctx.watches(namespace):
+        return
+    parent = (spec.get("parentRef") or {}).get("name")
+    if parent:
+        await reconcile_task(ctx, namespace, parent, f"child:{name}")
+    generation = body.get("metadata", {}).get("generation")
+    if event.get("type") == "MODIFIED" and status.get("phase") and status.get("observedGeneration") != generation:
+        await reconcile_task(ctx, namespace, name, "spec-changed")

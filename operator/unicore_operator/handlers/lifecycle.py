@@ -1,0 +1,78 @@
+"""Operator startup and cleanup: settings, Kopf tuning, Redis, the Kubernetes client, background loops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from unicore.state.store import TaskStore
+from unicore_operator import activation, http_server, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.kube import KubeClients, load_api_client
+from unicore_operator.log import logger
+from unicore_operator.redis_state import RedisState
+from unicore_operator.settings import OperatorSettings, load_settings
+
+# Optional startup hooks of later modules (watchdog, metrics): ``async def hook(ctx) -> None``.
+StartupHook = Any
+startup_hooks: list[StartupHook] = []
+
+
+def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
+    settings.persistence.finalizer = names.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=names.ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING  # our own Events are posted explicitly (kube.post_event)
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.watching.reconnect_backoff = 1.0
+    settings.peering.standalone = True
+    settings.execution.max_workers = 16
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_index: kopf.Index,
+                  children_index: kopf.Index, turnjob_index: kopf.Index, **_: Any) -> None:
+    op = load_settings()
+    tune_kopf(settings, op)
+    state = RedisState(op.redis_url)
+    try:
+        await state.aio.ping()
+    except Exception as exc:
+        await state.close()
+        raise kopf.TemporaryError(f"Redis at REDIS_URL is not reachable: {exc}", delay=2) from exc
+    kube = KubeClients(load_api_client())
+    ctx = OperatorContext(settings=op, redis=state, kube=kube, store=TaskStore(state.sync),
+                          agenttasks=agenttask_index, children=children_index, turnjobs=turnjob_index)
+    memo["ctx"] = ctx
+    loop = asyncio.get_running_loop()
+    ctx.background.append(loop.create_task(activation.consume_activations(ctx), name="unicore-activations"))
+    ctx.background.append(loop.create_task(activation.resync_loop(ctx), name="unicore-resync"))
+    for hook in startup_hooks:
+        await hook(ctx)
+    if op.http_port:
+        memo["http_runner"] = await http_server.start(ctx, op.http_port)
+    ctx.ready.set()
+    logger.info("operator started (namespaces: %s)", ", ".join(op.namespaces) or "all")
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    ctx: OperatorContext | None = memo.get("ctx")
+    runner = memo.get("http_runner")
+    if runner is not None:
+        await runner.cleanup()
+    if ctx is None:
+        return
+    for handle in ctx.rechecks.values():
+        handle.cancel()
+    for task in list(ctx.background):
+        task.cancel()
+    await asyncio.gather(*ctx.background, return_exceptions=True)
+    await ctx.redis.close()

@@ -1,0 +1,226 @@
+"""Pure construction of a turn Job (a plain dict, ready for BatchV1Api.create_namespaced_job).
+
+Nothing here talks to the API or Redis: the same (task, turn, attempt) always gives the same Job, and in particular
+the same name, so a duplicate activation is answered by the API server with 409 AlreadyExists and does nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from unicore_operator import names
+from unicore_operator.settings import OperatorSettings
+
+TURN_CONTAINER = "turn"
+WORKSPACE_PATH = "/workspace"
+AGENT_UID = 65532
+
+
+def turn_job_name(task_name: str, turn: int, attempt: int = 0, *, namespace: str = "") -> str:
+    """``<task>-t<turn>`` (``-r<attempt>`` for retries), at most 52 characters.
+
+    A long task name is cut and followed by a hash of the full task id, so names stay unique and deterministic.
+    """
+    suffix = f"-t{turn}" + (f"-r{attempt}" if attempt else "")
+    if len(task_name) + len(suffix) <= names.JOB_NAME_MAX:
+        return f"{task_name}{suffix}"
+    digest = names.short_hash(names.task_id(namespace, task_name) if namespace else task_name)
+    room = names.JOB_NAME_MAX - len(suffix) - len(digest) - 1
+    head = task_name[:room].rstrip("-.")
+    return f"{head}-{digest}{suffix}"
+
+
+def task_labels(task: dict[str, Any]) -> dict[str, str]:
+    """The labels every object of a task carries (CONTRACT: managed-by, task, parent, root)."""
+    meta = task["metadata"]
+    spec = task.get("spec") or {}
+    name = meta["name"]
+    parent = (spec.get("parentRef") or {}).get("name", "")
+    root = root_name(task)
+    return {
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
+        names.TASK_LABEL: names.label_value(name),
+        names.PARENT_LABEL: names.label_value(parent),
+        names.ROOT_LABEL: names.label_value(root),
+    }
+
+
+def root_name(task: dict[str, Any]) -> str:
+    """The root task's name: from the task's own root label (set by the spawner), else its tree path, else itself."""
+    labels = task["metadata"].get("labels") or {}
+    status = task.get("status") or {}
+    if labels.get(names.ROOT_LABEL):
+        return str(labels[names.ROOT_LABEL])
+    tree_path = status.get("treePath")
+    if tree_path:
+        return str(tree_path).split("/", 1)[0]
+    parent = ((task.get("spec") or {}).get("parentRef") or {}).get("name")
+    return str(parent) if parent else str(task["metadata"]["name"])
+
+
+def owner_reference(task: dict[str, Any], *, controller: bool = True, block: bool = True) -> dict[str, Any]:
+    meta = task["metadata"]
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": block,
+    }
+
+
+def gpu_count(spec: dict[str, Any], settings: OperatorSettings) -> int:
+    gpus = spec.get("gpus")
+    return settings.default_gpus if gpus is None else int(gpus)
+
+
+def build_resources(spec: dict[str, Any], settings: OperatorSettings) -> dict[str, Any]:
+    """GPU default (limits only: extended resources need no request) merged with spec.resources (spec wins)."""
+    resources: dict[str, dict[str, Any]] = {}
+    gpus = gpu_count(spec, settings)
+    if gpus > 0:
+        resources["limits"] = {settings.gpu_resource: str(gpus)}
+    extra = spec.get("resources") or {}
+    for section in ("requests", "limits"):
+        if extra.get(section):
+            merged = dict(resources.get(section, {}))
+            merged.update({key: str(value) for key, value in extra[section].items()})
+            resources[section] = merged
+    return resources
+
+
+def build_tolerations(spec: dict[str, Any], settings: OperatorSettings) -> list[dict[str, Any]]:
+    """spec.tolerations replace the default; the default tolerates the GPU taint when the pod asks for a GPU."""
+    if spec.get("tolerations") is not None:
+        return copy.deepcopy(list(spec["tolerations"]))
+    if gpu_count(spec, settings) > 0 and settings.gpu_toleration:
+        return [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
+    return []
+
+
+def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(env, envFrom) of the turn container."""
+    meta = task["metadata"]
+    tid = names.task_id(meta["namespace"], meta["name"])
+    redis_env: dict[str, Any]
+    if settings.agent_redis_secret:
+        redis_env = {
+            "name": "REDIS_URL",
+            "valueFrom": {"secretKeyRef": {"name": settings.agent_redis_secret, "key": "redis-url"}},
+        }
+    else:
+        redis_env = {"name": "REDIS_URL", "value": settings.redis_url}
+    env = [
+        redis_env,
+        {"name": "UNICORE_TASK_ID", "value": tid},
+        {"name": "UNICORE_SPAWNER", "value": "kubernetes"},
+        {"name": "UNICORE_NAMESPACE", "value": meta["namespace"]},
+        {"name": "UNICORE_WORKSPACE", "value": WORKSPACE_PATH},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "UNICORE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env_from: list[dict[str, Any]] = []
+    if settings.agent_env_secret:
+        env_from.append({"secretRef": {"name": settings.agent_env_secret}})
+    return env, env_from
+
+
+def restricted_pod_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": AGENT_UID,
+        "runAsGroup": AGENT_UID,
+        "fsGroup": AGENT_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_container_security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> int:
+    limits = spec.get("limits") or {}
+    return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)
+
+
+def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings, attempt: int = 0) -> dict[str, Any]:
+    """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object)."""
+    meta = task["metadata"]
+    spec = task.get("spec") or {}
+    namespace = meta["namespace"]
+    tid = names.task_id(namespace, meta["name"])
+    name = turn_job_name(meta["name"], turn, attempt, namespace=namespace)
+
+    labels = task_labels(task)
+    labels[names.TURN_LABEL] = str(turn)
+    labels[names.ATTEMPT_LABEL] = str(attempt)
+    if spec.get("queueName"):
+        labels[names.KUEUE_QUEUE_LABEL] = str(spec["queueName"])
+    annotations = {names.TASK_ID_ANNOTATION: tid}
+
+    env, env_from = build_env(task, settings)
+    container: dict[str, Any] = {
+        "name": TURN_CONTAINER,
+        "image": settings.agent_image,
+        "imagePullPolicy": settings.agent_image_pull_policy,
+        "command": ["unicore-turn", tid],
+        "env": env,
+        "resources": build_resources(spec, settings),
+        "securityContext": restricted_container_security_context(),
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE_PATH},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if env_from:
+        container["envFrom"] = env_from
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": settings.agent_service_account,
+        "automountServiceAccountToken": True,
+        "securityContext": restricted_pod_security_context(),
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [{"name": "workspace", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+    }
+    tolerations = build_tolerations(spec, settings)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if spec.get("nodeSelector"):
+        pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
+    if spec.get("priorityClassName"):
+        pod_spec["priorityClassName"] = spec["priorityClassName"]
+    if spec.get("runtimeClassName"):
+        pod_spec["runtimeClassName"] = spec["runtimeClassName"]
+
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": turn_timeout_seconds(spec, settings),
+        "ttlSecondsAfterFinished": settings.job_ttl_seconds,
+        "template": {
+            "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+            "spec": pod_spec,
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(task)],
+        },
+        "spec": job_spec,
+    }

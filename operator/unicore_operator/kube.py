@@ -1,0 +1,106 @@
+"""Thin, typed wrappers over the Kubernetes client (synchronous; the async code calls them via asyncio.to_thread)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from unicore_operator import names
+from unicore_operator.log import logger
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class KubeClients:
+    api: client.ApiClient
+
+    def __post_init__(self) -> None:
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+
+    def create_job(self, job: dict[str, Any]) -> bool:
+        """Create the Job; False when it already exists (a duplicate activation)."""
+        try:
+            self.batch.create_namespaced_job(job["metadata"]["namespace"], job)
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def delete_job(self, namespace: str, name: str, propagation: str = "Background") -> bool:
+        try:
+            self.batch.delete_namespaced_job(
+                name, namespace, body=client.V1DeleteOptions(propagation_policy=propagation)
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL, name)
+            return dict(obj)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, name, {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    def post_event(self, task: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the AgentTask (best effort: never fails the caller)."""
+        meta = task["metadata"]
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name'][:200]}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": names.MANAGED_BY, "host": socket.gethostname()},
+            "reportingComponent": names.MANAGED_BY,
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except Exception as exc:  # an event is a courtesy; never break a handler for it
+            logger.debug("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)

@@ -1,0 +1,68 @@
+"""``unicore-operator``: run the Kopf operator (standalone, no peering) with the settings from the environment."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+
+import kopf
+
+from unicore.errors import ConfigError
+from unicore_operator.log import logger
+from unicore_operator.settings import load_settings
+
+# Later modules (issues 5 and 6) register their handlers, startup hooks and HTTP routes when imported.
+OPTIONAL_MODULES = ("unicore_operator.watchdog.adapter", "unicore_operator.metrics", "unicore_operator.task_api")
+
+
+def import_handlers() -> None:
+    importlib.import_module("unicore_operator.handlers")
+    for module in OPTIONAL_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise
+            logger.debug("optional module %s not present", module)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="unicore-operator", description=__doc__)
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.add_argument("--liveness", default=None,
+                        help="Kopf's own liveness endpoint, e.g. http://0.0.0.0:8081/healthz (default: none; "
+                             "the operator's HTTP server serves /healthz)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings()  # fail fast with a clear message; the startup handler reads it again
+    except ConfigError as exc:
+        print(f"unicore-operator: {exc}", file=sys.stderr)
+        return 2
+    kopf.configure(verbose=args.verbose, log_prefix=False)
+    logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    import_handlers()
+    try:
+        asyncio.run(kopf.operator(
+            standalone=True,
+            clusterwide=settings.cluster_wide,
+            namespaces=list(settings.namespaces),
+            liveness_endpoint=args.liveness,
+        ))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

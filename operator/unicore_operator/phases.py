@@ -1,0 +1,197 @@
+"""The AgentTask phase state machine and status summaries, as pure functions (see docs/operator.md).
+
+    Pending   work is queued (inbox not empty) and no turn Job runs yet
+    Running   a turn Job of the task is active
+    Waiting   the last turn ended, nothing is queued, but children are still working
+    Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
+    Suspended spec.suspend is true (the active Job was deleted, none is started)
+    Failed    the spec is invalid, or turns failed more than UNICORE_MAX_TURN_RETRIES times in a row
+
+Precedence: Failed > Suspended > Running > Pending > Waiting > Idle.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+LAST_RESPONSE_MAX = 1024
+SUMMARY_MAX = 4096
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    WAITING = "Waiting"
+    IDLE = "Idle"
+    SUSPENDED = "Suspended"
+    FAILED = "Failed"
+
+
+SETTLED_PHASES = frozenset({Phase.IDLE, Phase.FAILED})
+
+
+@dataclass(frozen=True)
+class TaskObservation:
+    """Everything the phase depends on, gathered from the indexes and one pipelined Redis read."""
+
+    suspended: bool = False
+    invalid_reason: str | None = None
+    failed_attempts: int = 0
+    max_retries: int = 3
+    last_failure: str | None = None
+    active_job: str | None = None
+    lease_held: bool = False
+    pending_messages: int = 0
+    children_phases: dict[str, str] = field(default_factory=dict)
+
+
+def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
+    """(phase, human-readable message) for an observation."""
+    if obs.invalid_reason:
+        return Phase.FAILED, obs.invalid_reason
+    if obs.failed_attempts > obs.max_retries:
+        reason = obs.last_failure or "turn failed"
+        return Phase.FAILED, f"turn failed {obs.failed_attempts} times in a row; last: {reason}"
+    if obs.suspended:
+        queued = f"; {obs.pending_messages} message(s) queued" if obs.pending_messages else ""
+        return Phase.SUSPENDED, f"suspended{queued}"
+    if obs.active_job:
+        return Phase.RUNNING, f"turn Job {obs.active_job} is running"
+    if obs.lease_held:
+        return Phase.RUNNING, "a turn process holds the task's lease"
+    if obs.pending_messages > 0:
+        retry = f" (retry {obs.failed_attempts} after: {obs.last_failure})" if obs.failed_attempts else ""
+        return Phase.PENDING, f"{obs.pending_messages} message(s) queued{retry}"
+    working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)
+    if working:
+        return Phase.WAITING, f"waiting for {len(working)} child task(s): {', '.join(working[:5])}"
+    return Phase.IDLE, "nothing pending"
+
+
+def wants_turn_job(obs: TaskObservation) -> bool:
+    """May the operator start a turn Job now? (pending work, not suspended/failed, no Job, no live lease)."""
+    phase, _ = decide_phase(obs)
+    return phase is Phase.PENDING
+
+
+def retry_delay(failed_attempts: int, base_seconds: float, cap_seconds: float = 300.0) -> float:
+    """Exponential backoff before retry ``failed_attempts`` (1 -> base, 2 -> 2*base, ...), capped."""
+    if failed_attempts <= 0:
+        return 0.0
+    return float(min(cap_seconds, base_seconds * (2 ** (failed_attempts - 1))))
+
+
+def truncate(text: str | None, limit: int) -> str:
+    if not text:
+        return ""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + "\u2026"
+
+
+def _iso(timestamp: Any) -> str | None:
+    try:
+        value = float(timestamp)
+    except (TypeError, ValueError):
+        return None
+    if value <= 0:
+        return None
+    return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(phase: Phase, message: str, generation: int | None, previous: list[dict[str, Any]] | None,
+                    now: str) -> dict[str, Any]:
+    """The `Ready` condition: True when Idle (nothing pending and all children settled)."""
+    status = "True" if phase is Phase.IDLE else "False"
+    reason = {
+        Phase.IDLE: "Idle",
+        Phase.PENDING: "TurnPending",
+        Phase.RUNNING: "TurnRunning",
+        Phase.WAITING: "WaitingForChildren",
+        Phase.SUSPENDED: "Suspended",
+        Phase.FAILED: "Failed",
+    }[phase]
+    old = next((c for c in previous or [] if c.get("type") == "Ready"), None)
+    transition = old.get("lastTransitionTime") if old and old.get("status") == status else now
+    condition: dict[str, Any] = {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": truncate(message, 1024),
+        "lastTransitionTime": transition or now,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return condition
+
+
+def build_status(
+    *,
+    phase: Phase,
+    message: str,
+    record: dict[str, Any] | None,
+    last_turn: dict[str, Any] | None,
+    active_job: str | None,
+    children: list[dict[str, str]],
+    depth: int,
+    tree_path: str,
+    failed_attempts: int,
+    generation: int | None,
+    previous: dict[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields)."""
+    rec = record or {}
+
+    def num(key: str) -> int:
+        try:
+            return int(float(rec.get(key) or 0))
+        except (TypeError, ValueError):
+            return 0
+
+    status: dict[str, Any] = {
+        "phase": str(phase),
+        "message": truncate(message, 1024),
+        "depth": depth,
+        "treePath": tree_path,
+        "turns": num("turns"),
+        "iterations": num("iterations"),
+        "tokens": num("total_tokens"),
+        "inputTokens": num("input_tokens"),
+        "outputTokens": num("output_tokens"),
+        "activeJob": active_job or "",
+        "failedAttempts": failed_attempts,
+        "lastResponse": truncate(str(rec.get("last_response") or ""), LAST_RESPONSE_MAX),
+        "children": children,
+        "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now)],
+    }
+    if rec.get("model"):
+        status["model"] = str(rec["model"])
+    if generation is not None:
+        status["observedGeneration"] = generation
+    if last_turn:
+        lt: dict[str, Any] = {"number": int(last_turn.get("number") or 0)}
+        started, ended = _iso(last_turn.get("started_at")), _iso(last_turn.get("ended_at"))
+        if started:
+            lt["startedAt"] = started
+        if ended:
+            lt["endedAt"] = ended
+        if last_turn.get("summary"):
+            lt["summary"] = truncate(str(last_turn["summary"]), SUMMARY_MAX)
+        status["lastTurn"] = lt
+    return status
+
+
+def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """True when ``new`` differs from ``old`` in anything but condition timestamps."""
+    def strip(status: dict[str, Any] | None) -> dict[str, Any]:
+        data = {key: value for key, value in (status or {}).items() if key in new}
+        data["conditions"] = [
+            {k: v for k, v in cond.items() if k != "lastTransitionTime"} for cond in data.get("conditions") or []
+        ]
+        return data
+
+    return strip(old) != strip(new)

@@ -1,0 +1,226 @@
+"""Reconcile one AgentTask: read its state once, start its next turn Job if it should run, mirror its status.
+
+Every path ends here: the activation stream, Job events, child changes, the create handler and the periodic resync.
+A per-task asyncio lock serialises the work of one task; deterministic Job names make a repeat harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from typing import Any
+
+from unicore_operator import events, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.crd_model import SpecInvalid, parse_spec
+from unicore_operator.indexes import TaskKey, active_job, first, job_outcome, job_summary, job_task_key
+from unicore_operator.job_builder import build_turn_job_spec
+from unicore_operator.log import logger
+from unicore_operator.phases import (
+    Phase,
+    TaskObservation,
+    build_status,
+    decide_phase,
+    retry_delay,
+    status_changed,
+    wants_turn_job,
+)
+from unicore_operator.redis_state import TaskSnapshot
+
+LEASE_RECHECK_SECONDS = 2.0
+_spec_errors: dict[tuple[str, int], str | None] = {}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def spec_error(body: dict[str, Any]) -> str | None:
+    """The reason the spec cannot run, or None (cached per uid and generation)."""
+    meta = body["metadata"]
+    cache_key = (str(meta.get("uid")), int(meta.get("generation") or 0))
+    if cache_key not in _spec_errors:
+        try:
+            parse_spec(body.get("spec") or {})
+            _spec_errors[cache_key] = None
+        except SpecInvalid as exc:
+            _spec_errors[cache_key] = str(exc)
+    return _spec_errors[cache_key]
+
+
+async def task_body(ctx: OperatorContext, key: TaskKey) -> dict[str, Any] | None:
+    """The AgentTask from the index; from the API only when the index has not seen it yet."""
+    body = first(ctx.agenttasks.get(key)) if ctx.agenttasks is not None else None
+    if body is not None:
+        return dict(body)
+    fetched = await asyncio.to_thread(ctx.kube.get_agenttask, *key)
+    if fetched is None:
+        return None
+    from unicore_operator.indexes import compact_task
+
+    return compact_task(fetched)
+
+
+def children_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, str]]:
+    entries = ctx.children.get(key) if ctx.children is not None else None
+    return sorted(({"name": c["name"], "phase": c["phase"]} for c in entries or ()), key=lambda c: c["name"])
+
+
+def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, Any]]:
+    return [dict(job) for job in (ctx.turnjobs.get(key) or ())] if ctx.turnjobs is not None else []
+
+
+def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, active: str | None,
+            children: list[dict[str, str]]) -> TaskObservation:
+    spec = body.get("spec") or {}
+    return TaskObservation(
+        suspended=bool(spec.get("suspend")),
+        invalid_reason=spec_error(body),
+        failed_attempts=snap.failed_attempts,
+        max_retries=ctx.settings.max_turn_retries,
+        last_failure=snap.last_failure or None,
+        active_job=active,
+        lease_held=snap.lease_held,
+        pending_messages=snap.pending,
+        children_phases={c["name"]: c["phase"] for c in children},
+    )
+
+
+def tree_path(ctx: OperatorContext, body: dict[str, Any]) -> str:
+    meta = body["metadata"]
+    parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
+    if not parent:
+        return str(meta["name"])
+    parent_body = first(ctx.agenttasks.get((meta["namespace"], parent))) if ctx.agenttasks is not None else None
+    parent_path = ((parent_body or {}).get("status") or {}).get("treePath") or parent
+    return f"{parent_path}/{meta['name']}"
+
+
+def schedule_recheck(ctx: OperatorContext, key: TaskKey, delay: float, reason: str) -> None:
+    """Reconcile ``key`` again after ``delay`` seconds (one pending re-check per task; never a sleep)."""
+    loop = asyncio.get_running_loop()
+    old = ctx.rechecks.pop(key, None)
+    if old is not None:
+        old.cancel()
+
+    def fire() -> None:
+        ctx.rechecks.pop(key, None)
+        task = loop.create_task(reconcile_task(ctx, key[0], key[1], reason))
+        ctx.background.append(task)
+        task.add_done_callback(lambda t: ctx.background.remove(t) if t in ctx.background else None)
+
+    ctx.rechecks[key] = loop.call_later(max(0.05, delay), fire)
+
+
+async def reconcile_task(ctx: OperatorContext, namespace: str, name: str, reason: str) -> str | None:
+    """Start the next turn Job if the task should run; refresh its status. Returns the Job created, if any."""
+    if not ctx.watches(namespace):
+        return None
+    key = (namespace, name)
+    async with ctx.locks[key]:
+        try:
+            return await _reconcile_locked(ctx, key, reason)
+        except Exception:
+            logger.exception("reconciling %s/%s (%s) failed; the resync retries", namespace, name, reason)
+            return None
+
+
+async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> str | None:
+    body = await task_body(ctx, key)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None
+    tid = names.task_id(*key)
+    jobs = jobs_of(ctx, key)
+    running = active_job(jobs)
+    inflight = ctx.inflight_jobs.get(key)
+    if inflight and any(job["name"] == inflight for job in jobs):
+        ctx.inflight_jobs.pop(key, None)  # the watch caught up
+        inflight = None
+    snap = await ctx.redis.snapshot(tid)
+    if not snap.exists:
+        return None  # not initialised yet: the create handler reconciles when it is
+    children = children_of(ctx, key)
+    active_name = (running or {}).get("name") or inflight
+    obs = observe(ctx, body, snap, active_name, children)
+    created: str | None = None
+    if wants_turn_job(obs):
+        wait = snap.retry_at - time.time() if snap.failed_attempts else 0.0
+        if wait > 0:
+            schedule_recheck(ctx, key, wait, "retry")
+        else:
+            job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt())
+            job_name = job["metadata"]["name"]
+            was_created = await asyncio.to_thread(ctx.kube.create_job, job)
+            ctx.inflight_jobs[key] = job_name
+            if was_created:
+                created = job_name
+                logger.info("created turn Job %s/%s for %s (%s)", key[0], job_name, tid, reason)
+                _post(ctx, body, events.NORMAL, events.TURN_STARTED,
+                      f"turn {snap.next_turn()} started as Job {job_name} ({reason})")
+            obs = observe(ctx, body, snap, job_name, children)
+    elif snap.lease_held and not running and not inflight and snap.pending:
+        schedule_recheck(ctx, key, LEASE_RECHECK_SECONDS, "lease")
+    await _mirror_status(ctx, body, snap, obs, children)
+    return created
+
+
+async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, obs: TaskObservation,
+                         children: list[dict[str, str]]) -> None:
+    phase, message = decide_phase(obs)
+    meta = body["metadata"]
+    previous = body.get("status") or {}
+    depth = int(snap.record.get("depth") or 0) if snap.record.get("depth") else tree_path(ctx, body).count("/")
+    status = build_status(
+        phase=phase, message=message, record=snap.record, last_turn=snap.last_turn, active_job=obs.active_job,
+        children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
+        generation=meta.get("generation"), previous=previous, now=_now(),
+    )
+    if status_changed(previous, status):
+        await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
+        if phase is Phase.FAILED and previous.get("phase") != Phase.FAILED:
+            _post(ctx, body, events.WARNING, events.RETRIES_EXHAUSTED if snap.failed_attempts else events.INVALID_SPEC,
+                  message)
+
+
+def _post(ctx: OperatorContext, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+    """Post an Event without waiting for it."""
+    task = asyncio.get_running_loop().create_task(
+        asyncio.to_thread(ctx.kube.post_event, body, event_type, reason, message)
+    )
+    ctx.background.append(task)
+    task.add_done_callback(lambda t: ctx.background.remove(t) if t in ctx.background else None)
+
+
+async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str | None) -> None:
+    """A turn Job was added, changed or deleted: account its outcome once, then reconcile its task."""
+    key = job_task_key(job)
+    if key is None or not ctx.watches(key[0]):
+        return
+    summary = job_summary(job)
+    if ctx.inflight_jobs.get(key) == summary["name"]:
+        ctx.inflight_jobs.pop(key, None)
+    outcome, failure = job_outcome(job.get("status"))
+    tid = names.task_id(*key)
+    if outcome == "running" and event_type != "DELETED":
+        await reconcile_task(ctx, key[0], key[1], "job-running")
+        return
+    accounted_as = outcome if outcome != "running" else "deleted"
+    async with ctx.locks[key]:
+        snap = await ctx.redis.snapshot(tid)
+        if not snap.exists:
+            return
+        delay = retry_delay(snap.failed_attempts + 1, ctx.settings.turn_retry_backoff_seconds)
+        failures = await asyncio.to_thread(
+            ctx.redis.account_job_end, tid, summary["name"], summary["turn"], accounted_as, failure, delay
+        )
+    if failures >= 0:
+        body = await task_body(ctx, key)
+        if body is not None:
+            if accounted_as == "succeeded":
+                _post(ctx, body, events.NORMAL, events.TURN_ENDED, f"turn Job {summary['name']} finished")
+            elif accounted_as == "failed":
+                _post(ctx, body, events.WARNING, events.TURN_FAILED,
+                      f"turn Job {summary['name']} failed ({failure}); failure {failures} of "
+                      f"{ctx.settings.max_turn_retries + 1} allowed in a row")
+    await reconcile_task(ctx, key[0], key[1], f"job-{accounted_as}")

@@ -1,0 +1,163 @@
+"""The operator's view of Redis: one pipelined read per task, writes through ``unicore.state.store.TaskStore``.
+
+Reads use the contract's keys directly (docs/CONTRACT.md, schema version 1) so a status refresh or an activation
+check costs a single round trip. The operator also owns one small hash per task, ``uc:{T}:operator``: how many Jobs
+ended per turn (so a retried turn gets a new deterministic Job name), consecutive failures, the last failure and the
+earliest retry time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+# Lua: account one ended turn Job exactly once (the Job's name is remembered in a set).
+# KEYS[1] = uc:{T}:operator, KEYS[2] = uc:{T}:opjobs; ARGV = job name, turn, failed(0/1), reason, retry_at
+_ACCOUNT_JOB_END = """
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return -1 end
+redis.call('HINCRBY', KEYS[1], 'ended:' .. ARGV[2], 1)
+if ARGV[3] == '1' then
+  local n = redis.call('HINCRBY', KEYS[1], 'failed', 1)
+  redis.call('HSET', KEYS[1], 'last_failure', ARGV[4], 'retry_at', ARGV[5])
+  return n
+elseif ARGV[3] == '0' then
+  redis.call('HSET', KEYS[1], 'failed', 0, 'retry_at', 0)
+end
+return 0
+"""
+
+
+def key(task_id: str, suffix: str) -> str:
+    return f"uc:{{{task_id}}}:{suffix}"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _decode_hash(raw: dict[Any, Any] | None) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in (raw or {}).items()}
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(float(_text(value)))
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(_text(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+@dataclass
+class TaskSnapshot:
+    """What the operator needs to know about one task in Redis."""
+
+    exists: bool
+    record: dict[str, str] = field(default_factory=dict)
+    pending: int = 0
+    lease_held: bool = False
+    turns: int = 0
+    failed_attempts: int = 0
+    last_failure: str = ""
+    retry_at: float = 0.0
+    ended_jobs_by_turn: dict[int, int] = field(default_factory=dict)
+    last_turn: dict[str, Any] | None = None
+
+    def next_turn(self) -> int:
+        return self.turns + 1
+
+    def next_attempt(self) -> int:
+        return self.ended_jobs_by_turn.get(self.next_turn(), 0)
+
+
+class RedisState:
+    """Async reads of task state, accounting of turn Jobs, and helpers around the runtime's TaskStore."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.aio: aioredis.Redis = aioredis.Redis.from_url(url)
+        self.sync: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
+        self._account = self.sync.register_script(_ACCOUNT_JOB_END)
+
+    async def close(self) -> None:
+        await self.aio.aclose()
+        self.sync.close()
+
+    async def snapshot(self, task_id: str) -> TaskSnapshot:
+        pipe = self.aio.pipeline(transaction=False)
+        pipe.hgetall(key(task_id, "task"))
+        pipe.llen(key(task_id, "inbox"))
+        pipe.exists(key(task_id, "lease"))
+        pipe.hgetall(key(task_id, "operator"))
+        pipe.lindex(key(task_id, "turns"), -1)
+        record_raw, pending, lease, op_raw, last_header = await pipe.execute()
+        record = _decode_hash(record_raw)
+        op = _decode_hash(op_raw)
+        ended = {
+            _int(name.split(":", 1)[1], -1): _int(value)
+            for name, value in op.items()
+            if name.startswith("ended:")
+        }
+        snap = TaskSnapshot(
+            exists=bool(record),
+            record=record,
+            pending=int(pending or 0),
+            lease_held=bool(lease),
+            turns=_int(record.get("turns")),
+            failed_attempts=_int(op.get("failed")),
+            last_failure=op.get("last_failure", ""),
+            retry_at=_float(op.get("retry_at")),
+            ended_jobs_by_turn=ended,
+        )
+        if last_header:
+            try:
+                header = json.loads(_text(last_header))
+            except ValueError:
+                header = {}
+            number = _int(header.get("turn_number"))
+            meta = await self.aio.hmget(
+                key(task_id, "turnmeta"), [f"{number}:summary", f"{number}:ended_at"]
+            )
+            snap.last_turn = {
+                "number": number,
+                "started_at": header.get("started_at"),
+                "summary": _text(meta[0]) if meta[0] else "",
+                "ended_at": _text(meta[1]) if meta[1] else None,
+            }
+        return snap
+
+    def account_job_end(self, task_id: str, job_name: str, turn: int, outcome: str, reason: str = "",
+                        retry_delay: float = 0.0) -> int:
+        """Record that Job ``job_name`` ended (``outcome``: succeeded, failed or deleted), once per Job.
+
+        Returns the consecutive failure count after a failure, 0 otherwise, -1 when already accounted.
+        """
+        flag = {"failed": "1", "succeeded": "0"}.get(outcome, "2")
+        result = self._account(
+            keys=[key(task_id, "operator"), key(task_id, "opjobs")],
+            args=[job_name, turn, flag, reason[:512], time.time() + retry_delay],
+        )
+        return int(result)
+
+    def reset_failures(self, task_id: str) -> None:
+        self.sync.hset(key(task_id, "operator"), mapping={"failed": 0, "retry_at": 0, "last_failure": ""})
+
+    def operator_keys(self, task_id: str) -> list[str]:
+        return [key(task_id, "operator"), key(task_id, "opjobs")]
+
+    def task_keys(self, task_id: str) -> list[str]:
+        """Every key of the task (the hash tag makes the pattern exact; SCAN stays on one slot's worth of keys)."""
+        pattern = "uc:{" + task_id.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "}:*"
+        return list(self.sync.scan_iter(match=pattern, count=500))

@@ -1,0 +1,94 @@
+"""OperatorSettings: every knob of the operator, read once from the environment at startup (docs/CONTRACT.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from unicore.errors import ConfigError
+
+# field name -> environment variable
+ENV_VARS: dict[str, str] = {
+    "redis_url": "REDIS_URL",
+    "namespaces": "UNICORE_NAMESPACES",
+    "agent_image": "UNICORE_AGENT_IMAGE",
+    "agent_image_pull_policy": "UNICORE_AGENT_IMAGE_PULL_POLICY",
+    "agent_service_account": "UNICORE_AGENT_SERVICE_ACCOUNT",
+    "agent_redis_secret": "UNICORE_AGENT_REDIS_SECRET",
+    "agent_env_secret": "UNICORE_AGENT_ENV_SECRET",
+    "default_gpus": "UNICORE_DEFAULT_GPUS",
+    "gpu_resource": "UNICORE_GPU_RESOURCE",
+    "gpu_toleration": "UNICORE_GPU_TOLERATION",
+    "job_ttl_seconds": "UNICORE_JOB_TTL_SECONDS",
+    "max_turn_retries": "UNICORE_MAX_TURN_RETRIES",
+    "turn_retry_backoff_seconds": "UNICORE_TURN_RETRY_BACKOFF_SECONDS",
+    "default_turn_timeout_seconds": "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS",
+    "resync_seconds": "UNICORE_RESYNC_SECONDS",
+    "redis_retention_seconds": "UNICORE_REDIS_RETENTION_SECONDS",
+    "http_port": "UNICORE_HTTP_PORT",
+    "heartbeat_timeout_seconds": "UNICORE_HEARTBEAT_TIMEOUT_SECONDS",
+    "pending_timeout_seconds": "UNICORE_PENDING_TIMEOUT_SECONDS",
+    "max_reaps": "UNICORE_MAX_REAPS",
+    "watchdog_interval_seconds": "UNICORE_WATCHDOG_INTERVAL_SECONDS",
+}
+
+
+class OperatorSettings(BaseModel):
+    """Immutable operator configuration; built by :func:`load_settings` and put on Kopf's ``memo``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = Field(min_length=1)
+    namespaces: tuple[str, ...] = ()  # empty = cluster-wide
+    agent_image: str = "unicore-agent:latest"
+    agent_image_pull_policy: str = "IfNotPresent"
+    agent_service_account: str = "unicore-agent"
+    agent_redis_secret: str | None = None  # Secret with key `redis-url`; else REDIS_URL is passed literally
+    agent_env_secret: str | None = None  # Secret with provider credentials (envFrom)
+    default_gpus: int = Field(1, ge=0, le=64)
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_toleration: bool = True
+    job_ttl_seconds: int = Field(300, ge=0)
+    max_turn_retries: int = Field(3, ge=0)
+    turn_retry_backoff_seconds: float = Field(5.0, ge=0)
+    default_turn_timeout_seconds: int = Field(3600, ge=10)
+    resync_seconds: float = Field(30.0, gt=0)
+    redis_retention_seconds: int = Field(0, ge=0)
+    http_port: int = Field(8080, ge=0, le=65535)  # 0 = no HTTP server
+    heartbeat_timeout_seconds: float = Field(120.0, gt=0)
+    pending_timeout_seconds: float = Field(300.0, gt=0)
+    max_reaps: int = Field(3, ge=1)
+    watchdog_interval_seconds: float = Field(15.0, gt=0)
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("agent_redis_secret", "agent_env_secret", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @property
+    def cluster_wide(self) -> bool:
+        return not self.namespaces
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
+    """Read :class:`OperatorSettings` from ``environ`` (default ``os.environ``); a bad value raises ConfigError."""
+    env = os.environ if environ is None else environ
+    raw = {field: env[var] for field, var in ENV_VARS.items() if var in env}
+    if "redis_url" not in raw:
+        raise ConfigError("REDIS_URL is required (e.g. redis://redis:6379/0)")
+    try:
+        return OperatorSettings.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{ENV_VARS.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid operator settings: {problems}") from exc

@@ -1,0 +1,176 @@
+"""The turn Job builder is pure: every field is checked on plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from unicore_operator import names
+from unicore_operator.job_builder import build_turn_job_spec, turn_job_name
+from unicore_operator.settings import OperatorSettings, load_settings
+
+SETTINGS = OperatorSettings(redis_url="redis://redis:6379/0", agent_image="example/agent:1")
+
+
+def task(name: str = "demo", namespace: str = "team-a", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "unicore.dev/v1alpha1",
+        "kind": "AgentTask",
+        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "labels": {}},
+        "spec": {"prompt": "hi", **spec},
+    }
+
+
+def container(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container(job)["env"]}
+
+
+def test_same_task_and_turn_give_the_same_job() -> None:
+    assert build_turn_job_spec(task(), 3, SETTINGS) == build_turn_job_spec(task(), 3, SETTINGS)
+    assert build_turn_job_spec(task(), 3, SETTINGS)["metadata"]["name"] == "demo-t3"
+    assert build_turn_job_spec(task(), 3, SETTINGS, attempt=2)["metadata"]["name"] == "demo-t3-r2"
+    assert build_turn_job_spec(task(), 4, SETTINGS)["metadata"]["name"] == "demo-t4"
+
+
+def test_long_names_are_cut_with_a_hash_and_stay_unique() -> None:
+    long_a = "a" * 100 + "-x"
+    long_b = "a" * 100 + "-y"
+    name_a = turn_job_name(long_a, 12, 1, namespace="ns")
+    assert len(name_a) <= 52
+    assert name_a.endswith("-t12-r1")
+    assert name_a == turn_job_name(long_a, 12, 1, namespace="ns")
+    assert name_a != turn_job_name(long_b, 12, 1, namespace="ns")
+    assert name_a != turn_job_name(long_a, 12, 1, namespace="other")
+    exact = "b" * (52 - len("-t1"))
+    assert turn_job_name(exact, 1) == f"{exact}-t1"
+
+
+def test_owner_reference_labels_and_command() -> None:
+    job = build_turn_job_spec(task(parentRef={"name": "root"}), 1, SETTINGS)
+    meta = job["metadata"]
+    assert meta["ownerReferences"] == [{
+        "apiVersion": "unicore.dev/v1alpha1", "kind": "AgentTask", "name": "demo", "uid": "uid-1",
+        "controller": True, "blockOwnerDeletion": True,
+    }]
+    assert meta["labels"] == {
+        "app.kubernetes.io/managed-by": "unicore-operator", "unicore.dev/task": "demo", "unicore.dev/turn": "1",
+        "unicore.dev/attempt": "0", "unicore.dev/parent": "root", "unicore.dev/root": "root",
+    }
+    assert job["spec"]["template"]["metadata"]["labels"] == meta["labels"]
+    assert meta["annotations"][names.TASK_ID_ANNOTATION] == "team-a/demo"
+    assert container(job)["command"] == ["unicore-turn", "team-a/demo"]
+    assert container(job)["image"] == "example/agent:1"
+
+
+def test_root_label_comes_from_the_tasks_own_root_label() -> None:
+    child = task(name="demo-a-b", parentRef={"name": "demo-a"})
+    child["metadata"]["labels"] = {names.ROOT_LABEL: "demo"}
+    assert build_turn_job_spec(child, 1, SETTINGS)["metadata"]["labels"][names.ROOT_LABEL] == "demo"
+
+
+def test_env_literal_redis_url_and_task_identity() -> None:
+    env = env_of(build_turn_job_spec(task(), 1, SETTINGS))
+    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["UNICORE_TASK_ID"] == "team-a/demo"
+    assert env["UNICORE_SPAWNER"] == "kubernetes"
+    assert env["UNICORE_NAMESPACE"] == "team-a"
+    assert "envFrom" not in container(build_turn_job_spec(task(), 1, SETTINGS))
+
+
+def test_env_from_secrets() -> None:
+    settings = SETTINGS.model_copy(update={"agent_redis_secret": "redis-creds", "agent_env_secret": "bedrock"})
+    job = build_turn_job_spec(task(), 1, settings)
+    assert env_of(job)["REDIS_URL"] == {"secretKeyRef": {"name": "redis-creds", "key": "redis-url"}}
+    assert container(job)["envFrom"] == [{"secretRef": {"name": "bedrock"}}]
+
+
+def test_default_gpu_and_toleration() -> None:
+    job = build_turn_job_spec(task(), 1, SETTINGS)
+    assert container(job)["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert job["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_zero_gpus_removes_gpu_and_toleration() -> None:
+    job = build_turn_job_spec(task(gpus=0), 1, SETTINGS)
+    assert container(job)["resources"] == {}
+    assert "tolerations" not in job["spec"]["template"]["spec"]
+
+
+def test_resources_merge_and_tolerations_replace() -> None:
+    spec = {"gpus": 2, "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+            "tolerations": [{"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]}
+    job = build_turn_job_spec(task(**spec), 1, SETTINGS)
+    assert container(job)["resources"] == {"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"},
+                                           "requests": {"cpu": "500m"}}
+    assert job["spec"]["template"]["spec"]["tolerations"] == spec["tolerations"]
+
+
+def test_scheduling_fields_and_kueue_label() -> None:
+    spec = {"nodeSelector": {"pool": "gpu"}, "priorityClassName": "high", "runtimeClassName": "nvidia",
+            "queueName": "team-queue"}
+    job = build_turn_job_spec(task(**spec), 1, SETTINGS)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["priorityClassName"] == "high"
+    assert pod["runtimeClassName"] == "nvidia"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+    plain = build_turn_job_spec(task(), 1, SETTINGS)
+    assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
+    assert not {"nodeSelector", "priorityClassName", "runtimeClassName"} & set(plain["spec"]["template"]["spec"])
+
+
+def test_job_policy_fields() -> None:
+    job = build_turn_job_spec(task(limits={"turnTimeoutSeconds": 120}), 1, SETTINGS)
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 120
+    assert spec["ttlSecondsAfterFinished"] == 300
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["serviceAccountName"] == "unicore-agent"
+    assert pod["automountServiceAccountToken"] is True
+    assert build_turn_job_spec(task(), 1, SETTINGS)["spec"]["activeDeadlineSeconds"] == 3600
+
+
+def test_security_context_passes_restricted() -> None:
+    pod = build_turn_job_spec(task(), 1, SETTINGS)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsUser"] != 0
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+
+
+def test_long_task_name_label_values_are_valid() -> None:
+    long_name = "x" * 120
+    labels = build_turn_job_spec(task(name=long_name), 1, SETTINGS)["metadata"]["labels"]
+    assert len(labels[names.TASK_LABEL]) <= 63
+    assert labels[names.TASK_LABEL] == names.label_value(long_name)
+
+
+def test_settings_from_environment() -> None:
+    settings = load_settings({"REDIS_URL": "redis://r", "UNICORE_NAMESPACES": "a, b,", "UNICORE_DEFAULT_GPUS": "0",
+                              "UNICORE_GPU_TOLERATION": "false", "UNICORE_AGENT_ENV_SECRET": ""})
+    assert settings.namespaces == ("a", "b")
+    assert settings.default_gpus == 0 and settings.gpu_toleration is False
+    assert settings.agent_env_secret is None
+    job = build_turn_job_spec(task(), 1, settings)
+    assert container(job)["resources"] == {}
+
+
+def test_settings_errors_are_clear() -> None:
+    from unicore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="REDIS_URL is required"):
+        load_settings({})
+    with pytest.raises(ConfigError, match="UNICORE_DEFAULT_GPUS"):
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_DEFAULT_GPUS": "-1"})

@@ -1,0 +1,104 @@
+"""The AgentTask phase state machine and status summaries (pure functions)."""
+
+from __future__ import annotations
+
+from unicore_operator.crd_model import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
+from unicore_operator.indexes import job_outcome
+from unicore_operator.phases import (
+    Phase,
+    TaskObservation,
+    build_status,
+    decide_phase,
+    retry_delay,
+    status_changed,
+    wants_turn_job,
+)
+
+import pytest
+
+
+def test_precedence() -> None:
+    assert decide_phase(TaskObservation(invalid_reason="bad", suspended=True))[0] is Phase.FAILED
+    assert decide_phase(TaskObservation(failed_attempts=4, max_retries=3, suspended=True))[0] is Phase.FAILED
+    assert decide_phase(TaskObservation(failed_attempts=3, max_retries=3, pending_messages=1))[0] is Phase.PENDING
+    assert decide_phase(TaskObservation(suspended=True, active_job="j", pending_messages=2))[0] is Phase.SUSPENDED
+    assert decide_phase(TaskObservation(active_job="j", pending_messages=2))[0] is Phase.RUNNING
+    assert decide_phase(TaskObservation(lease_held=True))[0] is Phase.RUNNING
+    assert decide_phase(TaskObservation(pending_messages=1, children_phases={"c": "Running"}))[0] is Phase.PENDING
+    assert decide_phase(TaskObservation(children_phases={"c": "Running", "d": "Idle"}))[0] is Phase.WAITING
+    assert decide_phase(TaskObservation(children_phases={"c": "Failed", "d": "Idle"}))[0] is Phase.IDLE
+    assert decide_phase(TaskObservation())[0] is Phase.IDLE
+
+
+def test_failed_message_names_the_reason() -> None:
+    phase, message = decide_phase(TaskObservation(failed_attempts=2, max_retries=1, last_failure="DeadlineExceeded"))
+    assert phase is Phase.FAILED and "DeadlineExceeded" in message and "2 times" in message
+
+
+def test_turn_job_only_when_pending() -> None:
+    assert wants_turn_job(TaskObservation(pending_messages=1))
+    assert not wants_turn_job(TaskObservation(pending_messages=1, suspended=True))
+    assert not wants_turn_job(TaskObservation(pending_messages=1, active_job="j"))
+    assert not wants_turn_job(TaskObservation(pending_messages=1, lease_held=True))
+    assert not wants_turn_job(TaskObservation(pending_messages=1, invalid_reason="x"))
+    assert not wants_turn_job(TaskObservation())
+
+
+def test_retry_delay_backs_off_and_caps() -> None:
+    assert [retry_delay(n, 5) for n in range(5)] == [0, 5, 10, 20, 40]
+    assert retry_delay(20, 5, cap_seconds=60) == 60
+
+
+def test_ready_condition_and_bounded_fields() -> None:
+    record = {"turns": "2", "iterations": "5", "total_tokens": "120", "input_tokens": "100", "output_tokens": "20",
+              "last_response": "x" * 5000, "model": "scripted"}
+    status = build_status(phase=Phase.IDLE, message="nothing pending", record=record,
+                          last_turn={"number": 2, "started_at": 1.7e9, "ended_at": "1700000005.5", "summary": "s"},
+                          active_job=None, children=[{"name": "c", "phase": "Idle"}], depth=0, tree_path="demo",
+                          failed_attempts=0, generation=3, previous=None, now="2026-01-01T00:00:00Z")
+    assert status["turns"] == 2 and status["tokens"] == 120 and status["iterations"] == 5
+    assert len(status["lastResponse"]) == 1024
+    assert status["lastTurn"]["number"] == 2 and status["lastTurn"]["endedAt"].endswith("Z")
+    ready = status["conditions"][0]
+    assert ready["type"] == "Ready" and ready["status"] == "True" and ready["observedGeneration"] == 3
+    running = build_status(phase=Phase.RUNNING, message="m", record=record, last_turn=None, active_job="j",
+                           children=[], depth=0, tree_path="demo", failed_attempts=0, generation=3,
+                           previous=status, now="2026-01-01T00:01:00Z")
+    assert running["conditions"][0]["status"] == "False"
+    assert running["conditions"][0]["reason"] == "TurnRunning"
+    assert running["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+    again = build_status(phase=Phase.IDLE, message="nothing pending", record=record,
+                         last_turn={"number": 2, "started_at": 1.7e9, "ended_at": "1700000005.5", "summary": "s"},
+                         active_job=None, children=[{"name": "c", "phase": "Idle"}], depth=0, tree_path="demo",
+                         failed_attempts=0, generation=3, previous=status, now="2026-01-01T00:09:00Z")
+    assert again["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert not status_changed(status, again)
+    assert status_changed(status, running)
+
+
+def test_job_outcome() -> None:
+    assert job_outcome({}) == ("running", "")
+    assert job_outcome({"conditions": [{"type": "Complete", "status": "True"}]}) == ("succeeded", "")
+    outcome, reason = job_outcome({"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                                                  "message": "too slow"}]})
+    assert outcome == "failed" and reason == "DeadlineExceeded: too slow"
+    assert job_outcome({"conditions": [{"type": "Failed", "status": "False"}]}) == ("running", "")
+
+
+def test_spec_validation_beyond_cel() -> None:
+    with pytest.raises(SpecInvalid, match="prompt is required"):
+        parse_spec({"model": "scripted"})
+    with pytest.raises(SpecInvalid, match="script"):
+        parse_spec({"prompt": "x", "script": {"tasks": {"demo": [{"bogus": 1}]}}})
+    assert parse_spec({"parentRef": {"name": "p"}}).parent_ref is not None
+
+
+def test_child_inherits_model_script_and_limits_from_the_parent_record() -> None:
+    parent = {"model": "bedrock:claude", "script": '{"default": "ok"}', "limits": '{"max_depth": 5, "max_children": 2}'}
+    spec = parse_spec({"parentRef": {"name": "demo"}, "prompt": "do", "limits": {"maxChildren": 1}})
+    task_spec = to_task_spec("ns", "demo-a", spec, parent)
+    assert task_spec.parent == "ns/demo"
+    assert task_spec.model == "bedrock:claude"
+    assert task_spec.script == {"default": "ok"}
+    assert task_spec.limits.max_depth == 5 and task_spec.limits.max_children == 1
+    assert LimitsSpec().set_fields() == {}
