@@ -9,6 +9,7 @@ cluster-up``).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -40,8 +41,9 @@ def control_plane() -> Iterator[DevCluster]:
     try:
         yield cluster
     finally:
-        pids = cluster.control_plane.pids()
+        pids = cluster.pids()  # control plane and running pod processes
         cluster.stop()
+        shutil.rmtree(data_dir / "etcd", ignore_errors=True)  # 60+ MB of WAL; logs and pod output stay
         left = {name: pid for name, pid in pids.items() if alive(pid)}
         assert not left, f"control-plane processes left behind: {left}"
 

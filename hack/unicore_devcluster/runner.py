@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from unicore_devcluster.kubeconfig import write_kubeconfig
 from unicore_devcluster.log import logger
 from unicore_devcluster.podenv import PodSetupError, build_plan
-from unicore_devcluster.procs import Child, spawn, terminate
+from unicore_devcluster.procs import Child, signal_group, spawn
 
 TOKEN_SECONDS = 24 * 3600
 WATCH_SECONDS = 30
@@ -217,7 +218,9 @@ class PodRunner:
                 self._reconcile(key)
             except Exception:  # noqa: BLE001 - one pod must not stop the runner
                 logger.exception("reconciling pod %s/%s failed; retrying", *key)
-                threading.Timer(1.0, self._enqueue, args=(key,)).start()
+                retry = threading.Timer(1.0, self._enqueue, args=(key,))
+                retry.daemon = True
+                retry.start()
             self._due_restarts()
 
     def _due_restarts(self) -> None:
@@ -348,6 +351,14 @@ class PodRunner:
             tracked.reported_exit = True
             self._patch_status(tracked, self._setup_failure_status(tracked, exc))
             return
+        except Exception:
+            # a transient API error: forget a new pod (the retry starts afresh), retry a restart later
+            with self._lock:
+                if previous is None:
+                    self._pods.pop(tracked.key, None)
+                else:
+                    tracked.restart_due = time.monotonic() + 1.0
+            raise
         tracked.started_at = _now()
         tracked.exit_code = None
         tracked.reported_exit = False
@@ -367,7 +378,7 @@ class PodRunner:
     def _await_exit(self, tracked: PodProcess, child: Child) -> None:
         code = child.popen.wait()
         # members of its process group that outlived it go with it
-        terminate(child.pid, None, 0.0)
+        signal_group(child.pid, signal.SIGKILL)
         tracked.exit_code = _exit_code(code)
         tracked.finished_at = _now()
         logger.info("pod %s/%s: process exited with %d", tracked.namespace, tracked.name, tracked.exit_code)
