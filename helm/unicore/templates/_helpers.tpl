@@ -113,3 +113,33 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* The operator's settings (docs/CONTRACT.md, unicore_operator.settings), name -> value; REDIS_URL comes from
+     the Secret. operator.extraEnv entries with the same name replace these. */}}
+{{- define "unicore.operatorEnv" -}}
+{{- $v := .Values -}}
+{{- $env := dict
+  "UNICORE_NAMESPACES" (ternary "" .Release.Namespace $v.rbac.clusterWide)
+  "UNICORE_AGENT_IMAGE" (include "unicore.image" (dict "root" . "image" $v.agent.image))
+  "UNICORE_AGENT_IMAGE_PULL_POLICY" $v.agent.image.pullPolicy
+  "UNICORE_AGENT_SERVICE_ACCOUNT" (include "unicore.agentName" .)
+  "UNICORE_AGENT_REDIS_SECRET" (include "unicore.redisSecretName" .)
+  "UNICORE_AGENT_ENV_SECRET" (include "unicore.agentEnvSecret" .)
+  "UNICORE_DEFAULT_GPUS" (toString $v.agent.gpu.count)
+  "UNICORE_GPU_RESOURCE" $v.agent.gpu.resourceName
+  "UNICORE_GPU_TOLERATION" (toString $v.agent.gpu.toleration)
+  "UNICORE_JOB_TTL_SECONDS" (toString $v.agent.jobTTLSeconds)
+  "UNICORE_MAX_TURN_RETRIES" (toString $v.agent.maxTurnRetries)
+  "UNICORE_TURN_RETRY_BACKOFF_SECONDS" (toString $v.agent.turnRetryBackoffSeconds)
+  "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS" (toString $v.agent.defaultTurnTimeoutSeconds)
+  "UNICORE_RESYNC_SECONDS" (toString $v.operator.resyncSeconds)
+  "UNICORE_REDIS_RETENTION_SECONDS" (toString $v.operator.redisRetentionSeconds)
+  "UNICORE_HTTP_PORT" "8080"
+  "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
+  "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
+  "UNICORE_MAX_REAPS" (toString $v.watchdog.maxReaps)
+  "UNICORE_WATCHDOG_INTERVAL_SECONDS" (toString $v.watchdog.intervalSeconds)
+  "UNICORE_LOG_LEVEL" $v.operator.logLevel
+-}}
+{{- $env | toJson -}}
+{{- end }}
