@@ -1,4 +1,5 @@
-"""The Redis throttle coordinator against a real redis-server: limiter maths, multiplier, and 3 real processes."""
+"""The Redis throttle coordinator against a real redis-server: limiter maths, multiplier, and 3 real
+processes."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 
 import pytest
 import redis
-
-from tests.waiting import wait_for
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY
+
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,12 @@ class FakeClock:
 
 def coordinator(client: redis.Redis, clock: FakeClock, **limits: Any) -> ThrottleCoordinator:
     return ThrottleCoordinator(
-        client, "test-model", ThrottleLimits(**limits), sleep=clock.sleep, uniform=lambda lo, hi: lo, clock_ms=clock
+        client,
+        "test-model",
+        ThrottleLimits(**limits),
+        sleep=clock.sleep,
+        uniform=lambda lo, hi: lo,
+        clock_ms=clock,
     )
 
 
@@ -105,7 +111,7 @@ def test_multiplier_rises_on_throttling_decays_on_success(redis_client: redis.Re
     assert values[-1] == 1.0 and all(a >= b for a, b in zip(values, values[1:], strict=False))
     counters = redis_client.hgetall(COUNTERS_KEY)
     assert float(counters["throttle_events_total|model=test-model"]) == 4
-    assert float(redis_client.hget(GAUGES_KEY, "throttle_multiplier|model=test-model")) == 1.0
+    assert float(str(redis_client.hget(GAUGES_KEY, "throttle_multiplier|model=test-model"))) == 1.0
 
 
 def test_multiplier_spaces_calls_without_limits(redis_client: redis.Redis) -> None:
@@ -180,15 +186,32 @@ def max_in_window(times: list[float], width: float) -> int:
     ],
 )
 def test_three_processes_sharing_a_limiter_never_exceed_its_rate(
-    redis_url: str, redis_client: redis.Redis, limits: dict[str, Any], calls: int, tokens: int, per_window: int
+    redis_url: str,
+    redis_client: redis.Redis,
+    limits: dict[str, Any],
+    calls: int,
+    tokens: int,
+    per_window: int,
 ) -> None:
     window = limits["window_seconds"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "agent_image"), str(ROOT)])}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, redis_url, "shared-model", json.dumps(limits), str(calls), str(tokens),
-             f"w{i}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                redis_url,
+                "shared-model",
+                json.dumps(limits),
+                str(calls),
+                str(tokens),
+                f"w{i}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for i in range(3)
     ]
@@ -212,11 +235,14 @@ def test_three_processes_sharing_a_limiter_never_exceed_its_rate(
     # 1. admissions (Redis server clock, ms): no window of the configured length holds more than the limit
     admitted = [r["admitted_ms"] / 1000 for r in records]
     assert max_in_window(admitted, window) == per_window
-    # 2. the calls themselves (client clock): shrink the window by the spread of admission->call latency, which
+    # 2. the calls themselves (client clock): shrink the window by the spread of admission->call latency,
+    # which
     #    keeps the check exact: calls in [t, t + window - spread) were all admitted within one window
     latency = [r["called_at"] - r["admitted_ms"] / 1000 for r in records]
     spread = max(latency) - min(latency)
-    assert spread < window / 2, f"admission-to-call latency spread {spread:.3f}s too large for a meaningful check"
+    assert spread < window / 2, (
+        f"admission-to-call latency spread {spread:.3f}s too large for a meaningful check"
+    )
     assert max_in_window([r["called_at"] for r in records], window - spread) <= per_window
     # 3. the limiter really held processes back, and the run lasted as long as the rate demands
     assert any(r["waited"] > 0 for r in records)

@@ -1,4 +1,5 @@
-"""Bedrock provider against botocore's Stubber (every request is validated against the bedrock-runtime model)."""
+"""Bedrock provider against botocore's Stubber (every request is validated against the bedrock-runtime
+model)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-
 from unicore.errors import ConfigError, ModelError
 from unicore.providers.base import ModelRequest, ToolSpec
 from unicore.providers.bedrock import BedrockModel, BedrockSettings, converse_request
@@ -19,7 +19,10 @@ MODEL_ID = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 
 def runtime_client() -> Any:
     return boto3.client(
-        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret"
+        "bedrock-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
     )
 
 
@@ -31,7 +34,9 @@ class Sleeps:
         self.calls.append(seconds)
 
 
-def answer(content: list[dict[str, Any]], stop: str = "end_turn", inp: int = 11, out: int = 7) -> dict[str, Any]:
+def answer(
+    content: list[dict[str, Any]], stop: str = "end_turn", inp: int = 11, out: int = 7
+) -> dict[str, Any]:
     return {
         "output": {"message": {"role": "assistant", "content": content}},
         "stopReason": stop,
@@ -48,7 +53,9 @@ def stubbed() -> Any:
         stubber.assert_no_pending_responses()
 
 
-def make_model(client: Any, sleeps: Sleeps | None = None, uniform: Any = None, attempts: int = 8) -> BedrockModel:
+def make_model(
+    client: Any, sleeps: Sleeps | None = None, uniform: Any = None, attempts: int = 8
+) -> BedrockModel:
     return BedrockModel(
         MODEL_ID,
         client,
@@ -80,7 +87,11 @@ def test_plain_text_call_maps_request_and_response(stubbed: Any) -> None:
     response = make_model(client).converse(request)
     assert response.content == [{"text": "Hi."}]
     assert response.stop_reason == "end_turn"
-    assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (12, 3, 15)
+    assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (
+        12,
+        3,
+        15,
+    )
     assert response.model_id == MODEL_ID
     assert response.latency_seconds >= 0
 
@@ -92,12 +103,18 @@ def test_tool_use_round_trip(stubbed: Any) -> None:
     first = ModelRequest(
         task_id="demo", messages=[{"role": "user", "content": [{"text": "Read a.txt"}]}], tools=tools
     )
-    tool_config = {"tools": [{"toolSpec": {"name": "read_file", "description": "Read a file",
-                                           "inputSchema": {"json": schema}}}]}
+    tool_config = {
+        "tools": [
+            {"toolSpec": {"name": "read_file", "description": "Read a file", "inputSchema": {"json": schema}}}
+        ]
+    }
     stubber.add_response(
         "converse",
         answer(
-            [{"text": "Reading."}, {"toolUse": {"toolUseId": "tu-1", "name": "read_file", "input": {"path": "a.txt"}}}],
+            [
+                {"text": "Reading."},
+                {"toolUse": {"toolUseId": "tu-1", "name": "read_file", "input": {"path": "a.txt"}}},
+            ],
             stop="tool_use",
         ),
         expected_params={
@@ -110,7 +127,9 @@ def test_tool_use_round_trip(stubbed: Any) -> None:
     model = make_model(client)
     response = model.converse(first)
     assert response.stop_reason == "tool_use"
-    assert response.content[1] == {"toolUse": {"toolUseId": "tu-1", "name": "read_file", "input": {"path": "a.txt"}}}
+    assert response.content[1] == {
+        "toolUse": {"toolUseId": "tu-1", "name": "read_file", "input": {"path": "a.txt"}}
+    }
 
     history = [
         *first.messages,
@@ -118,8 +137,13 @@ def test_tool_use_round_trip(stubbed: Any) -> None:
         {
             "role": "user",
             "content": [
-                {"toolResult": {"toolUseId": "tu-1", "content": [{"text": "hello"}, {"json": {"size": 5}}],
-                                "status": "success"}},
+                {
+                    "toolResult": {
+                        "toolUseId": "tu-1",
+                        "content": [{"text": "hello"}, {"json": {"size": 5}}],
+                        "status": "success",
+                    }
+                },
                 {"text": "And summarise it."},
             ],
         },
@@ -145,9 +169,14 @@ def test_tool_blocks_without_tools_are_sent_as_text(stubbed: Any) -> None:
     client, stubber = stubbed
     history = [
         {"role": "user", "content": [{"text": "go"}]},
-        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "ls", "input": {"d": "."}}}]},
-        {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "a b"}],
-                                                     "status": "error"}}]},
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": "t1", "name": "ls", "input": {"d": "."}}}],
+        },
+        {
+            "role": "user",
+            "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "a b"}], "status": "error"}}],
+        },
     ]
     request = ModelRequest(task_id="demo", messages=history, purpose="summary")
     params = converse_request(MODEL_ID, request)
@@ -169,7 +198,9 @@ def test_throttling_is_retried_with_exponential_backoff_then_succeeds(stubbed: A
     sleeps = Sleeps()
     jitters = iter([1.2, 0.8, 1.0, 1.1, 0.9])  # +20 %, -20 %, 0, +10 %, -10 %
     model = make_model(client, sleeps, uniform=lambda lo, hi: (lo, hi) == (0.8, 1.2) and next(jitters))
-    response = model.converse(ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}]))
+    response = model.converse(
+        ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}])
+    )
     assert response.content == [{"text": "Finally."}]
     assert sleeps.calls == pytest.approx([2 * 1.2, 4 * 0.8, 8 * 1.0, 16 * 1.1, 32 * 0.9])
     assert model.runner.delays == sleeps.calls
@@ -182,19 +213,26 @@ def test_throttling_gives_up_after_eight_tries(stubbed: Any) -> None:
     sleeps = Sleeps()
     rng = random.Random(7)
     model = make_model(client, sleeps, uniform=rng.uniform)
-    with pytest.raises(ModelError, match=r"still throttled after 8 tries: ThrottlingException: Rate exceeded"):
+    with pytest.raises(
+        ModelError, match=r"still throttled after 8 tries: ThrottlingException: Rate exceeded"
+    ):
         model.converse(ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}]))
     assert len(sleeps.calls) == 7
     for n, delay in enumerate(sleeps.calls, start=1):
         nominal = 2.0 * 2 ** (n - 1)
         assert 0.8 * nominal <= delay <= 1.2 * nominal
-    assert len({round(d / (2.0 * 2 ** n), 6) for n, d in enumerate(sleeps.calls)}) > 1  # jitter really varies
+    assert len({round(d / (2.0 * 2**n), 6) for n, d in enumerate(sleeps.calls)}) > 1  # jitter really varies
 
 
 @pytest.mark.parametrize(
     ("code", "status"),
-    [("ValidationException", 400), ("AccessDeniedException", 403), ("ResourceNotFoundException", 404),
-     ("InternalServerException", 500), ("ModelErrorException", 424)],
+    [
+        ("ValidationException", 400),
+        ("AccessDeniedException", 403),
+        ("ResourceNotFoundException", 404),
+        ("InternalServerException", 500),
+        ("ModelErrorException", 424),
+    ],
 )
 def test_other_errors_fail_immediately_with_code_and_message(stubbed: Any, code: str, status: int) -> None:
     client, stubber = stubbed
@@ -204,15 +242,27 @@ def test_other_errors_fail_immediately_with_code_and_message(stubbed: Any, code:
         make_model(client, sleeps).converse(
             ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}])
         )
-    assert code in str(info.value) and f"the {code} message" in str(info.value) and MODEL_ID in str(info.value)
+    assert (
+        code in str(info.value) and f"the {code} message" in str(info.value) and MODEL_ID in str(info.value)
+    )
     assert sleeps.calls == []
 
 
 @pytest.fixture
 def no_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE",
-                 "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
@@ -254,8 +304,12 @@ def test_settings_from_env() -> None:
     assert (special.max_requests, special.max_tokens, special.window_seconds) == (5, 100000, 10)
     assert settings.limits_for("nova-pro", "amazon.nova-pro-v1:0") == settings.limits
     # the per-model entry also applies when the model is named by its id
-    assert settings.limits_for("eu.anthropic.claude-sonnet-4-20250514-v1:0",
-                               "eu.anthropic.claude-sonnet-4-20250514-v1:0").max_requests == 5
+    assert (
+        settings.limits_for(
+            "eu.anthropic.claude-sonnet-4-20250514-v1:0", "eu.anthropic.claude-sonnet-4-20250514-v1:0"
+        ).max_requests
+        == 5
+    )
     with pytest.raises(ConfigError, match="UNICORE_BEDROCK_LIMITS|max_requests"):
         BedrockSettings.from_env({"UNICORE_BEDROCK_LIMITS": '{"x": {"rpm": -1}}'})
     with pytest.raises(ConfigError):

@@ -8,7 +8,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-
 from unicore.errors import ConfigError
 from unicore.providers.model_names import (
     FALLBACK,
@@ -25,7 +24,9 @@ ACCOUNT = "123456789012"
 
 
 def control_client() -> Any:
-    return boto3.client("bedrock", region_name=REGION, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="x")
+    return boto3.client(
+        "bedrock", region_name=REGION, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="x"
+    )
 
 
 def foundation(model_id: str, *, on_demand: bool = True, status: str = "ACTIVE") -> dict[str, Any]:
@@ -64,13 +65,20 @@ FOUNDATION = [
     foundation("acme.brand-new-model-v1:0"),
     foundation("acme.retired-model-v1:0", status="LEGACY"),
 ]
-PROFILES_PAGE_1 = [profile("us.anthropic.claude-sonnet-4-20250514-v1:0"),
-                   profile("eu.anthropic.claude-sonnet-4-20250514-v1:0")]
-PROFILES_PAGE_2 = [profile("us.amazon.nova-pro-v1:0"), profile("global.anthropic.claude-opus-4-1-20250805-v1:0")]
+PROFILES_PAGE_1 = [
+    profile("us.anthropic.claude-sonnet-4-20250514-v1:0"),
+    profile("eu.anthropic.claude-sonnet-4-20250514-v1:0"),
+]
+PROFILES_PAGE_2 = [
+    profile("us.amazon.nova-pro-v1:0"),
+    profile("global.anthropic.claude-opus-4-1-20250805-v1:0"),
+]
 
 
 def stub_discovery(stubber: Stubber) -> None:
-    stubber.add_response("list_foundation_models", {"modelSummaries": FOUNDATION}, {"byOutputModality": "TEXT"})
+    stubber.add_response(
+        "list_foundation_models", {"modelSummaries": FOUNDATION}, {"byOutputModality": "TEXT"}
+    )
     stubber.add_response(
         "list_inference_profiles",
         {"inferenceProfileSummaries": PROFILES_PAGE_1, "nextToken": "page-2"},
@@ -93,8 +101,10 @@ def stub_discovery(stubber: Stubber) -> None:
         ("mistral.mistral-large-2407-v1:0", "mistral-large"),
         ("deepseek.r1-v1:0", "deepseek-r1"),
         ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5"),
-        (f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/eu.anthropic.claude-3-5-haiku-20241022-v1:0",
-         "claude-3-5-haiku"),
+        (
+            f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/eu.anthropic.claude-3-5-haiku-20241022-v1:0",
+            "claude-3-5-haiku",
+        ),
     ],
 )
 def test_short_name(model_id: str, expected: str) -> None:
@@ -106,12 +116,18 @@ def test_full_ids_and_geographies() -> None:
     assert is_full_model_id(f"arn:aws:bedrock:{REGION}:{ACCOUNT}:application-inference-profile/abc123")
     assert not is_full_model_id("claude-sonnet-4")
     assert [geo_prefix(r) for r in ("us-west-2", "eu-central-1", "ap-northeast-1", "us-gov-west-1")] == [
-        "us", "eu", "apac", "us-gov"]
+        "us",
+        "eu",
+        "apac",
+        "us-gov",
+    ]
 
 
 def test_discovery_prefers_on_demand_then_regional_profile_then_newest() -> None:
     mapping = build_name_map(FOUNDATION, PROFILES_PAGE_1 + PROFILES_PAGE_2, REGION)
-    assert mapping["claude-sonnet-4"] == "us.anthropic.claude-sonnet-4-20250514-v1:0"  # not on-demand; us. profile
+    assert (
+        mapping["claude-sonnet-4"] == "us.anthropic.claude-sonnet-4-20250514-v1:0"
+    )  # not on-demand; us. profile
     assert mapping["nova-pro"] == "amazon.nova-pro-v1:0"  # on-demand in region beats the profile
     assert mapping["claude-3-5-sonnet"] == "anthropic.claude-3-5-sonnet-20241022-v2:0"  # newest release
     assert mapping["claude-3-haiku"] == "anthropic.claude-3-haiku-20240307-v1:0"  # not the :200k variant
@@ -140,7 +156,10 @@ def test_full_ids_skip_discovery() -> None:
         resolver = ModelNameResolver(REGION, control_client=client)
         arn = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:application-inference-profile/abc123"
         assert resolver.resolve(arn) == arn
-        assert resolver.resolve("anthropic.claude-3-haiku-20240307-v1:0") == "anthropic.claude-3-haiku-20240307-v1:0"
+        assert (
+            resolver.resolve("anthropic.claude-3-haiku-20240307-v1:0")
+            == "anthropic.claude-3-haiku-20240307-v1:0"
+        )
 
 
 def test_discovery_denied_uses_fallback_table() -> None:

@@ -3,10 +3,13 @@
 Configuration (``BedrockSettings.from_env``): ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` (or any
 credential boto3 finds: env keys, IRSA / Pod Identity on Kubernetes), and
 ``UNICORE_BEDROCK_ENDPOINT_URL``, ``UNICORE_BEDROCK_READ_TIMEOUT`` (s, default 300),
-``UNICORE_BEDROCK_MAX_ATTEMPTS`` (default 8), ``UNICORE_BEDROCK_RPM`` / ``UNICORE_BEDROCK_TPM`` (proactive limits
-per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model, keyed by
+``UNICORE_BEDROCK_MAX_ATTEMPTS`` (default 8), ``UNICORE_BEDROCK_RPM`` / ``UNICORE_BEDROCK_TPM`` (proactive
+limits
+per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model,
+keyed by
 short name or id, e.g. ``{"claude-sonnet-4": {"max_requests": 50, "max_tokens": 400000}}``),
-``UNICORE_BEDROCK_MODEL_CACHE_TTL`` (s, default 21600), ``UNICORE_BEDROCK_DISCOVERY`` (``0`` disables discovery).
+``UNICORE_BEDROCK_MODEL_CACHE_TTL`` (s, default 21600), ``UNICORE_BEDROCK_DISCOVERY`` (``0`` disables
+discovery).
 
 botocore's own retries are switched off: ``unicore.providers.retry`` is the one retry policy.
 """
@@ -57,21 +60,24 @@ class BedrockSettings(BaseModel):
     region: str | None = None
     profile: str | None = None
     endpoint_url: str | None = None
-    read_timeout: float = Field(300.0, gt=0)
-    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(default=300.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     limits: ThrottleLimits = Field(default_factory=ThrottleLimits)
     model_limits: dict[str, ThrottleLimits] = Field(default_factory=dict)
-    model_cache_ttl: int = Field(6 * 3600, ge=0)
+    model_cache_ttl: int = Field(default=6 * 3600, ge=0)
     discover_models: bool = True
-    client_factory: ClientFactory | None = Field(None, exclude=True, description="tests: inject (stubbed) clients")
+    client_factory: ClientFactory | None = Field(
+        default=None, exclude=True, description="tests: inject (stubbed) clients"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BedrockSettings:
         env = os.environ if env is None else env
         try:
             limits = ThrottleLimits(
-                max_requests=_int(env.get("UNICORE_BEDROCK_RPM")), max_tokens=_int(env.get("UNICORE_BEDROCK_TPM"))
+                max_requests=_int(env.get("UNICORE_BEDROCK_RPM")),
+                max_tokens=_int(env.get("UNICORE_BEDROCK_TPM")),
             )
             per_model_raw = json.loads(env.get("UNICORE_BEDROCK_LIMITS") or "{}")
             if not isinstance(per_model_raw, dict):
@@ -86,7 +92,8 @@ class BedrockSettings(BaseModel):
                 limits=limits,
                 model_limits=per_model,
                 model_cache_ttl=int(env.get("UNICORE_BEDROCK_MODEL_CACHE_TTL") or 6 * 3600),
-                discover_models=(env.get("UNICORE_BEDROCK_DISCOVERY") or "1").lower() not in ("0", "false", "no"),
+                discover_models=(env.get("UNICORE_BEDROCK_DISCOVERY") or "1").lower()
+                not in ("0", "false", "no"),
             )
         except (ValueError, TypeError, ValidationError) as exc:
             raise ConfigError(f"invalid Bedrock settings in the environment: {exc}") from exc
@@ -121,17 +128,20 @@ def _model_limits(base: ThrottleLimits, raw: Any) -> ThrottleLimits:
     if not isinstance(raw, dict):
         raise ValueError(f"per-model limits must be JSON objects, got {raw!r}")
     aliases = {"rpm": "max_requests", "tpm": "max_tokens"}
-    return ThrottleLimits.model_validate({**base.model_dump(), **{aliases.get(k, k): v for k, v in raw.items()}})
+    return ThrottleLimits.model_validate(
+        {**base.model_dump(), **{aliases.get(k, k): v for k, v in raw.items()}}
+    )
 
 
-# ---------------------------------------------------------------------------------------------- request mapping
+# request mapping ----------
 
 
 def converse_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
     """ModelRequest -> keyword arguments of ``bedrock-runtime.converse``."""
     messages = [{"role": m["role"], "content": list(m.get("content", []))} for m in request.messages]
     if not request.tools and has_tool_blocks(messages):
-        # Converse rejects toolUse/toolResult blocks without a toolConfig (e.g. a summary call): show them as text.
+        # Converse rejects toolUse/toolResult blocks without a toolConfig (e.g. a summary call): show them
+        # as text.
         messages = flatten_tool_blocks(messages)
     params: dict[str, Any] = {"modelId": model_id, "messages": messages}
     if request.system:
@@ -159,7 +169,9 @@ def converse_response(model_id: str, raw: Mapping[str, Any]) -> ModelResponse:
             content.append({"text": block["text"]})
         elif "toolUse" in block:
             use = block["toolUse"]
-            content.append({"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"], "input": use.get("input")}})
+            content.append(
+                {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"], "input": use.get("input")}}
+            )
         else:
             log.debug("dropping unsupported content block %s", sorted(block))
     usage = raw.get("usage") or {}
@@ -167,12 +179,14 @@ def converse_response(model_id: str, raw: Mapping[str, Any]) -> ModelResponse:
     return ModelResponse(
         content=content,
         stop_reason=str(raw.get("stopReason", "end_turn")),
-        usage=Usage(input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("totalTokens", inp + out))),
+        usage=Usage(
+            input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("totalTokens", inp + out))
+        ),
         model_id=model_id,
     )
 
 
-# ------------------------------------------------------------------------------------------------------ the model
+# the model ----------
 
 
 class BedrockModel:
@@ -194,8 +208,13 @@ class BedrockModel:
         self.name = model_id
         self._client = runtime_client
         self.runner = CallRunner(
-            "bedrock", model_id, policy=policy, coordinator=coordinator, redis_client=redis_client,
-            sleep=sleep, uniform=uniform,
+            "bedrock",
+            model_id,
+            policy=policy,
+            coordinator=coordinator,
+            redis_client=redis_client,
+            sleep=sleep,
+            uniform=uniform,
         )
 
     def converse(self, request: ModelRequest) -> ModelResponse:
@@ -236,7 +255,10 @@ def build_bedrock_model(
     if settings.discover_models and not is_full_model_id(name.strip()):
         control = settings.client("bedrock")
     resolver = ModelNameResolver(
-        region, control_client=control, redis_client=redis_client, cache_ttl=settings.model_cache_ttl,
+        region,
+        control_client=control,
+        redis_client=redis_client,
+        cache_ttl=settings.model_cache_ttl,
         discover=settings.discover_models,
     )
     model_id = resolver.resolve(name)
@@ -247,7 +269,11 @@ def build_bedrock_model(
             redis_client, model_id, settings.limits_for(name, model_id), sleep=sleep, uniform=uniform
         )
     return BedrockModel(
-        model_id, runtime, policy=settings.retry, coordinator=coordinator, redis_client=redis_client,
-        sleep=sleep, uniform=uniform,
+        model_id,
+        runtime,
+        policy=settings.retry,
+        coordinator=coordinator,
+        redis_client=redis_client,
+        sleep=sleep,
+        uniform=uniform,
     )
-

@@ -112,7 +112,12 @@ class CallRunner:
                     self.metrics.incr("throttle_events_total", {"model": self.model})
                 log.warning(
                     "%s %s throttled (%s), try %d/%d, retrying in %.1fs",
-                    self.provider, self.model, exc.code, attempt, self.policy.max_attempts, delay,
+                    self.provider,
+                    self.model,
+                    exc.code,
+                    attempt,
+                    self.policy.max_attempts,
+                    delay,
                 )
                 self.delays.append(delay)
                 self.sleep(delay)
@@ -146,17 +151,22 @@ class CallRunner:
 
 
 def flatten_tool_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rewrite toolUse / toolResult blocks as text (for calls made without tool definitions, e.g. summaries)."""
+    """Rewrite toolUse / toolResult blocks as text (for calls made without tool definitions, e.g.
+    summaries)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         blocks: list[dict[str, Any]] = []
         for block in message.get("content", []):
             if "toolUse" in block:
                 use = block["toolUse"]
-                blocks.append({"text": f"[called tool {use.get('name')} with {json.dumps(use.get('input'))}]"})
+                blocks.append(
+                    {"text": f"[called tool {use.get('name')} with {json.dumps(use.get('input'))}]"}
+                )
             elif "toolResult" in block:
                 result = block["toolResult"]
-                blocks.append({"text": f"[tool {result.get('status', 'success')}: {tool_result_text(result)}]"})
+                blocks.append(
+                    {"text": f"[tool {result.get('status', 'success')}: {tool_result_text(result)}]"}
+                )
             else:
                 blocks.append(block)
         out.append({**message, "content": blocks})

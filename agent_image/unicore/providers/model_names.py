@@ -8,11 +8,15 @@ Resolution order for ``bedrock:<name>``:
    (key ``uc:bedrock:models:<region>``, a JSON object) so turn processes do not repeat the discovery;
 3. the built-in FALLBACK table below, used when discovery is not permitted / fails or does not know the name.
 
-The fallback table is only a convenience snapshot of common models; ids change as AWS releases models, so discovery
-(or a full id) is the reliable path. Short names are derived from ids: provider and geography prefixes, release
+The fallback table is only a convenience snapshot of common models; ids change as AWS releases models, so
+discovery
+(or a full id) is the reliable path. Short names are derived from ids: provider and geography prefixes,
+release
 dates, ``-instruct`` and version suffixes are dropped (``us.anthropic.claude-sonnet-4-20250514-v1:0`` ->
-``claude-sonnet-4``). When several ids share a short name, an on-demand foundation model in the region wins over an
-inference profile of the region's geography (``us.``/``eu.``/``apac.``), which wins over other profiles; ties go to
+``claude-sonnet-4``). When several ids share a short name, an on-demand foundation model in the region wins
+over an
+inference profile of the region's geography (``us.``/``eu.``/``apac.``), which wins over other profiles;
+ties go to
 the newest release.
 """
 
@@ -147,7 +151,7 @@ class ModelNameResolver:
         discover: bool = True,
     ) -> None:
         self.region = region
-        self._client = control_client
+        self._client: Any = control_client
         self._redis = redis_client
         self._ttl = cache_ttl
         self._discover = discover and control_client is not None
@@ -172,7 +176,8 @@ class ModelNameResolver:
             return fallback
         known = sorted(set(discovered) | set(FALLBACK))
         raise ConfigError(
-            f"unknown Bedrock model {name!r}: use a model id, an inference-profile id or ARN, or a short name "
+            f"unknown Bedrock model {name!r}: use a model id, an inference-profile id or ARN, "
+            "or a short name "
             f"such as {', '.join(known[:40])}{' ...' if len(known) > 40 else ''}"
         )
 
@@ -228,6 +233,7 @@ class ModelNameResolver:
 def aws_credentials_hint(exc: Exception) -> str:
     return (
         f"AWS is not configured for Bedrock ({exc}). Provide credentials and a region: set AWS_REGION "
-        "(or AWS_DEFAULT_REGION) and either AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or on Kubernetes "
+        "(or AWS_DEFAULT_REGION) and either AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+        "or on Kubernetes "
         "IRSA / EKS Pod Identity (a ServiceAccount annotated with an IAM role allowed bedrock:InvokeModel)."
     )

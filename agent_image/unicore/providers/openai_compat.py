@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server, TGI, OpenAI itself), stdlib HTTP only.
+"""An OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server, TGI, OpenAI itself), stdlib HTTP
+only.
 
 Configuration (``OpenAISettings.from_env``): ``OPENAI_BASE_URL`` (required, e.g. ``http://vllm:8000/v1``),
 ``OPENAI_API_KEY`` (optional; vLLM usually needs none), ``UNICORE_OPENAI_TIMEOUT`` (s, default 600),
@@ -43,8 +44,8 @@ FINISH_REASONS = {
 
 class OpenAISettings(BaseModel):
     base_url: str
-    api_key: str | None = Field(None, repr=False)
-    timeout: float = Field(600.0, gt=0)
+    api_key: str | None = Field(default=None, repr=False)
+    timeout: float = Field(default=600.0, gt=0)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     limits: ThrottleLimits = Field(default_factory=ThrottleLimits)
 
@@ -72,7 +73,7 @@ class OpenAISettings(BaseModel):
             raise ConfigError(f"invalid OpenAI-compatible settings in the environment: {exc}") from exc
 
 
-# -------------------------------------------------------------------------------------------------- translation
+# translation ----------
 
 
 def chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -88,7 +89,10 @@ def chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
                 {
                     "id": b["toolUse"]["toolUseId"],
                     "type": "function",
-                    "function": {"name": b["toolUse"]["name"], "arguments": json.dumps(b["toolUse"].get("input", {}))},
+                    "function": {
+                        "name": b["toolUse"]["name"],
+                        "arguments": json.dumps(b["toolUse"].get("input", {})),
+                    },
                 }
                 for b in blocks
                 if "toolUse" in b
@@ -112,7 +116,11 @@ def chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
 
 
 def chat_request(model: str, request: ModelRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "messages": chat_messages(request), "max_tokens": request.max_tokens}
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": chat_messages(request),
+        "max_tokens": request.max_tokens,
+    }
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.tools:
@@ -142,11 +150,20 @@ def chat_response(model: str, raw: Mapping[str, Any]) -> ModelResponse:
         try:
             tool_input = json.loads(arguments) if isinstance(arguments, str) else arguments
         except ValueError:
-            tool_input = {"_unparsed_arguments": arguments}  # the tool's input validation reports it to the model
+            tool_input = {
+                "_unparsed_arguments": arguments
+            }  # the tool's input validation reports it to the model
         if not isinstance(tool_input, dict):
             tool_input = {"_unparsed_arguments": arguments}
-        content.append({"toolUse": {"toolUseId": call.get("id") or "", "name": function.get("name", ""),
-                                    "input": tool_input}})
+        content.append(
+            {
+                "toolUse": {
+                    "toolUseId": call.get("id") or "",
+                    "name": function.get("name", ""),
+                    "input": tool_input,
+                }
+            }
+        )
     has_calls = any("toolUse" in b for b in content)
     stop = "tool_use" if has_calls else FINISH_REASONS.get(str(choice.get("finish_reason")), "end_turn")
     usage = raw.get("usage") or {}
@@ -154,12 +171,14 @@ def chat_response(model: str, raw: Mapping[str, Any]) -> ModelResponse:
     return ModelResponse(
         content=content,
         stop_reason=stop,
-        usage=Usage(input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("total_tokens") or inp + out)),
+        usage=Usage(
+            input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("total_tokens") or inp + out)
+        ),
         model_id=str(raw.get("model") or model),
     )
 
 
-# ------------------------------------------------------------------------------------------------------ the model
+# the model ----------
 
 
 class OpenAICompatModel:
@@ -178,8 +197,13 @@ class OpenAICompatModel:
         self.name = name
         self.settings = settings
         self.runner = CallRunner(
-            "openai", name, policy=settings.retry, coordinator=coordinator, redis_client=redis_client,
-            sleep=sleep, uniform=uniform,
+            "openai",
+            name,
+            policy=settings.retry,
+            coordinator=coordinator,
+            redis_client=redis_client,
+            sleep=sleep,
+            uniform=uniform,
         )
 
     def converse(self, request: ModelRequest) -> ModelResponse:
@@ -199,7 +223,9 @@ class OpenAICompatModel:
             detail = _error_detail(exc)
             if is_retryable(None, exc.code):
                 raise Retryable(f"HTTP {exc.code}", detail, exc.code) from exc
-            raise ModelError(f"openai endpoint {url} answered HTTP {exc.code} for model {self.name}: {detail}") from exc
+            raise ModelError(
+                f"openai endpoint {url} answered HTTP {exc.code} for model {self.name}: {detail}"
+            ) from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise ModelError(f"openai endpoint {url} unreachable for model {self.name}: {exc}") from exc
         except ValueError as exc:
@@ -233,7 +259,9 @@ def build_openai_model(
     settings = settings or OpenAISettings.from_env()
     coordinator = None
     if redis_client is not None:
-        coordinator = ThrottleCoordinator(redis_client, f"openai:{name}", settings.limits, sleep=sleep, uniform=uniform)
+        coordinator = ThrottleCoordinator(
+            redis_client, f"openai:{name}", settings.limits, sleep=sleep, uniform=uniform
+        )
     return OpenAICompatModel(
         name, settings, coordinator=coordinator, redis_client=redis_client, sleep=sleep, uniform=uniform
     )

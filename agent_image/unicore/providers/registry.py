@@ -4,7 +4,8 @@ Accepted specs (the task record's ``model`` field, ``--model``, the AgentTask ``
 
 * ``scripted``            the deterministic scripted model, script taken from the task record
 * ``scripted:PATH``       the scripted model with a YAML/JSON script file
-* ``bedrock:NAME``        Amazon Bedrock: a short name (``claude-sonnet-4``), a model / inference-profile id, or an ARN
+* ``bedrock:NAME``        Amazon Bedrock: a short name (``claude-sonnet-4``), a model / inference-profile
+  id, or an ARN
 * ``openai:NAME``         an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``), model NAME
 
 ``parse_model_spec`` only checks the syntax (no network, no files): the CRD / CLI validation uses it.
@@ -46,8 +47,8 @@ class ProviderSettings(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    bedrock: Any | None = Field(None, description="unicore.providers.bedrock.BedrockSettings")
-    openai: Any | None = Field(None, description="unicore.providers.openai_compat.OpenAISettings")
+    bedrock: Any | None = Field(default=None, description="unicore.providers.bedrock.BedrockSettings")
+    openai: Any | None = Field(default=None, description="unicore.providers.openai_compat.OpenAISettings")
 
 
 def parse_model_spec(spec: str) -> ModelSpec:
@@ -91,8 +92,8 @@ def resolve_model(
             path = Path(parsed.name).expanduser()
             if not path.is_file():
                 raise ConfigError(f"script file {parsed.name!r} (from model spec {spec!r}) does not exist")
-            return ScriptedModel(load_script(path))
-        return ScriptedModel(load_script(script if script is not None else {}))
+            return ScriptedModel(load_script(path), name=str(parsed))
+        return ScriptedModel(load_script(script if script is not None else {}))  # no script: only the default
     if parsed.provider == "bedrock":
         from unicore.providers.bedrock import BedrockSettings, build_bedrock_model
 

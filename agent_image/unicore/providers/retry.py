@@ -18,10 +18,10 @@ Uniform = Callable[[float, float], float]
 
 
 class RetryPolicy(BaseModel):
-    max_attempts: int = Field(8, ge=1, le=50)
-    base_delay: float = Field(2.0, ge=0.0)
-    jitter: float = Field(0.2, ge=0.0, lt=1.0)
-    max_delay: float = Field(600.0, gt=0.0)
+    max_attempts: int = Field(default=8, ge=1, le=50)
+    base_delay: float = Field(default=2.0, ge=0.0)
+    jitter: float = Field(default=0.2, ge=0.0, lt=1.0)
+    max_delay: float = Field(default=600.0, gt=0.0)
 
     def delay(self, attempt: int, uniform: Uniform = random.uniform) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based) before the next try."""

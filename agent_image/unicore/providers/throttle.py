@@ -2,16 +2,22 @@
 
 Two mechanisms, both keyed by the model (all keys share the hash tag ``{<model key>}``):
 
-* **Proactive limiter**: a sliding window log. ``uc:throttle:{M}:win`` (zset: admission id -> admission time in ms)
+* **Proactive limiter**: a sliding window log. ``uc:throttle:{M}:win`` (zset: admission id -> admission
+  time in ms)
   and ``uc:throttle:{M}:tok`` (hash: admission id -> tokens). A call is admitted only if, within the last
-  ``window_seconds``, fewer than ``max_requests / multiplier`` calls were admitted and the tokens of those calls
-  plus this call's estimate stay within ``max_tokens / multiplier``. Otherwise the Lua script returns how long to
+  ``window_seconds``, fewer than ``max_requests / multiplier`` calls were admitted and the tokens of those
+  calls
+  plus this call's estimate stay within ``max_tokens / multiplier``. Otherwise the Lua script returns how
+  long to
   wait until enough old entries leave the window; the caller sleeps that long and asks again. The estimate is
-  replaced by the real token count once the call returns (``commit``). Time is the Redis server's clock (ms), so
+  replaced by the real token count once the call returns (``commit``). Time is the Redis server's clock
+  (ms), so
   pods on different nodes agree.
 * **Shared multiplier** (``uc:throttle:{M}:state`` field ``mult``, 1.0 .. ``max_multiplier``): multiplied by
-  ``throttle_factor`` whenever any process is throttled, decays by ``decay`` (~10 %) on each success. It divides the
-  limits above, spaces calls by ``cooldown_seconds * (mult - 1)`` even when no limits are configured, and a throttled
+  ``throttle_factor`` whenever any process is throttled, decays by ``decay`` (~10 %) on each success. It
+  divides the
+  limits above, spaces calls by ``cooldown_seconds * (mult - 1)`` even when no limits are configured, and a
+  throttled
   process also sets ``pause_until`` so every process waits out its backoff (mandatory shared backoff).
 
 Redis trouble never blocks a model call: the coordinator logs it and lets the call through.
@@ -144,14 +150,22 @@ return math.floor(mult * 1000000)
 class ThrottleLimits(BaseModel):
     """Limits of one model across all processes. ``None`` (or 0) = no proactive limit of that kind."""
 
-    max_requests: int | None = Field(None, ge=0, description="requests per window (RPM with the default window)")
-    max_tokens: int | None = Field(None, ge=0, description="tokens per window (TPM with the default window)")
-    window_seconds: float = Field(60.0, gt=0)
-    max_multiplier: float = Field(3.0, ge=1.0)
-    throttle_factor: float = Field(1.5, gt=1.0)
-    decay: float = Field(0.9, gt=0.0, le=1.0)
-    cooldown_seconds: float = Field(1.0, ge=0.0, description="call spacing per unit of multiplier above 1")
-    max_wait_seconds: float = Field(900.0, gt=0, description="give up limiting (and call anyway) after this wait")
+    max_requests: int | None = Field(
+        default=None, ge=0, description="requests per window (RPM with the default window)"
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=0, description="tokens per window (TPM with the default window)"
+    )
+    window_seconds: float = Field(default=60.0, gt=0)
+    max_multiplier: float = Field(default=3.0, ge=1.0)
+    throttle_factor: float = Field(default=1.5, gt=1.0)
+    decay: float = Field(default=0.9, gt=0.0, le=1.0)
+    cooldown_seconds: float = Field(
+        default=1.0, ge=0.0, description="call spacing per unit of multiplier above 1"
+    )
+    max_wait_seconds: float = Field(
+        default=900.0, gt=0, description="give up limiting (and call anyway) after this wait"
+    )
 
 
 @dataclass(frozen=True)
@@ -201,8 +215,11 @@ class ThrottleCoordinator:
     def _labels(self) -> dict[str, str]:
         return {"model": self.model_key}
 
-    def try_acquire(self, estimated_tokens: int, admission_id: str | None = None) -> tuple[bool, float, int, float]:
-        """One attempt: (admitted, seconds to wait, server time ms, multiplier). Admits with ``admission_id``."""
+    def try_acquire(
+        self, estimated_tokens: int, admission_id: str | None = None
+    ) -> tuple[bool, float, int, float]:
+        """One attempt: (admitted, seconds to wait, server time ms, multiplier). Admits with
+        ``admission_id``."""
         lim = self.limits
         now = self._now_arg()
         admitted, wait_ms, now_ms, mult_ppm = self._acquire(
@@ -228,7 +245,9 @@ class ThrottleCoordinator:
             try:
                 ok, wait, now_ms, mult = self.try_acquire(estimated_tokens, admission_id)
             except redis.RedisError as exc:
-                log.warning("throttle coordination unavailable for %s (%s); calling without it", self.model_key, exc)
+                log.warning(
+                    "throttle coordination unavailable for %s (%s); calling without it", self.model_key, exc
+                )
                 return Admission(None, int(time.time() * 1000), waited, 1.0)
             if ok:
                 if waited > 0:
@@ -255,13 +274,18 @@ class ThrottleCoordinator:
             log.warning("could not record token use for %s: %s", self.model_key, exc)
 
     def throttled(self, backoff_seconds: float) -> float:
-        """The provider throttled us: raise the shared multiplier and make every process wait ``backoff_seconds``."""
+        """The provider throttled us: raise the shared multiplier and make every process wait
+        ``backoff_seconds``."""
         self._telemetry.incr("throttle_events_total", self._labels)
         try:
             ppm = self._throttled(
                 keys=[self._keys[2]],
-                args=[self.limits.throttle_factor, self.limits.max_multiplier, int(backoff_seconds * 1000),
-                      self._now_arg()],
+                args=[
+                    self.limits.throttle_factor,
+                    self.limits.max_multiplier,
+                    int(backoff_seconds * 1000),
+                    self._now_arg(),
+                ],
             )
         except redis.RedisError as exc:
             log.warning("could not share throttling of %s: %s", self.model_key, exc)
