@@ -1,0 +1,79 @@
+"""Metrics measured inside the operator process, and the functions other operator modules call to record them.
+
+All live on :data:`REGISTRY` (not prometheus-client's global one), which /metrics serves together with the
+Redis telemetry and task-state collectors.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.process_collector import ProcessCollector
+
+from unicore_operator.metrics.catalog import BY_NAME
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+ProcessCollector(registry=REGISTRY, namespace="unicore_operator")
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SCAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+def _help(name: str) -> str:
+    return BY_NAME[name].help
+
+
+JOBS_CREATED = Counter("unicore_jobs_created", _help("unicore_jobs_created_total"), registry=REGISTRY)
+JOBS_FAILED = Counter("unicore_jobs_failed", _help("unicore_jobs_failed_total"), ["reason"], registry=REGISTRY)
+JOBS_REAPED = Counter("unicore_jobs_reaped", _help("unicore_jobs_reaped_total"), ["reason"], registry=REGISTRY)
+ACTIVATION_LATENCY = Histogram("unicore_activation_latency_seconds", _help("unicore_activation_latency_seconds"),
+                               buckets=LATENCY_BUCKETS, registry=REGISTRY)
+WATCHDOG_SCAN = Histogram("unicore_watchdog_scan_duration_seconds",
+                          _help("unicore_watchdog_scan_duration_seconds"), buckets=SCAN_BUCKETS, registry=REGISTRY)
+WATCHDOG_LAST_SCAN = Gauge("unicore_watchdog_last_scan_timestamp_seconds",
+                           _help("unicore_watchdog_last_scan_timestamp_seconds"), registry=REGISTRY)
+BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
+
+FAILURE_REASON_MAX = 40
+
+
+def _version() -> str:
+    try:
+        return metadata.version("unicore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+BUILD.info({"version": _version()})
+
+
+def job_created() -> None:
+    """Call once per turn Job the operator created (not for 409 AlreadyExists)."""
+    JOBS_CREATED.inc()
+
+
+def job_failed(reason: str) -> None:
+    """Call once per turn Job accounted as failed; ``reason`` is the Job condition's reason (e.g. BackoffLimitExceeded,
+    DeadlineExceeded). Only the part before ':' is used, so the label stays bounded."""
+    JOBS_FAILED.labels(reason=(reason.split(":", 1)[0].strip() or "Failed")[:FAILURE_REASON_MAX]).inc()
+
+
+def job_reaped(reason: str) -> None:
+    JOBS_REAPED.labels(reason=reason).inc()
+
+
+def observe_activation_latency(seconds: float) -> None:
+    """Activation stream entry timestamp -> turn Job created, in seconds."""
+    ACTIVATION_LATENCY.observe(max(0.0, seconds))
+
+
+def observe_activation(activation_ts: float, now: float | None = None) -> None:
+    """Same as :func:`observe_activation_latency`, from the activation's unix timestamp."""
+    observe_activation_latency((time.time() if now is None else now) - activation_ts)
+
+
+def observe_watchdog_scan(seconds: float, ended_at: float | None = None) -> None:
+    WATCHDOG_SCAN.observe(seconds)
+    WATCHDOG_LAST_SCAN.set(time.time() if ended_at is None else ended_at)

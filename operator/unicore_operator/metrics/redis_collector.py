@@ -1,0 +1,134 @@
+"""Export the metrics short-lived turn Jobs wrote to Redis (``unicore.state.telemetry``) as Prometheus families.
+
+Three hashes, read in one pipelined round trip per scrape: counters (``<name>|<labels>`` -> value), histograms
+(``<name>|<labels>|le=<bound>`` cumulative counts, ``|sum``, ``|count``) and gauges. ``families_from_hashes`` is
+pure (unit-tested); :class:`RedisTelemetryCollector` does the read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import redis
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
+from unicore_operator.log import logger
+from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(_text(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _family(short_name: str, kind: str) -> Metric:
+    spec = RUNTIME_BY_SHORT_NAME.get(short_name)
+    base = PREFIX + short_name
+    if kind == "counter":
+        base = base.removesuffix("_total")
+    doc = spec.help if spec else f"{short_name} (written by turn processes)"
+    return Metric(base, doc, kind)
+
+
+def _split(field: str) -> tuple[str, str] | None:
+    if "|" not in field:
+        return None
+    name, labels = field.split("|", 1)
+    return name, labels
+
+
+def _le_value(text: str) -> float:
+    return math.inf if text in ("+Inf", "inf", "Inf") else float(text)
+
+
+def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, Any],
+                         gauges: Mapping[Any, Any], *, empty_known: bool = True) -> list[Metric]:
+    """Prometheus families from the three telemetry hashes.
+
+    With ``empty_known`` every runtime metric of the catalog is present (without samples until some turn
+    writes it), so /metrics always names the same metric set.
+    """
+    families: dict[str, Metric] = {}
+
+    def family(short: str, kind: str) -> Metric:
+        if short not in families:
+            families[short] = _family(short, kind)
+        return families[short]
+
+    for raw_field, raw_value in counters.items():
+        parts, value = _split(_text(raw_field)), _float(raw_value)
+        if parts is None or value is None:
+            continue
+        short, labels = parts
+        fam = family(short, "counter")
+        fam.add_sample(fam.name + "_total", parse_labels(labels), value)
+
+    for raw_field, raw_value in gauges.items():
+        parts, value = _split(_text(raw_field)), _float(raw_value)
+        if parts is None or value is None:
+            continue
+        short, labels = parts
+        fam = family(short, "gauge")
+        fam.add_sample(fam.name, parse_labels(labels), value)
+
+    series: dict[tuple[str, str], dict[str, float]] = {}
+    for raw_field, raw_value in histograms.items():
+        text, value = _text(raw_field), _float(raw_value)
+        pieces = text.split("|")
+        if len(pieces) != 3 or value is None:
+            continue
+        short, labels, part = pieces
+        series.setdefault((short, labels), {})[part] = value
+    for (short, labels), parts in sorted(series.items()):
+        fam = family(short, "histogram")
+        label_map = parse_labels(labels)
+        bounds = sorted((_le_value(p[3:]), v) for p, v in parts.items() if p.startswith("le="))
+        count = parts.get("count", 0.0)
+        running = 0.0
+        saw_inf = False
+        for bound, cumulative in bounds:
+            running = max(running, cumulative)  # cumulative by construction; max() guards a torn write
+            saw_inf = saw_inf or math.isinf(bound)
+            fam.add_sample(fam.name + "_bucket", {**label_map, "le": floatToGoString(bound)}, running)
+        if not saw_inf:
+            fam.add_sample(fam.name + "_bucket", {**label_map, "le": "+Inf"}, max(running, count))
+        fam.add_sample(fam.name + "_count", label_map, count)
+        fam.add_sample(fam.name + "_sum", label_map, parts.get("sum", 0.0))
+
+    if empty_known:
+        for short, spec in RUNTIME_BY_SHORT_NAME.items():
+            family(short, spec.kind)
+    return [families[k] for k in sorted(families)]
+
+
+class RedisTelemetryCollector(Collector):
+    """A custom collector: on each scrape, one pipelined read of the three telemetry hashes."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def describe(self) -> list[Metric]:
+        return []  # no collect() at registration time (it would read Redis)
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hgetall(COUNTERS_KEY)
+            pipe.hgetall(HISTOGRAMS_KEY)
+            pipe.hgetall(GAUGES_KEY)
+            counters, histograms, gauges = pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("metrics: cannot read runtime telemetry from Redis: %s", exc)
+            counters = histograms = gauges = {}
+        yield from families_from_hashes(counters, histograms, gauges)

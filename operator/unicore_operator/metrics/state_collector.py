@@ -1,0 +1,129 @@
+"""Gauges computed at scrape time from the operator's AgentTask cache and one Redis read of inbox depths.
+
+- ``unicore_tasks{namespace,phase}``: every phase of the CRD is always present (0 when empty);
+- ``unicore_inbox_messages{namespace}``: sum of inbox lengths (one server-side script call per 1,000 tasks);
+- ``unicore_tree_*{namespace,root}``: per task tree, for at most ``max_trees`` roots (the ones with the most
+  tasks), so the label stays bounded however many trees exist.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import redis
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from unicore.state.keys import TaskKeys
+from unicore_operator.log import logger
+from unicore_operator.metrics.catalog import BY_NAME
+
+PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")
+ROOT_LABEL = "unicore.dev/root"
+CHUNK = 1000
+
+# KEYS: inbox keys. Returns "index:length" for non-empty inboxes only.
+_INBOX_SCRIPT = """
+local out = {}
+for i = 1, #KEYS do
+  local n = redis.call('LLEN', KEYS[i])
+  if n > 0 then out[#out + 1] = i .. ':' .. n end
+end
+return out
+"""
+
+TaskSource = Callable[[], Iterable[Mapping[str, Any]]]
+
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    spec = BY_NAME[name]
+    return GaugeMetricFamily(name, spec.help, labels=list(spec.labels))
+
+
+def inbox_depths(client: redis.Redis, task_ids: list[str]) -> dict[str, int]:
+    """Inbox length of every task with a non-empty inbox: one pipelined round trip."""
+    if not task_ids:
+        return {}
+    script = client.register_script(_INBOX_SCRIPT)
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(task_ids), CHUNK):
+        script(keys=[TaskKeys(t).inbox for t in task_ids[start:start + CHUNK]], client=pipe)
+    depths: dict[str, int] = {}
+    for chunk_no, rows in enumerate(pipe.execute()):
+        for raw in rows:
+            idx, length = (raw.decode() if isinstance(raw, bytes) else str(raw)).split(":")
+            depths[task_ids[chunk_no * CHUNK + int(idx) - 1]] = int(length)
+    return depths
+
+
+def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int], max_trees: int) -> list[Metric]:
+    """Pure: the families above from compact AgentTask bodies and inbox depths by task id."""
+    by_phase: Counter[tuple[str, str]] = Counter()
+    namespaces: set[str] = set()
+    inbox_by_ns: Counter[str] = Counter()
+    tree_phase: Counter[tuple[str, str, str]] = Counter()
+    tree_size: Counter[tuple[str, str]] = Counter()
+    tree_sums: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    for body in tasks:
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        root = str((meta.get("labels") or {}).get(ROOT_LABEL) or name)
+        phase = str(status.get("phase") or "Pending")
+        namespaces.add(ns)
+        by_phase[(ns, phase)] += 1
+        depth = depths.get(f"{ns}/{name}", 0)
+        inbox_by_ns[ns] += depth
+        tree = (ns, root)
+        tree_size[tree] += 1
+        tree_phase[(ns, root, phase)] += 1
+        tree_sums["tokens"][tree] += int(status.get("tokens") or 0)
+        tree_sums["turns"][tree] += int(status.get("turns") or 0)
+        tree_sums["inbox"][tree] += depth
+        tree_sums["jobs"][tree] += 1 if status.get("activeJob") else 0
+
+    tasks_g = _gauge("unicore_tasks")
+    inbox_g = _gauge("unicore_inbox_messages")
+    for ns in sorted(namespaces):
+        for phase in PHASES:
+            tasks_g.add_metric([ns, phase], by_phase.get((ns, phase), 0))
+        for (other_ns, phase), count in by_phase.items():
+            if other_ns == ns and phase not in PHASES:
+                tasks_g.add_metric([ns, phase], count)
+        inbox_g.add_metric([ns], inbox_by_ns.get(ns, 0))
+
+    trees = [tree for tree, _ in sorted(tree_size.items(), key=lambda kv: (-kv[1], kv[0]))[:max_trees]]
+    tree_tasks = _gauge("unicore_tree_tasks")
+    families: dict[str, GaugeMetricFamily] = {
+        "tokens": _gauge("unicore_tree_tokens"), "turns": _gauge("unicore_tree_turns"),
+        "inbox": _gauge("unicore_tree_inbox_messages"), "jobs": _gauge("unicore_tree_active_jobs"),
+    }
+    for ns, root in trees:
+        for phase in PHASES:
+            tree_tasks.add_metric([ns, root, phase], tree_phase.get((ns, root, phase), 0))
+        for key, fam in families.items():
+            fam.add_metric([ns, root], tree_sums[key][(ns, root)])
+    return [tasks_g, inbox_g, tree_tasks, *families.values()]
+
+
+class TaskStateCollector(Collector):
+    def __init__(self, tasks: TaskSource, client: redis.Redis | None, *, max_trees: int = 100) -> None:
+        self._tasks = tasks
+        self._redis = client
+        self._max_trees = max_trees
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        bodies = list(self._tasks())
+        depths: dict[str, int] = {}
+        if self._redis is not None and bodies:
+            ids = [f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}"
+                   for b in bodies]
+            try:
+                depths = inbox_depths(self._redis, ids)
+            except redis.RedisError as exc:
+                logger.warning("metrics: cannot read inbox depths: %s", exc)
+        yield from task_families(bodies, depths, self._max_trees)

@@ -1,0 +1,94 @@
+"""The exporters' pure parts: Redis telemetry hashes -> Prometheus families, task cache -> gauges."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from unicore_operator.metrics.catalog import CATALOG, known_series
+from unicore_operator.metrics.redis_collector import families_from_hashes
+from unicore_operator.metrics.state_collector import task_families
+
+
+class Static(Collector):
+    def __init__(self, families: list) -> None:  # type: ignore[type-arg]
+        self.families = families
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        return iter(self.families)
+
+
+def scrape(families: list) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[type-arg]
+    registry = CollectorRegistry()
+    registry.register(Static(families))
+    text = generate_latest(registry).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_counters_gauges_and_cumulative_histograms() -> None:
+    counters = {b"turns_finished_total|": b"3", "model_tokens_total|kind=input,model=m,provider=p": "120"}
+    gauges = {"throttle_multiplier|model=m": "2.5"}
+    # observations 0.07 and 4.0 as Telemetry writes them (cumulative, only bounds >= value)
+    hist = {}
+    for value in (0.07, 4.0):
+        for bound in ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"):
+            if bound == "+Inf" or value <= float(bound):
+                key = f"turn_duration_seconds||le={bound}"
+                hist[key] = str(float(hist.get(key, 0)) + 1)
+    hist["turn_duration_seconds||sum"] = "4.07"
+    hist["turn_duration_seconds||count"] = "2"
+    samples = scrape(families_from_hashes(counters, hist, gauges))
+    assert samples[("unicore_turns_finished_total", ())] == 3
+    assert samples[("unicore_model_tokens_total", (("kind", "input"), ("model", "m"), ("provider", "p")))] == 120
+    assert samples[("unicore_throttle_multiplier", (("model", "m"),))] == 2.5
+    assert samples[("unicore_turn_duration_seconds_bucket", (("le", "0.1"),))] == 1
+    assert samples[("unicore_turn_duration_seconds_bucket", (("le", "2.5"),))] == 1
+    assert samples[("unicore_turn_duration_seconds_bucket", (("le", "5.0"),))] == 2
+    assert samples[("unicore_turn_duration_seconds_bucket", (("le", "+Inf"),))] == 2
+    assert samples[("unicore_turn_duration_seconds_count", ())] == 2
+    assert abs(samples[("unicore_turn_duration_seconds_sum", ())] - 4.07) < 1e-9
+
+
+def test_every_runtime_metric_is_named_even_before_any_turn() -> None:
+    registry = CollectorRegistry()
+    registry.register(Static(families_from_hashes({}, {}, {})))
+    text = generate_latest(registry).decode()
+    for spec in CATALOG:
+        if spec.source == "runtime":
+            assert f"# TYPE {spec.name} {spec.kind}" in text
+
+
+def test_malformed_fields_are_skipped() -> None:
+    samples = scrape(families_from_hashes({"nobar": "1", "x_total|": "not-a-number"}, {"h|": "1"}, {}))
+    assert not any(name.startswith("unicore_x") or name.startswith("unicore_h") for name, _ in samples)
+
+
+def test_task_gauges_by_phase_inbox_and_bounded_trees() -> None:
+    def body(ns: str, name: str, phase: str, root: str, **status: object) -> dict:  # type: ignore[type-arg]
+        return {"metadata": {"namespace": ns, "name": name, "labels": {"unicore.dev/root": root}},
+                "status": {"phase": phase, **status}}
+
+    tasks = [body("a", "r1", "Waiting", "r1", tokens=10, turns=2), body("a", "r1-x", "Running", "r1", tokens=5,
+                                                                        activeJob="r1-x-t1"),
+             body("a", "r1-y", "Idle", "r1"), body("a", "r2", "Idle", "r2", tokens=7), body("b", "r3", "Failed", "r3")]
+    samples = scrape(task_families(tasks, {"a/r1": 2, "a/r2": 1}, max_trees=2))
+    assert samples[("unicore_tasks", (("namespace", "a"), ("phase", "Idle")))] == 2
+    assert samples[("unicore_tasks", (("namespace", "a"), ("phase", "Suspended")))] == 0
+    assert samples[("unicore_tasks", (("namespace", "b"), ("phase", "Failed")))] == 1
+    assert samples[("unicore_inbox_messages", (("namespace", "a"),))] == 3
+    assert samples[("unicore_tree_tokens", (("namespace", "a"), ("root", "r1")))] == 15
+    assert samples[("unicore_tree_active_jobs", (("namespace", "a"), ("root", "r1")))] == 1
+    assert samples[("unicore_tree_tasks", (("namespace", "a"), ("phase", "Running"), ("root", "r1")))] == 1
+    roots = {dict(labels)["root"] for name, labels in samples if name == "unicore_tree_tokens"}
+    assert len(roots) == 2 and "r1" in roots  # bounded to max_trees, largest tree first
+
+
+def test_catalog_series_names() -> None:
+    series = known_series()
+    assert {"unicore_turn_duration_seconds_bucket", "unicore_turns_finished_total", "unicore_build_info",
+            "unicore_jobs_reaped_total", "unicore_tasks"} <= series
