@@ -1,0 +1,1 @@
+"""The ``kubectl agenttask`` plugin (console script ``kubectl-agenttask``). See docs/kubectl.md."""

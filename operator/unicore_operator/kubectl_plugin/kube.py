@@ -1,0 +1,81 @@
+"""Kubernetes access with the user's own kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (several paths
+allowed), else ``~/.kube/config``, else the in-cluster ServiceAccount; ``--context``; ``-n`` else the context's
+namespace else ``default``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from unicore_operator.kubectl_plugin.errors import PluginError
+
+DEFAULT_OPERATOR_NAMESPACE = "unicore-system"
+OPERATOR_NAMESPACE_ENV = "UNICORE_OPERATOR_NAMESPACE"
+GROUP = "unicore.dev"
+VERSION = "v1alpha1"
+PLURAL = "agenttasks"
+
+
+@dataclass
+class KubeContext:
+    """An authenticated API client plus the namespaces a command works in."""
+
+    api_client: Any
+    namespace: str
+    operator_namespace: str
+    user: str = ""
+
+    def custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client)
+
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+
+def _kubeconfig_namespace_and_user(config_file: str | None, context: str | None) -> tuple[str | None, str]:
+    from kubernetes import config
+
+    contexts, active = config.list_kube_config_contexts(config_file=config_file)
+    chosen = active
+    if context:
+        chosen = next((c for c in contexts if c.get("name") == context), None)
+        if chosen is None:
+            names = ", ".join(sorted(c.get("name", "?") for c in contexts)) or "none"
+            raise PluginError(f"context {context!r} not found in the kubeconfig (contexts: {names})")
+    details = (chosen or {}).get("context") or {}
+    return details.get("namespace"), str(details.get("user") or "")
+
+
+def connect(*, kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None,
+            operator_namespace: str | None = None) -> KubeContext:
+    from kubernetes import config
+
+    operator_ns = operator_namespace or os.environ.get(OPERATOR_NAMESPACE_ENV) or DEFAULT_OPERATOR_NAMESPACE
+    config_file = kubeconfig or None
+    has_file = bool(config_file or os.environ.get("KUBECONFIG")
+                    or os.path.exists(os.path.expanduser("~/.kube/config")))
+    if not has_file and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        from kubernetes import client
+
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as handle:
+                pod_ns = handle.read().strip()
+        except OSError:
+            pod_ns = "default"
+        return KubeContext(client.ApiClient(), namespace or pod_ns, operator_ns, "serviceaccount")
+    try:
+        context_ns, user = _kubeconfig_namespace_and_user(config_file, context)
+        api_client = config.new_client_from_config(config_file=config_file, context=context,
+                                                   persist_config=False)
+    except PluginError:
+        raise
+    except Exception as exc:  # ConfigException, missing file, bad YAML
+        where = config_file or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise PluginError(f"cannot load the kubeconfig {where}: {exc}") from None
+    return KubeContext(api_client, namespace or context_ns or "default", operator_ns, user)

@@ -1,0 +1,54 @@
+"""``kubectl agenttask logs``: transcript pages (from the task API) as text, turn by turn. Pure."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from unicore.transcript import transcribe
+from unicore_operator.kubectl_plugin.humanize import human_duration, parse_time
+
+
+def _clock(value: Any) -> str:
+    moment = parse_time(value)
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment else "?"
+
+
+def turn_banner(turn: Mapping[str, Any]) -> str:
+    started, ended = turn.get("startedAt"), turn.get("endedAt")
+    when = f"started {_clock(started)}"
+    if ended is not None and started is not None:
+        when += f", ended after {human_duration(float(ended) - float(started))}"
+    elif ended is None:
+        when += ", not ended"
+    return f"=== turn {turn.get('number')} ({when}) ==="
+
+
+class TranscriptPrinter:
+    """Turns pages into text; remembers the turn last printed so a turn split over pages gets one banner."""
+
+    def __init__(self, *, tools: bool) -> None:
+        self.tools = tools
+        self.current_turn: int | None = None
+        self.turns: dict[int, Mapping[str, Any]] = {}
+
+    def render(self, page: Mapping[str, Any]) -> str:
+        for turn in page.get("turns") or []:
+            self.turns[int(turn["number"])] = turn
+        chunks: list[str] = []
+        for message in page.get("messages") or []:
+            number = int(message.get("turn", 0))
+            if number != self.current_turn:
+                self.current_turn = number
+                banner = turn_banner(self.turns.get(number, {"number": number}))
+                chunks.append(("\n" if chunks or message.get("seq", 0) else "") + banner)
+            text = transcribe([message], include_tool_details=self.tools, tool_result_chars=None)
+            if text:
+                chunks.append(text)
+        return "\n\n".join(chunks) + ("\n" if chunks else "")
+
+    def summary_line(self, number: int) -> str:
+        turn = self.turns.get(number) or {}
+        summary = str(turn.get("summary") or "").strip()
+        return f"[turn {number} summary] {summary}\n" if summary else ""

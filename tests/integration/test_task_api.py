@@ -1,0 +1,168 @@
+"""The task API over a real Redis (TaskStore), without HTTP: messages exactly once, transcript pages."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from unicore.schema import text_block
+from unicore.state.store import TaskStore
+from unicore_operator.task_api import dispatch
+from unicore_operator.task_api.lookup import static_lookup
+from unicore_operator.task_api.service import TaskApi
+from unicore.schema import TaskSpec
+
+NS, NAME = "team-a", "demo"
+TASK_ID = f"{NS}/{NAME}"
+BASE = f"/v1/namespaces/{NS}/agenttasks/{NAME}"
+
+
+def _agenttask(namespace: str, name: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name}}
+
+
+@pytest.fixture
+def store(redis_url: str) -> TaskStore:
+    return TaskStore(redis.Redis.from_url(redis_url, decode_responses=True))
+
+
+@pytest.fixture
+def api(store: TaskStore) -> TaskApi:
+    objects = [_agenttask(NS, NAME), _agenttask(NS, "fresh")]
+    return TaskApi(store, static_lookup(lambda: objects))
+
+
+def _run_turn(store: TaskStore, answer: str, *, tool: bool = False) -> None:
+    lease = store.acquire_lease(TASK_ID)
+    drained = store.drain(lease, first_drain=True)
+    assert drained.turn_number is not None
+    if tool:
+        store.append_message(lease, "assistant", [{"toolUse": {"toolUseId": "t1", "name": "task_status",
+                                                                "input": {"secret": "x" * 10}}}])
+        store.append_message(lease, "user", [{"toolResult": {"toolUseId": "t1", "status": "success",
+                                                              "content": [{"text": "tool output"}]}}])
+    store.append_message(lease, "assistant", [text_block(answer)])
+    store.end_turn(lease, drained.turn_number, last_response=answer, summary=f"said {answer}")
+    store.release_lease(lease)
+
+
+def _post(api: TaskApi, body: Any, name: str = NAME) -> tuple[int, dict[str, Any]]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = dispatch(api, "POST", f"/v1/namespaces/{NS}/agenttasks/{name}/messages", "", raw)
+    return response.status, response.body
+
+
+def test_send_queues_once_per_id_and_activates(api: TaskApi, store: TaskStore) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    _run_turn(store, "first answer")
+    stream_before = store.redis.xlen("uc:activations")
+
+    status, body = _post(api, {"id": "m-1", "text": "follow up"})
+    assert (status, body["duplicate"], body["pending"]) == (202, False, 1)
+    status, body = _post(api, {"id": "m-1", "text": "follow up"})  # the client's retry
+    assert (status, body["duplicate"], body["pending"]) == (202, True, 1)
+
+    inbox = store.inbox(TASK_ID)
+    assert [(m.id, m.content, m.type) for m in inbox] == [("user:m-1", "follow up", "user")]
+    assert store.redis.xlen("uc:activations") == stream_before + 2  # every attempt wakes the task
+
+
+def test_concurrent_sends_each_arrive_once(api: TaskApi, store: TaskStore) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    _run_turn(store, "first answer")
+    ids = [f"c-{i}" for i in range(8)]
+
+    def send(message_id: str) -> None:
+        for _ in range(3):  # each client retries with its own id
+            assert _post(api, {"id": message_id, "text": f"text {message_id}"})[0] == 202
+
+    threads = [threading.Thread(target=send, args=(message_id,)) for message_id in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(m.content for m in store.inbox(TASK_ID)) == sorted(f"text {i}" for i in ids)
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    (b"not json", 400, "not JSON"),
+    ([1, 2], 400, "JSON object"),
+    ({"text": "no id"}, 422, "id"),
+    ({"id": "bad id with spaces", "text": "x"}, 422, "id"),
+    ({"id": "ok", "text": ""}, 422, "text"),
+    ({"id": "ok", "text": "x", "extra": 1}, 422, "extra"),
+])
+def test_send_rejects_bad_bodies(api: TaskApi, store: TaskStore, body: Any, status: int, needle: str) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    got, payload = _post(api, body)
+    assert got == status and payload["kind"] == "Status" and needle in payload["message"]
+    assert store.pending_count(TASK_ID) == 1  # only the prompt
+
+
+def test_send_too_large_and_unknown_task(api: TaskApi, store: TaskStore) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    status, body = _post(api, {"id": "big", "text": "x" * (store.message_cap_bytes + 1)})
+    assert status == 413 and "over the cap" in body["message"]
+    status, body = _post(api, {"id": "m", "text": "hi"}, name="nope")
+    assert (status, body["reason"]) == (404, "NotFound") and 'agenttask "team-a/nope" not found' in body["message"]
+    status, body = _post(api, {"id": "m", "text": "hi"}, name="fresh")  # AgentTask exists, Redis not yet
+    assert (status, body["reason"]) == (503, "TaskNotReady")
+    assert store.pending_count(TASK_ID) == 1
+
+
+def test_transcript_pages_turns_and_tools(api: TaskApi, store: TaskStore) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    _run_turn(store, "answer one", tool=True)
+    store.queue_text(TASK_ID, "again")
+    _run_turn(store, "answer two")
+
+    full = dispatch(api, "GET", BASE + "/transcript", "tools=true").body
+    assert full["total"] == 6 and full["more"] is False and full["next"] == 6
+    assert [t["number"] for t in full["turns"]] == [0, 1]  # turn numbers start at 0
+    assert full["turns"][0]["summary"] == "said answer one"
+    assert full["messages"][1]["content"][0]["toolUse"]["input"] == {"secret": "x" * 10}
+    assert full["state"] == {"status": "idle", "pending": 0, "initialised": True}
+
+    brief = dispatch(api, "GET", BASE + "/transcript", "").body
+    assert "input" not in brief["messages"][1]["content"][0]["toolUse"]
+    assert "content" not in brief["messages"][2]["content"][0]["toolResult"]
+
+    seen: list[int] = []
+    since = 0
+    while True:
+        page = dispatch(api, "GET", BASE + "/transcript", f"since={since}&limit=4").body
+        assert len(page["messages"]) <= 4
+        seen += [m["seq"] for m in page["messages"]]
+        since = page["next"]
+        if not page["more"]:
+            break
+    assert seen == list(range(6))
+
+    turn2 = dispatch(api, "GET", BASE + "/transcript", "turn=1").body
+    assert [m["turn"] for m in turn2["messages"]] == [1, 1]
+    assert [m["content"][0]["text"] for m in turn2["messages"]] == ["again", "answer two"]
+    missing = dispatch(api, "GET", BASE + "/transcript", "turn=9")
+    assert missing.status == 404 and "no turn 9" in missing.body["message"]
+    bad = dispatch(api, "GET", BASE + "/transcript", "limit=0")
+    assert bad.status == 400 and "limit" in bad.body["message"]
+
+
+def test_summary_and_tree(api: TaskApi, store: TaskStore) -> None:
+    store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
+    store.create_task(TaskSpec(id=f"{TASK_ID}-a", parent=TASK_ID, prompt="child"))
+    _run_turn(store, "done")
+    summary = dispatch(api, "GET", BASE, "").body
+    assert summary["turns"] == 1 and summary["lastResponse"] == "done" and summary["status"] == "idle"
+    tree = dispatch(api, "GET", BASE + "/tree", "").body
+    assert [(n["level"], n["id"]) for n in tree["nodes"]] == [(0, TASK_ID), (1, f"{TASK_ID}-a")]
+
+
+def test_unknown_route_and_method(api: TaskApi) -> None:
+    assert dispatch(api, "GET", "/v1/nothing").status == 404
+    response = dispatch(api, "GET", BASE + "/messages")
+    assert response.status == 405 and "POST" in response.body["message"]
+    assert dispatch(api, "GET", "/v1").body["kind"] == "TaskApi"
