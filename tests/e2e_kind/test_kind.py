@@ -38,7 +38,10 @@ CONTEXT = f"kind-{os.environ.get('KIND_CLUSTER', 'unicore')}"
 
 def kubectl(*args: str, input: str | None = None) -> str:
     proc = subprocess.run(
-        ["kubectl", "--context", CONTEXT, "-n", NAMESPACE, *args], input=input, capture_output=True, text=True,
+        ["kubectl", "--context", CONTEXT, "-n", NAMESPACE, *args],
+        input=input,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -61,9 +64,13 @@ def test_scripted_task_runs_to_idle_and_metrics_are_served() -> None:
     try:
         wait_for(
             lambda: kubectl("get", "agenttask", name, "-o", "jsonpath={.status.phase}") == "Idle",
-            timeout=300, interval=2, what=f"AgentTask {name} Idle",
+            timeout=300,
+            interval=2,
+            what=f"AgentTask {name} Idle",
         )
-        metrics = kubectl("get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/services/unicore-operator:http/proxy/metrics")
+        metrics = kubectl(
+            "get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/services/unicore-operator:http/proxy/metrics"
+        )
         assert "unicore_" in metrics
     finally:
         kubectl("delete", "agenttask", name, "--wait=false")

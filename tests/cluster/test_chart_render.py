@@ -1,0 +1,420 @@
+"""`helm lint` and `helm template` of helm/unicore for the default values and a matrix of options.
+
+Assertions are on the parsed objects, never on golden text. The helm binary comes from the control-plane
+binary folder (hack/build-k8s.sh, KUBEBUILDER_ASSETS), so these tests carry the `cluster` marker; they start
+no server.
+Helpers here are shared with tests/cluster/test_chart_install.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "unicore"
+KUBE_VERSION = "1.36.3"  # our helm is built without ldflags: its offline default (v1.20) is below kubeVersion
+
+# name -> helm arguments; the matrix the issue asks for, plus the provider and NetworkPolicy options
+MATRIX: dict[str, list[str]] = {
+    "default": [],
+    "external-redis": [
+        "--set",
+        "redis.enabled=false",
+        "--set",
+        "redis.external.url=redis://redis.example:6379/2",
+        "--set",
+        "redis.external.password=s3cret",
+    ],
+    "external-redis-secret": [
+        "--set",
+        "redis.enabled=false",
+        "--set",
+        "redis.external.existingSecret=my-redis",
+    ],
+    "no-gpu": ["--set", "agent.gpu.count=0", "--set", "agent.gpu.toleration=false"],
+    "cluster-wide": ["--set", "rbac.clusterWide=true", "--set", "agent.extraNamespaces={team-a,team-b}"],
+    "service-monitor": [
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.labels.release=prom",
+    ],
+    "bedrock-irsa": [
+        "--set",
+        "provider.aws.region=us-west-2",
+        "--set",
+        "provider.aws.irsaRoleArn=arn:aws:iam::123456789012:role/unicore-agent",
+    ],
+    "provider-secret": ["--set", "provider.existingSecret=llm-creds"],
+    "network-policy": ["--set", "networkPolicy.enabled=true"],
+}
+
+
+def helm_bin() -> Path:
+    from unicore_devcluster.binaries import find_bin_dir
+
+    path = find_bin_dir() / "helm"
+    if not path.exists():
+        pytest.skip(f"helm not found in {path.parent} (hack/build-k8s.sh installs it)")
+    return path
+
+
+def helm(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([str(helm_bin()), *args], capture_output=True, text=True, timeout=300, env=full_env)
+    if check:
+        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def render(*args: str, namespace: str = "uc", release: str = "uc") -> list[dict[str, Any]]:
+    out = helm(
+        "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, *args
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def find(
+    objs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None
+) -> list[dict]:
+    return [
+        o
+        for o in objs
+        if o["kind"] == kind
+        and (name is None or o["metadata"]["name"] == name)
+        and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
+
+
+def one(objs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None) -> dict:
+    found = find(objs, kind, name, namespace)
+    assert len(found) == 1, (
+        f"expected one {kind} {name or ''} in {namespace or 'any namespace'}, got {len(found)}"
+    )
+    return found[0]
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def secret_data(secret: dict[str, Any]) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+def pod_templates(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (o["metadata"]["name"], o["spec"]["template"]["spec"])
+        for o in objs
+        if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")
+    ]
+
+
+def assert_restricted(name: str, pod: dict[str, Any]) -> None:
+    """The Pod Security "restricted" rules that a pod template controls."""
+    psc = pod.get("securityContext", {})
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), name
+    for vol in pod.get("volumes", []):
+        allowed = {
+            "name",
+            "emptyDir",
+            "configMap",
+            "secret",
+            "projected",
+            "persistentVolumeClaim",
+            "downwardAPI",
+            "ephemeral",
+            "csi",
+        }
+        assert set(vol) <= allowed, f"{name}: volume type {set(vol) - allowed} not allowed by restricted"
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc = c.get("securityContext", {})
+        assert sc.get("allowPrivilegeEscalation") is False, f"{name}/{c['name']}"
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{name}/{c['name']}"
+        assert not sc.get("capabilities", {}).get("add"), f"{name}/{c['name']}"
+        assert not sc.get("privileged"), f"{name}/{c['name']}"
+        assert (sc.get("runAsNonRoot", psc.get("runAsNonRoot"))) is True, f"{name}/{c['name']}"
+        assert sc.get("runAsUser", psc.get("runAsUser", 1)) != 0, f"{name}/{c['name']}"
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        assert seccomp in ("RuntimeDefault", "Localhost"), f"{name}/{c['name']}"
+        assert not c.get("ports") or all("hostPort" not in p for p in c["ports"]), f"{name}/{c['name']}"
+        image = c["image"]
+        assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), (
+            f"{name}: image {image} not pinned"
+        )
+
+
+def rules_of(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", r)
+        for o in objs
+        if o["kind"] in ("Role", "ClusterRole")
+        for r in o.get("rules", [])
+    ]
+
+
+# --------------------------------------------------------------------------------------------------- lint
+@pytest.mark.parametrize("variant", sorted(MATRIX))
+def test_helm_lint(variant: str) -> None:
+    proc = helm(
+        "lint", str(CHART), "--strict", "--namespace", "uc", "--kube-version", KUBE_VERSION, *MATRIX[variant]
+    )
+    assert "0 chart(s) failed" in proc.stdout
+
+
+# -------------------------------------------------------------------------------------- every variant
+@pytest.mark.parametrize("variant", sorted(MATRIX))
+def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
+    objs = render(*MATRIX[variant])
+    for name, pod in pod_templates(objs):
+        assert_restricted(name, pod)
+    for where, rule in rules_of(objs):
+        assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), where
+        if "secrets" in rule.get("resources", []):
+            pytest.fail(f"{where} grants access to Secrets: {rule}")
+        if "services/proxy" in rule.get("resources", []):
+            assert rule.get("resourceNames") == ["unicore-operator:http"], where
+    deployment = one(objs, "Deployment", "unicore-operator")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["command"] == ["unicore-operator"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names)), "duplicate env names"
+    service = one(objs, "Service", "unicore-operator")
+    assert service["spec"]["ports"][0]["name"] == "http" and service["spec"]["ports"][0]["port"] == 8080
+    assert all(
+        o["metadata"].get("namespace") for o in objs if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")
+    )
+
+
+# ---------------------------------------------------------------------------------------------- defaults
+def test_defaults() -> None:
+    objs = render(namespace="agents")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_NAMESPACES"] == "agents"
+    assert env["REDIS_URL"] == {"secretKeyRef": {"name": "unicore-redis", "key": "redis-url"}}
+    assert env["UNICORE_AGENT_REDIS_SECRET"] == "unicore-redis"
+    assert env["UNICORE_AGENT_SERVICE_ACCOUNT"] == "unicore-agent"
+    assert env["UNICORE_AGENT_IMAGE"] == "unicore-agent:0.1.0"
+    assert env["UNICORE_AGENT_ENV_SECRET"] == ""
+    assert (env["UNICORE_DEFAULT_GPUS"], env["UNICORE_GPU_RESOURCE"], env["UNICORE_GPU_TOLERATION"]) == (
+        "1",
+        "nvidia.com/gpu",
+        "true",
+    )
+    assert env["UNICORE_HTTP_PORT"] == "8080"
+    for var in (
+        "UNICORE_JOB_TTL_SECONDS",
+        "UNICORE_MAX_TURN_RETRIES",
+        "UNICORE_HEARTBEAT_TIMEOUT_SECONDS",
+        "UNICORE_PENDING_TIMEOUT_SECONDS",
+        "UNICORE_MAX_REAPS",
+        "UNICORE_WATCHDOG_INTERVAL_SECONDS",
+        "UNICORE_RESYNC_SECONDS",
+        "UNICORE_REDIS_RETENTION_SECONDS",
+    ):
+        assert env[var].isdigit(), var
+
+    # the operator's settings model accepts exactly what the chart renders
+    from unicore_operator.settings import load_settings
+
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    settings = load_settings({**plain, "REDIS_URL": "redis://x:6379/0"})
+    assert settings.namespaces == ("agents",) and settings.agent_env_secret is None
+
+    # bundled Redis: AOF, password from the Secret, PVC, restricted uid 999
+    sts = one(objs, "StatefulSet", "unicore-redis")
+    pod = sts["spec"]["template"]["spec"]
+    redis = pod["containers"][0]
+    assert "--appendonly yes" in redis["args"][0] and "requirepass ${REDIS_PASSWORD}" in redis["args"][0]
+    assert pod["securityContext"]["runAsUser"] == 999 and pod["automountServiceAccountToken"] is False
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    data = secret_data(one(objs, "Secret", "unicore-redis", "agents"))
+    assert len(data["redis-password"]) == 32
+    assert data["redis-url"] == f"redis://:{data['redis-password']}@unicore-redis.agents.svc:6379/0"
+
+    # RBAC: namespaced operator Role; turn pods only create/get/list/watch agenttasks
+    role = one(objs, "Role", "unicore-operator", "agents")
+    assert {r["resources"][0] for r in role["rules"]} >= {
+        "agenttasks",
+        "agenttasks/status",
+        "jobs",
+        "pods",
+        "events",
+    }
+    assert not find(objs, "ClusterRole", "unicore-operator-agents")
+    agent = one(objs, "Role", "unicore-agent", "agents")
+    assert agent["rules"] == [
+        {
+            "apiGroups": ["unicore.dev"],
+            "resources": ["agenttasks"],
+            "verbs": ["create", "get", "list", "watch"],
+        }
+    ]
+    binding = one(objs, "RoleBinding", "unicore-agent", "agents")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "unicore-agent", "namespace": "agents"}]
+    read = one(objs, "ClusterRole", "unicore-operator-agents-cluster-read")
+    assert [r["resources"] for r in read["rules"]] == [["customresourcedefinitions"]]
+    assert read["rules"][0]["verbs"] == ["get", "list", "watch"]
+
+    # user roles
+    editor = one(objs, "ClusterRole", "unicore-agenttask-editor")
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    viewer = one(objs, "ClusterRole", "unicore-agenttask-viewer")
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert set(viewer["rules"][0]["verbs"]) == {"get", "list", "watch"}
+    messenger = one(objs, "Role", "unicore-agenttask-messenger", "agents")
+    assert messenger["rules"][0]["verbs"] == ["create", "get"]
+    assert one(objs, "Role", "unicore-agenttask-reader", "agents")["rules"][0]["verbs"] == ["get"]
+
+    # optional objects are off by default; dashboards are on
+    assert not find(objs, "ServiceMonitor") and not find(objs, "NetworkPolicy")
+    dashboards = find(objs, "ConfigMap")
+    assert dashboards and all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboards)
+    files = {p.name for p in (CHART / "dashboards").glob("*.json")}
+    assert {k for c in dashboards for k in c["data"]} == files
+    for c in dashboards:
+        for text in c["data"].values():
+            json.loads(text)
+
+
+def test_generated_password_is_stable_within_one_render() -> None:
+    objs = render()
+    url = secret_data(one(objs, "Secret", "unicore-redis"))["redis-url"]
+    pw = secret_data(one(objs, "Secret", "unicore-redis"))["redis-password"]
+    assert f":{pw}@" in url
+
+
+# ------------------------------------------------------------------------------------------------ matrix
+def test_external_redis() -> None:
+    objs = render(*MATRIX["external-redis"])
+    assert not find(objs, "StatefulSet") and not find(objs, "Service", "unicore-redis")
+    assert (
+        secret_data(one(objs, "Secret", "unicore-redis"))["redis-url"]
+        == "redis://:s3cret@redis.example:6379/2"
+    )
+    objs = render(*MATRIX["external-redis-secret"])
+    assert not find(objs, "Secret", "unicore-redis")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["REDIS_URL"] == {"secretKeyRef": {"name": "my-redis", "key": "redis-url"}}
+    assert env["UNICORE_AGENT_REDIS_SECRET"] == "my-redis"
+
+
+def test_external_redis_needs_a_url() -> None:
+    proc = helm(
+        "template",
+        "uc",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "redis.enabled=false",
+        check=False,
+    )
+    assert proc.returncode != 0
+
+
+def test_no_gpu() -> None:
+    env = env_of(one(render(*MATRIX["no-gpu"]), "Deployment", "unicore-operator"))
+    assert (env["UNICORE_DEFAULT_GPUS"], env["UNICORE_GPU_TOLERATION"]) == ("0", "false")
+
+
+def test_cluster_wide() -> None:
+    objs = render(*MATRIX["cluster-wide"], namespace="unicore-system")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_NAMESPACES"] == ""
+    assert not find(objs, "Role", "unicore-operator")
+    role = one(objs, "ClusterRole", "unicore-operator-unicore-system")
+    assert any("jobs" in r["resources"] for r in role["rules"])
+    binding = one(objs, "ClusterRoleBinding", "unicore-operator-unicore-system")
+    assert binding["subjects"][0]["namespace"] == "unicore-system"
+    read = one(objs, "ClusterRole", "unicore-operator-unicore-system-cluster-read")
+    assert ["namespaces"] in [r["resources"] for r in read["rules"]]
+    for ns in ("unicore-system", "team-a", "team-b"):
+        one(objs, "ServiceAccount", "unicore-agent", ns)
+        one(objs, "Role", "unicore-agent", ns)
+        one(objs, "RoleBinding", "unicore-agent", ns)
+        assert "redis-url" in secret_data(one(objs, "Secret", "unicore-redis", ns))
+    assert "redis-password" not in secret_data(one(objs, "Secret", "unicore-redis", "team-a"))
+
+
+def test_service_monitor() -> None:
+    sm = one(render(*MATRIX["service-monitor"]), "ServiceMonitor", "unicore-operator")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+
+
+def test_bedrock_with_irsa() -> None:
+    objs = render(*MATRIX["bedrock-irsa"])
+    sa = one(objs, "ServiceAccount", "unicore-agent")
+    assert (
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        == "arn:aws:iam::123456789012:role/unicore-agent"
+    )
+    assert secret_data(one(objs, "Secret", "unicore-agent-env")) == {
+        "AWS_REGION": "us-west-2",
+        "AWS_DEFAULT_REGION": "us-west-2",
+    }
+    assert (
+        env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_AGENT_ENV_SECRET"] == "unicore-agent-env"
+    )
+
+
+def test_provider_existing_secret() -> None:
+    objs = render(*MATRIX["provider-secret"])
+    assert not find(objs, "Secret", "unicore-agent-env")
+    assert env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_AGENT_ENV_SECRET"] == "llm-creds"
+
+
+def test_network_policy() -> None:
+    objs = render(*MATRIX["network-policy"])
+    op = one(objs, "NetworkPolicy", "unicore-operator")
+    assert op["spec"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
+    redis = one(objs, "NetworkPolicy", "unicore-redis")
+    peers = redis["spec"]["ingress"][0]["from"]
+    assert {"app.kubernetes.io/managed-by": "unicore-operator"} in [
+        p["podSelector"]["matchLabels"] for p in peers
+    ]
+
+
+def test_extra_env_overrides_a_setting_without_duplicates() -> None:
+    objs = render("--set-json", 'operator.extraEnv=[{"name":"UNICORE_HTTP_PORT","value":"18080"}]')
+    assert env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_HTTP_PORT"] == "18080"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--set", "operator.image.tag=latest"],
+        ["--set", "rbac.clusterwide=true"],  # typo: the schema rejects unknown keys
+        ["--set", "agent.gpu.count=-1"],
+        ["--set", "redis.external.url=http://nope"],
+    ],
+)
+def test_schema_rejects_bad_values(bad: list[str]) -> None:
+    proc = helm("template", "uc", str(CHART), "--kube-version", KUBE_VERSION, *bad, check=False)
+    assert proc.returncode != 0 and (
+        "values don't meet the specifications" in proc.stderr or "not allowed" in proc.stderr
+    ), proc.stderr
