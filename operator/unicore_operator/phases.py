@@ -1,6 +1,6 @@
 """The AgentTask phase state machine and status summaries, as pure functions (see docs/operator.md).
 
-    Pending   work is queued (inbox not empty) and no turn Job runs yet
+    Pending   work is queued (inbox not empty, or an interrupted turn to finish) and no turn Job runs yet
     Running   a turn Job of the task is active
     Waiting   the last turn ended, nothing is queued, but children are still working
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
@@ -45,6 +45,7 @@ class TaskObservation:
     active_job: str | None = None
     lease_held: bool = False
     pending_messages: int = 0
+    unfinished_turn: bool = False  # the record says "running" but no process holds the lease (interrupted turn)
     children_phases: dict[str, str] = field(default_factory=dict)
 
 
@@ -62,9 +63,10 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
         return Phase.RUNNING, f"turn Job {obs.active_job} is running"
     if obs.lease_held:
         return Phase.RUNNING, "a turn process holds the task's lease"
-    if obs.pending_messages > 0:
+    if obs.pending_messages > 0 or obs.unfinished_turn:
         retry = f" (retry {obs.failed_attempts} after: {obs.last_failure})" if obs.failed_attempts else ""
-        return Phase.PENDING, f"{obs.pending_messages} message(s) queued{retry}"
+        what = f"{obs.pending_messages} message(s) queued" if obs.pending_messages else "an interrupted turn"
+        return Phase.PENDING, f"{what}{retry}"
     working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)
     if working:
         return Phase.WAITING, f"waiting for {len(working)} child task(s): {', '.join(working[:5])}"

@@ -83,6 +83,7 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         active_job=active,
         lease_held=snap.lease_held,
         pending_messages=snap.pending,
+        unfinished_turn=snap.record.get("status") == "running" and not snap.lease_held,
         children_phases={c["name"]: c["phase"] for c in children},
     )
 
@@ -159,7 +160,7 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
                 _post(ctx, body, events.NORMAL, events.TURN_STARTED,
                       f"turn {snap.next_turn()} started as Job {job_name} ({reason})")
             obs = observe(ctx, body, snap, job_name, children)
-    elif snap.lease_held and not running and not inflight and snap.pending:
+    elif snap.lease_held and not running and not inflight:
         schedule_recheck(ctx, key, LEASE_RECHECK_SECONDS, "lease")
     await _mirror_status(ctx, body, snap, obs, children)
     return created

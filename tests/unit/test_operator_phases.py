@@ -102,3 +102,9 @@ def test_child_inherits_model_script_and_limits_from_the_parent_record() -> None
     assert task_spec.script == {"default": "ok"}
     assert task_spec.limits.max_depth == 5 and task_spec.limits.max_children == 1
     assert LimitsSpec().set_fields() == {}
+
+
+def test_an_interrupted_turn_is_work_to_do() -> None:
+    assert decide_phase(TaskObservation(unfinished_turn=True))[0] is Phase.PENDING
+    assert wants_turn_job(TaskObservation(unfinished_turn=True))
+    assert not wants_turn_job(TaskObservation(unfinished_turn=True, suspended=True))

@@ -65,6 +65,7 @@ class ReapAction:
     message: str
     job: str = ""  # Job name to delete (propagation Background); "" = none
     job_uid: str = ""  # precondition for the delete: never delete a newer Job of the same name
+    turn: int = 0  # the reaped Job's turn number (0 when no Job)
     pod: str = ""
     lease_token: str = ""  # release the lease only if it still holds this token
     reset_status: bool = False  # Redis status running -> idle
@@ -105,7 +106,8 @@ def _task_action(
         message = f"{message} (reaped {attempts} times in a row; giving up)"
     return ReapAction(
         reason=reason, task_id=task.task_id, namespace=task.namespace, message=_clip(message),
-        job=job.name if job else "", job_uid=job.uid if job else "", pod=pod.name if pod else "",
+        job=job.name if job else "", job_uid=job.uid if job else "", turn=job.turn if job else 0,
+        pod=pod.name if pod else "",
         lease_token=state.lease_token if state else "", reset_status=reset_status,
         activate=not task.suspend and not fail, fail_task=fail, attempts=attempts,
     )

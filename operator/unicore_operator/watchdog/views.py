@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 TASK_LABEL = "unicore.dev/task"
+TURN_LABEL = "unicore.dev/turn"
 TASK_ID_ANNOTATION = "unicore.dev/task-id"
 JOB_NAME_LABEL = "job-name"
 CONTROLLER_UID_LABEL = "controller-uid"
@@ -54,6 +55,7 @@ class JobView:
     finished: bool = False  # has a Complete or Failed condition
     deleting: bool = False  # deletionTimestamp set
     suspended: bool = False  # spec.suspend (e.g. held by Kueue): not stuck, just queued
+    turn: int = 0  # label unicore.dev/turn
 
     @property
     def key(self) -> str:
@@ -122,6 +124,13 @@ def parse_time(value: Any) -> float | None:
     return stamp.timestamp()
 
 
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
@@ -166,6 +175,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=bool(spec.get("suspend")),
+        turn=_int((meta.get("labels") or {}).get(TURN_LABEL)),
     )
 
 

@@ -1,0 +1,176 @@
+"""Kubernetes Spawner: ``spawn_task`` inside a turn Job creates the child AgentTask through the API server.
+
+It runs the same policy checks as the local spawner (``unicore.tools.policy``) before writing anything, then:
+1. creates the child's task record in Redis WITHOUT its prompt (so limits that count children see it at once, and it
+   inherits the parent's model, script and limits exactly as in local mode);
+2. creates the AgentTask ``<parent>-<name>`` in the parent's namespace with ``spec.prompt``, ``spec.parentRef``
+   {name, uid}, an ownerReference to the parent (garbage collection of the tree), the reduced toolset, and the
+   parent's GPU/scheduling fields. The operator queues ``spec.prompt`` (idempotent id ``prompt-<uid>``) and starts
+   the child's turn Job.
+An existing child gets the prompt as a new inbox message and an activation (seed 000 "resuming child tasks").
+
+Credentials: the pod's ServiceAccount (KUBECONFIG set by the local pod runner, else in-cluster config); the agents'
+Role allows create/get/list/watch on agenttasks and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from unicore.errors import ConfigError, MessageTooLarge, ToolError
+from unicore.launch.local_spawner import check_message_size, child_spec
+from unicore.log import get_logger
+from unicore.schema import InboxMessage, task_name
+from unicore.tools import policy, storeview
+from unicore.tools.registry import ALL_TOOLS
+
+log = get_logger("launch.kubernetes")
+
+GROUP, VERSION, PLURAL, KIND = "unicore.dev", "v1alpha1", "agenttasks", "AgentTask"
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "unicore-operator"
+PARENT_LABEL, ROOT_LABEL = "unicore.dev/parent", "unicore.dev/root"
+# Fields copied from the parent's spec so the child's turns schedule like the parent's.
+INHERITED_SCHEDULING = ("gpus", "resources", "nodeSelector", "tolerations", "priorityClassName", "runtimeClassName",
+                        "queueName")
+LIMIT_FIELDS = {
+    "max_iterations": "maxIterations", "max_depth": "maxDepth", "max_children": "maxChildren",
+    "max_descendants": "maxDescendants", "token_budget": "tokenBudget", "turn_timeout_seconds": "turnTimeoutSeconds",
+    "recursion": "recursion", "summarize_turns": "summarizeTurns",
+}
+
+
+def _label_value(text: str) -> str:
+    return text if len(text) <= 63 else text[:63].rstrip("-.")
+
+
+def load_custom_objects_api() -> Any:
+    """CustomObjectsApi with the pod's credentials (KUBECONFIG if set, else in-cluster)."""
+    from kubernetes import client, config
+
+    try:
+        if os.environ.get("KUBECONFIG"):
+            api_client = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+        else:
+            config.load_incluster_config()
+            api_client = client.ApiClient()
+    except Exception as exc:  # the kubernetes client raises several unrelated types here
+        raise ConfigError(f"cannot load Kubernetes credentials for the spawner: {exc}") from exc
+    return client.CustomObjectsApi(api_client)
+
+
+def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str],
+                    parent_view: storeview.TaskView) -> dict[str, Any]:
+    """The child AgentTask object (pure)."""
+    meta = parent_obj["metadata"]
+    parent_spec = parent_obj.get("spec") or {}
+    parent_labels = meta.get("labels") or {}
+    root = parent_labels.get(ROOT_LABEL) or task_name(parent_view.root_id)
+    spec: dict[str, Any] = {
+        "prompt": prompt,
+        "parentRef": {"name": meta["name"], "uid": meta["uid"]},
+        "model": parent_view.model,
+        "tools": list(tools),
+        "limits": {LIMIT_FIELDS[k]: v for k, v in parent_view.limits.model_dump().items() if k in LIMIT_FIELDS},
+    }
+    if parent_view.child_tools is not None:
+        spec["childTools"] = [t for t in parent_view.child_tools if t in tools]
+    for field in INHERITED_SCHEDULING:
+        if parent_spec.get(field) is not None:
+            spec[field] = parent_spec[field]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": child_name,
+            "namespace": meta["namespace"],
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                PARENT_LABEL: _label_value(meta["name"]),
+                ROOT_LABEL: _label_value(root),
+            },
+            "ownerReferences": [{
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+                "controller": False, "blockOwnerDeletion": False,
+            }],
+        },
+        "spec": spec,
+    }
+
+
+class KubernetesSpawner:
+    """``unicore.tools.base.Spawner`` for turn pods (UNICORE_SPAWNER=kubernetes)."""
+
+    def __init__(self, store: Any, api: Any, namespace: str) -> None:
+        self.store = store
+        self.api = api
+        self.namespace = namespace
+
+    @classmethod
+    def from_env(cls, store: Any) -> KubernetesSpawner:
+        namespace = os.environ.get("UNICORE_NAMESPACE")
+        if not namespace:
+            task_id = os.environ.get("UNICORE_TASK_ID", "")
+            namespace = task_id.split("/", 1)[0] if "/" in task_id else ""
+        if not namespace:
+            raise ConfigError("UNICORE_NAMESPACE is not set (the operator sets it on every turn pod)")
+        return cls(store, load_custom_objects_api(), namespace)
+
+    def _get_agenttask(self, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return dict(self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ToolError(f"cannot read AgentTask {name}: {exc.reason}") from exc
+
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+        from kubernetes.client.rest import ApiException
+
+        parent = storeview.get_view(self.store, parent_id)
+        if parent is None:
+            raise ToolError(f"parent task {parent_id} not found")
+        child_id = policy.validate_child_name(parent_id, name)
+        message = InboxMessage(type="user", content=prompt, sender=parent_id)
+        check_message_size(message)
+        counts = policy.tree_counts(self.store, parent)
+        existing = storeview.get_view(self.store, child_id)
+        if existing is not None:
+            if existing.parent != parent_id:
+                raise ToolError(f"task {child_id} exists but is not a child of {parent_id}; choose another name")
+            policy.check_message(parent, counts)
+            self._deliver(child_id, message)
+            log.info("resumed child %s of %s with a new message", child_id, parent_id)
+            return child_id, False
+        plan = policy.check_spawn(parent, name, counts, tools, ALL_TOOLS)
+        parent_obj = self._get_agenttask(task_name(parent_id))
+        if parent_obj is None:
+            raise ToolError(f"parent AgentTask {parent_id} not found in the API server")
+        spec = child_spec(parent, plan, prompt).model_copy(update={"prompt": None})
+        if not self.store.create_task(spec):
+            self._deliver(child_id, message)  # a concurrent spawn won: this becomes a resume
+            return child_id, False
+        body = child_agenttask(parent_obj, task_name(child_id), prompt, plan.tools, parent)
+        try:
+            self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                self._deliver(child_id, message)
+                return child_id, False
+            self.store.delete_task(child_id)  # leave nothing behind for a spawn that did not happen
+            reason = "forbidden (check the agents' Role)" if exc.status == 403 else (exc.reason or str(exc.status))
+            raise ToolError(f"could not create AgentTask {task_name(child_id)}: {reason}") from exc
+        log.info("spawned child AgentTask %s of %s (tools %s)", child_id, parent_id, plan.tools)
+        return child_id, True
+
+    def _deliver(self, child_id: str, message: InboxMessage) -> None:
+        try:
+            self.store.queue_message(child_id, message)
+        except MessageTooLarge as exc:
+            raise ToolError(str(exc)) from exc
+        self.store.activate(child_id, "message")
+
+
+__all__ = ["KubernetesSpawner", "child_agenttask", "load_custom_objects_api"]

@@ -1,0 +1,145 @@
+"""Helpers for the operator's cluster tests: CRD install, agent RBAC, the operator as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+GROUP, VERSION, PLURAL = "unicore.dev", "v1alpha1", "agenttasks"
+AGENT_SA = "unicore-agent"
+
+
+def kubectl(kubeconfig: Path | str, *args: str, check: bool = True, input_text: str | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, check=check,
+                          input=input_text, timeout=60)
+
+
+def install_crd(kubeconfig: Path | str) -> None:
+    result = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"), check=False)
+    if result.returncode:
+        raise RuntimeError(f"kubectl apply crds/ failed: {result.stderr}")
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd/agenttasks.unicore.dev")
+
+
+def agent_rbac(namespace: str) -> list[dict[str, Any]]:
+    """ServiceAccount + Role (create/get/list/watch agenttasks) + RoleBinding for turn pods."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_SA, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": AGENT_SA, "namespace": namespace},
+         "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["create", "get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": AGENT_SA, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
+         "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}]},
+    ]
+
+
+def install_agent_rbac(kubeconfig: Path | str, namespace: str) -> None:
+    manifest = "\n---\n".join(json.dumps(obj) for obj in agent_rbac(namespace))
+    kubectl(kubeconfig, "apply", "-f", "-", input_text=manifest)
+
+
+class OperatorProcess:
+    """``unicore-operator`` as a real subprocess (its log goes to a file the tests print on failure)."""
+
+    def __init__(self, kubeconfig: Path | str, redis_url: str, namespace: str, log_path: Path,
+                 **extra_env: str) -> None:
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "REDIS_URL": redis_url,
+            "UNICORE_NAMESPACES": namespace,
+            "UNICORE_HTTP_PORT": "0",
+            "UNICORE_RESYNC_SECONDS": "5",
+            "UNICORE_TURN_RETRY_BACKOFF_SECONDS": "1",
+            "UNICORE_JOB_TTL_SECONDS": "600",
+            "POD_NAME": f"operator-{namespace}",
+            **extra_env,
+        }
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the child's lifetime)
+        self.proc = subprocess.Popen([str(VENV_BIN / "unicore-operator")], env=self.env, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers, no graceful anything."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self, lines: int = 80) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Tasks:
+    """AgentTask CRUD for one namespace."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    def create(self, name: str, spec: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentTask", "metadata": {"name": name}, "spec": spec}
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body,
+                                                                **kwargs))
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def all(self) -> list[dict[str, Any]]:
+        return list(self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"])
+
+    def phase(self, name: str) -> str | None:
+        obj = self.get(name)
+        return ((obj or {}).get("status") or {}).get("phase")
+
+    def jobs(self) -> list[Any]:
+        return list(self.batch.list_namespaced_job(self.namespace).items)
+
+    def pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod(self.namespace).items)
+
+    def all_phases(self) -> dict[str, str | None]:
+        return {obj["metadata"]["name"]: (obj.get("status") or {}).get("phase") for obj in self.all()}

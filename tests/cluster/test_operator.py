@@ -1,0 +1,156 @@
+"""The AgentTask operator on the real local control plane (scripted model, real Redis, real turn processes)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from kubernetes.client.rest import ApiException
+
+from tests.cluster.operator_harness import REPO, OperatorProcess, Tasks, install_agent_rbac, install_crd, kubectl
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+SETTLE = 180.0
+
+
+@pytest.fixture(scope="session")
+def crd(control_plane: Any) -> Any:
+    install_crd(control_plane.kubeconfig)
+    return control_plane
+
+
+@pytest.fixture
+def operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    install_agent_rbac(crd.kubeconfig, k8s_namespace)
+    proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log").start()
+    yield proc
+    proc.stop()
+    print(f"--- operator log ({proc.log_path}):\n{proc.log()}")
+
+
+@pytest.fixture
+def tasks(crd: Any, k8s_namespace: str) -> Iterator[Tasks]:
+    api = crd.api_client()
+    yield Tasks(api, k8s_namespace)
+    api.close()
+
+
+def demo_spec() -> dict[str, Any]:
+    return copy.deepcopy(yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())["spec"])
+
+
+def assistant_texts(client: redis.Redis, task_id: str) -> list[str]:
+    import json
+
+    texts = []
+    for raw in client.lrange(f"uc:{{{task_id}}}:messages", 0, -1):
+        message = json.loads(raw)
+        if message["role"] == "assistant":
+            texts += [block["text"] for block in message["content"] if "text" in block]
+    return texts
+
+
+def user_texts(client: redis.Redis, task_id: str) -> list[str]:
+    import json
+
+    texts = []
+    for raw in client.lrange(f"uc:{{{task_id}}}:messages", 0, -1):
+        message = json.loads(raw)
+        if message["role"] == "user":
+            texts += [block["text"] for block in message["content"] if "text" in block]
+    return texts
+
+
+def settled(tasks: Tasks, expected: int) -> dict[str, str | None] | None:
+    phases = tasks.all_phases()
+    if len(phases) == expected and all(phase == "Idle" for phase in phases.values()):
+        return phases
+    return None
+
+
+def test_root_spawns_three_children_on_gpu_jobs_and_answers_with_their_results(
+    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str, crd: Any,
+) -> None:
+    spec = demo_spec()
+    spec["script"]["tasks"]["demo"][2:] = [{"echo": True}] * 4  # every wake-up reports what arrived
+    root = tasks.create("demo", spec)
+    wait_for(lambda: settled(tasks, 4), timeout=SETTLE, what=f"4 Idle tasks (have {tasks.all_phases()})")
+
+    children = [obj for obj in tasks.all() if obj["spec"].get("parentRef")]
+    assert sorted(obj["metadata"]["name"] for obj in children) == ["demo-a", "demo-b", "demo-c"]
+    for child in children:
+        assert child["spec"]["parentRef"] == {"name": "demo", "uid": root["metadata"]["uid"]}
+        assert [(ref["kind"], ref["name"], ref["uid"]) for ref in child["metadata"]["ownerReferences"]] == [
+            ("AgentTask", "demo", root["metadata"]["uid"])
+        ]
+
+    jobs = tasks.jobs()
+    turns = {obj["metadata"]["name"]: obj["status"]["turns"] for obj in tasks.all()}
+    assert len(jobs) == sum(turns.values()) and turns["demo"] >= 2
+    for job in jobs:
+        assert job.spec.template.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+        assert job.status.succeeded == 1, job.metadata.name
+    pods = tasks.pods()
+    assert len(pods) == len(jobs)
+    assert {pod.spec.node_name for pod in pods} == {"unicore-gpu-0"}
+
+    root_answers = "\n".join(assistant_texts(redis_client, f"{k8s_namespace}/demo")[1:])
+    for fact in ("water boils at 100 C", "water freezes at 0 C", "densest at 4 C"):
+        assert root_answers.count(fact) == 1, root_answers
+
+    status = tasks.get("demo")["status"]  # type: ignore[index]
+    assert sorted(c["name"] for c in status["children"]) == ["demo-a", "demo-b", "demo-c"]
+    assert {c["phase"] for c in status["children"]} == {"Idle"}
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == root["metadata"]["generation"]
+    assert status["treePath"] == "demo" and tasks.get("demo-a")["status"]["treePath"] == "demo/demo-a"  # type: ignore[index]
+
+    table = kubectl(crd.kubeconfig, "get", "agenttasks", "-n", k8s_namespace, "--sort-by=.status.treePath").stdout
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "PARENT", "PHASE", "TURNS"]
+    assert [line.split()[:3] for line in lines[1:]] == [
+        ["demo", "Idle", str(turns["demo"])],
+        ["demo-a", "demo", "Idle"], ["demo-b", "demo", "Idle"], ["demo-c", "demo", "Idle"],
+    ]
+
+
+def test_four_children_completing_together_reach_the_parent_exactly_once(
+    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    script = {"default": "Done.", "tasks": {
+        "seven": [
+            {"tool_use": [{"name": "spawn_task", "input": {"name": n, "prompt": f"report {n}"}} for n in "wxyz"]},
+            {"text": "Waiting for four children."},
+            *[{"echo": True}] * 5,
+        ],
+        "seven-*": [{"sleep": 1.0, "echo": True}],
+    }}
+    tasks.create("seven", {"prompt": "fan out to four", "gpus": 0, "script": script})
+    wait_for(lambda: settled(tasks, 5), timeout=SETTLE, what=f"5 Idle tasks (have {tasks.all_phases()})")
+    delivered = "\n".join(user_texts(redis_client, f"{k8s_namespace}/seven"))
+    for name in "wxyz":
+        assert delivered.count(f"Child task {k8s_namespace}/seven-{name} has completed") == 1, delivered
+    assert redis_client.llen(f"uc:{{{k8s_namespace}/seven}}:inbox") == 0
+
+
+@pytest.mark.parametrize(("spec", "kwargs", "fragment"), [
+    ({"model": "scripted"}, {}, "spec.prompt is required"),
+    ({"prompt": "x", "limits": {"maxChildren": -1}}, {}, "maxChildren"),
+    ({"prompt": "x", "limits": {"turnTimeoutSeconds": 0}}, {}, "turnTimeoutSeconds"),
+    ({"prompt": "x", "bogusField": 1}, {"field_validation": "Strict"}, "bogusField"),
+])
+def test_invalid_agenttasks_are_rejected_by_the_api_server(
+    crd: Any, tasks: Tasks, spec: dict[str, Any], kwargs: dict[str, Any], fragment: str,
+) -> None:
+    with pytest.raises(ApiException) as caught:
+        tasks.create("bad", spec, **kwargs)
+    assert caught.value.status in (400, 422)
+    assert fragment in str(caught.value.body)
+    assert tasks.get("bad") is None
