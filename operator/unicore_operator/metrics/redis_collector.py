@@ -15,8 +15,8 @@ import redis
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
+
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME
 

@@ -15,8 +15,8 @@ from typing import Any
 import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
 from unicore.state.keys import TaskKeys
+
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import BY_NAME
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import redis
-
 from unicore.state.keys import TaskKeys
+
 from unicore_operator.watchdog.views import RedisTaskState
 
 # Read, server side, a chunk of tasks and return only what the scan needs: one string per task whose status is

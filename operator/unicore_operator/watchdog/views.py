@@ -112,7 +112,7 @@ def parse_time(value: Any) -> float | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime.datetime):
-        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
         return stamp.timestamp()
     try:
         text = str(value).replace("Z", "+00:00")
@@ -120,7 +120,7 @@ def parse_time(value: Any) -> float | None:
     except ValueError:
         return None
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+        stamp = stamp.replace(tzinfo=datetime.UTC)
     return stamp.timestamp()
 
 
