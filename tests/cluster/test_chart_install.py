@@ -1,6 +1,6 @@
 """The chart on the real local control plane: server-side dry run, a real `helm install` into namespaces that
-enforce Pod Security "restricted", least-privilege RBAC checked with real tokens, and the operator run from the
-chart's own Deployment (command, env, ServiceAccount token) driving a scripted AgentTask tree to the end.
+enforce Pod Security "restricted", least-privilege RBAC checked with real tokens, and the operator run from
+the chart's own Deployment (command, env, ServiceAccount token) driving a scripted AgentTask tree to the end.
 """
 
 from __future__ import annotations
@@ -301,7 +301,8 @@ def test_chart_operator_runs_a_scripted_tree_with_the_charts_rbac(
     control_plane: Any, redis_server: Any, tmp_path: Path
 ) -> None:
     """The devcluster's pod runner starts the chart's operator pod as a local process: the Deployment's
-    command, its env (REDIS_URL from the chart's Secret) and a TokenRequest token of the chart's ServiceAccount."""
+    command, its env (REDIS_URL from the chart's Secret) and a TokenRequest token
+    of the chart's ServiceAccount."""
     pytest.importorskip("unicore_operator.main", reason="waits for the operator (issue 4)")
     api = control_plane.api_client()
     namespace = make_namespace(api, RESTRICTED)
