@@ -1,0 +1,273 @@
+"""The kubectl experience on the real local control plane: `kubectl agenttask` (as a real kubectl plugin on
+PATH) talking to a real operator through the API server's service proxy, scripted model, real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from kubernetes import client
+
+from tests.cluster.operator_harness import (
+    REPO, VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd, kubectl,
+)
+from tests.waiting import wait_for
+from unicore.state.store import TaskStore
+from unicore_operator.task_api.local_endpoint import expose
+
+pytestmark = pytest.mark.cluster
+
+SETTLE = 180.0
+PROXY = "/api/v1/namespaces/{ns}/services/unicore-operator:http/proxy"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Env:
+    """One namespace with its own operator (serving the task API on a host port, exposed through a Service)."""
+
+    namespace: str
+    kubeconfig: Path
+    operator: OperatorProcess
+    tasks: Tasks
+    store: TaskStore
+    tmp: Path
+
+    def plugin(self, *args: str, kubeconfig: Path | None = None, timeout: float = 120,
+               ) -> subprocess.CompletedProcess[str]:
+        """`kubectl agenttask ...` through kubectl's plugin mechanism (kubectl-agenttask on PATH)."""
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig or self.kubeconfig),
+               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               "UNICORE_OPERATOR_NAMESPACE": self.namespace}
+        return subprocess.run(["kubectl", "agenttask", "-n", self.namespace, *args], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               "UNICORE_OPERATOR_NAMESPACE": self.namespace}
+        return subprocess.Popen(["kubectl", "agenttask", "-n", self.namespace, *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def task_id(self, name: str) -> str:
+        return f"{self.namespace}/{name}"
+
+    def user_texts(self, name: str) -> list[tuple[int, str]]:
+        """(turn number, text) of every user text block of the task's history."""
+        return [(turn.turn_number, block["text"]) for turn in self.store.load_history(self.task_id(name))
+                for message in turn.messages if message.role == "user"
+                for block in message.content if "text" in block]
+
+    def idle(self, name: str, turns: int) -> bool:
+        obj = self.tasks.get(name) or {}
+        status = obj.get("status") or {}
+        record = self.store.get_task(self.task_id(name))
+        return (status.get("phase") == "Idle" and record.turns >= turns and record.status == "idle"
+                and self.store.pending_count(self.task_id(name)) == 0)
+
+
+@pytest.fixture(scope="module")
+def env(control_plane: Any, redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    install_crd(control_plane.kubeconfig)
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    namespace = f"kc-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="default SA")
+    install_agent_rbac(control_plane.kubeconfig, namespace)
+    tmp = tmp_path_factory.mktemp("kubectl")
+    port = _free_port()
+    operator = OperatorProcess(control_plane.kubeconfig, redis_server.url, namespace, tmp / "operator.log",
+                               UNICORE_HTTP_PORT=str(port)).start()
+    store = TaskStore(redis.Redis.from_url(redis_server.url, decode_responses=True))
+    environment = Env(namespace, Path(control_plane.kubeconfig), operator, Tasks(api, namespace), store, tmp)
+    try:
+        expose(api, namespace, port)
+        wait_for(lambda: kubectl(control_plane.kubeconfig, "get", "--raw",
+                                 PROXY.format(ns=namespace) + "/v1", check=False).returncode == 0,
+                 timeout=60, what="the task API through the service proxy")
+        yield environment
+    finally:
+        operator.stop()
+        print(f"--- operator log ({operator.log_path}):\n{operator.log()}")
+        core.delete_namespace(namespace)
+        api.close()
+
+
+def _demo_spec() -> dict[str, Any]:
+    return dict(yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())["spec"])
+
+
+def _chat_spec(name: str) -> dict[str, Any]:
+    """A root that answers, then echoes each later turn's messages after a short pause."""
+    return {"prompt": "Say you are ready.", "model": "scripted", "gpus": 0,
+            "script": {"default": "Done.", "tasks": {name: [{"text": "ready"}] + [{"sleep": 1.5, "echo": True}] * 8}}}
+
+
+def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
+    env.tasks.create("demo", _demo_spec())
+    waited = kubectl(env.kubeconfig, "wait", "--for=condition=Ready", "agenttask/demo", "-n", env.namespace,
+                     f"--timeout={int(SETTLE)}s", check=False)
+    assert waited.returncode == 0, waited.stderr
+    phases = env.tasks.all_phases()  # Ready on the root means the whole tree has settled
+    assert phases == {"demo": "Idle", "demo-a": "Idle", "demo-b": "Idle", "demo-c": "Idle"}
+
+    tree = env.plugin("tree", "demo")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "PHASE", "TURNS"]
+    assert [line.split("  ")[0].strip() for line in lines[1:]] == [
+        "✔ demo", "├─✔ demo-a", "├─✔ demo-b", "└─✔ demo-c"]
+    assert "water boils at 100 C" in tree.stdout  # demo-a's last response
+    ascii_tree = env.plugin("tree", "--no-utf8")
+    assert [line.split("  ")[0].strip() for line in ascii_tree.stdout.splitlines()[1:]] == [
+        "+ demo", "|-+ demo-a", "|-+ demo-b", "`-+ demo-c"]
+
+    root_turns = int(env.tasks.get("demo")["status"]["turns"])  # type: ignore[index]
+    logs = env.plugin("logs", "demo")
+    assert logs.returncode == 0, logs.stderr
+    banners = [line for line in logs.stdout.splitlines() if line.startswith("=== turn ")]
+    assert [banner.split()[2] for banner in banners] == [str(n) for n in range(root_turns)]
+    for fact in ("water boils at 100 C", "water freezes at 0 C", "densest at 4 C"):
+        assert fact in logs.stdout
+    assert "[Used spawn_task tool]" in logs.stdout and '"prompt"' not in logs.stdout
+    with_tools = env.plugin("logs", "demo", "--tools", "--turn", "0")
+    assert "Assistant used tool spawn_task" in with_tools.stdout and "=== turn 1" not in with_tools.stdout
+    for child, fact in (("demo-a", "boils"), ("demo-b", "freezes"), ("demo-c", "densest")):
+        child_logs = env.plugin("logs", child)
+        assert fact in child_logs.stdout and "=== turn 0" in child_logs.stdout
+
+    described = env.plugin("describe", "demo")
+    assert described.returncode == 0, described.stderr
+    assert "Phase:              Idle" in described.stdout
+    assert all(name in described.stdout for name in ("demo-a", "demo-b", "demo-c"))
+    assert "TurnStarted" in described.stdout or "ChildSpawned" in described.stdout, described.stdout
+
+
+def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: Env) -> None:
+    env.tasks.create("chat", _chat_spec("chat"))
+    wait_for(lambda: env.idle("chat", 1), timeout=SETTLE, what="chat Idle after its first turn")
+
+    sent = env.plugin("send", "chat", "--id", "fixed-1", "first", "follow-up")
+    assert sent.returncode == 0, sent.stderr
+    again = env.plugin("send", "chat", "--id", "fixed-1", "first follow-up")  # a retry of the same message
+    assert again.returncode == 0 and "already queued" in again.stdout
+    follow = env.plugin("logs", "chat", "--follow", timeout=SETTLE)
+    assert follow.returncode == 0, follow.stderr
+    assert env.tasks.phase("chat") == "Idle"  # --follow returned once the task went Idle ...
+    assert "Assistant: first follow-up" in follow.stdout  # ... after the echo that took 1.5 s to come
+    assert [t for t in env.user_texts("chat") if t[1] == "first follow-up"] == [(1, "first follow-up")]
+
+    first, second = env.popen("send", "chat", "concurrent one"), env.popen("send", "chat", "concurrent two")
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    wait_for(lambda: env.idle("chat", 3) and len(env.user_texts("chat")) == 4, timeout=SETTLE,
+             what=f"both concurrent messages in chat's history (have {env.user_texts('chat')})")
+    texts = [text for _, text in env.user_texts("chat")]
+    assert texts.count("concurrent one") == 1 and texts.count("concurrent two") == 1
+
+    # the plain-kubectl equivalent of `send` (docs/kubectl.md)
+    message = env.tmp / "msg.json"
+    message.write_text(json.dumps({"id": str(uuid.uuid4()), "text": "plain kubectl"}))
+    path = PROXY.format(ns=env.namespace) + f"/v1/namespaces/{env.namespace}/agenttasks/chat/messages"
+    for _ in range(2):
+        raw = kubectl(env.kubeconfig, "create", "--raw", path, "-f", str(message), check=False)
+        assert raw.returncode == 0 and '"kind":"MessageReceipt"' in raw.stdout, raw.stderr
+    wait_for(lambda: env.idle("chat", 4) and "plain kubectl" in [t for _, t in env.user_texts("chat")],
+             timeout=SETTLE, what="the plain kubectl message in chat's history")
+    assert [t for _, t in env.user_texts("chat")].count("plain kubectl") == 1
+
+    missing = env.plugin("send", "no-such-task", "hello")
+    assert missing.returncode != 0 and f'agenttask "{env.namespace}/no-such-task" not found' in missing.stderr
+
+
+def _token_kubeconfig(env: Env, service_account: str) -> Path:
+    token = kubectl(env.kubeconfig, "create", "token", service_account, "-n", env.namespace).stdout.strip()
+    admin = yaml.safe_load(env.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path = env.tmp / f"{service_account}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": service_account,
+                                                "namespace": env.namespace}}],
+    }))
+    return path
+
+
+def _snapshot(env: Env, name: str) -> tuple[Any, ...]:
+    keys = env.store.keys(env.task_id(name))
+    r = env.store.redis
+    return (r.lrange(keys.inbox, 0, -1), r.lrange(keys.messages, 0, -1), r.smembers(keys.seen) if
+            r.type(keys.seen) == "set" else r.zrange(keys.seen, 0, -1), r.hget(keys.task, "turns"))
+
+
+def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env: Env) -> None:
+    env.tasks.create("guarded", _chat_spec("guarded"))
+    wait_for(lambda: env.idle("guarded", 1), timeout=SETTLE, what="guarded Idle")
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": env.namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "viewer", "namespace": env.namespace},
+         "rules": [{"apiGroups": ["unicore.dev"], "resources": ["agenttasks"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "viewer", "namespace": env.namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}]},
+    ]
+    kubectl(env.kubeconfig, "apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
+    viewer = _token_kubeconfig(env, "viewer")
+    before = _snapshot(env, "guarded")
+    stream_before = env.store.redis.xlen("uc:activations")
+
+    tree = env.plugin("tree", kubeconfig=viewer)  # reading AgentTasks is allowed
+    assert tree.returncode == 0 and "guarded" in tree.stdout, tree.stderr
+    user = f"system:serviceaccount:{env.namespace}:viewer"
+    sent = env.plugin("send", "guarded", "let me in", kubeconfig=viewer)
+    assert sent.returncode != 0
+    assert sent.stderr.startswith(f"error: forbidden: {user} cannot create services/proxy"), sent.stderr
+    assert "unicore-agenttask-messenger" in sent.stderr
+    logs = env.plugin("logs", "guarded", kubeconfig=viewer)
+    assert logs.returncode != 0
+    assert logs.stderr.startswith(f"error: forbidden: {user} cannot get services/proxy"), logs.stderr
+    assert "unicore-agenttask-reader" in logs.stderr
+    suspended = env.plugin("suspend", "guarded", kubeconfig=viewer)
+    assert suspended.returncode != 0 and "forbidden" in suspended.stderr
+
+    assert _snapshot(env, "guarded") == before  # inbox, history, accepted ids and turns unchanged
+    assert env.store.redis.xlen("uc:activations") == stream_before
+    assert not (env.tasks.get("guarded") or {}).get("spec", {}).get("suspend")
+
+    # the chart's messenger Role (create+get services/proxy on unicore-operator:http) is exactly what is missing
+    grant = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "unicore-agenttask-messenger", "namespace": env.namespace},
+         "rules": [{"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["unicore-operator:http"],
+                    "verbs": ["create", "get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "viewer-messenger", "namespace": env.namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "unicore-agenttask-messenger"},
+         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}]},
+    ]
+    kubectl(env.kubeconfig, "apply", "-f", "-", input_text=yaml.safe_dump_all(grant))
+    allowed = wait_for(lambda: (r := env.plugin("send", "guarded", "--id", "granted-1", "now allowed",
+                                                kubeconfig=viewer)).returncode == 0 and r,
+                       timeout=30, what="send allowed once the messenger Role is bound")
+    assert "queued" in allowed.stdout
