@@ -17,13 +17,19 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
-
-from tests.cluster.operator_harness import (
-    REPO, VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd, kubectl,
-)
-from tests.waiting import wait_for
 from unicore.state.store import TaskStore
 from unicore_operator.task_api.local_endpoint import expose
+
+from tests.cluster.operator_harness import (
+    REPO,
+    VENV_BIN,
+    OperatorProcess,
+    Tasks,
+    install_agent_rbac,
+    install_crd,
+    kubectl,
+)
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -39,7 +45,7 @@ def _free_port() -> int:
 
 @dataclass
 class Env:
-    """One namespace with its own operator (serving the task API on a host port, exposed through a Service)."""
+    """One namespace with its own operator (task API on a host port, exposed through a Service)."""
 
     namespace: str
     kubeconfig: Path
@@ -48,37 +54,66 @@ class Env:
     store: TaskStore
     tmp: Path
 
-    def plugin(self, *args: str, kubeconfig: Path | None = None, timeout: float = 120,
-               ) -> subprocess.CompletedProcess[str]:
+    def plugin(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
         """`kubectl agenttask ...` through kubectl's plugin mechanism (kubectl-agenttask on PATH)."""
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig or self.kubeconfig),
-               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-               "UNICORE_OPERATOR_NAMESPACE": self.namespace}
-        return subprocess.run(["kubectl", "agenttask", "-n", self.namespace, *args], env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig or self.kubeconfig),
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "UNICORE_OPERATOR_NAMESPACE": self.namespace,
+        }
+        return subprocess.run(
+            ["kubectl", "agenttask", "-n", self.namespace, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-               "UNICORE_OPERATOR_NAMESPACE": self.namespace}
-        return subprocess.Popen(["kubectl", "agenttask", "-n", self.namespace, *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "UNICORE_OPERATOR_NAMESPACE": self.namespace,
+        }
+        return subprocess.Popen(
+            ["kubectl", "agenttask", "-n", self.namespace, *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def task_id(self, name: str) -> str:
         return f"{self.namespace}/{name}"
 
     def user_texts(self, name: str) -> list[tuple[int, str]]:
         """(turn number, text) of every user text block of the task's history."""
-        return [(turn.turn_number, block["text"]) for turn in self.store.load_history(self.task_id(name))
-                for message in turn.messages if message.role == "user"
-                for block in message.content if "text" in block]
+        return [
+            (turn.turn_number, block["text"])
+            for turn in self.store.load_history(self.task_id(name))
+            for message in turn.messages
+            if message.role == "user"
+            for block in message.content
+            if "text" in block
+        ]
 
     def idle(self, name: str, turns: int) -> bool:
         obj = self.tasks.get(name) or {}
         status = obj.get("status") or {}
         record = self.store.get_task(self.task_id(name))
-        return (status.get("phase") == "Idle" and record.turns >= turns and record.status == "idle"
-                and self.store.pending_count(self.task_id(name)) == 0)
+        return (
+            status.get("phase") == "Idle"
+            and record.turns >= turns
+            and record.status == "idle"
+            and self.store.pending_count(self.task_id(name)) == 0
+        )
 
 
 @pytest.fixture(scope="module")
@@ -88,19 +123,33 @@ def env(control_plane: Any, redis_server: Any, tmp_path_factory: pytest.TempPath
     core = client.CoreV1Api(api)
     namespace = f"kc-{uuid.uuid4().hex[:8]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="default SA")
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="default SA"
+    )
     install_agent_rbac(control_plane.kubeconfig, namespace)
     tmp = tmp_path_factory.mktemp("kubectl")
     port = _free_port()
-    operator = OperatorProcess(control_plane.kubeconfig, redis_server.url, namespace, tmp / "operator.log",
-                               UNICORE_HTTP_PORT=str(port)).start()
+    operator = OperatorProcess(
+        control_plane.kubeconfig,
+        redis_server.url,
+        namespace,
+        tmp / "operator.log",
+        UNICORE_HTTP_PORT=str(port),
+    ).start()
     store = TaskStore(redis.Redis.from_url(redis_server.url, decode_responses=True))
     environment = Env(namespace, Path(control_plane.kubeconfig), operator, Tasks(api, namespace), store, tmp)
     try:
         expose(api, namespace, port)
-        wait_for(lambda: kubectl(control_plane.kubeconfig, "get", "--raw",
-                                 PROXY.format(ns=namespace) + "/v1", check=False).returncode == 0,
-                 timeout=60, what="the task API through the service proxy")
+        wait_for(
+            lambda: (
+                kubectl(
+                    control_plane.kubeconfig, "get", "--raw", PROXY.format(ns=namespace) + "/v1", check=False
+                ).returncode
+                == 0
+            ),
+            timeout=60,
+            what="the task API through the service proxy",
+        )
         yield environment
     finally:
         operator.stop()
@@ -115,14 +164,29 @@ def _demo_spec() -> dict[str, Any]:
 
 def _chat_spec(name: str) -> dict[str, Any]:
     """A root that answers, then echoes each later turn's messages after a short pause."""
-    return {"prompt": "Say you are ready.", "model": "scripted", "gpus": 0,
-            "script": {"default": "Done.", "tasks": {name: [{"text": "ready"}] + [{"sleep": 1.5, "echo": True}] * 8}}}
+    return {
+        "prompt": "Say you are ready.",
+        "model": "scripted",
+        "gpus": 0,
+        "script": {
+            "default": "Done.",
+            "tasks": {name: [{"text": "ready"}] + [{"sleep": 1.5, "echo": True}] * 8},
+        },
+    }
 
 
 def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
     env.tasks.create("demo", _demo_spec())
-    waited = kubectl(env.kubeconfig, "wait", "--for=condition=Ready", "agenttask/demo", "-n", env.namespace,
-                     f"--timeout={int(SETTLE)}s", check=False)
+    waited = kubectl(
+        env.kubeconfig,
+        "wait",
+        "--for=condition=Ready",
+        "agenttask/demo",
+        "-n",
+        env.namespace,
+        f"--timeout={int(SETTLE)}s",
+        check=False,
+    )
     assert waited.returncode == 0, waited.stderr
     phases = env.tasks.all_phases()  # Ready on the root means the whole tree has settled
     assert phases == {"demo": "Idle", "demo-a": "Idle", "demo-b": "Idle", "demo-c": "Idle"}
@@ -132,11 +196,19 @@ def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
     lines = tree.stdout.splitlines()
     assert lines[0].split()[:3] == ["NAME", "PHASE", "TURNS"]
     assert [line.split("  ")[0].strip() for line in lines[1:]] == [
-        "✔ demo", "├─✔ demo-a", "├─✔ demo-b", "└─✔ demo-c"]
+        "✔ demo",
+        "├─✔ demo-a",
+        "├─✔ demo-b",
+        "└─✔ demo-c",
+    ]
     assert "water boils at 100 C" in tree.stdout  # demo-a's last response
     ascii_tree = env.plugin("tree", "--no-utf8")
     assert [line.split("  ")[0].strip() for line in ascii_tree.stdout.splitlines()[1:]] == [
-        "+ demo", "|-+ demo-a", "|-+ demo-b", "`-+ demo-c"]
+        "+ demo",
+        "|-+ demo-a",
+        "|-+ demo-b",
+        "`-+ demo-c",
+    ]
 
     root_turns = int(env.tasks.get("demo")["status"]["turns"])  # type: ignore[index]
     logs = env.plugin("logs", "demo")
@@ -177,8 +249,11 @@ def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: 
     for proc in (first, second):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-    wait_for(lambda: env.idle("chat", 3) and len(env.user_texts("chat")) == 4, timeout=SETTLE,
-             what=f"both concurrent messages in chat's history (have {env.user_texts('chat')})")
+    wait_for(
+        lambda: env.idle("chat", 3) and len(env.user_texts("chat")) == 4,
+        timeout=SETTLE,
+        what=f"both concurrent messages in chat's history (have {env.user_texts('chat')})",
+    )
     texts = [text for _, text in env.user_texts("chat")]
     assert texts.count("concurrent one") == 1 and texts.count("concurrent two") == 1
 
@@ -189,8 +264,11 @@ def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: 
     for _ in range(2):
         raw = kubectl(env.kubeconfig, "create", "--raw", path, "-f", str(message), check=False)
         assert raw.returncode == 0 and '"kind":"MessageReceipt"' in raw.stdout, raw.stderr
-    wait_for(lambda: env.idle("chat", 4) and "plain kubectl" in [t for _, t in env.user_texts("chat")],
-             timeout=SETTLE, what="the plain kubectl message in chat's history")
+    wait_for(
+        lambda: env.idle("chat", 4) and "plain kubectl" in [t for _, t in env.user_texts("chat")],
+        timeout=SETTLE,
+        what="the plain kubectl message in chat's history",
+    )
     assert [t for _, t in env.user_texts("chat")].count("plain kubectl") == 1
 
     missing = env.plugin("send", "no-such-task", "hello")
@@ -202,35 +280,61 @@ def _token_kubeconfig(env: Env, service_account: str) -> Path:
     admin = yaml.safe_load(env.kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
     path = env.tmp / f"{service_account}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": service_account,
-                                                "namespace": env.namespace}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "sa",
+                        "context": {"cluster": "c", "user": service_account, "namespace": env.namespace},
+                    }
+                ],
+            }
+        )
+    )
     return path
 
 
 def _snapshot(env: Env, name: str) -> tuple[Any, ...]:
     keys = env.store.keys(env.task_id(name))
     r = env.store.redis
-    return (r.lrange(keys.inbox, 0, -1), r.lrange(keys.messages, 0, -1), r.smembers(keys.seen) if
-            r.type(keys.seen) == "set" else r.zrange(keys.seen, 0, -1), r.hget(keys.task, "turns"))
+    return (
+        r.lrange(keys.inbox, 0, -1),
+        r.lrange(keys.messages, 0, -1),
+        r.smembers(keys.seen) if r.type(keys.seen) == "set" else r.zrange(keys.seen, 0, -1),
+        r.hget(keys.task, "turns"),
+    )
 
 
 def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env: Env) -> None:
     env.tasks.create("guarded", _chat_spec("guarded"))
     wait_for(lambda: env.idle("guarded", 1), timeout=SETTLE, what="guarded Idle")
     objects = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": env.namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "viewer", "namespace": env.namespace},
-         "rules": [{"apiGroups": ["unicore.dev"], "resources": ["agenttasks"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "viewer", "namespace": env.namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
-         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}]},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "viewer", "namespace": env.namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "viewer", "namespace": env.namespace},
+            "rules": [
+                {"apiGroups": ["unicore.dev"], "resources": ["agenttasks"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "viewer", "namespace": env.namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}],
+        },
     ]
     kubectl(env.kubeconfig, "apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
     viewer = _token_kubeconfig(env, "viewer")
@@ -255,19 +359,43 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
     assert env.store.redis.xlen("uc:activations") == stream_before
     assert not (env.tasks.get("guarded") or {}).get("spec", {}).get("suspend")
 
-    # the chart's messenger Role (create+get services/proxy on unicore-operator:http) is exactly what is missing
+    # the chart's messenger Role (create+get services/proxy on unicore-operator:http) is what is missing
     grant = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "unicore-agenttask-messenger", "namespace": env.namespace},
-         "rules": [{"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["unicore-operator:http"],
-                    "verbs": ["create", "get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "viewer-messenger", "namespace": env.namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "unicore-agenttask-messenger"},
-         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "unicore-agenttask-messenger", "namespace": env.namespace},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["services/proxy"],
+                    "resourceNames": ["unicore-operator:http"],
+                    "verbs": ["create", "get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "viewer-messenger", "namespace": env.namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "unicore-agenttask-messenger",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": env.namespace}],
+        },
     ]
     kubectl(env.kubeconfig, "apply", "-f", "-", input_text=yaml.safe_dump_all(grant))
-    allowed = wait_for(lambda: (r := env.plugin("send", "guarded", "--id", "granted-1", "now allowed",
-                                                kubeconfig=viewer)).returncode == 0 and r,
-                       timeout=30, what="send allowed once the messenger Role is bound")
+    allowed = wait_for(
+        lambda: (
+            (
+                r := env.plugin("send", "guarded", "--id", "granted-1", "now allowed", kubeconfig=viewer)
+            ).returncode
+            == 0
+            and r
+        ),
+        timeout=30,
+        what="send allowed once the messenger Role is bound",
+    )
     assert "queued" in allowed.stdout

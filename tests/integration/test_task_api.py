@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 import redis
-
-from unicore.schema import text_block
+from unicore.schema import TaskSpec, text_block
 from unicore.state.store import TaskStore
 from unicore_operator.task_api import dispatch
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi
-from unicore.schema import TaskSpec
 
 NS, NAME = "team-a", "demo"
 TASK_ID = f"{NS}/{NAME}"
@@ -41,10 +39,16 @@ def _run_turn(store: TaskStore, answer: str, *, tool: bool = False) -> None:
     drained = store.drain(lease, first_drain=True)
     assert drained.turn_number is not None
     if tool:
-        store.append_message(lease, "assistant", [{"toolUse": {"toolUseId": "t1", "name": "task_status",
-                                                                "input": {"secret": "x" * 10}}}])
-        store.append_message(lease, "user", [{"toolResult": {"toolUseId": "t1", "status": "success",
-                                                              "content": [{"text": "tool output"}]}}])
+        store.append_message(
+            lease,
+            "assistant",
+            [{"toolUse": {"toolUseId": "t1", "name": "task_status", "input": {"secret": "x" * 10}}}],
+        )
+        store.append_message(
+            lease,
+            "user",
+            [{"toolResult": {"toolUseId": "t1", "status": "success", "content": [{"text": "tool output"}]}}],
+        )
     store.append_message(lease, "assistant", [text_block(answer)])
     store.end_turn(lease, drained.turn_number, last_response=answer, summary=f"said {answer}")
     store.release_lease(lease)
@@ -88,14 +92,17 @@ def test_concurrent_sends_each_arrive_once(api: TaskApi, store: TaskStore) -> No
     assert sorted(m.content for m in store.inbox(TASK_ID)) == sorted(f"text {i}" for i in ids)
 
 
-@pytest.mark.parametrize(("body", "status", "needle"), [
-    (b"not json", 400, "not JSON"),
-    ([1, 2], 400, "JSON object"),
-    ({"text": "no id"}, 422, "id"),
-    ({"id": "bad id with spaces", "text": "x"}, 422, "id"),
-    ({"id": "ok", "text": ""}, 422, "text"),
-    ({"id": "ok", "text": "x", "extra": 1}, 422, "extra"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"not json", 400, "not JSON"),
+        ([1, 2], 400, "JSON object"),
+        ({"text": "no id"}, 422, "id"),
+        ({"id": "bad id with spaces", "text": "x"}, 422, "id"),
+        ({"id": "ok", "text": ""}, 422, "text"),
+        ({"id": "ok", "text": "x", "extra": 1}, 422, "extra"),
+    ],
+)
 def test_send_rejects_bad_bodies(api: TaskApi, store: TaskStore, body: Any, status: int, needle: str) -> None:
     store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
     got, payload = _post(api, body)
@@ -108,7 +115,9 @@ def test_send_too_large_and_unknown_task(api: TaskApi, store: TaskStore) -> None
     status, body = _post(api, {"id": "big", "text": "x" * (store.message_cap_bytes + 1)})
     assert status == 413 and "over the cap" in body["message"]
     status, body = _post(api, {"id": "m", "text": "hi"}, name="nope")
-    assert (status, body["reason"]) == (404, "NotFound") and 'agenttask "team-a/nope" not found' in body["message"]
+    assert (status, body["reason"]) == (404, "NotFound") and 'agenttask "team-a/nope" not found' in body[
+        "message"
+    ]
     status, body = _post(api, {"id": "m", "text": "hi"}, name="fresh")  # AgentTask exists, Redis not yet
     assert (status, body["reason"]) == (503, "TaskNotReady")
     assert store.pending_count(TASK_ID) == 1

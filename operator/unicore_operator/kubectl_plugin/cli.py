@@ -1,4 +1,5 @@
-"""``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, suspend, resume, describe."""
+"""``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, suspend, resume,
+describe."""
 
 from __future__ import annotations
 
@@ -28,18 +29,27 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path to the kubeconfig file")
     group.add_argument("--context", default=argparse.SUPPRESS, help="the kubeconfig context to use")
     group.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="the tasks' namespace")
-    group.add_argument("--operator-namespace", default=argparse.SUPPRESS,
-                       help=f"where the UniCore operator runs (env {OPERATOR_NAMESPACE_ENV}, "
-                            f"default {DEFAULT_OPERATOR_NAMESPACE})")
-    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
+    group.add_argument(
+        "--operator-namespace",
+        default=argparse.SUPPRESS,
+        help=f"where the UniCore operator runs (env {OPERATOR_NAMESPACE_ENV}, "
+        f"default {DEFAULT_OPERATOR_NAMESPACE})",
+    )
+    group.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
+    )
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(prog="kubectl agenttask", parents=[common], epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     description="Inspect and talk to UniCore AgentTasks.")
+    parser = argparse.ArgumentParser(
+        prog="kubectl agenttask",
+        parents=[common],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Inspect and talk to UniCore AgentTasks.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     tree = sub.add_parser("tree", parents=[common], help="show the task tree")
@@ -55,8 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("text", nargs="*", help="the message (or use -f)")
     send.add_argument("-f", "--file", help="read the message from FILE ('-' = stdin)")
     send.add_argument("--id", help="message id (default: a new UUID); sending an id again is a no-op")
-    send.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
-                      help="seconds to keep retrying while the operator is unreachable")
+    send.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="seconds to keep retrying while the operator is unreachable",
+    )
     send.set_defaults(func=commands.cmd_send)
 
     logs = sub.add_parser("logs", parents=[common], help="print the transcript, turn by turn")
@@ -66,12 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--turn", type=int, help="only turn N (turns are numbered from 0)")
     logs.add_argument("--page-size", type=int, default=200, help="messages per request (max 1000)")
     logs.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls with --follow")
-    logs.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
-                      help="seconds to keep retrying while the operator is unreachable")
+    logs.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="seconds to keep retrying while the operator is unreachable",
+    )
     logs.set_defaults(func=commands.cmd_logs)
 
-    for verb, func, text in (("suspend", commands.cmd_suspend, "stop the active turn; start no new ones"),
-                             ("resume", commands.cmd_resume, "run again, with whatever was queued")):
+    for verb, func, text in (
+        ("suspend", commands.cmd_suspend, "stop the active turn; start no new ones"),
+        ("resume", commands.cmd_resume, "run again, with whatever was queued"),
+    ):
         cmd = sub.add_parser(verb, parents=[common], help=text)
         cmd.add_argument("name")
         cmd.set_defaults(func=func)
@@ -82,21 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command == "send" and not any(word.startswith("-") for word in extra):
         args.text = [*args.text, *extra]  # `send NAME --id X words...`: words after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    return args
+
+
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = parse(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
-        kube = connect(kubeconfig=getattr(args, "kubeconfig", None), context=getattr(args, "context", None),
-                       namespace=getattr(args, "namespace", None),
-                       operator_namespace=getattr(args, "operator_namespace", None))
+        kube = connect(
+            kubeconfig=getattr(args, "kubeconfig", None),
+            context=getattr(args, "context", None),
+            namespace=getattr(args, "namespace", None),
+            operator_namespace=getattr(args, "operator_namespace", None),
+        )
         return int(args.func(args, kube, out))
     except PluginError as exc:
         err.write(f"error: {exc.message}\n")

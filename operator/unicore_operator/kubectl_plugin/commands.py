@@ -31,16 +31,22 @@ def kube_error(exc: Exception, *, verb: str, what: str, namespace: str) -> Plugi
     """A Kubernetes API exception as a clear PluginError."""
     status = getattr(exc, "status", None)
     if status == 404 and verb == "list":
-        return NotFound("the AgentTask API (agenttasks.unicore.dev/v1alpha1) is not served by this cluster: "
-                        "is UniCore installed?")
+        return NotFound(
+            "the AgentTask API (agenttasks.unicore.dev/v1alpha1) is not served by this cluster: "
+            "is UniCore installed?"
+        )
     if status == 404:
         return NotFound(f"{what} not found in namespace {namespace}")
     if status == 403:
         body = str(getattr(exc, "body", "") or "")
-        return Forbidden(f"forbidden: you cannot {verb} {what} in namespace {namespace} ({_status_message(body)})")
+        return Forbidden(
+            f"forbidden: you cannot {verb} {what} in namespace {namespace} ({_status_message(body)})"
+        )
     if status is None or status == 0:
         return Unreachable(f"cannot reach the Kubernetes API server: {exc}")
-    return PluginError(f"{verb} {what} failed: HTTP {status} {_status_message(str(getattr(exc, 'body', '')))}")
+    return PluginError(
+        f"{verb} {what} failed: HTTP {status} {_status_message(str(getattr(exc, 'body', '')))}"
+    )
 
 
 def _status_message(body: str) -> str:
@@ -62,22 +68,37 @@ def _call(fn: Callable[[], Any], *, verb: str, what: str, namespace: str) -> Any
 
 
 def get_task(kube: KubeContext, namespace: str, name: str) -> dict[str, Any]:
-    return dict(_call(lambda: kube.custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-                      verb="get", what=f'agenttask "{name}"', namespace=namespace))
+    return dict(
+        _call(
+            lambda: kube.custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+            verb="get",
+            what=f'agenttask "{name}"',
+            namespace=namespace,
+        )
+    )
 
 
 def list_tasks(kube: KubeContext, namespace: str | None) -> list[dict[str, Any]]:
     custom = kube.custom()
     if namespace is None:
-        result = _call(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL),
-                       verb="list", what="agenttasks", namespace="(all)")
+        result = _call(
+            lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL),
+            verb="list",
+            what="agenttasks",
+            namespace="(all)",
+        )
     else:
-        result = _call(lambda: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
-                       verb="list", what="agenttasks", namespace=namespace)
+        result = _call(
+            lambda: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+            verb="list",
+            what="agenttasks",
+            namespace=namespace,
+        )
     return list(result.get("items") or [])
 
 
 # ---------------------------------------------------------------------------------------------------- tree
+
 
 def cmd_tree(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     namespace = None if args.all_namespaces else kube.namespace
@@ -86,8 +107,15 @@ def cmd_tree(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
         tasks = list_tasks(kube, namespace)
         width = shutil.get_terminal_size((160, 40)).columns if out.isatty() else None
         try:
-            return render_tree(tasks, _now(), utf8=not args.no_utf8, root=args.name, namespace=namespace,
-                               all_namespaces=args.all_namespaces, width=width)
+            return render_tree(
+                tasks,
+                _now(),
+                utf8=not args.no_utf8,
+                root=args.name,
+                namespace=namespace,
+                all_namespaces=args.all_namespaces,
+                width=width,
+            )
         except KeyError:
             raise NotFound(f'agenttask "{args.name}" not found in namespace {kube.namespace}') from None
 
@@ -108,6 +136,7 @@ def cmd_tree(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
 
 # ---------------------------------------------------------------------------------------------------- send
 
+
 def read_text(args: argparse.Namespace) -> str:
     if args.file and args.text:
         raise PluginError("give the message either as TEXT or with -f FILE, not both", exit_code=2)
@@ -127,8 +156,9 @@ def read_text(args: argparse.Namespace) -> str:
     if not text.strip():
         raise PluginError("the message is empty", exit_code=2)
     if len(text.encode()) > MAX_TEXT_BYTES:
-        raise PluginError(f"the message is {len(text.encode())} bytes, over the cap of {MAX_TEXT_BYTES} bytes",
-                          exit_code=2)
+        raise PluginError(
+            f"the message is {len(text.encode())} bytes, over the cap of {MAX_TEXT_BYTES} bytes", exit_code=2
+        )
     return text
 
 
@@ -143,6 +173,7 @@ def cmd_send(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- logs
+
 
 def _finished(kube: KubeContext, name: str, page: dict[str, Any]) -> bool:
     state = page.get("state") or {}
@@ -163,7 +194,11 @@ def cmd_logs(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     printed = 0
     try:
         while True:
-            query: list[tuple[str, Any]] = [("since", since), ("limit", args.page_size), ("tools", args.tools)]
+            query: list[tuple[str, Any]] = [
+                ("since", since),
+                ("limit", args.page_size),
+                ("tools", args.tools),
+            ]
             if args.turn is not None:
                 query.append(("turn", args.turn))
             page = api.get(path, query)
@@ -198,10 +233,16 @@ def _more_after(api: TaskApiClient, path: str, since: int, args: argparse.Namesp
 
 # ---------------------------------------------------------------------------------------------------- suspend
 
+
 def cmd_suspend(args: argparse.Namespace, kube: KubeContext, out: IO[str], *, suspend: bool = True) -> int:
-    _call(lambda: kube.custom().patch_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURAL, args.name,
-                                                                {"spec": {"suspend": suspend}}),
-          verb="patch", what=f'agenttask "{args.name}"', namespace=kube.namespace)
+    _call(
+        lambda: kube.custom().patch_namespaced_custom_object(
+            GROUP, VERSION, kube.namespace, PLURAL, args.name, {"spec": {"suspend": suspend}}
+        ),
+        verb="patch",
+        what=f'agenttask "{args.name}"',
+        namespace=kube.namespace,
+    )
     out.write(f"agenttask.unicore.dev/{args.name} {'suspended' if suspend else 'resumed'}\n")
     return 0
 
@@ -210,7 +251,8 @@ def cmd_resume(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int
     return cmd_suspend(args, kube, out, suspend=False)
 
 
-# ---------------------------------------------------------------------------------------------------- describe
+# ------------------------------------------------------------------------------------------------ describe
+
 
 def cmd_describe(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     obj = get_task(kube, kube.namespace, args.name)

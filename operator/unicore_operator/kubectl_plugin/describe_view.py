@@ -24,8 +24,12 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
     return f"{' ' * indent}{label + ':':<20}{'' if value is None else value}"
 
 
-def render_describe(obj: Mapping[str, Any], children: Sequence[Mapping[str, Any]],
-                    events: Iterable[Mapping[str, Any]], now: datetime.datetime) -> str:
+def render_describe(
+    obj: Mapping[str, Any],
+    children: Sequence[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+    now: datetime.datetime,
+) -> str:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -33,8 +37,12 @@ def render_describe(obj: Mapping[str, Any], children: Sequence[Mapping[str, Any]
     lines = [
         _field("Name", meta.get("name")),
         _field("Namespace", meta.get("namespace")),
-        _field("Created", f"{meta.get('creationTimestamp')} ({human_duration((now - created).total_seconds())} ago)"
-               if created else "-"),
+        _field(
+            "Created",
+            f"{meta.get('creationTimestamp')} ({human_duration((now - created).total_seconds())} ago)"
+            if created
+            else "-",
+        ),
         _field("Parent", (spec.get("parentRef") or {}).get("name") or "<none>"),
         "Spec:",
         _field("Model", spec.get("model", "scripted"), 2),
@@ -57,29 +65,50 @@ def render_describe(obj: Mapping[str, Any], children: Sequence[Mapping[str, Any]
         _field("Message", status.get("message", ""), 2),
         _field("Turns", status.get("turns", 0), 2),
         _field("Iterations", status.get("iterations", 0), 2),
-        _field("Tokens", f"{status.get('tokens', 0)} (in {status.get('inputTokens', 0)}, "
-                         f"out {status.get('outputTokens', 0)})", 2),
+        _field(
+            "Tokens",
+            f"{status.get('tokens', 0)} (in {status.get('inputTokens', 0)}, "
+            f"out {status.get('outputTokens', 0)})",
+            2,
+        ),
         _field("Active Job", status.get("activeJob") or "<none>", 2),
         _field("Depth", status.get("depth", 0), 2),
     ]
     if last_turn:
-        lines.append(_field("Last Turn", f"#{last_turn.get('number')} {last_turn.get('startedAt', '?')} -> "
-                                         f"{last_turn.get('endedAt', '...')}", 2))
+        lines.append(
+            _field(
+                "Last Turn",
+                f"#{last_turn.get('number')} {last_turn.get('startedAt', '?')} -> "
+                f"{last_turn.get('endedAt', '...')}",
+                2,
+            )
+        )
         if last_turn.get("summary"):
             lines.append(_field("Summary", one_line(last_turn["summary"], 300), 4))
     lines.append(_field("Last Response", one_line(status.get("lastResponse"), 300) or "<none>", 2))
     conditions = status.get("conditions") or []
     lines.append("  Conditions:" + ("" if conditions else " <none>"))
     for cond in conditions:
-        lines.append(f"    {cond.get('type')}={cond.get('status')} reason={cond.get('reason', '')} "
-                     f"observedGeneration={cond.get('observedGeneration', '')}: {cond.get('message', '')}".rstrip())
+        lines.append(
+            f"    {cond.get('type')}={cond.get('status')} reason={cond.get('reason', '')} "
+            f"observedGeneration={cond.get('observedGeneration', '')}: {cond.get('message', '')}".rstrip()
+        )
     lines.append("Children:" + ("" if children else " <none>"))
-    for child in sorted(children, key=lambda c: ((c.get("metadata") or {}).get("creationTimestamp") or "",
-                                                 (c.get("metadata") or {}).get("name") or "")):
+    for child in sorted(
+        children,
+        key=lambda c: (
+            (c.get("metadata") or {}).get("creationTimestamp") or "",
+            (c.get("metadata") or {}).get("name") or "",
+        ),
+    ):
         child_status = child.get("status") or {}
-        lines.append(f"  {(child.get('metadata') or {}).get('name'):<30} {child_status.get('phase', '-'):<10} "
-                     f"turns={child_status.get('turns', 0)} tokens={child_status.get('tokens', 0)}")
-    recent = sorted(events, key=lambda e: _event_time(e) or datetime.datetime.min.replace(tzinfo=datetime.UTC))
+        lines.append(
+            f"  {(child.get('metadata') or {}).get('name'):<30} {child_status.get('phase', '-'):<10} "
+            f"turns={child_status.get('turns', 0)} tokens={child_status.get('tokens', 0)}"
+        )
+    recent = sorted(
+        events, key=lambda e: _event_time(e) or datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    )
     recent = recent[-MAX_EVENTS:]
     lines.append("Events:" + ("" if recent else " <none>"))
     if recent:
@@ -90,6 +119,8 @@ def render_describe(obj: Mapping[str, Any], children: Sequence[Mapping[str, Any]
             source = (event.get("source") or {}).get("component") or event.get("reportingComponent") or ""
             count = int(event.get("count") or 1)
             age_text = f"{age} (x{count})" if count > 1 else age
-            lines.append(f"  {event.get('type', ''):<8} {event.get('reason', ''):<14} {age_text:<8} "
-                         f"{source:<18} {one_line(event.get('message'), 200)}")
+            lines.append(
+                f"  {event.get('type', ''):<8} {event.get('reason', ''):<14} {age_text:<8} "
+                f"{source:<18} {one_line(event.get('message'), 200)}"
+            )
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def parse_time(value: Any) -> datetime.datetime | None:
-    """An RFC 3339 string, a unix time, or a datetime -> an aware datetime (None when absent or unreadable)."""
+    """An RFC 3339 string, a unix time or a datetime -> an aware datetime (None if absent or unreadable)."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime.datetime):

@@ -1,6 +1,6 @@
 """Kubernetes access with the user's own kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (several paths
-allowed), else ``~/.kube/config``, else the in-cluster ServiceAccount; ``--context``; ``-n`` else the context's
-namespace else ``default``."""
+allowed), else ``~/.kube/config``, else the in-cluster ServiceAccount; ``--context``; ``-n`` else the
+context's namespace else ``default``."""
 
 from __future__ import annotations
 
@@ -51,14 +51,20 @@ def _kubeconfig_namespace_and_user(config_file: str | None, context: str | None)
     return details.get("namespace"), str(details.get("user") or "")
 
 
-def connect(*, kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None,
-            operator_namespace: str | None = None) -> KubeContext:
+def connect(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+    operator_namespace: str | None = None,
+) -> KubeContext:
     from kubernetes import config
 
     operator_ns = operator_namespace or os.environ.get(OPERATOR_NAMESPACE_ENV) or DEFAULT_OPERATOR_NAMESPACE
     config_file = kubeconfig or None
-    has_file = bool(config_file or os.environ.get("KUBECONFIG")
-                    or os.path.exists(os.path.expanduser("~/.kube/config")))
+    has_file = bool(
+        config_file or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
+    )
     if not has_file and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
         from kubernetes import client
@@ -71,8 +77,9 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None, namesp
         return KubeContext(client.ApiClient(), namespace or pod_ns, operator_ns, "serviceaccount")
     try:
         context_ns, user = _kubeconfig_namespace_and_user(config_file, context)
-        api_client = config.new_client_from_config(config_file=config_file, context=context,
-                                                   persist_config=False)
+        api_client = config.new_client_from_config(
+            config_file=config_file, context=context, persist_config=False
+        )
     except PluginError:
         raise
     except Exception as exc:  # ConfigException, missing file, bad YAML

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unicore.transcript import transcribe
+
 from unicore_operator.kubectl_plugin.humanize import human_duration, parse_time
 
 

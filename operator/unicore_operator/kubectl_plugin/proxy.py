@@ -49,15 +49,22 @@ def forbidden_message(status_message: str, *, verb: str, operator_namespace: str
     user = match.group(1) if match else "you"
     role = MESSENGER_ROLE if verb == "create" else READER_ROLE
     what = "send messages to" if verb == "create" else "read transcripts of"
-    return (f'forbidden: {user} cannot {verb} services/proxy "{SERVICE}:{PORT_NAME}" in namespace '
-            f"{operator_namespace}, so cannot {what} agent tasks (ask for the {role} role)")
+    return (
+        f'forbidden: {user} cannot {verb} services/proxy "{SERVICE}:{PORT_NAME}" in namespace '
+        f"{operator_namespace}, so cannot {what} agent tasks (ask for the {role} role)"
+    )
 
 
 class TaskApiClient:
     """JSON requests to the task API; errors become PluginError subclasses with clear messages."""
 
-    def __init__(self, kube: KubeContext, *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        kube: KubeContext,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.kube = kube
         self.timeout = timeout
         self.sleep = sleep
@@ -68,29 +75,44 @@ class TaskApiClient:
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", path, (), body)
 
-    def _once(self, method: str, path: str, query: Sequence[tuple[str, Any]],
-              body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    def _once(
+        self, method: str, path: str, query: Sequence[tuple[str, Any]], body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
         from kubernetes.client.exceptions import ApiException
 
         api = self.kube.api_client
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        params = [(key, str(value).lower() if isinstance(value, bool) else str(value)) for key, value in query]
+        params = [
+            (key, str(value).lower() if isinstance(value, bool) else str(value)) for key, value in query
+        ]
         _method, url, header_params, serialized, post_params = api.param_serialize(
-            method=method, resource_path=proxy_base(self.kube.operator_namespace) + path, query_params=params,
-            header_params=headers, body=body, auth_settings=["BearerToken"])
+            method=method,
+            resource_path=proxy_base(self.kube.operator_namespace) + path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         try:
-            response = api.call_api(_method, url, header_params=header_params, body=serialized,
-                                    post_params=post_params, _request_timeout=(10, 60))
+            response = api.call_api(
+                _method,
+                url,
+                header_params=header_params,
+                body=serialized,
+                post_params=post_params,
+                _request_timeout=(10, 60),
+            )
             response.read()
             return int(response.status), _decode(response.data or b"")
         except ApiException as exc:
             raw = exc.body.encode() if isinstance(exc.body, str) else (exc.body or b"")
             return int(exc.status or 0), _decode(raw)
 
-    def _request(self, method: str, path: str, query: Sequence[tuple[str, Any]],
-                 body: dict[str, Any] | None) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, query: Sequence[tuple[str, Any]], body: dict[str, Any] | None
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + self.timeout
         delay = 0.2
         while True:
@@ -116,8 +138,10 @@ class TaskApiClient:
         if status == 401:
             return Forbidden(f"unauthorized: the API server did not accept your credentials ({message})")
         if status == 404 and details.get("kind") == "services":
-            return Unreachable(f"the UniCore operator's Service {SERVICE} was not found in namespace {operator_ns}: "
-                               "is UniCore installed there? (set --operator-namespace or UNICORE_OPERATOR_NAMESPACE)")
+            return Unreachable(
+                f"the UniCore operator's Service {SERVICE} was not found in namespace {operator_ns}: "
+                "is UniCore installed there? (set --operator-namespace or UNICORE_OPERATOR_NAMESPACE)"
+            )
         if status == 404:
             return NotFound(message)
         if status == 0:
@@ -125,6 +149,8 @@ class TaskApiClient:
         if status in RETRYABLE_STATUS:
             if payload.get("reason") == "TaskNotReady":
                 return Unreachable(f"{message} (gave up after {self.timeout:.0f}s)")
-            return Unreachable(f"the UniCore operator is not reachable through the API server (HTTP {status}: "
-                               f"{message}); is it running in namespace {operator_ns}?")
+            return Unreachable(
+                f"the UniCore operator is not reachable through the API server (HTTP {status}: "
+                f"{message}); is it running in namespace {operator_ns}?"
+            )
         return PluginError(f"the task API answered HTTP {status}: {message}")

@@ -1,4 +1,5 @@
-"""``kubectl agenttask tree``: a pure rendering of AgentTask objects as a box-drawing tree (like ``argo get``).
+"""``kubectl agenttask tree``: a pure rendering of AgentTask objects as a box-drawing tree (like
+``argo get``).
 
 ``render_tree(tasks, now)`` takes the AgentTask objects (dicts as the API returns them) and the current time,
 and returns the text; nothing here talks to a cluster, so golden files pin the output down.
@@ -14,10 +15,20 @@ from typing import Any
 from unicore_operator.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
 
 PHASE_ICONS_UTF8: dict[str, str] = {
-    "Idle": "✔", "Running": "●", "Pending": "◷", "Suspended": "⏸", "Failed": "✖", "Waiting": "…",
+    "Idle": "✔",
+    "Running": "●",
+    "Pending": "◷",
+    "Suspended": "⏸",
+    "Failed": "✖",
+    "Waiting": "…",
 }
 PHASE_ICONS_ASCII: dict[str, str] = {
-    "Idle": "+", "Running": "*", "Pending": "o", "Suspended": "=", "Failed": "x", "Waiting": ".",
+    "Idle": "+",
+    "Running": "*",
+    "Pending": "o",
+    "Suspended": "=",
+    "Failed": "x",
+    "Waiting": ".",
 }
 UNKNOWN_ICON = {True: "◌", False: "?"}
 SETTLED = frozenset({"Idle", "Failed"})
@@ -68,7 +79,7 @@ def parent_name(obj: Mapping[str, Any]) -> str | None:
 
 
 def build_forest(tasks: Iterable[Mapping[str, Any]]) -> list[Node]:
-    """Roots (tasks whose parent is absent from ``tasks``), each with its descendants; siblings oldest first."""
+    """Roots (tasks whose parent is not in ``tasks``), each with its descendants; siblings oldest first."""
     nodes = {(n.namespace, n.name): n for n in (Node(obj) for obj in tasks)}
     roots: list[Node] = []
     for (namespace, _), node in nodes.items():
@@ -117,11 +128,18 @@ def _message(obj: Mapping[str, Any]) -> str:
     return str(status.get("lastResponse") or "")
 
 
-def render_tree(tasks: Iterable[Mapping[str, Any]], now: datetime.datetime, *, utf8: bool = True,
-                root: str | None = None, namespace: str | None = None, all_namespaces: bool = False,
-                width: int | None = None) -> str:
+def render_tree(
+    tasks: Iterable[Mapping[str, Any]],
+    now: datetime.datetime,
+    *,
+    utf8: bool = True,
+    root: str | None = None,
+    namespace: str | None = None,
+    all_namespaces: bool = False,
+    width: int | None = None,
+) -> str:
     """The tree as text (lines end with newlines). ``root`` limits it to one task's subtree; ``width``
-    (terminal columns) trims the LAST RESPONSE column so lines fit. Raises KeyError when ``root`` is absent."""
+    (terminal columns) trims the LAST RESPONSE column so lines fit. KeyError when ``root`` is absent."""
     forest = build_forest(tasks)
     if root is not None:
         found = find_subtree(forest, root, namespace)
@@ -139,10 +157,19 @@ def render_tree(tasks: Iterable[Mapping[str, Any]], now: datetime.datetime, *, u
         status = node.obj.get("status") or {}
         phase = str(status.get("phase") or "")
         icon = icons.get(phase, UNKNOWN_ICON[utf8])
-        row = [f"{prefix}{connector}{icon} {node.name}", phase or "-", str(status.get("turns") or 0),
-               human_count(status.get("tokens")), _age(node.obj, now), _duration(node.obj, now), _message(node.obj)]
+        row = [
+            f"{prefix}{connector}{icon} {node.name}",
+            phase or "-",
+            str(status.get("turns") or 0),
+            human_count(status.get("tokens")),
+            _age(node.obj, now),
+            _duration(node.obj, now),
+            _message(node.obj),
+        ]
         rows.append([node.namespace, *row] if all_namespaces else row)
-        below = "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
+        below = (
+            "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
+        )
         for index, child in enumerate(node.children):
             visit(child, below, glyphs.last if index == len(node.children) - 1 else glyphs.branch)
 
@@ -158,8 +185,10 @@ def render_tree(tasks: Iterable[Mapping[str, Any]], now: datetime.datetime, *, u
     budget = LAST_RESPONSE_MAX if width is None else max(0, min(LAST_RESPONSE_MAX, width - used))
     lines = []
     for row in [header, *rows]:
-        cells = [row[i].rjust(widths[i]) if i in numeric and row is not header else row[i].ljust(widths[i])
-                 for i in range(fixed)]
+        cells = [
+            row[i].rjust(widths[i]) if i in numeric and row is not header else row[i].ljust(widths[i])
+            for i in range(fixed)
+        ]
         last = row[fixed] if row is header else one_line(row[fixed], budget, utf8=utf8)
         lines.append(("  ".join(cells) + "  " + last).rstrip())
     return "\n".join(lines) + "\n"

@@ -8,8 +8,17 @@ from unicore_operator.task_api.lookup import TaskLookup, kubernetes_lookup, rest
 from unicore_operator.task_api.routes import ROUTES, ApiResponse, dispatch, handles
 from unicore_operator.task_api.service import TaskApi
 
-__all__ = ["ROUTES", "ApiError", "ApiResponse", "TaskApi", "TaskLookup", "dispatch", "handles",
-           "kubernetes_lookup", "restricted"]
+__all__ = [
+    "ROUTES",
+    "ApiError",
+    "ApiResponse",
+    "TaskApi",
+    "TaskLookup",
+    "dispatch",
+    "handles",
+    "kubernetes_lookup",
+    "restricted",
+]
 
 
 def _register_with_operator() -> None:

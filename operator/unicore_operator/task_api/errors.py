@@ -26,8 +26,15 @@ REASONS: dict[int, str] = {
 class ApiError(Exception):
     """An error answer: HTTP status, a machine-readable reason and a clear message."""
 
-    def __init__(self, status: int, message: str, *, reason: str | None = None,
-                 details: dict[str, Any] | None = None, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -39,9 +46,18 @@ class ApiError(Exception):
         return status_body(self.status, self.reason, self.message, self.details)
 
 
-def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason, "code": code}
+def status_body(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -49,5 +65,8 @@ def status_body(code: int, reason: str, message: str, details: dict[str, Any] | 
 
 def task_not_found(namespace: str, name: str, why: str = "") -> ApiError:
     suffix = f" ({why})" if why else ""
-    return ApiError(404, f'agenttask "{namespace}/{name}" not found{suffix}',
-                    details={"name": name, "group": "unicore.dev", "kind": "agenttasks"})
+    return ApiError(
+        404,
+        f'agenttask "{namespace}/{name}" not found{suffix}',
+        details={"name": name, "group": "unicore.dev", "kind": "agenttasks"},
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from unicore_operator.task_api.errors import ApiError
@@ -16,14 +16,14 @@ from unicore_operator.task_api.routes import MAX_BODY_BYTES, ApiResponse, dispat
 from unicore_operator.task_api.service import TaskApi, log
 
 
-def _read_exact(stream: IO[bytes], count: int) -> bytes:
+def _read_exact(stream: Any, count: int) -> bytes:
     data = stream.read(count)
     if len(data) != count:
         raise ApiError(400, "the request body ended early")
     return data
 
 
-def read_body(headers: Any, stream: IO[bytes], cap: int = MAX_BODY_BYTES) -> bytes:
+def read_body(headers: Any, stream: Any, cap: int = MAX_BODY_BYTES) -> bytes:
     """The request body (Content-Length or chunked), at most ``cap`` bytes, else ApiError 413."""
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
         chunks: list[bytes] = []
@@ -51,7 +51,9 @@ def read_body(headers: Any, stream: IO[bytes], cap: int = MAX_BODY_BYTES) -> byt
     except ValueError:
         raise ApiError(400, f"bad Content-Length {raw_length!r}") from None
     if length > cap:
-        raise ApiError(413, f"the request body is {length} bytes, over the cap of {cap} bytes; nothing was queued")
+        raise ApiError(
+            413, f"the request body is {length} bytes, over the cap of {cap} bytes; nothing was queued"
+        )
     return _read_exact(stream, length)
 
 
@@ -59,7 +61,9 @@ def handle(api: TaskApi, request: BaseHTTPRequestHandler) -> None:
     """Answer ``request`` (an ``http.server`` handler whose path is the task API's) completely."""
     url = urlsplit(request.path)
     try:
-        body = read_body(request.headers, request.rfile) if request.command in ("POST", "PUT", "PATCH") else b""
+        body = (
+            read_body(request.headers, request.rfile) if request.command in ("POST", "PUT", "PATCH") else b""
+        )
     except ApiError as exc:
         request.close_connection = True  # the unread body would corrupt the next request
         send(request, ApiResponse(exc.status, exc.body()))
@@ -95,7 +99,9 @@ def handler_class(api: TaskApi) -> type[BaseHTTPRequestHandler]:
     return TaskApiHandler
 
 
-def serve(api: TaskApi, host: str = "0.0.0.0", port: int = 8080) -> tuple[ThreadingHTTPServer, threading.Thread]:
+def serve(
+    api: TaskApi, host: str = "0.0.0.0", port: int = 8080
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
     """Serve only the task API in a daemon thread (tests, or an operator without its own HTTP server)."""
     server = ThreadingHTTPServer((host, port), handler_class(api))
     server.daemon_threads = True

@@ -1,15 +1,15 @@
-"""Expose an operator that runs as a HOST process (the local control plane, `make demo`) through the API server's
-service proxy, so ``kubectl agenttask send/logs`` work there exactly as in a real cluster.
+"""Expose an operator that runs as a HOST process (the local control plane, `make demo`) through the API
+server's service proxy, so ``kubectl agenttask send/logs`` work there exactly as in a real cluster.
 
 What the API server needs (verified on v1.36; pkg/registry/core/service ResourceLocation):
 - it resolves ``services/<svc>:<port>/proxy`` through the v1 **Endpoints** object (not EndpointSlices);
-- every address must carry a ``targetRef`` to a **Pod in the Service's namespace** whose ``status.podIPs`` holds that
-  IP, else it logs "Address has no target ref, skipping" and answers 503 "no endpoints available";
+- every address must carry a ``targetRef`` to a **Pod in the Service's namespace** whose ``status.podIPs``
+  holds that IP, else it logs "Address has no target ref, skipping" and answers 503 "no endpoints available";
 - the IP must not be loopback or link-local (the proxy refuses those, and validation rejects them).
 
-So this module creates: a selector-less Service ``unicore-operator`` (port ``http``), a placeholder Pod that never
-runs (a scheduling gate keeps it unscheduled) whose status claims the host's non-loopback IP, and an Endpoints
-object pointing at that IP with a targetRef to the placeholder. The operator must listen on 0.0.0.0.
+So this module creates: a selector-less Service ``unicore-operator`` (port ``http``), a placeholder Pod that
+never runs (a scheduling gate keeps it unscheduled) whose status claims the host's non-loopback IP, and an
+Endpoints object pointing at that IP with a targetRef to the placeholder. The operator must listen on 0.0.0.0.
 
     python -m unicore_operator.task_api.local_endpoint --namespace unicore-system --port 8080
 """
@@ -35,11 +35,13 @@ def _usable(ip: str) -> bool:
         address = ipaddress.ip_address(ip)
     except ValueError:
         return False
-    return address.version == 4 and not (address.is_loopback or address.is_link_local or address.is_unspecified)
+    return address.version == 4 and not (
+        address.is_loopback or address.is_link_local or address.is_unspecified
+    )
 
 
 def host_ip() -> str:
-    """This machine's non-loopback IPv4 address (the route to the outside, else any address of the hostname)."""
+    """This machine's non-loopback IPv4 address (the outgoing route's, else one of the hostname's)."""
     for probe in ("192.0.2.1", "10.255.255.255", "8.8.8.8"):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             try:
@@ -53,23 +55,46 @@ def host_ip() -> str:
         ip = str(info[4][0])
         if _usable(ip):
             return ip
-    raise RuntimeError("no non-loopback IPv4 address on this machine: the API server cannot proxy to the operator")
+    raise RuntimeError(
+        "no non-loopback IPv4 address on this machine: the API server cannot proxy to the operator"
+    )
 
 
 def manifests(namespace: str, ip: str, port: int) -> dict[str, dict[str, Any]]:
     meta = {"namespace": namespace, "labels": LABELS}
     return {
-        "service": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, **meta},
-                    "spec": {"ports": [{"name": PORT_NAME, "port": SERVICE_PORT, "targetPort": port,
-                                        "protocol": "TCP"}]}},
-        "pod": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": PLACEHOLDER, **meta},
-                "spec": {"schedulingGates": [{"name": GATE}], "automountServiceAccountToken": False,
-                         "containers": [{"name": "operator", "image": "host-process/unicore-operator"}]}},
+        "service": {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, **meta},
+            "spec": {
+                "ports": [{"name": PORT_NAME, "port": SERVICE_PORT, "targetPort": port, "protocol": "TCP"}]
+            },
+        },
+        "pod": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": PLACEHOLDER, **meta},
+            "spec": {
+                "schedulingGates": [{"name": GATE}],
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "operator", "image": "host-process/unicore-operator"}],
+            },
+        },
         "pod_status": {"status": {"podIP": ip, "podIPs": [{"ip": ip}]}},
-        "endpoints": {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": SERVICE, **meta},
-                      "subsets": [{"addresses": [{"ip": ip, "targetRef": {"kind": "Pod", "name": PLACEHOLDER,
-                                                                           "namespace": namespace}}],
-                                   "ports": [{"name": PORT_NAME, "port": port, "protocol": "TCP"}]}]},
+        "endpoints": {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": SERVICE, **meta},
+            "subsets": [
+                {
+                    "addresses": [
+                        {"ip": ip, "targetRef": {"kind": "Pod", "name": PLACEHOLDER, "namespace": namespace}}
+                    ],
+                    "ports": [{"name": PORT_NAME, "port": port, "protocol": "TCP"}],
+                }
+            ],
+        },
     }
 
 
@@ -90,10 +115,14 @@ def expose(api_client: Any, namespace: str, port: int, ip: str | None = None) ->
                 raise
             replace(name, namespace, body)
 
-    apply(core.create_namespaced_service, lambda n, ns, b: core.patch_namespaced_service(n, ns, b),
-          SERVICE, objs["service"])
+    apply(
+        core.create_namespaced_service,
+        lambda n, ns, b: core.patch_namespaced_service(n, ns, b),
+        SERVICE,
+        objs["service"],
+    )
     try:
-        core.create_namespaced_pod(namespace, objs["pod"])
+        core.create_namespaced_pod(namespace, objs["pod"])  # type: ignore[arg-type]
     except ApiException as exc:
         if exc.status != 409:
             raise

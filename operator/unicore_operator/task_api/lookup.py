@@ -1,5 +1,5 @@
-"""Does an AgentTask exist? The task API asks before it writes anything (a seam: the operator may pass a lookup
-backed by its own cache; the default makes one GET with the operator's credentials)."""
+"""Does an AgentTask exist? The task API asks before it writes anything (a seam: the operator may pass a
+lookup backed by its own cache; the default makes one GET with the operator's credentials)."""
 
 from __future__ import annotations
 
@@ -35,15 +35,18 @@ def kubernetes_lookup(api_client: Any | None = None) -> TaskLookup:
 
     def lookup(namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                      _request_timeout=10)
+            obj = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=10
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise LookupUnavailable(f"cannot read agenttask {namespace}/{name}: {exc.status} {exc.reason}") from exc
+            raise LookupUnavailable(
+                f"cannot read agenttask {namespace}/{name}: {exc.status} {exc.reason}"
+            ) from exc
         except Exception as exc:  # connection errors
             raise LookupUnavailable(f"cannot reach the Kubernetes API: {exc}") from exc
-        return dict(obj)
+        return dict(obj)  # type: ignore[call-overload]
 
     return lookup
 

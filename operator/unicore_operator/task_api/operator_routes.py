@@ -1,8 +1,8 @@
 """Wiring the task API into the operator's aiohttp server (``unicore_operator.http_server.add_routes``).
 
 Importing ``unicore_operator.task_api`` (``main.OPTIONAL_MODULES`` does) registers the installer. Requests run
-the synchronous TaskApi in a worker thread; AgentTasks are looked up in the operator's Kopf index, with one GET
-as a fallback for a task created a moment ago, and only in the namespaces the operator watches.
+the synchronous TaskApi in a worker thread; AgentTasks are looked up in the operator's Kopf index, with one
+GET as a fallback for a task created a moment ago, and only in the namespaces the operator watches.
 """
 
 from __future__ import annotations
@@ -38,15 +38,21 @@ def context_lookup(ctx: OperatorContext) -> TaskLookup:
 
 
 async def _read_capped(request: web.Request, cap: int = MAX_BODY_BYTES) -> bytes:
-    body = await request.content.read(cap + 1)  # aiohttp decodes chunked bodies (the API server's proxy uses them)
+    body = await request.content.read(
+        cap + 1
+    )  # aiohttp decodes chunked bodies (the API server's proxy uses them)
     if len(body) > cap:
         raise ApiError(413, f"the request body is over the cap of {cap} bytes; nothing was queued")
     return body
 
 
 def _to_web(response: ApiResponse) -> web.Response:
-    return web.Response(status=response.status, body=response.encoded(), content_type=response.content_type,
-                        headers={"Cache-Control": "no-store", **response.headers})
+    return web.Response(
+        status=response.status,
+        body=response.encoded(),
+        content_type=response.content_type,
+        headers={"Cache-Control": "no-store", **response.headers},
+    )
 
 
 def install(app: web.Application, ctx: OperatorContext) -> None:
@@ -57,7 +63,9 @@ def install(app: web.Application, ctx: OperatorContext) -> None:
             body = await _read_capped(request) if request.method in ("POST", "PUT", "PATCH") else b""
         except ApiError as exc:
             return _to_web(ApiResponse(exc.status, exc.body()))
-        response = await asyncio.to_thread(dispatch, api, request.method, request.path, request.query_string, body)
+        response = await asyncio.to_thread(
+            dispatch, api, request.method, request.path, request.query_string, body
+        )
         return _to_web(response)
 
     app.router.add_route("*", "/v1", handle)

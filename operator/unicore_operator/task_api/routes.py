@@ -56,24 +56,39 @@ class Route:
 
 
 def _index(api: TaskApi, params: dict[str, str], query: str, body: bytes) -> tuple[int, dict[str, Any]]:
-    return 200, {"kind": "TaskApi", "version": "v1",
-                 "routes": [f"{route.method} {route.doc}" for route in ROUTES]}
+    return 200, {
+        "kind": "TaskApi",
+        "version": "v1",
+        "routes": [f"{route.method} {route.doc}" for route in ROUTES],
+    }
 
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(r"^/v1$"), _index, "/v1"),
-    Route("GET", re.compile(_TASK + r"$"),
-          lambda api, p, q, b: api.get_task(p["namespace"], p["name"]),
-          "/v1/namespaces/{ns}/agenttasks/{name}"),
-    Route("GET", re.compile(_TASK + r"/tree$"),
-          lambda api, p, q, b: api.get_tree(p["namespace"], p["name"]),
-          "/v1/namespaces/{ns}/agenttasks/{name}/tree"),
-    Route("GET", re.compile(_TASK + r"/transcript$"),
-          lambda api, p, q, b: api.get_transcript(p["namespace"], p["name"], q),
-          "/v1/namespaces/{ns}/agenttasks/{name}/transcript?since=&limit=&turn=&tools="),
-    Route("POST", re.compile(_TASK + r"/messages$"),
-          lambda api, p, q, b: api.post_message(p["namespace"], p["name"], b),
-          "/v1/namespaces/{ns}/agenttasks/{name}/messages"),
+    Route(
+        "GET",
+        re.compile(_TASK + r"$"),
+        lambda api, p, q, b: api.get_task(p["namespace"], p["name"]),
+        "/v1/namespaces/{ns}/agenttasks/{name}",
+    ),
+    Route(
+        "GET",
+        re.compile(_TASK + r"/tree$"),
+        lambda api, p, q, b: api.get_tree(p["namespace"], p["name"]),
+        "/v1/namespaces/{ns}/agenttasks/{name}/tree",
+    ),
+    Route(
+        "GET",
+        re.compile(_TASK + r"/transcript$"),
+        lambda api, p, q, b: api.get_transcript(p["namespace"], p["name"], q),
+        "/v1/namespaces/{ns}/agenttasks/{name}/transcript?since=&limit=&turn=&tools=",
+    ),
+    Route(
+        "POST",
+        re.compile(_TASK + r"/messages$"),
+        lambda api, p, q, b: api.post_message(p["namespace"], p["name"], b),
+        "/v1/namespaces/{ns}/agenttasks/{name}/messages",
+    ),
 )
 
 
@@ -104,5 +119,6 @@ def dispatch(api: TaskApi, method: str, path: str, query: str = "", body: bytes 
         return ApiResponse(exc.status, exc.body(), headers)
     except Exception:
         log.exception("task API %s %s failed", method, path)
-        return ApiResponse(500, ApiError(500, f"internal error answering {method} {path}; see the operator log")
-                           .body())
+        return ApiResponse(
+            500, ApiError(500, f"internal error answering {method} {path}; see the operator log").body()
+        )

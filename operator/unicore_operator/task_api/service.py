@@ -1,8 +1,9 @@
 """TaskApi: what the task API routes do, independent of any HTTP server.
 
 Writes are exactly-once: the client picks a message id and retries with it; the inbox accepts an id once
-(``TaskStore.queue_message``), and the task is activated on every attempt (activations are idempotent signals),
-so a retry after a lost answer or an operator restart neither duplicates the message nor loses the wake-up.
+(``TaskStore.queue_message``), and the task is activated on every attempt (activations are idempotent
+signals), so a retry after a lost answer or an operator restart neither duplicates the message nor loses
+the wake-up.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from urllib.parse import parse_qs
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.store import TaskStore
+
+from unicore_operator.log import logger
 from unicore_operator.task_api import transcript as pages
 from unicore_operator.task_api.errors import ApiError, task_not_found
-from unicore_operator.log import logger
 from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 
 MESSAGE_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -36,7 +37,9 @@ class MessageRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=MESSAGE_ID_RE, description="client-chosen id; a retry with the same id is a no-op")
+    id: str = Field(
+        pattern=MESSAGE_ID_RE, description="client-chosen id; a retry with the same id is a no-op"
+    )
     text: str = Field(min_length=1)
     sender: str = Field("kubectl", max_length=253, description="informational; not authenticated")
 
@@ -45,8 +48,9 @@ def _query(raw: str) -> dict[str, str]:
     return {key: values[-1] for key, values in parse_qs(raw, keep_blank_values=True).items()}
 
 
-def _int_param(params: dict[str, str], key: str, default: int | None, *, minimum: int = 0,
-               maximum: int | None = None) -> int | None:
+def _int_param(
+    params: dict[str, str], key: str, default: int | None, *, minimum: int = 0, maximum: int | None = None
+) -> int | None:
     if key not in params or params[key] == "":
         return default
     try:
@@ -71,8 +75,7 @@ def _bool_param(params: dict[str, str], key: str) -> bool:
 class TaskApi:
     """The read/write task API over one TaskStore; ``lookup`` says whether an AgentTask exists."""
 
-    def __init__(self, store: TaskStore, lookup: TaskLookup, *,
-                 message_cap_bytes: int | None = None) -> None:
+    def __init__(self, store: TaskStore, lookup: TaskLookup, *, message_cap_bytes: int | None = None) -> None:
         self.store = store
         self.lookup = lookup
         self.message_cap_bytes = message_cap_bytes or store.message_cap_bytes
@@ -100,30 +103,47 @@ class TaskApi:
         try:
             request = MessageRequest.model_validate(payload)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
             raise ApiError(422, f"invalid message: {problems}") from None
         size = len(request.text.encode())
         if size > self.message_cap_bytes:
-            raise ApiError(413, f"the message text is {size} bytes, over the cap of {self.message_cap_bytes} "
-                                "bytes; nothing was queued")
+            raise ApiError(
+                413,
+                f"the message text is {size} bytes, over the cap of {self.message_cap_bytes} "
+                "bytes; nothing was queued",
+            )
         self._require_task(namespace, name)
         task_id = f"{namespace}/{name}"
-        message = InboxMessage(id=USER_MESSAGE_PREFIX + request.id, type="user", content=request.text,
-                               sender=request.sender)
+        message = InboxMessage(
+            id=USER_MESSAGE_PREFIX + request.id, type="user", content=request.text, sender=request.sender
+        )
         try:
             queued = self.store.queue_message(task_id, message)
         except TaskNotFound:
-            raise ApiError(503, f"agenttask {task_id} exists but the operator has not initialised it yet; retry "
-                                "with the same message id", reason="TaskNotReady", retry_after=1) from None
+            raise ApiError(
+                503,
+                f"agenttask {task_id} exists but the operator has not initialised it yet; retry "
+                "with the same message id",
+                reason="TaskNotReady",
+                retry_after=1,
+            ) from None
         except MessageTooLarge as exc:
             raise ApiError(413, str(exc)) from None
         except redis.RedisError as exc:
-            raise ApiError(503, f"Redis is unavailable ({exc}); retry with the same message id",
-                           retry_after=1) from None
+            raise ApiError(
+                503, f"Redis is unavailable ({exc}); retry with the same message id", retry_after=1
+            ) from None
         self.store.activate(task_id, "message")
         log.info("message %s for %s %s", request.id, task_id, "queued" if queued else "was already queued")
-        return 202, {"kind": "MessageReceipt", "task": task_id, "id": request.id, "duplicate": not queued,
-                     "pending": self.store.pending_count(task_id)}
+        return 202, {
+            "kind": "MessageReceipt",
+            "task": task_id,
+            "id": request.id,
+            "duplicate": not queued,
+            "pending": self.store.pending_count(task_id),
+        }
 
     def get_transcript(self, namespace: str, name: str, query: str) -> tuple[int, dict[str, Any]]:
         params = _query(query)
@@ -145,17 +165,34 @@ class TaskApi:
             headers = pages.parse_turn_headers(raw_turns)
             window = pages.page_window(headers, int(total), since=since, limit=limit, turn=turn)
             if window is None:
-                raise ApiError(404, f"agenttask {task_id} has no turn {turn} (it has {len(headers)})",
-                               details={"name": name, "group": "unicore.dev", "kind": "turns"})
+                raise ApiError(
+                    404,
+                    f"agenttask {task_id} has no turn {turn} (it has {len(headers)})",
+                    details={"name": name, "group": "unicore.dev", "kind": "turns"},
+                )
             start, stop = window
             raw_messages = self.store.redis.lrange(keys.messages, start, stop - 1) if stop > start else []
         except redis.RedisError as exc:
             raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
-        page = pages.build_page(headers=headers, meta=meta, total=int(total), start=start,
-                                raw_messages=raw_messages, tools=tools, turn=turn)
-        page = {"kind": "TranscriptPage", "task": task_id,
-                "state": {"status": status or "unknown", "pending": int(pending), "initialised": status is not None},
-                **page}
+        page = pages.build_page(
+            headers=headers,
+            meta=meta,
+            total=int(total),
+            start=start,
+            raw_messages=raw_messages,
+            tools=tools,
+            turn=turn,
+        )
+        page = {
+            "kind": "TranscriptPage",
+            "task": task_id,
+            "state": {
+                "status": status or "unknown",
+                "pending": int(pending),
+                "initialised": status is not None,
+            },
+            **page,
+        }
         return 200, page
 
     def get_task(self, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
@@ -180,7 +217,12 @@ class TaskApi:
             walk(f"{namespace}/{name}", 0)
         except redis.RedisError as exc:
             raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
-        return 200, {"kind": "TaskTree", "root": f"{namespace}/{name}", "nodes": nodes, "truncated": truncated}
+        return 200, {
+            "kind": "TaskTree",
+            "root": f"{namespace}/{name}",
+            "nodes": nodes,
+            "truncated": truncated,
+        }
 
     def _summary(self, task_id: str) -> dict[str, Any]:
         try:
@@ -188,12 +230,25 @@ class TaskApi:
         except TaskNotFound:
             return {"id": task_id, "initialised": False}
         return {
-            "id": task_id, "initialised": True, "parent": record.parent, "root": record.root, "depth": record.depth,
-            "status": record.status, "turns": record.turns, "iterations": record.iterations,
-            "tokens": {"input": record.input_tokens, "output": record.output_tokens, "total": record.total_tokens},
-            "treeTokens": record.tree_total_tokens, "pending": self.store.pending_count(task_id),
-            "leaseHolder": self.store.lease_holder(task_id), "model": record.model,
-            "createdAt": record.created_at, "updatedAt": record.updated_at,
+            "id": task_id,
+            "initialised": True,
+            "parent": record.parent,
+            "root": record.root,
+            "depth": record.depth,
+            "status": record.status,
+            "turns": record.turns,
+            "iterations": record.iterations,
+            "tokens": {
+                "input": record.input_tokens,
+                "output": record.output_tokens,
+                "total": record.total_tokens,
+            },
+            "treeTokens": record.tree_total_tokens,
+            "pending": self.store.pending_count(task_id),
+            "leaseHolder": self.store.lease_holder(task_id),
+            "model": record.model,
+            "createdAt": record.created_at,
+            "updatedAt": record.updated_at,
             "lastResponse": pages.clip_text(record.last_response, LAST_RESPONSE_CHARS),
             "lastError": pages.clip_text(record.last_error, LAST_RESPONSE_CHARS),
         }

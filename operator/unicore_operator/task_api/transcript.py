@@ -29,7 +29,9 @@ def parse_turn_headers(raw: Sequence[str]) -> list[TurnHeader]:
     headers: list[TurnHeader] = []
     for item in raw:
         data = json.loads(item)
-        headers.append(TurnHeader(int(data["turn_number"]), float(data["started_at"]), int(data["first_seq"])))
+        headers.append(
+            TurnHeader(int(data["turn_number"]), float(data["started_at"]), int(data["first_seq"]))
+        )
     return sorted(headers, key=lambda h: h.first_seq)
 
 
@@ -42,8 +44,9 @@ def turn_range(headers: Sequence[TurnHeader], turn: int, total: int) -> tuple[in
     return None
 
 
-def page_window(headers: Sequence[TurnHeader], total: int, *, since: int, limit: int,
-                turn: int | None) -> tuple[int, int] | None:
+def page_window(
+    headers: Sequence[TurnHeader], total: int, *, since: int, limit: int, turn: int | None
+) -> tuple[int, int] | None:
     """The [start, stop) seqs to read (stop - start <= limit); None when ``turn`` does not exist."""
     first, end = 0, total
     if turn is not None:
@@ -74,8 +77,10 @@ def shape_block(block: Mapping[str, Any], tools: bool) -> dict[str, Any]:
         return {"toolUse": shaped}
     if "toolResult" in block:
         result = block["toolResult"]
-        shaped_result: dict[str, Any] = {"toolUseId": result.get("toolUseId"),
-                                         "status": result.get("status", "success")}
+        shaped_result: dict[str, Any] = {
+            "toolUseId": result.get("toolUseId"),
+            "status": result.get("status", "success"),
+        }
         if tools:
             content = []
             for item in result.get("content") or []:
@@ -115,9 +120,17 @@ def turn_info(header: TurnHeader, next_first_seq: int, meta: Mapping[str, str]) 
     }
 
 
-def build_page(*, headers: Sequence[TurnHeader], meta: Mapping[str, str], total: int, start: int,
-               raw_messages: Sequence[str], tools: bool, turn: int | None,
-               byte_budget: int = PAGE_BYTE_BUDGET) -> dict[str, Any]:
+def build_page(
+    *,
+    headers: Sequence[TurnHeader],
+    meta: Mapping[str, str],
+    total: int,
+    start: int,
+    raw_messages: Sequence[str],
+    tools: bool,
+    turn: int | None,
+    byte_budget: int = PAGE_BYTE_BUDGET,
+) -> dict[str, Any]:
     """The transcript page for messages ``raw_messages`` read from seq ``start``."""
     messages: list[dict[str, Any]] = []
     used = 0

@@ -1,0 +1,130 @@
+"""The plugin's command line and its pure views (logs, describe)."""
+
+from __future__ import annotations
+
+import datetime
+import io
+from pathlib import Path
+
+import pytest
+from unicore_operator.kubectl_plugin import cli, commands
+from unicore_operator.kubectl_plugin.describe_view import render_describe
+from unicore_operator.kubectl_plugin.errors import PluginError
+from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
+
+
+def test_send_accepts_words_after_options_and_flags_anywhere() -> None:
+    args = cli.parse(["-n", "team", "send", "demo", "--id", "m1", "hello", "world"])
+    assert (args.namespace, args.name, args.id, args.text) == ("team", "demo", "m1", ["hello", "world"])
+    args = cli.parse(["tree", "-A", "--no-utf8", "--context", "dev"])
+    assert args.all_namespaces and args.no_utf8 and args.context == "dev"
+
+
+def test_unknown_options_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["logs", "demo", "--bogus"])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_message_text_sources(tmp_path: Path) -> None:
+    file = tmp_path / "msg.txt"
+    file.write_text("from a file\n")
+    assert commands.read_text(cli.parse(["send", "demo", "-f", str(file)])) == "from a file\n"
+    for argv, needle in (
+        (["send", "demo"], "nothing to send"),
+        (["send", "demo", "-f", str(file), "x"], "not both"),
+        (["send", "demo", "  "], "empty"),
+        (["send", "demo", "-f", str(tmp_path / "no")], "cannot read"),
+    ):
+        with pytest.raises(PluginError, match=needle) as err:
+            commands.read_text(cli.parse(argv))
+        assert err.value.exit_code == 2
+
+
+def test_missing_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    err = io.StringIO()
+    code = cli.main(["--kubeconfig", str(tmp_path / "missing"), "tree"], out=io.StringIO(), err=err)
+    assert code == 1 and err.getvalue().startswith(
+        f"error: cannot load the kubeconfig {tmp_path / 'missing'}"
+    )
+
+
+def page(messages: list[dict], turns: list[dict], **extra: object) -> dict:
+    return {"messages": messages, "turns": turns, **extra}
+
+
+def test_transcript_printer_one_banner_per_turn_across_pages() -> None:
+    printer = TranscriptPrinter(tools=False)
+    turn0 = {"number": 0, "startedAt": 1795320000.0, "endedAt": 1795320003.0}  # 2026-11-22 04:00:00Z
+    first = printer.render(
+        page(
+            [
+                {"seq": 0, "turn": 0, "role": "user", "content": [{"text": "hello"}]},
+                {
+                    "seq": 1,
+                    "turn": 0,
+                    "role": "assistant",
+                    "content": [{"toolUse": {"toolUseId": "t", "name": "spawn_task"}}],
+                },
+            ],
+            [turn0],
+        )
+    )
+    second = printer.render(
+        page(
+            [
+                {
+                    "seq": 2,
+                    "turn": 0,
+                    "role": "user",
+                    "content": [{"toolResult": {"toolUseId": "t", "status": "success"}}],
+                },
+                {"seq": 3, "turn": 0, "role": "assistant", "content": [{"text": "done"}]},
+                {"seq": 4, "turn": 1, "role": "user", "content": [{"text": "more?"}]},
+            ],
+            [turn0, {"number": 1, "startedAt": 1795320010.0, "endedAt": None}],
+        )
+    )
+    assert first == (
+        "=== turn 0 (started 2026-11-22 04:00:00Z, ended after 3s) ===\n\nUser: hello\n\n"
+        "[Used spawn_task tool]\n"
+    )
+    assert second == (
+        "Assistant: done\n\n\n=== turn 1 (started 2026-11-22 04:00:10Z, not ended) ===\n\nUser: more?\n"
+    )
+    assert printer.render(page([], [])) == ""
+
+
+def test_describe_shows_spec_status_children_and_recent_events() -> None:
+    now = datetime.datetime(2026, 11, 22, 10, 5, tzinfo=datetime.UTC)
+    obj = {
+        "metadata": {"name": "demo", "namespace": "ns", "creationTimestamp": "2026-11-22T10:00:00Z"},
+        "spec": {"prompt": "Find\nfacts", "model": "scripted", "limits": {"maxChildren": 5}},
+        "status": {
+            "phase": "Idle",
+            "turns": 2,
+            "tokens": 30,
+            "lastResponse": "All done",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Settled", "observedGeneration": 1}],
+        },
+    }
+    child = {
+        "metadata": {"name": "demo-a", "creationTimestamp": "2026-11-22T10:00:01Z"},
+        "status": {"phase": "Idle", "turns": 1},
+    }
+    events = [
+        {
+            "type": "Normal",
+            "reason": f"R{i}",
+            "message": f"event {i}",
+            "source": {"component": "op"},
+            "lastTimestamp": f"2026-11-22T10:00:{i:02d}Z",
+        }
+        for i in range(25)
+    ]
+    text = render_describe(obj, [child], list(reversed(events)), now)
+    assert "Prompt:             Find facts" in text and "Phase:              Idle" in text
+    assert "Ready=True reason=Settled observedGeneration=1" in text
+    assert "demo-a" in text and "turns=1" in text
+    shown = [line.split()[1] for line in text.splitlines() if line.startswith("  Normal")]
+    assert shown == [f"R{i}" for i in range(5, 25)]  # the 20 most recent, oldest first

@@ -1,0 +1,148 @@
+"""The task API's pure parts: transcript windows and shaping, chunked bodies, routing and error bodies."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from unicore_operator.task_api import transcript as pages
+from unicore_operator.task_api.errors import ApiError
+from unicore_operator.task_api.http import read_body
+from unicore_operator.task_api.routes import dispatch, handles
+
+
+def headers_json(*turns: tuple[int, int]) -> list[str]:
+    return [json.dumps({"turn_number": n, "started_at": 100.0 + n, "first_seq": first}) for n, first in turns]
+
+
+def message(seq: int, turn: int, role: str, *blocks: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "seq": seq,
+            "turn_number": turn,
+            "message_number": 0,
+            "role": role,
+            "content": list(blocks),
+            "timestamp": 1.0,
+        }
+    )
+
+
+def test_windows_follow_since_limit_and_turn() -> None:
+    headers = pages.parse_turn_headers(headers_json((1, 3), (0, 0), (2, 7)))
+    assert [h.number for h in headers] == [0, 1, 2]
+    assert pages.page_window(headers, 9, since=0, limit=4, turn=None) == (0, 4)
+    assert pages.page_window(headers, 9, since=8, limit=4, turn=None) == (8, 9)
+    assert pages.page_window(headers, 9, since=20, limit=4, turn=None) == (20, 20)
+    assert pages.page_window(headers, 9, since=0, limit=100, turn=1) == (3, 7)
+    assert pages.page_window(headers, 9, since=5, limit=1, turn=1) == (5, 6)
+    assert pages.page_window(headers, 9, since=0, limit=100, turn=2) == (7, 9)
+    assert pages.page_window(headers, 9, since=0, limit=5, turn=7) is None
+
+
+def test_tool_details_only_when_asked_and_blocks_clipped() -> None:
+    use = {"toolUse": {"toolUseId": "t1", "name": "spawn_task", "input": {"prompt": "secret plan"}}}
+    result = {
+        "toolResult": {
+            "toolUseId": "t1",
+            "status": "error",
+            "content": [{"text": "boom"}, {"json": {"a": 1}}],
+        }
+    }
+    brief = pages.shape_block(use, tools=False), pages.shape_block(result, tools=False)
+    assert brief == (
+        {"toolUse": {"toolUseId": "t1", "name": "spawn_task"}},
+        {"toolResult": {"toolUseId": "t1", "status": "error"}},
+    )
+    full = pages.shape_block(use, tools=True), pages.shape_block(result, tools=True)
+    assert full[0]["toolUse"]["input"] == {"prompt": "secret plan"}
+    assert full[1]["toolResult"]["content"] == [{"text": "boom"}, {"text": '{"a": 1}'}]
+    long = pages.shape_block({"text": "y" * (pages.BLOCK_CHARS + 10)}, tools=False)["text"]
+    assert long.startswith("y" * pages.BLOCK_CHARS) and "10 more characters clipped" in long
+
+
+def test_page_respects_the_byte_budget_but_always_moves_forward() -> None:
+    headers = pages.parse_turn_headers(headers_json((0, 0)))
+    raw = [message(i, 0, "user", {"text": "z" * 1000}) for i in range(5)]
+    page = pages.build_page(
+        headers=headers,
+        meta={"0:ended_at": "200.5", "0:summary": "s"},
+        total=5,
+        start=0,
+        raw_messages=raw,
+        tools=False,
+        turn=None,
+        byte_budget=2500,
+    )
+    assert [m["seq"] for m in page["messages"]] == [0, 1] and page["next"] == 2 and page["more"] is True
+    assert page["turns"] == [
+        {
+            "number": 0,
+            "startedAt": 100.0,
+            "endedAt": 200.5,
+            "firstSeq": 0,
+            "messageCount": 5,
+            "iterations": None,
+            "summary": "s",
+            "note": "",
+        }
+    ]
+    tiny = pages.build_page(
+        headers=headers,
+        meta={},
+        total=5,
+        start=4,
+        raw_messages=raw[4:],
+        tools=False,
+        turn=None,
+        byte_budget=10,
+    )
+    assert [m["seq"] for m in tiny["messages"]] == [4] and tiny["more"] is False
+
+
+class Headers(dict[str, str]):
+    def get(self, key: str, default: Any = None) -> Any:  # case-insensitive like http.client's
+        return next((v for k, v in self.items() if k.lower() == key.lower()), default)
+
+
+def test_read_body_content_length_chunked_and_caps() -> None:
+    assert read_body(Headers({"Content-Length": "5"}), io.BytesIO(b"hello")) == b"hello"
+    chunked = io.BytesIO(b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n")
+    assert read_body(Headers({"Transfer-Encoding": "chunked"}), chunked) == b"hello, world"
+    assert read_body(Headers({}), io.BytesIO(b"ignored")) == b""
+    with pytest.raises(ApiError) as too_big:
+        read_body(Headers({"Content-Length": "11"}), io.BytesIO(b"x" * 11), cap=10)
+    assert too_big.value.status == 413
+    with pytest.raises(ApiError) as chunk_too_big:
+        read_body(
+            Headers({"Transfer-Encoding": "chunked"}), io.BytesIO(b"b\r\nxxxxxxxxxxx\r\n0\r\n\r\n"), cap=10
+        )
+    assert chunk_too_big.value.status == 413
+    with pytest.raises(ApiError) as short:
+        read_body(Headers({"Content-Length": "9"}), io.BytesIO(b"abc"))
+    assert short.value.status == 400
+    with pytest.raises(ApiError) as garbage:
+        read_body(Headers({"Transfer-Encoding": "chunked"}), io.BytesIO(b"zz\r\n"))
+    assert garbage.value.status == 400
+
+
+class ExplodingApi:
+    def get_task(self, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+        raise RuntimeError("bug")
+
+    def get_transcript(self, namespace: str, name: str, query: str) -> tuple[int, dict[str, Any]]:
+        raise ApiError(503, "Redis is unavailable; retry", retry_after=1)
+
+
+def test_dispatch_turns_errors_into_kubernetes_status_bodies() -> None:
+    api: Any = ExplodingApi()
+    crash = dispatch(api, "GET", "/v1/namespaces/a/agenttasks/b/")
+    assert crash.status == 500 and crash.body["kind"] == "Status" and crash.body["reason"] == "InternalError"
+    busy = dispatch(api, "GET", "/v1/namespaces/a/agenttasks/b/transcript", "since=0")
+    assert (busy.status, busy.headers, busy.body["code"]) == (503, {"Retry-After": "1"}, 503)
+    wrong = dispatch(api, "DELETE", "/v1/namespaces/a/agenttasks/b/messages")
+    assert wrong.status == 405 and wrong.body["reason"] == "MethodNotAllowed"
+    assert dispatch(api, "GET", "/v2/x").status == 404
+    assert handles("/v1/namespaces/a/agenttasks/b") and handles("/v1") and not handles("/metrics")
