@@ -399,3 +399,57 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
         what="send allowed once the messenger Role is bound",
     )
     assert "queued" in allowed.stdout
+
+
+def test_send_during_an_operator_restart_arrives_exactly_once(env: Env) -> None:
+    env.tasks.create("restart", _chat_spec("restart"))
+    wait_for(lambda: env.idle("restart", 1), timeout=SETTLE, what="restart Idle")
+    probe = PROXY.format(ns=env.namespace) + "/v1"
+    env.operator.kill()  # SIGKILL: no goodbye
+    down = kubectl(env.kubeconfig, "get", "--raw", probe, check=False)
+    assert down.returncode != 0 and "connection refused" in down.stderr, down.stderr
+
+    stderr_path = env.tmp / "send-restart.err"
+    with open(stderr_path, "w") as stderr:
+        sender = subprocess.Popen(
+            [
+                "kubectl",
+                "agenttask",
+                "-v",
+                "-n",
+                env.namespace,
+                "send",
+                "restart",
+                "--timeout",
+                "150",
+                "survived",
+            ],
+            env={
+                **os.environ,
+                "KUBECONFIG": str(env.kubeconfig),
+                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "UNICORE_OPERATOR_NAMESPACE": env.namespace,
+            },
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        wait_for(
+            lambda: "retrying POST" in stderr_path.read_text(),
+            timeout=60,
+            what="the plugin retrying while the operator is down",
+        )
+        env.operator.start()
+        out, _ = sender.communicate(timeout=SETTLE)
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+    assert sender.returncode == 0, stderr_path.read_text()
+    assert "queued" in out
+    wait_for(
+        lambda: env.idle("restart", 2) and "survived" in [t for _, t in env.user_texts("restart")],
+        timeout=SETTLE,
+        what="the message sent during the restart in the next turn",
+    )
+    assert [t for t in env.user_texts("restart") if t[1] == "survived"] == [(1, "survived")]

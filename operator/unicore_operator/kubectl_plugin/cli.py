@@ -116,10 +116,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[
     out = out or sys.stdout
     err = err or sys.stderr
     args = parse(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "verbose", False):
+        logging.getLogger("unicore").setLevel(logging.DEBUG)
     try:
         kube = connect(
             kubeconfig=getattr(args, "kubeconfig", None),

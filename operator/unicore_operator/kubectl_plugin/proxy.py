@@ -18,6 +18,9 @@ from urllib.parse import quote
 
 from unicore_operator.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
 from unicore_operator.kubectl_plugin.kube import KubeContext
+from unicore_operator.log import logger
+
+log = logger.getChild("kubectl")
 
 SERVICE = "unicore-operator"
 PORT_NAME = "http"
@@ -123,6 +126,14 @@ class TaskApiClient:
             if 200 <= status < 300:
                 return payload
             if (status in RETRYABLE_STATUS or status == 0) and time.monotonic() + delay < deadline:
+                log.debug(
+                    "retrying %s %s in %.1fs after HTTP %s: %s",
+                    method,
+                    path,
+                    delay,
+                    status,
+                    payload.get("message"),
+                )
                 self.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
