@@ -146,3 +146,18 @@ def test_dispatch_turns_errors_into_kubernetes_status_bodies() -> None:
     assert wrong.status == 405 and wrong.body["reason"] == "MethodNotAllowed"
     assert dispatch(api, "GET", "/v2/x").status == 404
     assert handles("/v1/namespaces/a/agenttasks/b") and handles("/v1") and not handles("/metrics")
+
+
+def test_unwatched_namespaces_are_not_found_with_the_reason() -> None:
+    from unicore_operator.task_api.lookup import restricted, static_lookup
+    from unicore_operator.task_api.service import TaskApi
+
+    objects = [{"metadata": {"namespace": "other", "name": "demo"}}]
+    lookup = restricted(static_lookup(lambda: objects), ["team-a"])
+    api = TaskApi(store=type("Store", (), {"message_cap_bytes": 1024})(), lookup=lookup)  # type: ignore[arg-type]
+    response = dispatch(api, "GET", "/v1/namespaces/other/agenttasks/demo")
+    assert response.status == 404
+    assert response.body["message"] == (
+        'agenttask "other/demo" not found (namespace other is not watched by this operator)'
+    )
+    assert lookup("team-a", "demo") is None

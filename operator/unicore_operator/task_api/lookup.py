@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from unicore_operator.task_api.errors import task_not_found
+
 GROUP = "unicore.dev"
 VERSION = "v1alpha1"
 PLURAL = "agenttasks"
@@ -59,7 +61,7 @@ def restricted(lookup: TaskLookup, namespaces: Iterable[str]) -> TaskLookup:
 
     def check(namespace: str, name: str) -> dict[str, Any] | None:
         if namespace not in allowed:
-            return None
+            raise task_not_found(namespace, name, f"namespace {namespace} is not watched by this operator")
         return lookup(namespace, name)
 
     return check

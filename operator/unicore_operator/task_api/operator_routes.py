@@ -15,7 +15,7 @@ from aiohttp import web
 from unicore_operator import http_server
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
-from unicore_operator.task_api.errors import ApiError
+from unicore_operator.task_api.errors import ApiError, task_not_found
 from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 from unicore_operator.task_api.routes import MAX_BODY_BYTES, ApiResponse, dispatch
 from unicore_operator.task_api.service import TaskApi
@@ -24,7 +24,7 @@ from unicore_operator.task_api.service import TaskApi
 def context_lookup(ctx: OperatorContext) -> TaskLookup:
     def lookup(namespace: str, name: str) -> dict[str, Any] | None:
         if not ctx.watches(namespace):
-            return None
+            raise task_not_found(namespace, name, f"namespace {namespace} is not watched by this operator")
         if ctx.agenttasks is not None:
             found = first(ctx.agenttasks.get((namespace, name)))
             if found is not None:
