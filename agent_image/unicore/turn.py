@@ -182,7 +182,7 @@ class _Turn:
         try:
             self.lease = self.store.acquire_lease(self.task_id, holder=self.holder, ttl_ms=self.lease_ttl_ms)
         except LeaseBusy as exc:
-            log.error("%s", exc)
+            log.warning("%s", exc)
             return self._finish(EXIT_BUSY, str(exc))
         heartbeat = Heartbeat(lambda: self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms),  # type: ignore[arg-type]
                               self.lease_ttl_ms / 3000, self._on_heartbeat_failure)
