@@ -55,7 +55,8 @@ class RecordingModel:
         return self.inner.name
 
     def set_cancel_event(self, event: Any) -> None:
-        self.inner.set_cancel_event(event)
+        if hasattr(self.inner, "set_cancel_event"):
+            self.inner.set_cancel_event(event)
 
     def converse(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
