@@ -163,8 +163,9 @@ def test_hung_turn_is_reaped_and_the_task_continues_in_a_new_turn(
     task_id = f"{k8s_namespace}/sleepy"
     script = {"default": "ok", "tasks": {"sleepy": [
         {"tool_use": [{"name": "task_status", "input": {}}]},
-        {"sleep": 600, "text": "never reached"},
-        {"text": "resumed after the interruption"},
+        # The scripted model picks steps by the number of assistant messages: the frozen turn never answered, so
+        # the new turn replays this step (20 s, heartbeating normally this time) and answers.
+        {"sleep": 20, "text": "resumed after the interruption"},
     ]}}
     wait_for(lambda: scrape(port), timeout=60, what="the operator's /metrics")
     before = scrape(port)
@@ -173,6 +174,7 @@ def test_hung_turn_is_reaped_and_the_task_continues_in_a_new_turn(
              what="the first turn's tool call and result")
     pids = wait_for(lambda: turn_processes(task_id), timeout=30, what="the turn process")
     groups = {os.getpgid(pid) for pid in pids}
+    hung_jobs = {j.metadata.name for j in tasks.jobs()}
     try:
         for group in groups:
             os.killpg(group, signal.SIGSTOP)  # the whole turn (model sleep + heartbeat thread) freezes
@@ -201,9 +203,11 @@ def test_hung_turn_is_reaped_and_the_task_continues_in_a_new_turn(
     texts = wait_for(answered, timeout=120, what="the task to continue in a new turn")
     notes = [t for t in texts if t[0] == "user" and "[watchdog] The previous turn was interrupted" in t[2]]
     assert notes, texts
-    resumed = [t for t in texts if t[2] == "resumed after the interruption"][0]
-    assert resumed[1] >= 2 and notes[0][1] == resumed[1]  # the note opened the new turn that answered
-    assert "never reached" not in [t[2] for t in texts]
+    resumed = next(i for i, t in enumerate(texts) if t[2] == "resumed after the interruption")
+    assert texts.index(notes[0]) < resumed  # the new Job drained the note, then the model answered
+    # (the interrupted turn was never ended, so the runtime continues it: same turn number, a new Job)
+    jobs = {j.metadata.name for j in tasks.jobs() if (j.metadata.annotations or {}).get("unicore.dev/task-id") == task_id}
+    assert jobs and not jobs & hung_jobs, (jobs, hung_jobs)  # the hung Job was deleted; a new one answered
     wait_for(lambda: tasks.phase("sleepy") == "Idle", timeout=60, what="sleepy Idle")
     after = scrape(port)
     assert value(after, "unicore_jobs_reaped_total", reason="heartbeat_stale") - value(
