@@ -27,7 +27,6 @@ for extra in ("operator", "agent_image"):
     sys.path.insert(0, str(ROOT / extra))
 
 import redis  # noqa: E402
-
 from unicore_operator.watchdog.redis_state import read_states  # noqa: E402
 from unicore_operator.watchdog.scan import Thresholds, scan  # noqa: E402
 from unicore_operator.watchdog.snapshot import build_snapshot  # noqa: E402

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from unicore_operator.metrics.catalog import known_series
 
 promql_parser = pytest.importorskip("promql_parser", reason="promql-parser (dev dependency) is not installed")

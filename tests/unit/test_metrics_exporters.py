@@ -5,7 +5,6 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-
 from unicore_operator.metrics.catalog import CATALOG, known_series
 from unicore_operator.metrics.redis_collector import families_from_hashes
 from unicore_operator.metrics.state_collector import task_families

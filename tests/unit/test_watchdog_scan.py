@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from unicore_operator.watchdog.scan import ReapReason, Snapshot, Thresholds, pending_cause, scan
-from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView, job_view, pod_view, task_view
+from unicore_operator.watchdog.views import (
+    JobView,
+    PodView,
+    RedisTaskState,
+    TaskView,
+    job_view,
+    pod_view,
+    task_view,
+)
 
 NOW = 1_000_000.0
 T = Thresholds(heartbeat_timeout=120, pending_timeout=300, max_reaps=3, deadline_grace=30, absence_grace=30)
