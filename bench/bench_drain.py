@@ -8,7 +8,6 @@ Uses $REDIS_URL if set, else a private redis-server on a unix socket. Appends it
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import statistics
@@ -39,7 +38,9 @@ class RoundTrips:
             counter.count += 1
             base.send_packed_command(conn, command, check_health)
 
-        client.connection_pool.connection_class = type("Counting", (base,), {"send_packed_command": send_packed_command})
+        client.connection_pool.connection_class = type(
+            "Counting", (base,), {"send_packed_command": send_packed_command}
+        )
         client.connection_pool.disconnect()
 
 
@@ -54,8 +55,19 @@ def fill_history(store: TaskStore, task_id: str, n: int) -> None:
             pipe.rpush(keys.turns, json.dumps({"turn_number": turn, "started_at": now, "first_seq": seq}))
         role = "user" if position % 2 == 0 else "assistant"
         content = [{"text": f"message {seq} " + "lorem ipsum " * 20}]
-        pipe.rpush(keys.messages, json.dumps({"seq": seq, "turn_number": turn, "message_number": position,
-                                              "role": role, "timestamp": now, "content": content}))
+        pipe.rpush(
+            keys.messages,
+            json.dumps(
+                {
+                    "seq": seq,
+                    "turn_number": turn,
+                    "message_number": position,
+                    "role": role,
+                    "timestamp": now,
+                    "content": content,
+                }
+            ),
+        )
     pipe.hset(keys.task, "turns", (n + 9) // 10)
     pipe.execute()
 
@@ -86,18 +98,28 @@ def measure(store: TaskStore, trips: RoundTrips, n: int, repeat: int, check: boo
     if check:  # the first calls also load the Lua scripts (NOSCRIPT -> EVAL); the warm-up run is not checked
         assert len(drain_trips) == 1 and len(load_trips) == 1, (drain_trips, load_trips)
     store.delete_task(task_id)
-    return {"n": n, "drain_trips": drain_trips.pop(), "drain_ms": statistics.median(drain_times) * 1000,
-            "load_trips": load_trips.pop(), "load_ms": statistics.median(load_times) * 1000}
+    return {
+        "n": n,
+        "drain_trips": drain_trips.pop(),
+        "drain_ms": statistics.median(drain_times) * 1000,
+        "load_trips": load_trips.pop(),
+        "load_ms": statistics.median(load_times) * 1000,
+    }
 
 
 def table(rows: list[dict[str, float]]) -> str:
     anchor = rows[0]
-    lines = ["| stored messages | drain round trips | drain ms (median) | drain vs 10 | history load round trips "
-             "| history load ms (median) | load vs 10 |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| stored messages | drain round trips | drain ms (median) | drain vs 10 | history load round trips "
+        "| history load ms (median) | load vs 10 |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
-        lines.append(f"| {row['n']:,} | {row['drain_trips']} | {row['drain_ms']:.3f} | "
-                     f"{row['drain_ms'] / anchor['drain_ms']:.2f}x | {row['load_trips']} | {row['load_ms']:.2f} | "
-                     f"{row['load_ms'] / anchor['load_ms']:.1f}x |")
+        lines.append(
+            f"| {row['n']:,} | {row['drain_trips']} | {row['drain_ms']:.3f} | "
+            f"{row['drain_ms'] / anchor['drain_ms']:.2f}x | {row['load_trips']} | {row['load_ms']:.2f} | "
+            f"{row['load_ms'] / anchor['load_ms']:.1f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -136,19 +158,30 @@ def main() -> int:
     result = table(rows)
     print(result)
     drain_ratio = rows[-1]["drain_ms"] / rows[0]["drain_ms"]
-    verdict = (f"Round trips are constant ({rows[0]['drain_trips']} per drain, {rows[0]['load_trips']} per history "
-               f"load) at every size; the drain at 10,000 messages takes {drain_ratio:.2f}x the time at 10 "
-               f"(target: within 2x). History load moves every message to the client, so its time grows with "
-               f"the history (O(n) bytes, one round trip).")
+    verdict = (
+        f"Round trips are constant ({rows[0]['drain_trips']} per drain, {rows[0]['load_trips']} per history "
+        f"load) at every size; the drain at 10,000 messages takes {drain_ratio:.2f}x the time at 10 "
+        f"(target: within 2x). History load moves every message to the client, so its time grows with "
+        f"the history (O(n) bytes, one round trip)."
+    )
     print(verdict)
     if not args.no_write:
-        doc = "\n".join([
-            SECTION, "",
-            f"Command: `.venv/bin/python bench/bench_drain.py --repeat {args.repeat}` (median of {args.repeat} "
-            "drains of 3 queued messages into a task with the given stored history; a private redis-server on a "
-            "unix socket; round trips counted at the client connection, a pipeline or script call = 1).",
-            f"Measured {time.strftime('%Y-%m-%d')} on a shared 2-core machine.", "", result, "", verdict,
-        ])
+        doc = "\n".join(
+            [
+                SECTION,
+                "",
+                f"Command: `.venv/bin/python bench/bench_drain.py --repeat {args.repeat}` (median of "
+                f"{args.repeat} "
+                "drains of 3 queued messages into a task with the given stored history; a private "
+                "redis-server on a "
+                "unix socket; round trips counted at the client connection, a pipeline or script call = 1).",
+                f"Measured {time.strftime('%Y-%m-%d')} on a shared 2-core machine.",
+                "",
+                result,
+                "",
+                verdict,
+            ]
+        )
         print(f"written to {write_doc(doc)}")
     return 0 if drain_ratio <= 2.0 else 1
 

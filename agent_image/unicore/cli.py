@@ -1,12 +1,14 @@
 """``unicore`` (local mode and inspection) and ``unicore-turn`` (one turn; the Kubernetes Job entrypoint).
 
-``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print the answer
+``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print
+the answer
 ``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
 ``unicore show TASK [--json]``                                      the transcript, turn by turn
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments. ``unicore-turn``: see ``unicore.turn``.
-``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``.
+``REDIS_URL`` selects Redis; unset, a private redis-server is started in
+``${UNICORE_HOME:-~/.unicore}/redis``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def _store() -> TaskStore:
 # --------------------------------------------------------------------------- model selection
 
 
-def resolve_model_spec(model: str, script_file: str | None, client: redis.Redis) -> tuple[str, dict[str, Any] | None]:
+def resolve_model_spec(
+    model: str, script_file: str | None, client: redis.Redis
+) -> tuple[str, dict[str, Any] | None]:
     """Validate ``--model``/``--script`` up front; return (model spec to store, script dict to store).
 
     A script file is read once here and stored with the root task (children inherit it), so turn processes
@@ -156,12 +160,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     record = store.get_task(args.task)
     turns = store.load_history(args.task)
     if args.json:
-        print(json.dumps({"task": record.model_dump(mode="json"),
-                          "turns": [turn.model_dump(mode="json") for turn in turns],
-                          "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "task": record.model_dump(mode="json"),
+                    "turns": [turn.model_dump(mode="json") for turn in turns],
+                    "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)],
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
-    print(f"Task {record.id}  status={record.status}  model={record.model}  turns={record.turns}  "
-          f"tokens={record.total_tokens}" + (f"  parent={record.parent}" if record.parent else ""))
+    print(
+        f"Task {record.id}  status={record.status}  model={record.model}  turns={record.turns}  "
+        f"tokens={record.total_tokens}" + (f"  parent={record.parent}" if record.parent else "")
+    )
     if record.last_error:
         print(f"Last error: {record.last_error}")
     for turn in turns:
@@ -183,8 +196,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _tree_line(depth: int, record: TaskRecord) -> str:
     last = record.last_response.strip().splitlines()[0] if record.last_response.strip() else ""
     last = last if len(last) <= 60 else last[:57] + "..."
-    return (f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{record.status}]  turns={record.turns}  "
-            f"tokens={record.total_tokens}" + (f"  last: {last}" if last else ""))
+    return (
+        f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{record.status}]  turns={record.turns}  "
+        f"tokens={record.total_tokens}" + (f"  last: {last}" if last else "")
+    )
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
@@ -260,8 +275,12 @@ def turn_main(argv: Sequence[str] | None = None) -> int:
     from unicore.turn_signals import install_cancel_handlers
 
     parser = _Parser(prog="unicore-turn", description="Run one agent turn of a task, then exit.")
-    parser.add_argument("task", nargs="?", default=os.environ.get("UNICORE_TASK_ID"),
-                        help="task id (default: $UNICORE_TASK_ID)")
+    parser.add_argument(
+        "task",
+        nargs="?",
+        default=os.environ.get("UNICORE_TASK_ID"),
+        help="task id (default: $UNICORE_TASK_ID)",
+    )
     args = parser.parse_args(argv)
     if not args.task:
         parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
@@ -288,7 +307,9 @@ def _spawner_from_env(client: redis.Redis) -> Any:
         try:
             from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise ConfigError(f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}") from None
+            raise ConfigError(
+                f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}"
+            ) from None
         return KubernetesSpawner.from_env(TaskStore(client))
     raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {kind!r}")
 

@@ -1,10 +1,13 @@
 """Pure functions from stored messages to what a provider accepts. Stored history is never rewritten.
 
-``cleanup_conversation_history`` (seed 000): a toolUse with no result gets a synthetic error result, consecutive
-assistant messages are repaired with a synthetic user message of error results, results for unknown (or already
+``cleanup_conversation_history`` (seed 000): a toolUse with no result gets a synthetic error result,
+consecutive
+assistant messages are repaired with a synthetic user message of error results, results for unknown (or
+already
 answered) toolUse ids are dropped.
 
-``shape_converse_messages`` (Bedrock Converse): strict user/assistant alternation starting with a user message;
+``shape_converse_messages`` (Bedrock Converse): strict user/assistant alternation starting with a user
+message;
 consecutive messages of one role are merged at request-build time, toolResult blocks first.
 """
 
@@ -47,7 +50,9 @@ def cleanup_conversation_history(messages: Sequence[Message | ConverseMessage]) 
         message = _as_dict(original)
         if message["role"] == "assistant":
             if pending:
-                log.warning("assistant message follows unanswered tool calls %s; adding error results", pending)
+                log.warning(
+                    "assistant message follows unanswered tool calls %s; adding error results", pending
+                )
                 out.append({"role": "user", "content": _synthetic_results(pending)})
             pending = tool_use_ids(message["content"])
             out.append(message)
@@ -81,7 +86,8 @@ def _non_empty(block: ContentBlock) -> ContentBlock:
 
 
 def shape_converse_messages(messages: Sequence[ConverseMessage]) -> list[ConverseMessage]:
-    """Strict alternation for Bedrock Converse: merge runs of one role; in user messages toolResult blocks first."""
+    """Strict alternation for Bedrock Converse: merge runs of one role; in user messages toolResult "
+    "blocks first."""
     shaped: list[ConverseMessage] = []
     for message in messages:
         content = [_non_empty(block) for block in message["content"]]
@@ -94,7 +100,9 @@ def shape_converse_messages(messages: Sequence[ConverseMessage]) -> list[Convers
     for message in shaped:
         if message["role"] == "user":
             blocks = message["content"]
-            message["content"] = [b for b in blocks if "toolResult" in b] + [b for b in blocks if "toolResult" not in b]
+            message["content"] = [b for b in blocks if "toolResult" in b] + [
+                b for b in blocks if "toolResult" not in b
+            ]
     if shaped and shaped[0]["role"] != "user":
         shaped.insert(0, {"role": "user", "content": [{"text": "(conversation start)"}]})
     return shaped

@@ -1,4 +1,5 @@
-"""One agent turn, then exit: lease -> drain -> (model -> tools -> drain)* -> summary -> notify parent -> release.
+"""One agent turn, then exit: lease -> drain -> (model -> tools -> drain)* -> summary -> notify parent "
+"-> release.
 
 Exit codes of ``unicore-turn`` (``TurnOutcome.exit_code``):
   0   the turn ended (text-only answer, max_iterations or token budget), or there was nothing to do
@@ -106,7 +107,9 @@ def _tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:
     try:
         from unicore.tools.registry import tool_specs
     except ImportError:
-        return [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema()) for t in tools]
+        return [
+            ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema()) for t in tools
+        ]
     return tool_specs(tools)
 
 
@@ -129,8 +132,11 @@ def default_workspace(task_id: str) -> Path:
 
 def completion_message(record: TaskRecord, final_text: str, note: str = "") -> str:
     """Seed 000 completion message for the parent."""
-    name = record.id[len(record.parent) + 1:] if record.parent and record.id.startswith(f"{record.parent}-") \
+    name = (
+        record.id[len(record.parent) + 1 :]
+        if record.parent and record.id.startswith(f"{record.parent}-")
         else task_name(record.id)
+    )
     lines = [
         f"[SYSTEM] Child task {record.id} has completed successfully.",
         f"Ran {record.turns} turns with {record.tool_iterations} tool iterations.",
@@ -150,10 +156,21 @@ def _label(value: str) -> str:
 
 
 class _Turn:
-    def __init__(self, task_id: str, client: redis.Redis, *, model_factory: ModelFactory,
-                 toolset_factory: ToolsetFactory, spawner: Spawner | None, workspace: Path | None,
-                 cancel: threading.Event, holder: str | None, lease_ttl_ms: int, summarize: bool | None,
-                 system_prompt_builder: SystemPromptBuilder) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        client: redis.Redis,
+        *,
+        model_factory: ModelFactory,
+        toolset_factory: ToolsetFactory,
+        spawner: Spawner | None,
+        workspace: Path | None,
+        cancel: threading.Event,
+        holder: str | None,
+        lease_ttl_ms: int,
+        summarize: bool | None,
+        system_prompt_builder: SystemPromptBuilder,
+    ) -> None:
         self.task_id = task_id
         self.redis = client
         self.store = TaskStore(client)
@@ -170,7 +187,9 @@ class _Turn:
         self.lease: Lease | None = None
         self.lease_lost = threading.Event()
         self.outcome = TurnOutcome(task_id=task_id, exit_code=EXIT_OK)
-        self.pending_tool_uses: list[ContentBlock] = []  # tool calls of the last answer still without a result
+        self.pending_tool_uses: list[
+            ContentBlock
+        ] = []  # tool calls of the last answer still without a result
 
     # ---- lifecycle
 
@@ -184,8 +203,11 @@ class _Turn:
         except LeaseBusy as exc:
             log.warning("%s", exc)
             return self._finish(EXIT_BUSY, str(exc))
-        heartbeat = Heartbeat(lambda: self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms),  # type: ignore[arg-type]
-                              self.lease_ttl_ms / 3000, self._on_heartbeat_failure)
+        heartbeat = Heartbeat(
+            lambda: self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms),  # type: ignore[arg-type]
+            self.lease_ttl_ms / 3000,
+            self._on_heartbeat_failure,
+        )
         heartbeat.start()
         started = time.monotonic()
         try:
@@ -250,7 +272,9 @@ class _Turn:
         self.outcome.exit_code, self.outcome.error = EXIT_CANCELLED, f"cancelled: {why}"
         try:
             for block in self.pending_tool_uses:
-                self._queue_result(tool_result_block(block["toolUse"]["toolUseId"], CANCELLED_TEXT, error=True))
+                self._queue_result(
+                    tool_result_block(block["toolUse"]["toolUseId"], CANCELLED_TEXT, error=True)
+                )
             if self.lease is not None:
                 self.store.record_error(self.lease, "turn cancelled (SIGTERM) at a safe point")
         except (LeaseLost, redis.RedisError) as exc:
@@ -268,8 +292,13 @@ class _Turn:
         specs = _tool_specs(tools)
         workspace = self.workspace or default_workspace(self.task_id)
         workspace.mkdir(parents=True, exist_ok=True)
-        ctx = ToolContext(task_id=self.task_id, store=self.store, spawner=self.spawner or _no_spawner(),
-                          workspace=workspace, cancel=self.cancel)
+        ctx = ToolContext(
+            task_id=self.task_id,
+            store=self.store,
+            spawner=self.spawner or _no_spawner(),
+            workspace=workspace,
+            cancel=self.cancel,
+        )
 
         drained = self.store.drain(self.lease, first_drain=True)
         turns = self.store.load_history(self.task_id)
@@ -281,15 +310,23 @@ class _Turn:
         self.outcome.turn_number = current.turn_number
         if drained.empty and is_turn_ending(messages[-1]):
             if current.ended_at is None:
-                log.info("task %s: turn %d was answered but not finished; finishing it", self.task_id,
-                         current.turn_number)
+                log.info(
+                    "task %s: turn %d was answered but not finished; finishing it",
+                    self.task_id,
+                    current.turn_number,
+                )
                 self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
             else:
                 log.info("task %s: nothing to do", self.task_id)
             return
         self.telemetry.incr("turns_started_total")
-        log.info("task %s: turn %d (%s, %d new messages)", self.task_id, current.turn_number,
-                 "new" if drained.new_turn else "continued", len(drained.messages))
+        log.info(
+            "task %s: turn %d (%s, %d new messages)",
+            self.task_id,
+            current.turn_number,
+            "new" if drained.new_turn else "continued",
+            len(drained.messages),
+        )
 
         max_iterations = record.limits.max_iterations
         final_text, note = "", ""
@@ -300,11 +337,18 @@ class _Turn:
                 note = budget_note
                 final_text = note
                 break
-            request = ModelRequest(task_id=self.task_id, system=self.system_prompt_builder(self.store, record),
-                                   messages=build_request_messages(messages), tools=specs, purpose="turn")
+            request = ModelRequest(
+                task_id=self.task_id,
+                system=self.system_prompt_builder(self.store, record),
+                messages=build_request_messages(messages),
+                tools=specs,
+                purpose="turn",
+            )
             response = self._call_model(model, request)
             self.outcome.iterations += 1
-            answer = self.store.append_message(self.lease, "assistant", response.content, usage=response.usage)
+            answer = self.store.append_message(
+                self.lease, "assistant", response.content, usage=response.usage
+            )
             messages.append(answer)
             tool_uses = [block for block in response.content if "toolUse" in block]
             if not tool_uses:
@@ -322,7 +366,7 @@ class _Turn:
             drained = self.store.drain(self.lease, first_drain=False)
             messages.extend(drained.messages)
         else:
-            note = (f"stopped after max_iterations={max_iterations} model calls without a text-only answer")
+            note = f"stopped after max_iterations={max_iterations} model calls without a text-only answer"
             log.warning("task %s: %s", self.task_id, note)
             final_text = message_text(messages[-1].content) if messages[-1].role == "assistant" else ""
             final_text = final_text or note
@@ -345,7 +389,10 @@ class _Turn:
         return ""
 
     def _call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
-        labels = {"provider": _label(getattr(model, "provider", "?")), "model": _label(getattr(model, "name", "?"))}
+        labels = {
+            "provider": _label(getattr(model, "provider", "?")),
+            "model": _label(getattr(model, "name", "?")),
+        }
         began = time.monotonic()
         try:
             response = model.converse(request)
@@ -365,21 +412,30 @@ class _Turn:
 
     def _queue_result(self, result: ContentBlock) -> None:
         tool_id = result["toolResult"]["toolUseId"]
-        message = InboxMessage(id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id,
-                               tool_use_id=tool_id)
+        message = InboxMessage(
+            id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id, tool_use_id=tool_id
+        )
         try:
             self.store.queue_message(self.task_id, message)
         except MessageTooLarge as exc:
-            message.content = tool_result_block(tool_id, f"Error: the tool result was too large to keep ({exc})",
-                                                error=True)
+            message.content = tool_result_block(
+                tool_id, f"Error: the tool result was too large to keep ({exc})", error=True
+            )
             self.store.queue_message(self.task_id, message)
 
-    def _end_turn(self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str,
-                  iterations: int) -> None:
+    def _end_turn(
+        self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str, iterations: int
+    ) -> None:
         assert self.lease is not None
         summary = self._summary(model, record, turn)
-        self.store.end_turn(self.lease, turn.turn_number, last_response=final_text, summary=summary,
-                            iterations=iterations, note=note)
+        self.store.end_turn(
+            self.lease,
+            turn.turn_number,
+            last_response=final_text,
+            summary=summary,
+            iterations=iterations,
+            note=note,
+        )
         self.outcome.final_text, self.outcome.note = final_text, note
         record = self.store.get_task(self.task_id)
         if record.parent:
@@ -394,8 +450,13 @@ class _Turn:
             return ""
         messages = build_request_messages(turn.messages)
         messages.append({"role": "user", "content": [{"text": SUMMARY_PROMPT}]})
-        request = ModelRequest(task_id=self.task_id, system="You summarize agent conversations.",
-                               messages=build_request_messages(messages), purpose="summary", max_tokens=512)
+        request = ModelRequest(
+            task_id=self.task_id,
+            system="You summarize agent conversations.",
+            messages=build_request_messages(messages),
+            purpose="summary",
+            max_tokens=512,
+        )
         try:
             response = self._call_model(model, request)
         except (ModelError, ConfigError) as exc:
@@ -407,8 +468,12 @@ class _Turn:
 
     def _notify_parent(self, record: TaskRecord, turn_number: int, final_text: str, note: str) -> None:
         assert record.parent
-        message = InboxMessage(id=f"completion:{record.id}:{turn_number}", type="completion",
-                               content=completion_message(record, final_text, note), sender=record.id)
+        message = InboxMessage(
+            id=f"completion:{record.id}:{turn_number}",
+            type="completion",
+            content=completion_message(record, final_text, note),
+            sender=record.id,
+        )
         try:
             self.store.queue_message(record.parent, message)
         except TaskNotFound:
@@ -421,7 +486,9 @@ class _Turn:
 
 
 def _exit_reason(code: int) -> str:
-    return {EXIT_FAILED: "failed", EXIT_LEASE_LOST: "lease_lost", EXIT_CANCELLED: "cancelled"}.get(code, str(code))
+    return {EXIT_FAILED: "failed", EXIT_LEASE_LOST: "lease_lost", EXIT_CANCELLED: "cancelled"}.get(
+        code, str(code)
+    )
 
 
 class _NoSpawner:
@@ -435,11 +502,20 @@ def _no_spawner() -> Spawner:
     return _NoSpawner()
 
 
-def run_turn(task_id: str, *, redis: redis.Redis, model_factory: ModelFactory | None = None,
-             toolset_factory: ToolsetFactory | None = None, spawner: Spawner | None = None,
-             workspace: Path | None = None, cancel: threading.Event | None = None, holder: str | None = None,
-             lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, summarize: bool | None = None,
-             system_prompt_builder: SystemPromptBuilder | None = None) -> TurnOutcome:
+def run_turn(
+    task_id: str,
+    *,
+    redis: redis.Redis,
+    model_factory: ModelFactory | None = None,
+    toolset_factory: ToolsetFactory | None = None,
+    spawner: Spawner | None = None,
+    workspace: Path | None = None,
+    cancel: threading.Event | None = None,
+    holder: str | None = None,
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+    summarize: bool | None = None,
+    system_prompt_builder: SystemPromptBuilder | None = None,
+) -> TurnOutcome:
     """Run exactly one turn of ``task_id`` and return its outcome (``exit_code`` as documented above).
 
     ``redis`` must decode responses. ``spawner`` defaults to the local spawner (Redis + activation).
@@ -452,12 +528,31 @@ def run_turn(task_id: str, *, redis: redis.Redis, model_factory: ModelFactory | 
             spawner = LocalSpawner(TaskStore(redis))
         except ImportError:
             spawner = None
-    return _Turn(task_id, redis, model_factory=model_factory or default_model_factory,
-                 toolset_factory=toolset_factory or default_toolset_factory, spawner=spawner,
-                 workspace=workspace, cancel=cancel or threading.Event(), holder=holder,
-                 lease_ttl_ms=lease_ttl_ms, summarize=summarize,
-                 system_prompt_builder=system_prompt_builder or default_system_prompt).run()
+    return _Turn(
+        task_id,
+        redis,
+        model_factory=model_factory or default_model_factory,
+        toolset_factory=toolset_factory or default_toolset_factory,
+        spawner=spawner,
+        workspace=workspace,
+        cancel=cancel or threading.Event(),
+        holder=holder,
+        lease_ttl_ms=lease_ttl_ms,
+        summarize=summarize,
+        system_prompt_builder=system_prompt_builder or default_system_prompt,
+    ).run()
 
 
-__all__ = ["run_turn", "TurnOutcome", "completion_message", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_BUSY",
-           "EXIT_NOT_FOUND", "EXIT_LEASE_LOST", "EXIT_CANCELLED", "Message"]
+__all__ = [
+    "run_turn",
+    "TurnOutcome",
+    "completion_message",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_BUSY",
+    "EXIT_NOT_FOUND",
+    "EXIT_LEASE_LOST",
+    "EXIT_CANCELLED",
+    "Message",
+]

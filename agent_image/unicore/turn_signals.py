@@ -1,4 +1,5 @@
-"""Signals of the one-turn process: SIGTERM/SIGINT set the turn's cancel event (stop at the next safe point)."""
+"""Signals of the one-turn process: SIGTERM/SIGINT set the turn's cancel event (stop at the next safe "
+"point)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def install_cancel_handlers(cancel: threading.Event) -> None:
 class Heartbeat:
     """A daemon thread calling ``beat()`` every ``interval`` seconds until stopped or ``beat`` raises."""
 
-    def __init__(self, beat: Callable[[], None], interval: float,
-                 on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self, beat: Callable[[], None], interval: float, on_failure: Callable[[BaseException], None]
+    ) -> None:
         self._beat = beat
         self._interval = interval
         self._on_failure = on_failure

@@ -1,4 +1,5 @@
-"""Fixtures for the runtime's integration tests: a TaskStore on the real Redis and an in-process turn runner."""
+"""Fixtures for the runtime's integration tests: a TaskStore on the real Redis and an in-process turn "
+"runner."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 import pytest
 import redis
 from pydantic import BaseModel
-
 from unicore.providers.base import ModelRequest, ModelResponse
 from unicore.providers.scripted import ScriptedModel, load_script
 from unicore.state.records import TaskRecord
@@ -93,8 +93,14 @@ class TurnRunner:
 
     def __call__(self, task_id: str, **kwargs: Any) -> TurnOutcome:
         kwargs.setdefault("summarize", False)
-        return run_turn(task_id, redis=self.client, model_factory=self.model_for, toolset_factory=self.toolset,
-                        workspace=self.workspace / task_id.replace("/", "__"), **kwargs)
+        return run_turn(
+            task_id,
+            redis=self.client,
+            model_factory=self.model_for,
+            toolset_factory=self.toolset,
+            workspace=self.workspace / task_id.replace("/", "__"),
+            **kwargs,
+        )
 
     def requests(self, task_id: str) -> list[ModelRequest]:
         return self.models[task_id].requests if task_id in self.models else []

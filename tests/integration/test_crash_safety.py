@@ -1,8 +1,10 @@
 """kill -9 a turn process at many points of drain and iteration: nothing lost or duplicated, and the next turn
 gives the model synthetic error results for the tool calls that never got one.
 
-The turn runs in a forked process whose Redis connection SIGKILLs the process right after sending its Nth command
-(the server executes it; the process never sees the reply), for every N of a clean run; plus kills after random
+The turn runs in a forked process whose Redis connection SIGKILLs the process right after sending its Nth
+command
+(the server executes it; the process never sees the reply), for every N of a clean run; plus kills after
+random
 delays. Each crashed task is then recovered by running turns until it settles.
 """
 
@@ -17,21 +19,31 @@ import time
 from typing import Any
 
 import pytest
-
 from unicore.history import INTERRUPTED_TEXT, converse_problems
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore, connect
 from unicore.turn import run_turn
+
 from tests.integration.conftest import NoteTool, TurnRunner
 from tests.waiting import wait_for
 
 LEASE_TTL_MS = 300
 USER_MESSAGES = ["u1", "u2", "u3"]
-SCRIPT = {"default": "final", "tasks": {"crash-*": [
-    {"tool_use": [{"name": "note", "input": {"text": "x"}}, {"name": "note", "input": {"text": "y"}}]},
-    {"sleep": 0.02, "tool_use": [{"name": "note", "input": {"text": "z"}}]},
-    {"text": "final"},
-]}}
+SCRIPT = {
+    "default": "final",
+    "tasks": {
+        "crash-*": [
+            {
+                "tool_use": [
+                    {"name": "note", "input": {"text": "x"}},
+                    {"name": "note", "input": {"text": "y"}},
+                ]
+            },
+            {"sleep": 0.02, "tool_use": [{"name": "note", "input": {"text": "z"}}]},
+            {"text": "final"},
+        ]
+    },
+}
 
 
 def _killing_client(url: str, kill_at: int | None) -> Any:
@@ -46,8 +58,9 @@ def _killing_client(url: str, kill_at: int | None) -> Any:
         if next(counter) == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    client.connection_pool.connection_class = type("KillingConnection", (base,),
-                                                   {"send_packed_command": send_packed_command})
+    client.connection_pool.connection_class = type(
+        "KillingConnection", (base,), {"send_packed_command": send_packed_command}
+    )
     return client
 
 
@@ -55,8 +68,14 @@ def _turn_process(url: str, task_id: str, kill_at: int | None, workspace: str) -
     from pathlib import Path
 
     client = _killing_client(url, kill_at)
-    outcome = run_turn(task_id, redis=client, toolset_factory=lambda record: [NoteTool()], summarize=True,
-                       lease_ttl_ms=LEASE_TTL_MS, workspace=Path(workspace))
+    outcome = run_turn(
+        task_id,
+        redis=client,
+        toolset_factory=lambda record: [NoteTool()],
+        summarize=True,
+        lease_ttl_ms=LEASE_TTL_MS,
+        workspace=Path(workspace),
+    )
     os._exit(outcome.exit_code)
 
 
@@ -70,12 +89,19 @@ def _count_commands(url: str, task_id: str, workspace: str) -> int:
         base.send_packed_command(self, command, check_health)
         sent[0] = next(counter)
 
-    client.connection_pool.connection_class = type("CountingConnection", (base,),
-                                                   {"send_packed_command": send_packed_command})
+    client.connection_pool.connection_class = type(
+        "CountingConnection", (base,), {"send_packed_command": send_packed_command}
+    )
     from pathlib import Path
 
-    outcome = run_turn(task_id, redis=client, toolset_factory=lambda record: [NoteTool()], summarize=True,
-                       lease_ttl_ms=60_000, workspace=Path(workspace))
+    outcome = run_turn(
+        task_id,
+        redis=client,
+        toolset_factory=lambda record: [NoteTool()],
+        summarize=True,
+        lease_ttl_ms=60_000,
+        workspace=Path(workspace),
+    )
     assert outcome.exit_code == 0
     return sent[0]
 
@@ -107,8 +133,11 @@ def _recover_and_check(store: TaskStore, turn: TurnRunner, task_id: str) -> bool
     synthetic = False
     for request in turn.requests(task_id):
         assert converse_problems(request.messages) == [], request.messages
-        synthetic |= any(b.get("toolResult", {}).get("content", [{}])[0].get("text") == INTERRUPTED_TEXT
-                         for m in request.messages for b in m["content"])
+        synthetic |= any(
+            b.get("toolResult", {}).get("content", [{}])[0].get("text") == INTERRUPTED_TEXT
+            for m in request.messages
+            for b in m["content"]
+        )
     return synthetic
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from unicore.errors import LeaseBusy, LeaseLost
 from unicore.schema import TaskSpec, Usage
 from unicore.state.store import TaskStore
 from unicore.turn import EXIT_BUSY, EXIT_LEASE_LOST
+
 from tests.waiting import wait_for
 
 
@@ -15,9 +15,12 @@ def snapshot(store: TaskStore, task_id: str) -> dict:
     keys = store.keys(task_id)
     r = store.redis
     return {
-        "task": r.hgetall(keys.task), "turns": r.lrange(keys.turns, 0, -1),
-        "messages": r.lrange(keys.messages, 0, -1), "turnmeta": r.hgetall(keys.turnmeta),
-        "inbox": r.lrange(keys.inbox, 0, -1), "lease": r.hgetall(keys.lease),
+        "task": r.hgetall(keys.task),
+        "turns": r.lrange(keys.turns, 0, -1),
+        "messages": r.lrange(keys.messages, 0, -1),
+        "turnmeta": r.hgetall(keys.turnmeta),
+        "inbox": r.lrange(keys.inbox, 0, -1),
+        "lease": r.hgetall(keys.lease),
     }
 
 
@@ -58,7 +61,9 @@ def test_a_live_lease_refuses_a_second_turn(store, turn):
 
 
 def test_a_turn_reaped_during_its_model_call_writes_nothing_afterwards(store, turn):
-    store.create_task(TaskSpec(id="reaped", prompt="hello", script={"tasks": {"reaped": [{"text": "too late"}]}}))
+    store.create_task(
+        TaskSpec(id="reaped", prompt="hello", script={"tasks": {"reaped": [{"text": "too late"}]}})
+    )
 
     taken_over: list[dict] = []
 

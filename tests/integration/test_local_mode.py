@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from unicore.state.store import TaskStore, connect
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,8 +18,9 @@ CHILDREN = ["demo-a", "demo-b", "demo-c"]
 
 
 def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          check=False)
+    return subprocess.run(
+        [UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+    )
 
 
 @pytest.fixture
@@ -29,11 +29,21 @@ def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
 
 
 def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said(cli_env, redis_url):
-    run = unicore("run", "--model", f"scripted:{DEMO_SCRIPT}", "--name", "demo",
-                  "Research three facts about water.", env=cli_env)
+    run = unicore(
+        "run",
+        "--model",
+        f"scripted:{DEMO_SCRIPT}",
+        "--name",
+        "demo",
+        "Research three facts about water.",
+        env=cli_env,
+    )
     assert run.returncode == 0, run.stderr
-    for said in ("Researcher A: water boils at 100 C", "Researcher B: water freezes at 0 C",
-                 "Researcher C: water is densest at 4 C"):
+    for said in (
+        "Researcher A: water boils at 100 C",
+        "Researcher B: water freezes at 0 C",
+        "Researcher C: water is densest at 4 C",
+    ):
         assert said in run.stdout
 
     store = TaskStore(connect(redis_url))
@@ -50,7 +60,9 @@ def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said
     assert len(root_turns) == 2  # spawn + wait, then one turn reading all three completions
     assert root_turns[1].started_at >= max(end for _, end in windows.values())
     assert [m.role for m in root_turns[1].messages] == ["user", "user", "user", "assistant"]
-    assert all(store.get_task(t).status == "idle" and store.pending_count(t) == 0 for t in ["demo", *CHILDREN])
+    assert all(
+        store.get_task(t).status == "idle" and store.pending_count(t) == 0 for t in ["demo", *CHILDREN]
+    )
 
     tree = unicore("tree", "demo", env=cli_env)
     assert tree.returncode == 0
@@ -87,5 +99,9 @@ def test_embedded_redis_is_started_once_and_reused(tmp_path):
         tree = unicore("tree", env=env)
         assert tree.stdout.startswith("solo  [idle]  turns=1")
     finally:
-        subprocess.run([sys.executable, "-c", "from unicore.launch.embedded_redis import stop_embedded_redis as s; s()"],
-                       env=env, check=False, timeout=30)
+        subprocess.run(
+            [sys.executable, "-c", "from unicore.launch.embedded_redis import stop_embedded_redis as s; s()"],
+            env=env,
+            check=False,
+            timeout=30,
+        )

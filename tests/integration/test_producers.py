@@ -1,4 +1,5 @@
-"""10 producer processes x 100 messages while turns drain: each delivered exactly once, per-producer order kept."""
+"""10 producer processes x 100 messages while turns drain: each delivered exactly once, per-producer "
+"order kept."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore, connect
+
 from tests.waiting import wait_for
 
 PRODUCERS = 10
@@ -45,8 +47,11 @@ def test_concurrent_producers_and_draining_turns(store, turn, redis_url):
         for process in producers:
             process.join(timeout=120)
             assert process.exitcode == 0
-        wait_for(lambda: store.pending_count("busy") == 0 and store.lease_holder("busy") is None, timeout=60,
-                 what="the inbox to be drained")
+        wait_for(
+            lambda: store.pending_count("busy") == 0 and store.lease_holder("busy") is None,
+            timeout=60,
+            what="the inbox to be drained",
+        )
     finally:
         stop.set()
         for runner in runners:
@@ -54,8 +59,13 @@ def test_concurrent_producers_and_draining_turns(store, turn, redis_url):
 
     assert set(outcomes) <= {0, 3}  # finished, or refused because the other runner held the lease
     assert outcomes.count(0) >= 2  # several turns drained while producers were writing
-    delivered = [block["text"] for m in store.messages("busy") if m.role == "user"
-                 for block in m.content if "text" in block and re.fullmatch(r"p\d+:\d+", block["text"])]
+    delivered = [
+        block["text"]
+        for m in store.messages("busy")
+        if m.role == "user"
+        for block in m.content
+        if "text" in block and re.fullmatch(r"p\d+:\d+", block["text"])
+    ]
     assert len(delivered) == PRODUCERS * MESSAGES
     assert len(set(delivered)) == len(delivered)  # exactly once
     for producer in range(PRODUCERS):

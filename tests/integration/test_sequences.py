@@ -16,21 +16,27 @@ def spawn(name, prompt):
 
 
 def test_sequence_1_new_task_creation(store, turn):
-    assert store.create_task(TaskSpec(id="s1", prompt="Hello", script={"tasks": {"s1": [{"text": "Hi there!"}]}}))
+    assert store.create_task(
+        TaskSpec(id="s1", prompt="Hello", script={"tasks": {"s1": [{"text": "Hi there!"}]}})
+    )
     assert store.pending_count("s1") == 1
     outcome = turn("s1")
     assert outcome.exit_code == 0 and outcome.final_text == "Hi there!"
     (turn0,) = store.load_history("s1")
     assert turn0.turn_number == 0
     assert [(m.role, texts(m), m.message_number) for m in turn0.messages] == [
-        ("user", ["Hello"], 0), ("assistant", ["Hi there!"], 1)]
+        ("user", ["Hello"], 0),
+        ("assistant", ["Hi there!"], 1),
+    ]
     record = store.get_task("s1")
     assert (record.status, record.turns, record.last_response) == ("idle", 1, "Hi there!")
     assert store.pending_count("s1") == 0 and store.lease_holder("s1") is None
 
 
 def test_sequence_2_continuing_conversation_starts_a_new_turn_and_keeps_history(store, turn):
-    store.create_task(TaskSpec(id="s2", prompt="first", script={"tasks": {"s2": [{"text": "one"}, {"echo": True}]}}))
+    store.create_task(
+        TaskSpec(id="s2", prompt="first", script={"tasks": {"s2": [{"text": "one"}, {"echo": True}]}})
+    )
     turn("s2")
     store.queue_text("s2", "second")
     outcome = turn("s2")
@@ -46,9 +52,19 @@ def test_sequence_2_continuing_conversation_starts_a_new_turn_and_keeps_history(
 
 
 def test_sequence_3_tool_results_stay_in_the_current_turn_batched_in_one_message(store, turn):
-    script = {"tasks": {"s3": [{"tool_use": [{"name": "note", "input": {"text": "x"}},
-                                             {"name": "note", "input": {"text": "y"}}]},
-                               {"text": "finished"}]}}
+    script = {
+        "tasks": {
+            "s3": [
+                {
+                    "tool_use": [
+                        {"name": "note", "input": {"text": "x"}},
+                        {"name": "note", "input": {"text": "y"}},
+                    ]
+                },
+                {"text": "finished"},
+            ]
+        }
+    }
     store.create_task(TaskSpec(id="s3", prompt="use tools", script=script, tools=[]))
     outcome = turn("s3")
     assert outcome.exit_code == 0 and outcome.final_text == "finished"
@@ -62,8 +78,12 @@ def test_sequence_3_tool_results_stay_in_the_current_turn_batched_in_one_message
 
 
 def test_sequence_4_parent_spawns_child_which_sees_the_parent_and_reports_back(store, turn, redis_client):
-    script = {"tasks": {"p4": [{"tool_use": [spawn("kid", "Find the answer")]}, {"text": "spawned"}],
-                        "p4-kid": [{"text": "The answer is 42."}]}}
+    script = {
+        "tasks": {
+            "p4": [{"tool_use": [spawn("kid", "Find the answer")]}, {"text": "spawned"}],
+            "p4-kid": [{"text": "The answer is 42."}],
+        }
+    }
     store.create_task(TaskSpec(id="p4", prompt="Delegate this", script=script))
     assert turn("p4").exit_code == 0
     child = store.get_task("p4-kid")
@@ -76,16 +96,26 @@ def test_sequence_4_parent_spawns_child_which_sees_the_parent_and_reports_back(s
     assert "Delegate this" in turn.requests("p4-kid")[0].system  # the parent's transcript is in the prompt
     (completion,) = store.inbox("p4")
     assert completion.type == "completion" and completion.sender == "p4-kid"
-    assert completion.content.startswith("[SYSTEM] Child task p4-kid has completed successfully.\nRan 1 turns")
+    assert completion.content.startswith(
+        "[SYSTEM] Child task p4-kid has completed successfully.\nRan 1 turns"
+    )
     assert completion.content.endswith("Final response from child:\nThe answer is 42.")
-    assert ("p4", "completion:p4-kid") in [(f["task"], f["reason"]) for _, f in redis_client.xrange(ACTIVATIONS_STREAM)]
+    assert ("p4", "completion:p4-kid") in [
+        (f["task"], f["reason"]) for _, f in redis_client.xrange(ACTIVATIONS_STREAM)
+    ]
 
 
 def test_sequence_5_child_completing_while_parent_runs_joins_the_current_turn(store, turn):
-    script = {"tasks": {"p5": [{"tool_use": [spawn("kid", "work")]},
-                               {"tool_use": [{"name": "note", "input": {"text": "busy"}}]},
-                               {"echo": True}],
-                        "p5-kid": [{"text": "kid result"}]}}
+    script = {
+        "tasks": {
+            "p5": [
+                {"tool_use": [spawn("kid", "work")]},
+                {"tool_use": [{"name": "note", "input": {"text": "busy"}}]},
+                {"echo": True},
+            ],
+            "p5-kid": [{"text": "kid result"}],
+        }
+    }
     store.create_task(TaskSpec(id="p5", prompt="go", script=script))
 
     def run_child_during_second_call(request):
@@ -100,13 +130,19 @@ def test_sequence_5_child_completing_while_parent_runs_joins_the_current_turn(st
     kinds = [(m.role, "toolResult" in m.content[0], texts(m)[:1]) for m in turns[0].messages]
     assert kinds[3] == ("assistant", False, [])  # the note tool call
     assert kinds[4][:2] == ("user", True)  # its result first ...
-    assert kinds[5][0] == "user" and kinds[5][2][0].startswith("[SYSTEM] Child task p5-kid")  # ... then the completion
+    assert kinds[5][0] == "user" and kinds[5][2][0].startswith(
+        "[SYSTEM] Child task p5-kid"
+    )  # ... then the completion
     assert store.pending_count("p5") == 0
 
 
 def test_sequence_6_child_completing_while_parent_is_stopped_starts_a_new_turn(store, turn):
-    script = {"tasks": {"p6": [{"tool_use": [spawn("kid", "work")]}, {"text": "waiting"}, {"echo": True}],
-                        "p6-kid": [{"text": "late result"}]}}
+    script = {
+        "tasks": {
+            "p6": [{"tool_use": [spawn("kid", "work")]}, {"text": "waiting"}, {"echo": True}],
+            "p6-kid": [{"text": "late result"}],
+        }
+    }
     store.create_task(TaskSpec(id="p6", prompt="go", script=script))
     turn("p6")
     assert store.get_task("p6").status == "idle"
@@ -121,9 +157,12 @@ def test_sequence_6_child_completing_while_parent_is_stopped_starts_a_new_turn(s
 
 def test_sequence_7_simultaneous_completions_land_in_one_new_turn_as_separate_messages(store, turn):
     kids = ["a", "b", "c", "d"]
-    script = {"tasks": {"p7": [{"tool_use": [spawn(k, f"job {k}") for k in kids]}, {"text": "waiting"},
-                               {"echo": True}],
-                        "p7-*": [{"echo": True}]}}
+    script = {
+        "tasks": {
+            "p7": [{"tool_use": [spawn(k, f"job {k}") for k in kids]}, {"text": "waiting"}, {"echo": True}],
+            "p7-*": [{"echo": True}],
+        }
+    }
     store.create_task(TaskSpec(id="p7", prompt="fan out", script=script))
     turn("p7")
     for kid in kids:
@@ -146,16 +185,26 @@ def test_bug_1_tool_results_reach_the_conversation(store):
     store.create_task(TaskSpec(id="b1", prompt="x"))
     lease = store.acquire_lease("b1")
     store.drain(lease, first_drain=True)
-    store.append_message(lease, "assistant", [
-        {"toolUse": {"toolUseId": "t1", "name": "note", "input": {}}},
-        {"toolUse": {"toolUseId": "t2", "name": "note", "input": {}}}])
+    store.append_message(
+        lease,
+        "assistant",
+        [
+            {"toolUse": {"toolUseId": "t1", "name": "note", "input": {}}},
+            {"toolUse": {"toolUseId": "t2", "name": "note", "input": {}}},
+        ],
+    )
     for tool_id in ("t1", "t2"):
-        store.queue_message("b1", InboxMessage(type="tool_result", content=tool_result_block(tool_id, "ok"),
-                                               tool_use_id=tool_id))
+        store.queue_message(
+            "b1",
+            InboxMessage(type="tool_result", content=tool_result_block(tool_id, "ok"), tool_use_id=tool_id),
+        )
     store.queue_text("b1", "a user note")
     result = store.drain(lease, first_drain=False)
     assert result.drained == 3
-    assert [[next(iter(b)) for b in m.content] for m in result.messages] == [["toolResult", "toolResult"], ["text"]]
+    assert [[next(iter(b)) for b in m.content] for m in result.messages] == [
+        ["toolResult", "toolResult"],
+        ["text"],
+    ]
     stored = store.messages("b1")
     assert [b["toolResult"]["toolUseId"] for b in stored[2].content] == ["t1", "t2"]
 

@@ -1,4 +1,5 @@
-"""Bad input and edge cases of a turn: malformed scripts, unknown models, oversized messages, invalid tool input,
+"""Bad input and edge cases of a turn: malformed scripts, unknown models, oversized messages, invalid "
+"tool input,
 unknown tools, model errors, max_iterations, SIGTERM-style cancellation, turn summaries and telemetry."""
 
 from __future__ import annotations
@@ -6,13 +7,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from unicore import cli
 from unicore.errors import MessageTooLarge, ModelError
 from unicore.history import CANCELLED_TEXT
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, TaskSpec
 from unicore.state.telemetry import COUNTERS_KEY
 from unicore.turn import EXIT_CANCELLED, EXIT_FAILED
+
 from tests.integration.conftest import RecordingModel
 
 
@@ -64,10 +65,20 @@ def test_message_over_the_cap_is_refused_and_nothing_is_written(store, cli_env, 
 
 
 def test_invalid_tool_input_and_unknown_tool_become_error_results(store, turn):
-    script = {"tasks": {"tools": [
-        {"tool_use": [{"name": "note", "input": {"wrong": 1}}, {"name": "no_such_tool", "input": {}},
-                      {"name": "note", "input": {"text": "boom", "fail": True}}]},
-        {"text": "recovered"}]}}
+    script = {
+        "tasks": {
+            "tools": [
+                {
+                    "tool_use": [
+                        {"name": "note", "input": {"wrong": 1}},
+                        {"name": "no_such_tool", "input": {}},
+                        {"name": "note", "input": {"text": "boom", "fail": True}},
+                    ]
+                },
+                {"text": "recovered"},
+            ]
+        }
+    }
     store.create_task(TaskSpec(id="tools", prompt="go", script=script, tools=[]))
     outcome = turn("tools")
     assert outcome.exit_code == 0 and outcome.final_text == "recovered"
@@ -99,14 +110,24 @@ def test_model_error_fails_the_turn_records_it_and_loses_nothing(store, turn):
     assert outcome.exit_code == 0 and outcome.final_text == "back"
     (only_turn,) = store.load_history("down")  # the unanswered message and the new one share the turn
     assert [m.role for m in only_turn.messages] == ["user", "user", "assistant"]
-    assert turn.requests("down")[-1].messages[0]["content"] == [{"text": "are you there?"}, {"text": "hello again"}]
+    assert turn.requests("down")[-1].messages[0]["content"] == [
+        {"text": "are you there?"},
+        {"text": "hello again"},
+    ]
     assert store.get_task("down").last_error == ""
 
 
 def test_max_iterations_ends_the_turn_with_a_note(store, turn):
     loop = [{"tool_use": [{"name": "note", "input": {"text": str(i)}}]} for i in range(5)]
-    store.create_task(TaskSpec(id="loop", prompt="go", script={"tasks": {"loop": loop}}, tools=[],
-                               limits=Limits(max_iterations=2)))
+    store.create_task(
+        TaskSpec(
+            id="loop",
+            prompt="go",
+            script={"tasks": {"loop": loop}},
+            tools=[],
+            limits=Limits(max_iterations=2),
+        )
+    )
     outcome = turn("loop")
     assert outcome.exit_code == 0 and outcome.iterations == 2
     assert "max_iterations=2" in outcome.note
@@ -117,8 +138,14 @@ def test_max_iterations_ends_the_turn_with_a_note(store, turn):
 
 
 def test_cancel_during_tools_records_remaining_calls_as_cancelled(store, turn):
-    script = {"tasks": {"stop": [{"tool_use": [{"name": "note", "input": {"text": str(i)}} for i in range(3)]},
-                                 {"text": "never"}]}}
+    script = {
+        "tasks": {
+            "stop": [
+                {"tool_use": [{"name": "note", "input": {"text": str(i)}} for i in range(3)]},
+                {"text": "never"},
+            ]
+        }
+    }
     store.create_task(TaskSpec(id="stop", prompt="go", script=script, tools=[]))
     cancel = threading.Event()
     original_run = turn.extra_tools[0].run

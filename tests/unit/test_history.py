@@ -46,7 +46,9 @@ def test_tool_use_without_result_at_the_end_gets_a_synthetic_error_result():
 
 
 def test_partial_results_are_completed_with_errors():
-    cleaned = cleanup_conversation_history([user(text("hi")), assistant(use("a"), use("b")), user(result("b"))])
+    cleaned = cleanup_conversation_history(
+        [user(text("hi")), assistant(use("a"), use("b")), user(result("b"))]
+    )
     assert result_ids(cleaned[2]) == ["b", "a"]
     statuses = {b["toolResult"]["toolUseId"]: b["toolResult"]["status"] for b in cleaned[2]["content"]}
     assert statuses == {"b": "success", "a": "error"}
@@ -54,7 +56,8 @@ def test_partial_results_are_completed_with_errors():
 
 def test_consecutive_assistant_messages_are_repaired_with_a_user_message_of_error_results():
     cleaned = cleanup_conversation_history(
-        [user(text("hi")), assistant(use("a")), assistant(text("again"), use("c")), user(result("c"))])
+        [user(text("hi")), assistant(use("a")), assistant(text("again"), use("c")), user(result("c"))]
+    )
     roles = [m["role"] for m in cleaned]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
     assert result_ids(cleaned[2]) == ["a"]
@@ -64,7 +67,12 @@ def test_consecutive_assistant_messages_are_repaired_with_a_user_message_of_erro
 
 def test_results_for_unknown_or_already_answered_ids_are_dropped():
     cleaned = cleanup_conversation_history(
-        [user(text("hi"), result("ghost")), assistant(use("a")), user(result("a"), result("a"), result("zzz"))])
+        [
+            user(text("hi"), result("ghost")),
+            assistant(use("a")),
+            user(result("a"), result("a"), result("zzz")),
+        ]
+    )
     assert cleaned[0]["content"] == [text("hi")]
     assert result_ids(cleaned[2]) == ["a"]
 
@@ -83,7 +91,14 @@ def test_stored_messages_are_not_modified():
 
 def test_shaping_merges_consecutive_user_messages_with_tool_results_first():
     shaped = shape_converse_messages(
-        [user(text("hi")), assistant(use("a")), user(text("child done")), user(result("a")), user(text("more"))])
+        [
+            user(text("hi")),
+            assistant(use("a")),
+            user(text("child done")),
+            user(result("a")),
+            user(text("more")),
+        ]
+    )
     assert [m["role"] for m in shaped] == ["user", "assistant", "user"]
     assert shaped[2]["content"] == [result("a"), text("child done"), text("more")]
 
@@ -95,8 +110,16 @@ def test_shaping_starts_with_a_user_message_and_replaces_empty_text():
 
 
 def test_build_request_messages_gives_a_valid_converse_conversation_for_a_messy_history():
-    messy = [user(text("a")), user(text("b")), assistant(use("1"), use("2")), user(text("interrupting")),
-             assistant(use("3")), assistant(text("oops")), user(result("3"), result("9")), user(text("end"))]
+    messy = [
+        user(text("a")),
+        user(text("b")),
+        assistant(use("1"), use("2")),
+        user(text("interrupting")),
+        assistant(use("3")),
+        assistant(text("oops")),
+        user(result("3"), result("9")),
+        user(text("end")),
+    ]
     request = build_request_messages(messy)
     assert converse_problems(request) == []
 

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from unicore.errors import ConfigError, TurnCancelled
 from unicore.providers.base import ModelRequest
 from unicore.providers.scripted import ScriptedModel, load_script, resolve_scripted
@@ -16,8 +15,12 @@ SCRIPT = {
     "default": "All done.",
     "tasks": {
         "demo": [
-            {"tool_use": [{"name": "spawn_task", "input": {"name": "a", "prompt": "Find A"}},
-                          {"name": "spawn_task", "input": {"name": "b", "prompt": "Find B"}}]},
+            {
+                "tool_use": [
+                    {"name": "spawn_task", "input": {"name": "a", "prompt": "Find A"}},
+                    {"name": "spawn_task", "input": {"name": "b", "prompt": "Find B"}},
+                ]
+            },
             {"text": "Waiting."},
             {"echo": True},
         ],
@@ -47,8 +50,12 @@ def test_steps_follow_the_number_of_assistant_messages():
     assert calls[0]["input"] == {"name": "a", "prompt": "Find A"}
     second = model.converse(request("demo", [user("go"), assistant("x"), user("r")]))
     assert second.content == [{"text": "Waiting."}] and second.stop_reason == "end_turn"
-    past_the_end = model.converse(request("demo", [user("1"), assistant("x"), user("2"), assistant("y"),
-                                                   user("3"), assistant("z"), user("4")]))
+    past_the_end = model.converse(
+        request(
+            "demo",
+            [user("1"), assistant("x"), user("2"), assistant("y"), user("3"), assistant("z"), user("4")],
+        )
+    )
     assert past_the_end.content == [{"text": "All done."}]
 
 
@@ -62,8 +69,13 @@ def test_tool_use_ids_are_deterministic_across_model_instances_and_unique_per_ca
 
 def test_echo_answers_with_the_latest_user_messages():
     model = ScriptedModel(load_script(SCRIPT))
-    messages = [user("go"), assistant("a"), user("r"), assistant("b"),
-                {"role": "user", "content": [{"text": "child one"}, {"text": "child two"}]}]
+    messages = [
+        user("go"),
+        assistant("a"),
+        user("r"),
+        assistant("b"),
+        {"role": "user", "content": [{"text": "child one"}, {"text": "child two"}]},
+    ]
     answer = model.converse(request("demo", messages))
     assert answer.content == [{"text": "child one\n\nchild two"}]
 
@@ -87,7 +99,8 @@ def test_sleep_is_interrupted_by_the_cancel_event():
 
 def test_usage_is_counted_in_words():
     answer = ScriptedModel(load_script({"tasks": {"t": [{"text": "three little words"}]}})).converse(
-        request("t", [user("one two")]))
+        request("t", [user("one two")])
+    )
     assert answer.usage.output_tokens == 3
     assert answer.usage.input_tokens == 2
     assert answer.usage.total_tokens == 5
@@ -95,17 +108,22 @@ def test_usage_is_counted_in_words():
 
 def test_summary_requests_do_not_consume_steps():
     model = ScriptedModel(load_script(SCRIPT))
-    summary = model.converse(request("demo", [user("go"), assistant("Waiting."), user("summarize")], "summary"))
+    summary = model.converse(
+        request("demo", [user("go"), assistant("Waiting."), user("summarize")], "summary")
+    )
     assert "Waiting." in summary.content[0]["text"]
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ({"tasks": {"x": [{"txt": "typo"}]}}, "txt"),
-    ({"tasks": {"x": [{}]}}, "at least one of"),
-    ({"tasks": {"x": [{"tool_use": [{"input": {}}]}]}}, "name"),
-    ({"tasks": {"x": [{"sleep": -1, "text": "a"}]}}, "sleep"),
-    ({"tasks": ["not", "a", "mapping"]}, "tasks"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ({"tasks": {"x": [{"txt": "typo"}]}}, "txt"),
+        ({"tasks": {"x": [{}]}}, "at least one of"),
+        ({"tasks": {"x": [{"tool_use": [{"input": {}}]}]}}, "name"),
+        ({"tasks": {"x": [{"sleep": -1, "text": "a"}]}}, "sleep"),
+        ({"tasks": ["not", "a", "mapping"]}, "tasks"),
+    ],
+)
 def test_malformed_scripts_are_a_clear_config_error(bad, fragment):
     with pytest.raises(ConfigError) as info:
         load_script(bad)

@@ -43,22 +43,46 @@ def ensure_embedded_redis(directory: Path | None = None, *, timeout: float = 20.
     socket_path = where / "redis.sock"
     url = f"unix://{socket_path}"
     if len(str(socket_path)) > 100:
-        raise ConfigError(f"the socket path {socket_path} is too long for a unix socket; set UNICORE_HOME shorter")
+        raise ConfigError(
+            f"the socket path {socket_path} is too long for a unix socket; set UNICORE_HOME shorter"
+        )
     with open(where / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two CLIs starting at once start one server
         if _answers(url):
             return url
         binary = shutil.which("redis-server")
         if binary is None:
-            raise ConfigError("redis-server is not on PATH: install it (hack/bootstrap.sh does) or set REDIS_URL")
+            raise ConfigError(
+                "redis-server is not on PATH: install it (hack/bootstrap.sh does) or set REDIS_URL"
+            )
         if socket_path.exists():
             socket_path.unlink()
-        command = [binary, "--port", "0", "--unixsocket", str(socket_path), "--unixsocketperm", "700",
-                   "--dir", str(where), "--daemonize", "yes", "--pidfile", str(where / "redis.pid"),
-                   "--logfile", str(where / "redis.log"), "--appendonly", "yes", "--save", ""]
+        command = [
+            binary,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(where),
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(where / "redis.pid"),
+            "--logfile",
+            str(where / "redis.log"),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+        ]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise ConfigError(f"could not start redis-server: {result.stderr.strip() or result.stdout.strip()}")
+            raise ConfigError(
+                f"could not start redis-server: {result.stderr.strip() or result.stdout.strip()}"
+            )
         deadline = time.monotonic() + timeout
         while not _answers(url):
             if time.monotonic() > deadline:

@@ -1,12 +1,16 @@
 """Local mode (seed 000's process-per-task model): run a task tree on this machine until it settles.
 
-The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as a
-safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an unfinished turn
-whose process died), no live lease, no process of ours already running it. Children run in parallel. It returns
+The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the
+tree as a
+safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an
+unfinished turn
+whose process died), no live lease, no process of ours already running it. Children run in parallel. It
+returns
 when every task of the tree is idle with an empty inbox and no process is left.
 
 Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
-while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
+while other children of it are still busy, so it reads their answers together in one turn instead of one
+turn per
 child. Any other message (user, tool result) starts the parent at once.
 """
 
@@ -53,14 +57,28 @@ def turn_command(task_id: str) -> list[str]:
     script = Path(sys.executable).with_name("unicore-turn")
     if script.exists():
         return [str(script), task_id]
-    return [sys.executable, "-c", "import sys; from unicore.cli import turn_main; sys.exit(turn_main())", task_id]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from unicore.cli import turn_main; sys.exit(turn_main())",
+        task_id,
+    ]
 
 
 class LocalSupervisor:
-    def __init__(self, client: redis.Redis, redis_url: str, *, log_dir: Path | None = None,
-                 poll_seconds: float = 0.2, scan_seconds: float = 1.0, batch_completions: bool = True,
-                 hold_seconds: float = DEFAULT_HOLD_SECONDS, env: dict[str, str] | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        redis_url: str,
+        *,
+        log_dir: Path | None = None,
+        poll_seconds: float = 0.2,
+        scan_seconds: float = 1.0,
+        batch_completions: bool = True,
+        hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        env: dict[str, str] | None = None,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
         self.store = TaskStore(client)
         self.redis = client
         self.redis_url = redis_url
@@ -97,8 +115,13 @@ class LocalSupervisor:
     # ---- processes
 
     def _start(self, task_id: str) -> None:
-        env = {**os.environ, **self.env, "REDIS_URL": self.redis_url, "UNICORE_TASK_ID": task_id,
-               "UNICORE_SPAWNER": "local"}
+        env = {
+            **os.environ,
+            **self.env,
+            "REDIS_URL": self.redis_url,
+            "UNICORE_TASK_ID": task_id,
+            "UNICORE_SPAWNER": "local",
+        }
         log_path = None
         stdout: int | object = subprocess.DEVNULL
         if self.log_dir is not None:
@@ -121,7 +144,9 @@ class LocalSupervisor:
             report.turns_run += 1
             report.exit_codes.append((task_id, code))
             if code in (0, 3):  # 3: another live turn holds the lease; it will finish the work
-                self.on_event(f"turn finished: {task_id} (exit {code}, {time.monotonic() - run.started:.1f}s)")
+                self.on_event(
+                    f"turn finished: {task_id} (exit {code}, {time.monotonic() - run.started:.1f}s)"
+                )
             else:
                 report.failures[task_id] = code
                 self.failed[task_id] = code
@@ -151,8 +176,11 @@ class LocalSupervisor:
         entries = self.store.inbox(task_id)
         if not entries or any(entry.type != "completion" for entry in entries):
             return False
-        busy = [child for child in self.store.children(task_id)
-                if child not in self.failed and (child in self.running or self._busy(child))]
+        busy = [
+            child
+            for child in self.store.children(task_id)
+            if child not in self.failed and (child in self.running or self._busy(child))
+        ]
         if not busy:
             return False
         first = self.held_since.setdefault(task_id, time.monotonic())
@@ -178,8 +206,9 @@ class LocalSupervisor:
 
     def _read_activations(self, block_ms: int) -> list[str]:
         try:
-            reply = self.redis.xreadgroup(CONSUMER_GROUP, self.consumer, {ACTIVATIONS_STREAM: ">"},
-                                          count=100, block=block_ms)
+            reply = self.redis.xreadgroup(
+                CONSUMER_GROUP, self.consumer, {ACTIVATIONS_STREAM: ">"}, count=100, block=block_ms
+            )
         except redis.ResponseError as exc:
             if "NOGROUP" in str(exc):
                 self._ensure_group()

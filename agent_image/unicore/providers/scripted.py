@@ -12,7 +12,8 @@ Script format (YAML or JSON file, or a dict)::
         - sleep: 0.5            # wait this many seconds (interruptible), then take the step's other fields
           text: "Result from a child."
 
-The step is the number of assistant messages in the request, so the answer is a function of the stored history:
+The step is the number of assistant messages in the request, so the answer is a function of the stored
+history:
 deterministic across processes and restarts.
 """
 
@@ -114,7 +115,9 @@ def _request_text(request: ModelRequest) -> str:
             if "text" in block:
                 parts.append(str(block["text"]))
             elif "toolResult" in block:
-                parts.extend(str(c.get("text", c.get("json", ""))) for c in block["toolResult"].get("content", []))
+                parts.extend(
+                    str(c.get("text", c.get("json", ""))) for c in block["toolResult"].get("content", [])
+                )
             elif "toolUse" in block:
                 parts.append(str(block["toolUse"].get("input", "")))
     return " ".join(parts)
@@ -155,9 +158,14 @@ class ScriptedModel:
         input_tokens = count_tokens(_request_text(request))
         output_tokens = sum(count_tokens(str(b.get("text", b.get("toolUse", "")))) for b in content)
         return ModelResponse(
-            content=content, stop_reason=stop, model_id=self.name,
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                        total_tokens=input_tokens + output_tokens),
+            content=content,
+            stop_reason=stop,
+            model_id=self.name,
+            usage=Usage(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                total_tokens=input_tokens + output_tokens,
+            ),
             latency_seconds=time.monotonic() - started,
         )
 
@@ -172,14 +180,26 @@ class ScriptedModel:
         content: list[ContentBlock] = [{"text": "\n\n".join(texts)}] if texts else []
         for i, call in enumerate(step.tool_use or []):
             digest = hashlib.sha1(f"{request.task_id}|{step_index}|{i}".encode()).hexdigest()[:10]
-            content.append({"toolUse": {"toolUseId": f"tooluse_{step_index}_{i}_{digest}", "name": call.name,
-                                        "input": call.input}})
+            content.append(
+                {
+                    "toolUse": {
+                        "toolUseId": f"tooluse_{step_index}_{i}_{digest}",
+                        "name": call.name,
+                        "input": call.input,
+                    }
+                }
+            )
         return content
 
     def _summary(self, request: ModelRequest) -> str:
         last = latest_user_text(request.messages[:-1]) if len(request.messages) > 1 else ""
-        answers = [b["text"] for m in request.messages if m.get("role") == "assistant"
-                   for b in m.get("content", []) if "text" in b]
+        answers = [
+            b["text"]
+            for m in request.messages
+            if m.get("role") == "assistant"
+            for b in m.get("content", [])
+            if "text" in b
+        ]
         final = answers[-1] if answers else last
         return f"Scripted turn: {len(answers)} answers; final: {final[:200]}"
 

@@ -61,5 +61,15 @@ class TaskKeys:
         return task_key(self.task_id, "children")
 
     def all(self) -> list[str]:
-        return [self.task, self.turns, self.turnmeta, self.messages, self.inbox, self.seen, self.lease,
-                self.fence, self.heartbeat, self.children]
+        return [
+            self.task,
+            self.turns,
+            self.turnmeta,
+            self.messages,
+            self.inbox,
+            self.seen,
+            self.lease,
+            self.fence,
+            self.heartbeat,
+            self.children,
+        ]

@@ -1,6 +1,7 @@
 """The Lua scripts behind every multi-step write. Each runs atomically on one task's keys (one hash tag).
 
-Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write nothing
+Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write
+nothing
 unless the lease still holds that token (error reply ``UC_LEASE_LOST``).
 
 Messages and turn headers are built by string concatenation around JSON produced in Python, so content blocks
@@ -26,7 +27,7 @@ local function message_json(seq, turn_number, first_seq, role, now, content)
 end
 """
 
-# KEYS: task, inbox, seen, tasks index   ARGV: created_at, prompt_id ('' = none), prompt_entry, field, value, ...
+# KEYS: task, inbox, seen   ARGV: created_at, prompt_id ('' = none), prompt_entry, field, value, ...
 CREATE_TASK = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
@@ -62,11 +63,14 @@ return {token, ARGV[1]}
 """
 
 # KEYS: lease, heartbeat   ARGV: token, ttl_ms, now
-RENEW_LEASE = _FENCE + """
+RENEW_LEASE = (
+    _FENCE
+    + """
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], ARGV[3])
 return 1
 """
+)
 
 # KEYS: lease, task   ARGV: token, now
 RELEASE_LEASE = """
@@ -78,9 +82,13 @@ return 1
 
 # KEYS: lease, task, inbox, turns, messages
 # ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, content_json...
-# Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the task
+# Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the
+# task
 # was stopped (first drain of the process) and the last message is turn-ending (text-only assistant).
-DRAIN = _FENCE + _MESSAGE_JSON + """
+DRAIN = (
+    _FENCE
+    + _MESSAGE_JSON
+    + """
 local n = tonumber(ARGV[2])
 if redis.call('LINDEX', KEYS[3], n - 1) ~= ARGV[3] then return redis.error_reply('UC_STALE_INBOX') end
 local now = ARGV[5]
@@ -127,15 +135,20 @@ redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HSET', KEYS[2], 'updated_at', now)
 return {turn_number, new_turn and 1 or 0, nmsgs, first_seq}
 """
+)
 
 # KEYS: lease, task, turns, messages
 # ARGV: token, role, content_json, now, is_assistant, has_tool_use, input_tokens, output_tokens, total_tokens
-APPEND_MESSAGE = _FENCE + _MESSAGE_JSON + """
+APPEND_MESSAGE = (
+    _FENCE
+    + _MESSAGE_JSON
+    + """
 local header_raw = redis.call('LINDEX', KEYS[3], -1)
 if not header_raw then return redis.error_reply('UC_NO_TURN') end
 local header = cjson.decode(header_raw)
 local seq = redis.call('LLEN', KEYS[4])
-redis.call('RPUSH', KEYS[4], message_json(seq, header['turn_number'], header['first_seq'], ARGV[2], ARGV[4], ARGV[3]))
+redis.call('RPUSH', KEYS[4], message_json(seq, header['turn_number'], header['first_seq'], ARGV[2],
+  ARGV[4], ARGV[3]))
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[2], 'iterations', 1) end
 if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[2], 'tool_iterations', 1) end
 if tonumber(ARGV[9]) > 0 then
@@ -146,18 +159,24 @@ end
 redis.call('HSET', KEYS[2], 'updated_at', ARGV[4])
 return {seq, header['turn_number'], seq - header['first_seq']}
 """
+)
 
 # KEYS: lease, task   ARGV: token, now, input_tokens, output_tokens, total_tokens
-RECORD_USAGE = _FENCE + """
+RECORD_USAGE = (
+    _FENCE
+    + """
 redis.call('HINCRBY', KEYS[2], 'input_tokens', ARGV[3])
 redis.call('HINCRBY', KEYS[2], 'output_tokens', ARGV[4])
 redis.call('HINCRBY', KEYS[2], 'total_tokens', ARGV[5])
 redis.call('HSET', KEYS[2], 'updated_at', ARGV[2])
 return 1
 """
+)
 
 # KEYS: lease, task, turnmeta   ARGV: token, now, turn_number, last_response, meta field, meta value, ...
-END_TURN = _FENCE + """
+END_TURN = (
+    _FENCE
+    + """
 local prefix = ARGV[3] .. ':'
 for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[3], prefix .. ARGV[i], ARGV[i + 1])
@@ -165,10 +184,14 @@ end
 redis.call('HSET', KEYS[2], 'last_response', ARGV[4], 'last_error', '', 'updated_at', ARGV[2])
 return 1
 """
+)
 
 # KEYS: lease, task   ARGV: token, now, field, value, ...
-SET_FIELDS = _FENCE + """
+SET_FIELDS = (
+    _FENCE
+    + """
 for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[2], 'updated_at', ARGV[2])
 return 1
 """
+)

@@ -46,13 +46,17 @@ class TaskRecord(BaseModel):
 
     @property
     def usage(self) -> Usage:
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-                     total_tokens=self.total_tokens)
+        return Usage(
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens, total_tokens=self.total_tokens
+        )
 
     @property
     def tree_usage(self) -> Usage:
-        return Usage(input_tokens=self.tree_input_tokens, output_tokens=self.tree_output_tokens,
-                     total_tokens=self.tree_total_tokens)
+        return Usage(
+            input_tokens=self.tree_input_tokens,
+            output_tokens=self.tree_output_tokens,
+            total_tokens=self.tree_total_tokens,
+        )
 
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ("tools", "child_tools", "limits", "script")
 

@@ -73,7 +73,8 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
 
 
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
-    """Seed 000 batching: all tool results first, in ONE user message; then one user message per text entry."""
+    """Seed 000 batching: all tool results first, in ONE user message; then one user message per text "
+    "entry."""
     tool_results: list[ContentBlock] = []
     texts: list[list[ContentBlock]] = []
     for raw in raw_entries:
@@ -130,21 +131,35 @@ class TaskStore:
             parent = self.get_task(spec.parent)
         now = time.time()
         record = TaskRecord(
-            id=spec.id, name=task_name(spec.id), parent=spec.parent,
-            root=parent.root if parent else spec.id, depth=parent.depth + 1 if parent else 0,
-            model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools, child_tools=spec.child_tools,
-            limits=spec.limits, script=spec.script, created_at=now, updated_at=now, schema_version=SCHEMA_VERSION,
+            id=spec.id,
+            name=task_name(spec.id),
+            parent=spec.parent,
+            root=parent.root if parent else spec.id,
+            depth=parent.depth + 1 if parent else 0,
+            model=spec.model,
+            system_prompt=spec.system_prompt,
+            tools=spec.tools,
+            child_tools=spec.child_tools,
+            limits=spec.limits,
+            script=spec.script,
+            created_at=now,
+            updated_at=now,
+            schema_version=SCHEMA_VERSION,
         )
         prompt_id, prompt_entry = "", ""
         if spec.prompt is not None:
-            message = InboxMessage(id=f"prompt:{spec.id}", type="user", content=spec.prompt, sender="user",
-                                   timestamp=now)
+            message = InboxMessage(
+                id=f"prompt:{spec.id}", type="user", content=spec.prompt, sender="user", timestamp=now
+            )
             prompt_entry = self._encode_entry(message)
             prompt_id = message.id
         keys = self.keys(spec.id)
         fields = [item for pair in record.to_hash().items() for item in pair]
-        created = bool(self._create(keys=[keys.task, keys.inbox, keys.seen],
-                                    args=[repr(now), prompt_id, prompt_entry, *fields]))
+        created = bool(
+            self._create(
+                keys=[keys.task, keys.inbox, keys.seen], args=[repr(now), prompt_id, prompt_entry, *fields]
+            )
+        )
         if not created:
             log.info("task %s already exists; its conversation is kept", spec.id)
             return False
@@ -208,43 +223,66 @@ class TaskStore:
         return encoded
 
     def queue_message(self, task_id: str, message: InboxMessage) -> bool:
-        """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing nothing)
+        """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing "
+        "nothing)
         if that id was already accepted. Raises MessageTooLarge / TaskNotFound, writing nothing."""
         encoded = self._encode_entry(message)
         keys = self.keys(task_id)
-        result = int(self._queue(keys=[keys.task, keys.inbox, keys.seen],
-                                 args=[message.id, encoded, repr(message.timestamp)]))
+        result = int(
+            self._queue(
+                keys=[keys.task, keys.inbox, keys.seen], args=[message.id, encoded, repr(message.timestamp)]
+            )
+        )
         if result < 0:
             raise TaskNotFound(f"no task {task_id!r}; message {message.id} was not queued")
         return result == 1
 
-    def queue_text(self, task_id: str, text: str, *, sender: str = "user", kind: str = "user",
-                   message_id: str | None = None) -> bool:
+    def queue_text(
+        self,
+        task_id: str,
+        text: str,
+        *,
+        sender: str = "user",
+        kind: str = "user",
+        message_id: str | None = None,
+    ) -> bool:
         message = InboxMessage(type=kind, content=text, sender=sender)  # type: ignore[arg-type]
         if message_id:
             message.id = message_id
         return self.queue_message(task_id, message)
 
     def activate(self, task_id: str, reason: str) -> str:
-        """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor)."""
-        return str(self.redis.xadd(ACTIVATIONS_STREAM, {"task": task_id, "reason": reason, "ts": _now()},
-                                   maxlen=ACTIVATIONS_MAXLEN, approximate=True))
+        """Signal that the task has work (at-least-once stream consumed by the operator / local "
+        "supervisor)."""
+        return str(
+            self.redis.xadd(
+                ACTIVATIONS_STREAM,
+                {"task": task_id, "reason": reason, "ts": _now()},
+                maxlen=ACTIVATIONS_MAXLEN,
+                approximate=True,
+            )
+        )
 
     def pending_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).inbox))
 
     def inbox(self, task_id: str) -> list[InboxMessage]:
-        return [InboxMessage.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).inbox, 0, -1)]
+        return [
+            InboxMessage.model_validate_json(raw)
+            for raw in self.redis.lrange(self.keys(task_id).inbox, 0, -1)
+        ]
 
     # ------------------------------------------------------------------ lease
 
-    def acquire_lease(self, task_id: str, *, holder: str | None = None,
-                      ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> Lease:
+    def acquire_lease(
+        self, task_id: str, *, holder: str | None = None, ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    ) -> Lease:
         """Take the task's lease with a new fencing token; LeaseBusy if a live holder has it."""
         keys = self.keys(task_id)
         who = holder or _holder_id()
-        token, current = self._acquire(keys=[keys.lease, keys.fence, keys.task, keys.heartbeat],
-                                       args=[who, ttl_ms, _now()])
+        token, current = self._acquire(
+            keys=[keys.lease, keys.fence, keys.task, keys.heartbeat], args=[who, ttl_ms, _now()]
+        )
         token = int(token)
         if token < 0:
             raise TaskNotFound(f"no task {task_id!r}")
@@ -299,25 +337,44 @@ class TaskStore:
             now = _now()
             try:
                 turn_number, new_turn, start_seq, turn_first_seq = self._fenced(
-                    self._drain, [keys.lease, keys.task, keys.inbox, keys.turns, keys.messages],
-                    [lease.token, len(raw_entries), raw_entries[-1], "1" if first_drain else "0", now,
-                     *(json.dumps(c) for c in contents)])
+                    self._drain,
+                    [keys.lease, keys.task, keys.inbox, keys.turns, keys.messages],
+                    [
+                        lease.token,
+                        len(raw_entries),
+                        raw_entries[-1],
+                        "1" if first_drain else "0",
+                        now,
+                        *(json.dumps(c) for c in contents),
+                    ],
+                )
             except redis.ResponseError as exc:
                 if lua.STALE_INBOX in str(exc):
                     log.warning("inbox of %s changed under the drain; reading it again", lease.task_id)
                     continue
                 raise
             messages = [
-                Message(role="user", content=content, seq=int(start_seq) + i, turn_number=int(turn_number),
-                        message_number=int(start_seq) + i - int(turn_first_seq), timestamp=float(now))
+                Message(
+                    role="user",
+                    content=content,
+                    seq=int(start_seq) + i,
+                    turn_number=int(turn_number),
+                    message_number=int(start_seq) + i - int(turn_first_seq),
+                    timestamp=float(now),
+                )
                 for i, content in enumerate(contents)
             ]
-            return DrainResult(drained=len(raw_entries), messages=messages, turn_number=int(turn_number),
-                               new_turn=bool(int(new_turn)))
+            return DrainResult(
+                drained=len(raw_entries),
+                messages=messages,
+                turn_number=int(turn_number),
+                new_turn=bool(int(new_turn)),
+            )
         raise UniCoreError(f"inbox of {lease.task_id} kept changing under the drain")
 
-    def append_message(self, lease: Lease, role: str, content: list[ContentBlock], *,
-                       usage: Usage | None = None) -> Message:
+    def append_message(
+        self, lease: Lease, role: str, content: list[ContentBlock], *, usage: Usage | None = None
+    ) -> Message:
         """Append one message to the current turn (and add the model call's usage), fenced."""
         keys = self.keys(lease.task_id)
         now = _now()
@@ -325,19 +382,39 @@ class TaskStore:
         has_tool_use = is_assistant and any("toolUse" in block for block in content)
         used = usage or Usage()
         seq, turn_number, message_number = self._fenced(
-            self._append, [keys.lease, keys.task, keys.turns, keys.messages],
-            [lease.token, role, json.dumps(content), now, int(is_assistant), int(has_tool_use),
-             used.input_tokens, used.output_tokens, used.total_tokens])
+            self._append,
+            [keys.lease, keys.task, keys.turns, keys.messages],
+            [
+                lease.token,
+                role,
+                json.dumps(content),
+                now,
+                int(is_assistant),
+                int(has_tool_use),
+                used.input_tokens,
+                used.output_tokens,
+                used.total_tokens,
+            ],
+        )
         if usage and usage.total_tokens:
             self._roll_up_usage(lease.task_id, usage)
-        return Message(role=role, content=content, seq=int(seq), turn_number=int(turn_number),  # type: ignore[arg-type]
-                       message_number=int(message_number), timestamp=float(now))
+        return Message(
+            role=role,
+            content=content,
+            seq=int(seq),
+            turn_number=int(turn_number),  # type: ignore[arg-type]
+            message_number=int(message_number),
+            timestamp=float(now),
+        )
 
     def record_usage(self, lease: Lease, usage: Usage) -> None:
         """Add a model call's usage (e.g. the turn summary) to the task and to its root's tree totals."""
         keys = self.keys(lease.task_id)
-        self._fenced(self._usage, [keys.lease, keys.task],
-                     [lease.token, _now(), usage.input_tokens, usage.output_tokens, usage.total_tokens])
+        self._fenced(
+            self._usage,
+            [keys.lease, keys.task],
+            [lease.token, _now(), usage.input_tokens, usage.output_tokens, usage.total_tokens],
+        )
         self._roll_up_usage(lease.task_id, usage)
 
     def _roll_up_usage(self, task_id: str, usage: Usage) -> None:
@@ -350,16 +427,34 @@ class TaskStore:
         pipe.hincrby(root_key, "tree_total_tokens", usage.total_tokens)
         pipe.execute()
 
-    def end_turn(self, lease: Lease, turn_number: int, *, last_response: str, summary: str = "",
-                 iterations: int = 0, note: str = "", extra: dict[str, str] | None = None) -> None:
-        """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last response."""
+    def end_turn(
+        self,
+        lease: Lease,
+        turn_number: int,
+        *,
+        last_response: str,
+        summary: str = "",
+        iterations: int = 0,
+        note: str = "",
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last "
+        "response."""
         keys = self.keys(lease.task_id)
         now = _now()
-        meta: dict[str, str] = {"ended_at": now, "summary": summary, "iterations": str(iterations), "note": note}
+        meta: dict[str, str] = {
+            "ended_at": now,
+            "summary": summary,
+            "iterations": str(iterations),
+            "note": note,
+        }
         meta.update(extra or {})
         flat = [item for pair in meta.items() for item in pair]
-        self._fenced(self._end_turn, [keys.lease, keys.task, keys.turnmeta],
-                     [lease.token, now, turn_number, last_response, *flat])
+        self._fenced(
+            self._end_turn,
+            [keys.lease, keys.task, keys.turnmeta],
+            [lease.token, now, turn_number, last_response, *flat],
+        )
 
     def set_task_fields(self, lease: Lease, fields: dict[str, str]) -> None:
         """Fenced HSET of task record fields (e.g. ``last_error``)."""
@@ -373,7 +468,8 @@ class TaskStore:
     # ------------------------------------------------------------------ reads of the conversation
 
     def load_history(self, task_id: str) -> list[Turn]:
-        """All turns with their messages: one round trip (LRANGE turns + LRANGE messages + HGETALL turnmeta)."""
+        """All turns with their messages: one round trip (LRANGE turns + LRANGE messages + HGETALL "
+        "turnmeta)."""
         keys = self.keys(task_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(keys.turns, 0, -1)
@@ -383,7 +479,9 @@ class TaskStore:
         return assemble_history(raw_turns, raw_messages, meta)
 
     def messages(self, task_id: str) -> list[Message]:
-        return [Message.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)]
+        return [
+            Message.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)
+        ]
 
     def last_message(self, task_id: str) -> Message | None:
         raw = self.redis.lindex(self.keys(task_id).messages, -1)
@@ -401,7 +499,7 @@ class TaskStore:
     def turn_meta(self, task_id: str, turn_number: int) -> dict[str, str]:
         prefix = f"{turn_number}:"
         meta = self.redis.hgetall(self.keys(task_id).turnmeta)
-        return {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
 
     def needs_turn(self, task_id: str) -> bool:
         """True when a turn should run: pending inbox entries, or an unfinished turn whose process died
@@ -420,16 +518,26 @@ class TaskStore:
         return self.get_task(task_id).usage
 
 
-def assemble_history(raw_turns: Iterable[str], raw_messages: Iterable[str], meta: dict[str, str]) -> list[Turn]:
+def assemble_history(
+    raw_turns: Iterable[str], raw_messages: Iterable[str], meta: dict[str, str]
+) -> list[Turn]:
     turns: list[Turn] = []
     for raw in raw_turns:
         header = json.loads(raw)
         n = header["turn_number"]
         ended = meta.get(f"{n}:ended_at")
         iterations = meta.get(f"{n}:iterations")
-        turns.append(Turn(turn_number=n, started_at=header["started_at"], first_seq=header["first_seq"],
-                          summary=meta.get(f"{n}:summary", ""), ended_at=float(ended) if ended else None,
-                          iterations=int(iterations) if iterations else None, note=meta.get(f"{n}:note", "")))
+        turns.append(
+            Turn(
+                turn_number=n,
+                started_at=header["started_at"],
+                first_seq=header["first_seq"],
+                summary=meta.get(f"{n}:summary", ""),
+                ended_at=float(ended) if ended else None,
+                iterations=int(iterations) if iterations else None,
+                note=meta.get(f"{n}:note", ""),
+            )
+        )
     by_number = {turn.turn_number: turn for turn in turns}
     for raw in raw_messages:
         message = Message.model_validate_json(raw)
