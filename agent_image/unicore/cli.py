@@ -74,10 +74,8 @@ def resolve_model_spec(
     elif model.startswith("scripted:"):
         script = load_script(Path(model.split(":", 1)[1])).model_dump(exclude_none=True)
         model = "scripted"
-    try:
-        from unicore.providers.registry import resolve_model  # type: ignore[attr-defined]
-    except ImportError:
-        from unicore.providers.scripted import resolve_scripted as resolve_model
+    from unicore.providers.registry import resolve_model
+
     resolve_model(model, redis=client, script=script)  # a bad spec / missing credentials fail here, clearly
     return model, script
 

@@ -34,12 +34,15 @@ from unicore.errors import (
 )
 from unicore.history import CANCELLED_TEXT, build_request_messages, message_text
 from unicore.log import get_logger
-from unicore.providers.base import Model, ModelRequest, ModelResponse, ToolSpec
+from unicore.prompts import build_system_prompt
+from unicore.providers.base import Model, ModelRequest, ModelResponse
+from unicore.providers.registry import resolve_model
 from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, task_name, tool_result_block
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
 from unicore.state.telemetry import Telemetry
 from unicore.tools.base import Spawner, Tool, ToolContext
+from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
 from unicore.turn_signals import Heartbeat
 
 log = get_logger("turn")
@@ -79,47 +82,16 @@ class TurnOutcome:
 
 
 def default_model_factory(record: TaskRecord, client: redis.Redis) -> Model:
-    """``unicore.providers.registry.resolve_model`` when present; the scripted provider otherwise."""
-    try:
-        from unicore.providers.registry import resolve_model  # type: ignore[attr-defined]
-    except ImportError:
-        from unicore.providers.scripted import resolve_scripted as resolve_model
+    """The task's model through ``unicore.providers.registry.resolve_model`` (scripted, bedrock, openai)."""
     return resolve_model(record.model, redis=client, script=record.script)
 
 
 def default_toolset_factory(record: TaskRecord) -> Sequence[Tool]:
-    try:
-        from unicore.tools.registry import toolset_for
-    except ImportError:
-        return []
     return toolset_for(record)
 
 
 def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
-    try:
-        from unicore.prompts import build_system_prompt
-    except ImportError:
-        return record.system_prompt
     return build_system_prompt(store, record)
-
-
-def _tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:
-    try:
-        from unicore.tools.registry import tool_specs
-    except ImportError:
-        return [
-            ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema()) for t in tools
-        ]
-    return tool_specs(tools)
-
-
-def _run_tool_call(ctx: ToolContext, tools: Sequence[Tool], block: ContentBlock) -> ContentBlock:
-    try:
-        from unicore.tools.registry import run_tool_call
-    except ImportError:
-        tool_id = block["toolUse"]["toolUseId"]
-        return tool_result_block(tool_id, f"Error: unknown tool {block['toolUse'].get('name')!r}", error=True)
-    return run_tool_call(ctx, tools, block)
 
 
 def default_workspace(task_id: str) -> Path:
@@ -289,7 +261,7 @@ class _Turn:
         if hasattr(model, "set_cancel_event"):
             model.set_cancel_event(self.cancel)
         tools = list(self.toolset_factory(record))
-        specs = _tool_specs(tools)
+        specs = tool_specs(tools)
         workspace = self.workspace or default_workspace(self.task_id)
         workspace.mkdir(parents=True, exist_ok=True)
         ctx = ToolContext(
@@ -358,7 +330,7 @@ class _Turn:
             while self.pending_tool_uses:
                 self._check_cancel()
                 block = self.pending_tool_uses[0]
-                result = _run_tool_call(ctx, tools, block)
+                result = run_tool_call(ctx, tools, block)
                 self._queue_result(result)
                 self.pending_tool_uses.pop(0)
                 self.outcome.tool_calls += 1
@@ -522,12 +494,9 @@ def run_turn(
     ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
     """
     if spawner is None:
-        try:
-            from unicore.launch.local_spawner import LocalSpawner
+        from unicore.launch.local_spawner import LocalSpawner
 
-            spawner = LocalSpawner(TaskStore(redis))
-        except ImportError:
-            spawner = None
+        spawner = LocalSpawner(TaskStore(redis))
     return _Turn(
         task_id,
         redis,

@@ -150,7 +150,10 @@ class ScriptedModel:
         else:
             step_index = sum(1 for m in request.messages if m.get("role") == "assistant")
             steps = self.script.steps_for(request.task_id)
-            step = steps[step_index] if step_index < len(steps) else ScriptStep(text=self.script.default)
+            if step_index < len(steps):
+                step = steps[step_index]
+            else:
+                step = ScriptStep(text=self.script.default, sleep=None)
             if step.sleep:
                 self._sleep(step.sleep)
             content = self._content(request, step, step_index)

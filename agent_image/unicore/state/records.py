@@ -25,7 +25,7 @@ class TaskRecord(BaseModel):
     system_prompt: str = ""
     tools: list[str] | None = None
     child_tools: list[str] | None = None
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     script: dict[str, Any] | None = None
     status: TaskStatus = "idle"
     turns: int = 0  # turns started (== number of stored turns)

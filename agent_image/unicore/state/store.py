@@ -28,6 +28,7 @@ from unicore.schema import (
     ContentBlock,
     InboxMessage,
     Message,
+    Role,
     TaskSpec,
     Usage,
     is_turn_ending,
@@ -373,7 +374,7 @@ class TaskStore:
         raise UniCoreError(f"inbox of {lease.task_id} kept changing under the drain")
 
     def append_message(
-        self, lease: Lease, role: str, content: list[ContentBlock], *, usage: Usage | None = None
+        self, lease: Lease, role: Role, content: list[ContentBlock], *, usage: Usage | None = None
     ) -> Message:
         """Append one message to the current turn (and add the model call's usage), fenced."""
         keys = self.keys(lease.task_id)
@@ -402,7 +403,7 @@ class TaskStore:
             role=role,
             content=content,
             seq=int(seq),
-            turn_number=int(turn_number),  # type: ignore[arg-type]
+            turn_number=int(turn_number),
             message_number=int(message_number),
             timestamp=float(now),
         )
