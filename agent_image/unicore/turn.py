@@ -95,6 +95,8 @@ def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
 
 
 def default_workspace(task_id: str) -> Path:
+    """The workspace folder of a task tree (pass the ROOT id: a tree shares one workspace, so children with
+    read-only tools can read what their parent and siblings wrote)."""
     base = os.environ.get("UNICORE_WORKSPACE")
     if base:
         return Path(base)
@@ -262,7 +264,7 @@ class _Turn:
             model.set_cancel_event(self.cancel)
         tools = list(self.toolset_factory(record))
         specs = tool_specs(tools)
-        workspace = self.workspace or default_workspace(self.task_id)
+        workspace = self.workspace or default_workspace(record.root or self.task_id)
         workspace.mkdir(parents=True, exist_ok=True)
         ctx = ToolContext(
             task_id=self.task_id,
