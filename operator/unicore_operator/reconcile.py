@@ -83,7 +83,7 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         active_job=active,
         lease_held=snap.lease_held,
         pending_messages=snap.pending,
-        unfinished_turn=snap.record.get("status") == "running" and not snap.lease_held,
+        unfinished_turn=snap.unfinished_turn(),
         children_phases={c["name"]: c["phase"] for c in children},
     )
 

@@ -75,8 +75,17 @@ class TaskSnapshot:
     ended_jobs_by_turn: dict[int, int] = field(default_factory=dict)
     last_turn: dict[str, Any] | None = None
 
+    def unfinished_turn(self) -> bool:
+        """A turn started but never ended (its process was stopped or died) and nobody runs it now."""
+        if self.lease_held:
+            return False
+        if self.record.get("status") == "running":
+            return True
+        return self.last_turn is not None and not self.last_turn.get("ended_at")
+
     def next_turn(self) -> int:
-        return self.turns + 1
+        """The turn the next Job runs: an interrupted turn continues under its own number."""
+        return self.turns if self.turns and self.unfinished_turn() else self.turns + 1
 
     def next_attempt(self) -> int:
         return self.ended_jobs_by_turn.get(self.next_turn(), 0)

@@ -48,8 +48,10 @@ def agent_rbac(namespace: str) -> list[dict[str, Any]]:
 
 
 def install_agent_rbac(kubeconfig: Path | str, namespace: str) -> None:
-    manifest = "\n---\n".join(json.dumps(obj) for obj in agent_rbac(namespace))
-    kubectl(kubeconfig, "apply", "-f", "-", input_text=manifest)
+    manifest = {"apiVersion": "v1", "kind": "List", "items": agent_rbac(namespace)}
+    result = kubectl(kubeconfig, "apply", "-f", "-", input_text=json.dumps(manifest), check=False)
+    if result.returncode:
+        raise RuntimeError(f"kubectl apply (agent RBAC) failed: {result.stderr}")
 
 
 class OperatorProcess:

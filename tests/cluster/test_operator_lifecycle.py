@@ -1,0 +1,124 @@
+"""Operator lifecycle on the real control plane: suspend/resume, SIGKILL restart, deleting a tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from unicore.schema import InboxMessage
+from unicore.state.store import TaskStore
+
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd
+from tests.cluster.test_operator import assistant_texts, settled, user_texts
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+SETTLE = 180.0
+
+
+@pytest.fixture(scope="session")
+def crd(control_plane: Any) -> Any:
+    install_crd(control_plane.kubeconfig)
+    return control_plane
+
+
+@pytest.fixture
+def operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    install_agent_rbac(crd.kubeconfig, k8s_namespace)
+    proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log").start()
+    yield proc
+    proc.stop()
+    print(f"--- operator log ({proc.log_path}):\n{proc.log()}")
+
+
+@pytest.fixture
+def tasks(crd: Any, k8s_namespace: str) -> Iterator[Tasks]:
+    api = crd.api_client()
+    yield Tasks(api, k8s_namespace)
+    api.close()
+
+
+def running_pods(tasks: Tasks) -> list[Any]:
+    return [pod for pod in tasks.pods() if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp]
+
+
+def long_script(name: str, seconds: float) -> dict[str, Any]:
+    return {"tasks": {name: [{"sleep": seconds, "text": "Slow answer."}, {"echo": True}]}}
+
+
+def test_suspend_during_a_long_turn_then_resume(
+    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    tid = f"{k8s_namespace}/slow"
+    tasks.create("slow", {"prompt": "take your time", "gpus": 0, "script": long_script("slow", 30)})
+    wait_for(lambda: running_pods(tasks) and redis_client.exists(f"uc:{{{tid}}}:lease"), timeout=60,
+             what="the turn process to run")
+    first_job = tasks.get("slow")["status"]["activeJob"]  # type: ignore[index]
+    assert first_job
+
+    tasks.patch("slow", {"suspend": True})
+    wait_for(lambda: tasks.phase("slow") == "Suspended", timeout=60, what="phase Suspended")
+    wait_for(lambda: not tasks.jobs(), timeout=60, what="the turn Job to be deleted")
+    wait_for(lambda: not running_pods(tasks) and not redis_client.exists(f"uc:{{{tid}}}:lease"), timeout=60,
+             what="the turn process to stop and release its lease")
+    assert not redis_client.hget(f"uc:{{{tid}}}:turnmeta", "1:ended_at")  # the interrupted turn stays open
+    wait_for(lambda: tasks.get("slow")["status"]["activeJob"] == "", timeout=30,  # type: ignore[index]
+             what="status.activeJob to be cleared")
+    assert not tasks.jobs()  # suspended: nothing new is started
+
+    tasks.patch("slow", {"suspend": False})
+    wait_for(lambda: tasks.phase("slow") == "Idle", timeout=SETTLE, what="the resumed turn to finish")
+    assert "take your time" in "\n".join(user_texts(redis_client, tid))
+    assert user_texts(redis_client, tid).count("take your time") == 1
+    assert assistant_texts(redis_client, tid)[-1] == "Slow answer."
+    assert redis_client.llen(f"uc:{{{tid}}}:inbox") == 0
+
+
+def test_operator_sigkill_mid_turn_and_restart(
+    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    tid = f"{k8s_namespace}/steady"
+    tasks.create("steady", {"prompt": "count to three", "gpus": 0, "script": long_script("steady", 6)})
+    wait_for(lambda: running_pods(tasks) and user_texts(redis_client, tid) == ["count to three"], timeout=60,
+             what="the first turn to have drained its prompt")
+    operator.kill()
+    store = TaskStore(redis_client)  # a follow-up arrives while the operator is down (activation included)
+    store.queue_message(tid, InboxMessage(id="follow-1", type="user", content="and now to four"))
+    store.activate(tid, "message")
+    operator.start()
+    def both_turns_done() -> bool:
+        status = (tasks.get("steady") or {}).get("status") or {}
+        return status.get("phase") == "Idle" and status.get("turns") == 2
+
+    wait_for(both_turns_done, timeout=SETTLE, what=f"both turns to finish ({tasks.get('steady')})")
+    jobs = sorted(job.metadata.name for job in tasks.jobs())
+    assert jobs == ["steady-t1", "steady-t2"]
+    status = tasks.get("steady")["status"]  # type: ignore[index]
+    assert status["turns"] == 2 and status["activeJob"] == "" and status["failedAttempts"] == 0
+    texts = user_texts(redis_client, tid)
+    assert texts.count("count to three") == 1 and texts.count("and now to four") == 1
+    assert assistant_texts(redis_client, tid) == ["Slow answer.", "and now to four"]
+
+
+def test_delete_the_root_removes_the_whole_tree(
+    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    script = {"tasks": {
+        "tree": [{"tool_use": [{"name": "spawn_task", "input": {"name": "a", "prompt": "go"}}]},
+                 {"text": "waiting"}, {"echo": True}],
+        "tree-a": [{"tool_use": [{"name": "spawn_task", "input": {"name": "b", "prompt": "deeper"}}]},
+                   {"text": "waiting too"}, {"echo": True}],
+    }}
+    tasks.create("tree", {"prompt": "build a tree", "gpus": 0, "script": script})
+    wait_for(lambda: settled(tasks, 3), timeout=SETTLE, what=f"3 Idle tasks (have {tasks.all_phases()})")
+    assert redis_client.keys(f"uc:{{{k8s_namespace}/tree*")
+    tasks.delete("tree")
+    wait_for(lambda: not tasks.all(), timeout=90, what="every AgentTask of the tree to be gone")
+    wait_for(lambda: not tasks.jobs() and not tasks.pods(), timeout=90, what="Jobs and pods to be gone")
+    wait_for(lambda: not redis_client.keys(f"uc:{{{k8s_namespace}/tree*"), timeout=30,
+             what="the tree's Redis keys to be gone")
