@@ -15,9 +15,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from unicore_operator import names
+from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.log import logger
 from unicore_operator.reconcile import reconcile_task
@@ -47,6 +48,7 @@ def _text(value: Any) -> str:
 async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any, Any]]]) -> None:
     """Reconcile every task named in ``entries`` (each task once per batch), then acknowledge them all."""
     tasks: dict[tuple[str, str], str] = {}
+    earliest: dict[tuple[str, str], float] = {}
     for _entry_id, fields in entries:
         decoded = {_text(k): _text(v) for k, v in (fields or {}).items()}
         task_id = decoded.get("task", "")
@@ -55,8 +57,18 @@ async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any
         namespace, name = task_id.split("/", 1)
         if ctx.watches(namespace):
             tasks.setdefault((namespace, name), decoded.get("reason") or "activation")
+            try:
+                ts = float(decoded.get("ts", ""))
+            except ValueError:
+                continue
+            earliest[(namespace, name)] = min(ts, earliest.get((namespace, name), ts))
     if tasks:
-        await asyncio.gather(*(reconcile_task(ctx, ns, name, reason) for (ns, name), reason in tasks.items()))
+        created = await asyncio.gather(
+            *(reconcile_task(ctx, ns, name, reason) for (ns, name), reason in tasks.items())
+        )
+        for key, job_name in zip(tasks, created, strict=True):
+            if job_name and key in earliest:
+                metrics.observe_activation(earliest[key])
     ids = [entry_id for entry_id, _ in entries]
     if ids:
         await ctx.redis.aio.xack(names.ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, *ids)

@@ -11,7 +11,7 @@ import datetime
 import time
 from typing import Any
 
-from unicore_operator import events, names
+from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_outcome, job_summary, job_task_key
@@ -156,6 +156,7 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             ctx.inflight_jobs[key] = job_name
             if was_created:
                 created = job_name
+                metrics.job_created()
                 logger.info("created turn Job %s/%s for %s (%s)", key[0], job_name, tid, reason)
                 _post(ctx, body, events.NORMAL, events.TURN_STARTED,
                       f"turn {snap.next_turn()} started as Job {job_name} ({reason})")
@@ -221,6 +222,7 @@ async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str
             if accounted_as == "succeeded":
                 _post(ctx, body, events.NORMAL, events.TURN_ENDED, f"turn Job {summary['name']} finished")
             elif accounted_as == "failed":
+                metrics.job_failed(failure or "unknown")
                 _post(ctx, body, events.WARNING, events.TURN_FAILED,
                       f"turn Job {summary['name']} failed ({failure}); failure {failures} of "
                       f"{ctx.settings.max_turn_retries + 1} allowed in a row")
