@@ -9,6 +9,9 @@ Exit codes of ``unicore-turn`` (``TurnOutcome.exit_code``):
   4   no such task
   5   the lease was lost mid-turn (a newer turn owns the task); nothing more was written
   143 cancelled by SIGTERM at a safe point; unanswered tool calls of the last answer got "Cancelled" results
+
+Stalls: the heartbeat renews the lease only while the current step (model call, tool call, drain) has run at most
+``UNICORE_STALL_SECONDS`` (``unicore.progress``); a hung turn stops beating and the watchdog reaps it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from unicore.errors import (
 )
 from unicore.history import CANCELLED_TEXT, build_request_messages, message_text
 from unicore.log import get_logger
+from unicore.progress import Progress, stall_seconds_from_env
 from unicore.prompts import build_system_prompt
 from unicore.providers.base import Model, ModelRequest, ModelResponse
 from unicore.providers.registry import resolve_model
@@ -144,6 +148,7 @@ class _Turn:
         lease_ttl_ms: int,
         summarize: bool | None,
         system_prompt_builder: SystemPromptBuilder,
+        stall_seconds: float,
     ) -> None:
         self.task_id = task_id
         self.redis = client
@@ -160,6 +165,8 @@ class _Turn:
         self.system_prompt_builder = system_prompt_builder
         self.lease: Lease | None = None
         self.lease_lost = threading.Event()
+        self.progress = Progress(stall_seconds)
+        self._stall_reported = False
         self.outcome = TurnOutcome(task_id=task_id, exit_code=EXIT_OK)
         self.pending_tool_uses: list[
             ContentBlock
@@ -177,10 +184,12 @@ class _Turn:
         except LeaseBusy as exc:
             log.warning("%s", exc)
             return self._finish(EXIT_BUSY, str(exc))
+        self.progress.mark("lease acquired")
         heartbeat = Heartbeat(
             lambda: self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms),  # type: ignore[arg-type]
             self.lease_ttl_ms / 3000,
             self._on_heartbeat_failure,
+            healthy=self._making_progress,
         )
         heartbeat.start()
         started = time.monotonic()
@@ -221,6 +230,33 @@ class _Turn:
         if isinstance(exc, LeaseLost):
             self.lease_lost.set()
         self.cancel.set()
+
+    def _making_progress(self) -> bool:
+        """Heartbeat gate: False while the current step has run longer than the stall limit."""
+        step, age = self.progress.current()
+        if age <= self.progress.stall_seconds:
+            self._stall_reported = False
+            return True
+        if not self._stall_reported:
+            self._stall_reported = True
+            log.error(
+                "task %s: step %r has run %.0fs (> UNICORE_STALL_SECONDS=%.0f): the turn looks hung; "
+                "heartbeat stopped, the lease expires and the watchdog reaps the turn",
+                self.task_id,
+                step,
+                age,
+                self.progress.stall_seconds,
+            )
+        return False
+
+    def _end_step(self, next_step: str) -> None:
+        """A step boundary. A step that overran the stall limit first proves the lease is still ours (renewing
+        it): meanwhile the watchdog may have reaped the turn, and a zombie must not write (LeaseLost)."""
+        overdue = self.progress.stalled()
+        self.progress.mark(next_step)
+        if overdue and self.lease is not None:
+            log.warning("task %s: a stalled step returned; checking the lease", self.task_id)
+            self.store.renew_lease(self.lease, ttl_ms=self.lease_ttl_ms)
 
     def _check_cancel(self) -> None:
         if self.lease_lost.is_set():
@@ -274,7 +310,9 @@ class _Turn:
             cancel=self.cancel,
         )
 
+        self.progress.mark("drain")
         drained = self.store.drain(self.lease, first_drain=True)
+        self.progress.mark("after drain")
         turns = self.store.load_history(self.task_id)
         messages = history_messages(turns)
         if not messages:
@@ -332,12 +370,16 @@ class _Turn:
             while self.pending_tool_uses:
                 self._check_cancel()
                 block = self.pending_tool_uses[0]
+                self.progress.mark(f"tool {block['toolUse'].get('name')}")
                 result = run_tool_call(ctx, tools, block)
+                self._end_step("after tool")  # before the (unfenced) inbox write of the result
                 self._queue_result(result)
                 self.pending_tool_uses.pop(0)
                 self.outcome.tool_calls += 1
             self._check_cancel()
+            self.progress.mark("drain")
             drained = self.store.drain(self.lease, first_drain=False)
+            self.progress.mark("after drain")
             messages.extend(drained.messages)
         else:
             note = f"stopped after max_iterations={max_iterations} model calls without a text-only answer"
@@ -368,6 +410,7 @@ class _Turn:
             "model": _label(getattr(model, "name", "?")),
         }
         began = time.monotonic()
+        self.progress.mark(f"model call ({request.purpose})")
         try:
             response = model.converse(request)
         except (TurnCancelled, ModelError, ConfigError):
@@ -376,6 +419,7 @@ class _Turn:
         except Exception as exc:  # a provider bug is a model failure of this turn
             self.telemetry.incr("model_calls_total", {**labels, "outcome": "error"})
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+        self._end_step("after model call")
         self.telemetry.incr("model_calls_total", {**labels, "outcome": "ok"})
         self.telemetry.observe("model_call_duration_seconds", time.monotonic() - began, labels)
         self.telemetry.incr("model_tokens_total", {**labels, "kind": "input"}, response.usage.input_tokens)
@@ -402,6 +446,7 @@ class _Turn:
     ) -> None:
         assert self.lease is not None
         summary = self._summary(model, record, turn)
+        self.progress.mark("end turn")
         self.store.end_turn(
             self.lease,
             turn.turn_number,
@@ -489,12 +534,16 @@ def run_turn(
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
     summarize: bool | None = None,
     system_prompt_builder: SystemPromptBuilder | None = None,
+    stall_seconds: float | None = None,
 ) -> TurnOutcome:
     """Run exactly one turn of ``task_id`` and return its outcome (``exit_code`` as documented above).
 
     ``redis`` must decode responses. ``spawner`` defaults to the local spawner (Redis + activation).
     ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
+    ``stall_seconds`` None = ``$UNICORE_STALL_SECONDS`` (default 900; ConfigError if malformed): a step running
+    longer stops the heartbeat, so the lease expires and the watchdog reaps the hung turn.
     """
+    stall = stall_seconds_from_env() if stall_seconds is None else stall_seconds
     if spawner is None:
         from unicore.launch.local_spawner import LocalSpawner
 
@@ -511,6 +560,7 @@ def run_turn(
         lease_ttl_ms=lease_ttl_ms,
         summarize=summarize,
         system_prompt_builder=system_prompt_builder or default_system_prompt,
+        stall_seconds=stall,
     ).run()
 
 

@@ -25,16 +25,27 @@ def install_cancel_handlers(cancel: threading.Event) -> None:
 
 
 class Heartbeat:
-    """A daemon thread calling ``beat()`` every ``interval`` seconds until stopped or ``beat`` raises."""
+    """A daemon thread calling ``beat()`` every ``interval`` seconds until stopped or ``beat`` raises.
+
+    ``healthy`` (optional) is asked before every beat: while it answers False the beat is skipped (a stalled turn
+    must not keep its lease alive; see ``unicore.progress``), and beating resumes once it answers True again.
+    """
 
     def __init__(
-        self, beat: Callable[[], None], interval: float, on_failure: Callable[[BaseException], None]
+        self,
+        beat: Callable[[], None],
+        interval: float,
+        on_failure: Callable[[BaseException], None],
+        healthy: Callable[[], bool] | None = None,
     ) -> None:
         self._beat = beat
         self._interval = interval
         self._on_failure = on_failure
+        self._healthy = healthy
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="unicore-heartbeat", daemon=True)
+        self.beats = 0
+        self.skipped = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -42,7 +53,11 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
+                if self._healthy is not None and not self._healthy():
+                    self.skipped += 1
+                    continue
                 self._beat()
+                self.beats += 1
             except BaseException as exc:  # noqa: BLE001 - reported to the turn, which decides
                 self._on_failure(exc)
                 return

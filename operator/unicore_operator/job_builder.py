@@ -121,6 +121,9 @@ def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[di
         {"name": "HOME", "value": "/tmp"},
         {"name": "UNICORE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
+    if settings.stall_seconds is not None:
+        env.append({"name": "UNICORE_STALL_SECONDS", "value": f"{settings.stall_seconds:g}"})
+    env += [{"name": name, "value": value} for name, value in sorted(settings.agent_extra_env.items())]
     env_from: list[dict[str, Any]] = []
     if settings.agent_env_secret:
         env_from.append({"secretRef": {"name": settings.agent_env_secret}})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -32,7 +34,15 @@ ENV_VARS: dict[str, str] = {
     "pending_timeout_seconds": "UNICORE_PENDING_TIMEOUT_SECONDS",
     "max_reaps": "UNICORE_MAX_REAPS",
     "watchdog_interval_seconds": "UNICORE_WATCHDOG_INTERVAL_SECONDS",
+    "stall_seconds": "UNICORE_STALL_SECONDS",
+    "agent_extra_env": "UNICORE_AGENT_EXTRA_ENV",
 }
+# Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
+RESERVED_AGENT_ENV = frozenset({
+    "REDIS_URL", "UNICORE_TASK_ID", "UNICORE_SPAWNER", "UNICORE_NAMESPACE", "UNICORE_WORKSPACE", "HOME",
+    "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS",
+})
+ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
 class OperatorSettings(BaseModel):
@@ -61,6 +71,10 @@ class OperatorSettings(BaseModel):
     pending_timeout_seconds: float = Field(300.0, gt=0)
     max_reaps: int = Field(3, ge=1)
     watchdog_interval_seconds: float = Field(15.0, gt=0)
+    # Turn pods: UNICORE_STALL_SECONDS (unset = the runtime's default, 900) and extra env (a JSON object of
+    # name -> value, e.g. {"UNICORE_EXTRA_TOOLS": "my_tools:TOOLS"}).
+    stall_seconds: float | None = Field(None, gt=0)
+    agent_extra_env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -73,6 +87,31 @@ class OperatorSettings(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("stall_seconds", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("agent_extra_env", mode="before")
+    @classmethod
+    def _parse_extra_env(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not value.strip():
+                return {}
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON ({exc.msg})") from None
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError('must be a JSON object of string values, e.g. {"NAME": "value"}')
+        bad = sorted(name for name in value if not ENV_NAME_RE.match(str(name)))
+        if bad:
+            raise ValueError(f"invalid environment variable names {bad}")
+        reserved = sorted(RESERVED_AGENT_ENV & set(value))
+        if reserved:
+            raise ValueError(f"{reserved} are set by the operator itself")
+        return value
 
     @property
     def cluster_wide(self) -> bool:

@@ -174,3 +174,38 @@ def test_settings_errors_are_clear() -> None:
         load_settings({})
     with pytest.raises(ConfigError, match="UNICORE_DEFAULT_GPUS"):
         load_settings({"REDIS_URL": "redis://r", "UNICORE_DEFAULT_GPUS": "-1"})
+
+
+def test_stall_seconds_and_extra_env_go_to_turn_pods_only_when_set() -> None:
+    plain = env_of(build_turn_job_spec(task(), 1, SETTINGS))
+    assert "UNICORE_STALL_SECONDS" not in plain and "UNICORE_EXTRA_TOOLS" not in plain
+    settings = load_settings({
+        "REDIS_URL": "redis://r:6379/0",
+        "UNICORE_STALL_SECONDS": "120",
+        "UNICORE_AGENT_EXTRA_ENV": '{"UNICORE_EXTRA_TOOLS": "my_tools:TOOLS", "PYTHONPATH": "/opt/tools"}',
+    })
+    env = env_of(build_turn_job_spec(task(), 1, settings))
+    assert env["UNICORE_STALL_SECONDS"] == "120"
+    assert env["UNICORE_EXTRA_TOOLS"] == "my_tools:TOOLS" and env["PYTHONPATH"] == "/opt/tools"
+    names_ = [item["name"] for item in container(build_turn_job_spec(task(), 1, settings))["env"]]
+    assert len(names_) == len(set(names_))
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "problem"),
+    [
+        ("UNICORE_STALL_SECONDS", "0", "UNICORE_STALL_SECONDS"),
+        ("UNICORE_AGENT_EXTRA_ENV", "{not json", "not valid JSON"),
+        ("UNICORE_AGENT_EXTRA_ENV", '["A"]', "JSON object of string values"),
+        ("UNICORE_AGENT_EXTRA_ENV", '{"A": 1}', "JSON object of string values"),
+        ("UNICORE_AGENT_EXTRA_ENV", '{"1 A": "x"}', "invalid environment variable names"),
+        ("UNICORE_AGENT_EXTRA_ENV", '{"REDIS_URL": "x"}', "set by the operator itself"),
+        ("UNICORE_AGENT_EXTRA_ENV", '{"UNICORE_STALL_SECONDS": "5"}', "set by the operator itself"),
+    ],
+)
+def test_bad_stall_or_extra_env_settings_are_config_errors(var: str, raw: str, problem: str) -> None:
+    from unicore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=problem):
+        load_settings({"REDIS_URL": "redis://r:6379/0", var: raw})
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_EXTRA_ENV": ""}).agent_extra_env == {}

@@ -23,7 +23,7 @@ from unicore.launch.local_spawner import check_message_size, child_spec
 from unicore.log import get_logger
 from unicore.schema import InboxMessage, task_name
 from unicore.tools import policy, storeview
-from unicore.tools.registry import ALL_TOOLS
+from unicore.tools.registry import known_tools
 
 log = get_logger("launch.kubernetes")
 
@@ -144,7 +144,7 @@ class KubernetesSpawner:
             self._deliver(child_id, message)
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
-        plan = policy.check_spawn(parent, name, counts, tools, ALL_TOOLS)
+        plan = policy.check_spawn(parent, name, counts, tools, known_tools())
         parent_obj = self._get_agenttask(task_name(parent_id))
         if parent_obj is None:
             raise ToolError(f"parent AgentTask {parent_id} not found in the API server")

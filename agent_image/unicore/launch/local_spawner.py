@@ -13,7 +13,7 @@ from unicore.errors import MessageTooLarge, ToolError
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
 from unicore.tools import policy, storeview
-from unicore.tools.registry import ALL_TOOLS
+from unicore.tools.registry import known_tools
 from unicore.tools.storeview import TaskView
 
 log = get_logger("launch.local")
@@ -67,7 +67,7 @@ class LocalSpawner:
             self._deliver(child_id, message, "message")
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
-        plan = policy.check_spawn(parent, name, counts, tools, ALL_TOOLS)
+        plan = policy.check_spawn(parent, name, counts, tools, known_tools())
         try:
             created = self.store.create_task(child_spec(parent, plan, prompt))
         except MessageTooLarge as exc:

@@ -8,6 +8,7 @@ Script format (YAML or JSON file, or a dict)::
         - tool_use: [{name: spawn_task, input: {name: a, prompt: "Find A"}}]
         - text: "Waiting for my researchers."
         - echo: true            # answer with the text of the latest user message(s)
+        - echo_results: true    # answer with the toolResults of the latest user message(s) the model was sent
       "demo-*":
         - sleep: 0.5            # wait this many seconds (interruptible), then take the step's other fields
           text: "Result from a child."
@@ -48,12 +49,13 @@ class ScriptStep(BaseModel):
     text: str | None = None
     tool_use: list[ScriptToolCall] | None = None
     echo: bool = False
+    echo_results: bool = False
     sleep: float | None = Field(None, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _has_an_action(self) -> ScriptStep:
-        if self.text is None and not self.tool_use and not self.echo and self.sleep is None:
-            raise ValueError("a step needs at least one of text, tool_use, echo or sleep")
+        if self.text is None and not self.tool_use and not (self.echo or self.echo_results) and self.sleep is None:
+            raise ValueError("a step needs at least one of text, tool_use, echo, echo_results or sleep")
         return self
 
 
@@ -123,6 +125,21 @@ def _request_text(request: ModelRequest) -> str:
     return " ".join(parts)
 
 
+def _latest_tool_results(messages: list[dict[str, Any]]) -> str:
+    """``[status] toolUseId: text`` for each toolResult of the trailing user message(s) of a request."""
+    lines: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            break
+        blocks = [b["toolResult"] for b in message.get("content", []) if "toolResult" in b]
+        lines[:0] = [
+            f"[{r.get('status', 'success')}] {r.get('toolUseId')}: "
+            + " ".join(str(c.get("text", c.get("json", ""))) for c in r.get("content", []))
+            for r in blocks
+        ]
+    return "\n".join(lines)
+
+
 class ScriptedModel:
     """A ``Model`` answering from a ``Script``."""
 
@@ -178,6 +195,8 @@ class ScriptedModel:
             texts.append(step.text)
         if step.echo:
             texts.append(latest_user_text(request.messages) or "(nothing to echo)")
+        if step.echo_results:
+            texts.append(_latest_tool_results(request.messages) or "(no tool results)")
         if not texts and not step.tool_use:
             texts.append(self.script.default)
         content: list[ContentBlock] = [{"text": "\n\n".join(texts)}] if texts else []

@@ -3,17 +3,24 @@
 ``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation,
 a ``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read
 and act on.
+
+Custom tools: ``UNICORE_EXTRA_TOOLS=package.module:ATTR[,...]`` names Tool subclasses (or lists/tuples of them) that
+join the known tools (``known_tools``). A task gets them only when its tool list names them (they are never in the
+default toolsets). A bad spec raises ConfigError.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
 
-from unicore.errors import ToolError
+from unicore.errors import ConfigError, ToolError
 from unicore.log import get_logger
 from unicore.providers.base import ToolSpec
 from unicore.schema import ContentBlock
@@ -30,11 +37,52 @@ ALL_TOOLS: dict[str, Tool] = {
     for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
 }
 MAX_RESULT_CHARS = 100_000
+EXTRA_TOOLS_ENV = "UNICORE_EXTRA_TOOLS"
+
+
+def _tool_classes(spec: str, value: Any) -> list[type[Tool]]:
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, Tool)):
+            raise ConfigError(f"{EXTRA_TOOLS_ENV}: {spec} is not a Tool subclass or a list of them ({item!r})")
+    return items
+
+
+@lru_cache(maxsize=8)
+def load_extra_tools(specs: str) -> dict[str, Tool]:
+    """The tools named by a ``module:ATTR[,module:ATTR...]`` list (the format of ``$UNICORE_EXTRA_TOOLS``)."""
+    tools: dict[str, Tool] = {}
+    for spec in (part.strip() for part in specs.split(",")):
+        if not spec:
+            continue
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise ConfigError(f"{EXTRA_TOOLS_ENV}: {spec!r} is not of the form package.module:ATTR")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"{EXTRA_TOOLS_ENV}: cannot import {module_name!r}: {exc}") from None
+        if not hasattr(module, attr):
+            raise ConfigError(f"{EXTRA_TOOLS_ENV}: module {module_name!r} has no attribute {attr!r}")
+        for cls in _tool_classes(spec, getattr(module, attr)):
+            tool = cls()
+            if not getattr(tool, "name", ""):
+                raise ConfigError(f"{EXTRA_TOOLS_ENV}: {cls.__qualname__} from {spec} has no name")
+            if tool.name in ALL_TOOLS or tool.name in tools:
+                raise ConfigError(f"{EXTRA_TOOLS_ENV}: tool {tool.name!r} from {spec} is defined twice")
+            tools[tool.name] = tool
+    return tools
+
+
+def known_tools() -> dict[str, Tool]:
+    """The built-in tools plus the custom tools of ``$UNICORE_EXTRA_TOOLS`` (ConfigError for a bad spec)."""
+    extra = load_extra_tools(os.environ.get(EXTRA_TOOLS_ENV, "").strip())
+    return {**ALL_TOOLS, **extra} if extra else ALL_TOOLS
 
 
 def tool_names_for(record: Any) -> list[str]:
     """Names of the tools the task may use (``record`` as returned by the store, a TaskSpec or a TaskView)."""
-    return policy.allowed_tool_names(view_of(record), ALL_TOOLS)
+    return policy.allowed_tool_names(view_of(record), known_tools())
 
 
 def toolset_for(record: Any) -> list[Tool]:
@@ -42,7 +90,8 @@ def toolset_for(record: Any) -> list[Tool]:
 
     ``spawn_task``/``message_task`` are dropped when recursion is off or a child would exceed ``max_depth``.
     """
-    return [ALL_TOOLS[name] for name in tool_names_for(record)]
+    known = known_tools()
+    return [known[name] for name in tool_names_for(record)]
 
 
 def _strip_titles(schema: Any) -> Any:
@@ -113,7 +162,7 @@ def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str
     name = use.get("name")
     allowed = {tool.name: tool for tool in tools}
     if name not in allowed:
-        if name in ALL_TOOLS:
+        if name in known_tools():
             message = (
                 f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
             )
