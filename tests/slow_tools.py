@@ -1,7 +1,8 @@
-"""Test-only custom tools, loaded through the real extension point ``UNICORE_EXTRA_TOOLS=tests.slow_tools:TOOLS``.
+"""Test-only custom tools, loaded through the real extension point
+``UNICORE_EXTRA_TOOLS=tests.slow_tools:TOOLS``.
 
-``slow_step`` blocks like a hung tool: it waits up to ``seconds`` on the turn's cancel event, which only SIGTERM
-(the Job being deleted) sets. It never heartbeats and never marks progress: to the turn it is one long step.
+``slow_step`` blocks like a hung tool: it waits up to ``seconds`` on the turn's cancel event, which only
+SIGTERM (the Job being deleted) sets. It never marks progress: to the turn it is one long step.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Progress of the turn's main thread, so the heartbeat beats only while the turn really makes progress.
 
-The heartbeat is a background thread: on its own it would keep renewing the lease while the main thread hangs in
-a model call that never returns or a deadlocked tool, and the watchdog's stale-heartbeat rule would never fire.
-The turn marks a step boundary (before and after every model call, tool call and drain); the heartbeat renews the
-lease only while the current step has run at most ``UNICORE_STALL_SECONDS`` (default 900: longer than any sane
-model call or tool). A stalled turn stops beating: its lease expires on its TTL and the watchdog reaps the Job.
+The heartbeat is a background thread: on its own it would keep renewing the lease while the main thread hangs
+in a model call that never returns or a deadlocked tool, and the watchdog's stale-heartbeat rule would never
+fire. The turn marks a step boundary (before and after every model call, tool call and drain); the heartbeat
+renews the lease only while the current step has run at most ``UNICORE_STALL_SECONDS`` (default 900: longer
+than any sane model call or tool). A stalled turn stops beating: its lease expires on its TTL and the watchdog
+reaps the Job.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Exit codes of ``unicore-turn`` (``TurnOutcome.exit_code``):
   5   the lease was lost mid-turn (a newer turn owns the task); nothing more was written
   143 cancelled by SIGTERM at a safe point; unanswered tool calls of the last answer got "Cancelled" results
 
-Stalls: the heartbeat renews the lease only while the current step (model call, tool call, drain) has run at most
-``UNICORE_STALL_SECONDS`` (``unicore.progress``); a hung turn stops beating and the watchdog reaps it.
+Stalls: the heartbeat renews the lease only while the current step (model call, tool call, drain) has run at
+most ``UNICORE_STALL_SECONDS`` (``unicore.progress``); a hung turn stops beating and the watchdog reaps it.
 """
 
 from __future__ import annotations
@@ -250,8 +250,8 @@ class _Turn:
         return False
 
     def _end_step(self, next_step: str) -> None:
-        """A step boundary. A step that overran the stall limit first proves the lease is still ours (renewing
-        it): meanwhile the watchdog may have reaped the turn, and a zombie must not write (LeaseLost)."""
+        """A step boundary. A step that overran the stall limit first proves the lease is still ours
+        (renewing it): meanwhile the watchdog may have reaped the turn, and a zombie must not write."""
         overdue = self.progress.stalled()
         self.progress.mark(next_step)
         if overdue and self.lease is not None:
@@ -540,8 +540,8 @@ def run_turn(
 
     ``redis`` must decode responses. ``spawner`` defaults to the local spawner (Redis + activation).
     ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
-    ``stall_seconds`` None = ``$UNICORE_STALL_SECONDS`` (default 900; ConfigError if malformed): a step running
-    longer stops the heartbeat, so the lease expires and the watchdog reaps the hung turn.
+    ``stall_seconds`` None = ``$UNICORE_STALL_SECONDS`` (default 900; ConfigError if malformed): a step
+    running longer stops the heartbeat, so the lease expires and the watchdog reaps the hung turn.
     """
     stall = stall_seconds_from_env() if stall_seconds is None else stall_seconds
     if spawner is None:

@@ -27,8 +27,8 @@ def install_cancel_handlers(cancel: threading.Event) -> None:
 class Heartbeat:
     """A daemon thread calling ``beat()`` every ``interval`` seconds until stopped or ``beat`` raises.
 
-    ``healthy`` (optional) is asked before every beat: while it answers False the beat is skipped (a stalled turn
-    must not keep its lease alive; see ``unicore.progress``), and beating resumes once it answers True again.
+    ``healthy`` (optional) is asked before every beat: while it answers False the beat is skipped (a stalled
+    turn must not keep its lease alive; see ``unicore.progress``); beating resumes once it answers True.
     """
 
     def __init__(

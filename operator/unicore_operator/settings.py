@@ -8,7 +8,6 @@ import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from unicore.errors import ConfigError
 
 # field name -> environment variable

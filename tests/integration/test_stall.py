@@ -1,6 +1,6 @@
-"""Progress-aware heartbeat on real Redis: a stalled step stops the heartbeat so the lease expires; a healthy long
-turn keeps its lease; a hung tool's turn is taken over, the next turn's model gets a synthetic error result for the
-unanswered call, and the zombie writes nothing when its tool finally returns."""
+"""Progress-aware heartbeat on real Redis: a stalled step stops the heartbeat so the lease expires; a healthy
+long turn keeps its lease; a hung tool's turn is taken over, the next turn's model gets a synthetic error
+result for the unanswered call, and the zombie writes nothing when its tool finally returns."""
 
 from __future__ import annotations
 
@@ -46,10 +46,11 @@ def heartbeat(client: redis.Redis, task_id: str) -> str | None:
 def test_a_stalled_model_call_stops_the_heartbeat_and_the_lease_expires(
     store: TaskStore, turn: TurnRunner, redis_client: redis.Redis
 ) -> None:
-    store.create_task(TaskSpec(id="hung", prompt="go", script={"tasks": {"hung": [{"sleep": 5, "text": "late"}]}}))
+    script = {"tasks": {"hung": [{"sleep": 5, "text": "late"}]}}
+    store.create_task(TaskSpec(id="hung", prompt="go", script=script))
     running = Background(turn, "hung", lease_ttl_ms=TTL_MS, stall_seconds=STALL)
     wait_for(lambda: store.lease_holder("hung") is not None, timeout=10, what="the turn to take the lease")
-    wait_for(lambda: store.lease_holder("hung") is None, timeout=10, what="the stalled turn's lease to expire")
+    wait_for(lambda: store.lease_holder("hung") is None, timeout=10, what="the stalled lease to expire")
     assert running.thread.is_alive()  # the process is still there, stuck in the model call
     last_beat = heartbeat(redis_client, "hung")
     outcome = running.join()
@@ -100,7 +101,8 @@ def test_a_hung_tool_is_taken_over_with_a_synthetic_result_and_the_zombie_writes
     [call] = [b["toolUse"] for m in store.messages("stuck") for b in m.content if "toolUse" in b]
     assert call["name"] == "slow_step"
 
-    outcome = turn("stuck", lease_ttl_ms=TTL_MS, stall_seconds=STALL)  # the next turn (a new Job, after a reap)
+    # the next turn (on Kubernetes: a new Job, after the watchdog's reap)
+    outcome = turn("stuck", lease_ttl_ms=TTL_MS, stall_seconds=STALL)
     assert outcome.exit_code == EXIT_OK
     assert outcome.final_text == f"[error] {call['toolUseId']}: {INTERRUPTED_TEXT}"
     request = turn.requests("stuck")[-1]

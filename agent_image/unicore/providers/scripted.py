@@ -54,7 +54,8 @@ class ScriptStep(BaseModel):
 
     @model_validator(mode="after")
     def _has_an_action(self) -> ScriptStep:
-        if self.text is None and not self.tool_use and not (self.echo or self.echo_results) and self.sleep is None:
+        acts = self.text is not None or self.tool_use or self.echo or self.echo_results
+        if not acts and self.sleep is None:
             raise ValueError("a step needs at least one of text, tool_use, echo, echo_results or sleep")
         return self
 

@@ -4,9 +4,9 @@
 a ``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read
 and act on.
 
-Custom tools: ``UNICORE_EXTRA_TOOLS=package.module:ATTR[,...]`` names Tool subclasses (or lists/tuples of them) that
-join the known tools (``known_tools``). A task gets them only when its tool list names them (they are never in the
-default toolsets). A bad spec raises ConfigError.
+Custom tools: ``UNICORE_EXTRA_TOOLS=package.module:ATTR[,...]`` names Tool subclasses (or lists/tuples of
+them) that join the known tools (``known_tools``). A task gets them only when its tool list names them (they
+are never in the default toolsets). A bad spec raises ConfigError.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ def _tool_classes(spec: str, value: Any) -> list[type[Tool]]:
     items = list(value) if isinstance(value, list | tuple) else [value]
     for item in items:
         if not (isinstance(item, type) and issubclass(item, Tool)):
-            raise ConfigError(f"{EXTRA_TOOLS_ENV}: {spec} is not a Tool subclass or a list of them ({item!r})")
+            raise ConfigError(
+                f"{EXTRA_TOOLS_ENV}: {spec} is not a Tool subclass or a list of them ({item!r})"
+            )
     return items
 
 
