@@ -1,4 +1,5 @@
-"""Helpers for the operator's cluster tests: CRD install, agent RBAC, the operator as a real subprocess."""
+"""Helpers for the operator's cluster tests: CRD install, agent RBAC, the operator as a real subprocess, and small
+readers of the cluster's and Redis's state shared by several test modules."""
 
 from __future__ import annotations
 
@@ -145,3 +146,23 @@ class Tasks:
 
     def all_phases(self) -> dict[str, str | None]:
         return {obj["metadata"]["name"]: (obj.get("status") or {}).get("phase") for obj in self.all()}
+
+
+def running_pods(tasks: Tasks) -> list[Any]:
+    return [pod for pod in tasks.pods() if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp]
+
+
+def long_script(name: str, seconds: float) -> dict[str, Any]:
+    """Task ``name`` answers its first message after ``seconds`` (a long, healthy model call), then echoes."""
+    return {"tasks": {name: [{"sleep": seconds, "text": "Slow answer."}, {"echo": True}]}}
+
+
+def task_events(tasks: Tasks, name: str, reason: str) -> list[Any]:
+    """Events with ``reason`` about the AgentTask ``name``."""
+    found = tasks.core.list_namespaced_event(tasks.namespace, field_selector=f"involvedObject.name={name}").items
+    return [event for event in found if event.reason == reason]
+
+
+def stored_messages(client: Any, task_id: str) -> list[dict[str, Any]]:
+    """The task's stored messages (``uc:{T}:messages``) as dicts."""
+    return [json.loads(raw) for raw in client.lrange(f"uc:{{{task_id}}}:messages", 0, -1)]

@@ -12,7 +12,14 @@ import redis
 from unicore.schema import InboxMessage
 from unicore.state.store import TaskStore
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd
+from tests.cluster.operator_harness import (
+    OperatorProcess,
+    Tasks,
+    install_agent_rbac,
+    install_crd,
+    long_script,
+    running_pods,
+)
 from tests.cluster.test_operator import assistant_texts, settled, user_texts
 from tests.waiting import wait_for
 
@@ -41,14 +48,6 @@ def tasks(crd: Any, k8s_namespace: str) -> Iterator[Tasks]:
     api = crd.api_client()
     yield Tasks(api, k8s_namespace)
     api.close()
-
-
-def running_pods(tasks: Tasks) -> list[Any]:
-    return [pod for pod in tasks.pods() if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp]
-
-
-def long_script(name: str, seconds: float) -> dict[str, Any]:
-    return {"tasks": {name: [{"sleep": seconds, "text": "Slow answer."}, {"echo": True}]}}
 
 
 def test_suspend_during_a_long_turn_then_resume(
