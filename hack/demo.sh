@@ -51,7 +51,13 @@ else
   echo $! > "$OP_PID_FILE"
 fi
 
-# 5. The demo tree (re-created from scratch on every run).
+# 5. The operator's task API behind the Service `unicore-operator` in unicore-system, so `kubectl agenttask send/logs`
+#    reach it through the API server's service proxy (the API server refuses loopback endpoints: see docs/kubectl.md).
+OP_NS=unicore-system
+kubectl create namespace "$OP_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+"$BIN/python" -m unicore_operator.task_api.local_endpoint --namespace "$OP_NS" --port "${UNICORE_HTTP_PORT:-18080}" >/dev/null
+
+# 6. The demo tree (re-created from scratch on every run).
 if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then
   say "deleting the previous demo tree"
   kubectl delete agenttask demo -n "$NS" --wait=true --timeout=90s >/dev/null
@@ -68,15 +74,20 @@ kubectl wait --for=condition=Ready agenttask/demo -n "$NS" --timeout=180s >/dev/
 echo
 kubectl get agenttasks -n "$NS" --sort-by=.status.treePath -o wide
 echo
-say "transcript of $NS/demo"
-"$BIN/unicore" show "$NS/demo" || true
+say "kubectl agenttask tree demo -n $NS"
+PATH=$BIN:$PATH kubectl agenttask tree demo -n "$NS" --operator-namespace "$OP_NS"
+echo
+say "transcript of $NS/demo (kubectl agenttask logs demo)"
+PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS" --operator-namespace "$OP_NS"
 cat <<MSG
 
-The demo keeps running. Try it:
-  export KUBECONFIG=$KUBECONFIG
+The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$OP_NS
   kubectl get agenttasks -n $NS
+  kubectl agenttask tree demo -n $NS
+  kubectl agenttask send demo -n $NS "Now compare A and B."
+  kubectl agenttask logs demo -n $NS --follow
   kubectl get jobs,pods -n $NS -o wide
-  REDIS_URL=$REDIS_URL $BIN/unicore show $NS/demo-a
 Stop it:
   kill \$(cat $OP_PID_FILE); redis-cli -s $REDIS_SOCK shutdown nosave; make cluster-down
 MSG
