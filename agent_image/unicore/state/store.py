@@ -58,7 +58,9 @@ def _now() -> str:
 
 
 def _holder_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``<pod name>:<pid>``: the watchdog matches the part before ':' against turn pods (the Job sets
+    UNICORE_POD_NAME from the downward API; outside Kubernetes the host name stands in)."""
+    return f"{os.environ.get('UNICORE_POD_NAME') or socket.gethostname()}:{os.getpid()}"
 
 
 def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
