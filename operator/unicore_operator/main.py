@@ -27,6 +27,12 @@ def import_handlers() -> None:
             if exc.name is None or not module.startswith(exc.name):
                 raise
             logger.debug("optional module %s not present", module)
+    # A module first imported from inside the handlers package (an import cycle: reconcile -> metrics) could not
+    # hook its routes/startup hooks in yet; its install() is idempotent, so run it now that everything is loaded.
+    for module in OPTIONAL_MODULES:
+        install = getattr(sys.modules.get(module), "install", None)
+        if callable(install):
+            install()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
