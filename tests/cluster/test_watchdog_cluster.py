@@ -2,28 +2,41 @@
 
 - a turn pod asking for 8 GPUs on the 4-GPU node is reaped after the Pending threshold, the status says why, and
   after UNICORE_MAX_REAPS reaps the task is Failed;
-- a hung turn (the turn process group is SIGSTOPped while the scripted model sleeps, so its heartbeat thread stops
-  too: a frozen process, which is what a stale heartbeat means) is reaped and the task continues in a new turn
-  that sees the watchdog's interruption note;
+- a hung turn (a custom tool, loaded through UNICORE_EXTRA_TOOLS, that blocks longer than UNICORE_STALL_SECONDS:
+  the turn's progress-aware heartbeat stops, nothing is frozen from outside) is reaped; the task continues in a new
+  turn whose model request holds the watchdog's note and a synthetic error result for the unanswered tool call, and
+  the hung process, woken by SIGTERM, writes nothing;
+- the operator SIGKILLed while a turn Job runs: after the restart (watchdog on) no duplicate Job, no reap, and a
+  consistent status;
 - /metrics after those runs: every metric the dashboards use is exported, and counters match what happened.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from unicore.history import INTERRUPTED_TEXT
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd
+from tests.cluster.operator_harness import (
+    REPO,
+    OperatorProcess,
+    Tasks,
+    install_agent_rbac,
+    install_crd,
+    long_script,
+    running_pods,
+    stored_messages,
+    task_events,
+)
+from tests.slow_tools import SPEC as SLOW_TOOLS
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -36,6 +49,13 @@ WATCHDOG_ENV = {
     "UNICORE_MAX_REAPS": "2",
     "UNICORE_DEFAULT_GPUS": "1",
 }
+# Turn pods of the hang test: a step longer than 3 s counts as hung, and the test-only slow_step tool is known
+# (the pod runner starts turn processes from the repo's venv; PYTHONPATH makes the tests package importable).
+HANG_ENV = {
+    "UNICORE_STALL_SECONDS": "3",
+    "UNICORE_AGENT_EXTRA_ENV": json.dumps({"UNICORE_EXTRA_TOOLS": SLOW_TOOLS, "PYTHONPATH": str(REPO)}),
+}
+StartOperator = Callable[..., OperatorProcess]
 
 
 def free_port() -> int:
@@ -56,13 +76,28 @@ def port() -> int:
 
 
 @pytest.fixture
-def operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path, port: int) -> Iterator[OperatorProcess]:
+def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path, port: int,
+                   ) -> Iterator[StartOperator]:
+    """Start the operator (WATCHDOG_ENV + ``extra``); stopped and its log printed at teardown."""
     install_agent_rbac(crd.kubeconfig, k8s_namespace)
-    proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
-                           UNICORE_HTTP_PORT=str(port), **WATCHDOG_ENV).start()
-    yield proc
-    proc.stop()
-    print(f"--- operator log ({proc.log_path}):\n{proc.log(200)}")
+    started: list[OperatorProcess] = []
+
+    def start(**extra: str) -> OperatorProcess:
+        proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
+                               UNICORE_HTTP_PORT=str(port), **{**WATCHDOG_ENV, **extra}).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+    if started:
+        print(f"--- operator log ({started[0].log_path}):\n{started[0].log(300)}")
+
+
+@pytest.fixture
+def operator(start_operator: StartOperator) -> OperatorProcess:
+    return start_operator()
 
 
 @pytest.fixture
@@ -103,11 +138,6 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def events(tasks: Tasks, name: str, reason: str) -> list[Any]:
-    found = tasks.core.list_namespaced_event(tasks.namespace, field_selector=f"involvedObject.name={name}").items
-    return [e for e in found if e.reason == reason]
-
-
 def test_unschedulable_gpu_pod_is_reaped_with_the_schedulers_reason_then_fails(
     operator: OperatorProcess, tasks: Tasks, port: int,
 ) -> None:
@@ -131,7 +161,7 @@ def test_unschedulable_gpu_pod_is_reaped_with_the_schedulers_reason_then_fails(
     status = wait_for(failed, timeout=120, what="phase Failed after UNICORE_MAX_REAPS=2 reaps")
     assert "reaped 2 times in a row" in status["message"] and "Insufficient nvidia.com/gpu" in status["message"]
     assert status.get("failedAttempts", 0) >= 2
-    assert len(events(tasks, "greedy", "PodReaped")) >= 2
+    assert len(task_events(tasks, "greedy", "PodReaped")) >= 2
     assert wait_for(lambda: not [j for j in tasks.jobs() if j.metadata.deletion_timestamp is None
                                  and not (j.status.succeeded or j.status.failed)],
                     timeout=60, what="no live turn Job of the failed task")
@@ -143,75 +173,105 @@ def test_unschedulable_gpu_pod_is_reaped_with_the_schedulers_reason_then_fails(
         before, "unicore_watchdog_scan_duration_seconds_count")
 
 
-def turn_processes(task_id: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(arg.endswith(b"unicore-turn") for arg in argv) and task_id.encode() in argv:
-            pids.append(int(entry.name))
-    return pids
+def texts_of(message: dict[str, Any]) -> list[str]:
+    return [block["text"] for block in message["content"] if "text" in block]
 
 
-def test_hung_turn_is_reaped_and_the_task_continues_in_a_new_turn(
-    operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str, port: int,
+def test_hung_tool_stops_the_heartbeat_is_reaped_and_the_next_turn_gets_synthetic_results(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str, port: int,
 ) -> None:
+    start_operator(**HANG_ENV)
     task_id = f"{k8s_namespace}/sleepy"
     script = {"default": "ok", "tasks": {"sleepy": [
-        {"tool_use": [{"name": "task_status", "input": {}}]},
-        # The scripted model picks steps by the number of assistant messages: the frozen turn never answered, so
-        # the new turn replays this step (20 s, heartbeating normally this time) and answers.
-        {"sleep": 20, "text": "resumed after the interruption"},
+        {"tool_use": [{"name": "slow_step", "input": {"seconds": 3600}}]},  # hangs far past the stall limit
+        # The scripted model picks steps by the number of assistant messages in the request: the new turn's
+        # request repeats the unanswered call, so this step answers with the note and the results it was sent.
+        {"echo": True, "echo_results": True},
     ]}}
     wait_for(lambda: scrape(port), timeout=60, what="the operator's /metrics")
     before = scrape(port)
-    tasks.create("sleepy", {"prompt": "work", "model": "scripted", "script": script})
-    wait_for(lambda: redis_client.llen(f"uc:{{{task_id}}}:messages") >= 3, timeout=90,
-             what="the first turn's tool call and result")
-    pids = wait_for(lambda: turn_processes(task_id), timeout=30, what="the turn process")
-    groups = {os.getpgid(pid) for pid in pids}
+    tasks.create("sleepy", {"prompt": "work", "model": "scripted", "tools": ["slow_step"], "script": script})
+
+    def hung_call() -> dict[str, Any] | None:
+        calls = [b["toolUse"] for m in stored_messages(redis_client, task_id) for b in m["content"] if "toolUse" in b]
+        return calls[0] if calls else None
+
+    call = wait_for(hung_call, timeout=90, what="the first turn's slow_step call")
+    assert call["name"] == "slow_step"
+    hung_pods = wait_for(lambda: running_pods(tasks), timeout=30, what="the hung turn's pod")
     hung_jobs = {j.metadata.name for j in tasks.jobs()}
-    try:
-        for group in groups:
-            os.killpg(group, signal.SIGSTOP)  # the whole turn (model sleep + heartbeat thread) freezes
+    [event] = wait_for(lambda: task_events(tasks, "sleepy", "PodReaped"), timeout=120,
+                       what="a PodReaped event for the hung turn")
+    assert "heartbeat_stale" in event.message, event.message
+    assert redis_client.hget(f"uc:{{{task_id}}}:task", "last_reap_reason") == "heartbeat_stale"
 
-        def reaped() -> list[Any]:
-            return events(tasks, "sleepy", "PodReaped")
+    synthetic = f"[error] {call['toolUseId']}: {INTERRUPTED_TEXT}"
 
-        [event] = wait_for(reaped, timeout=120, what="a PodReaped event for the hung turn")
-        assert "heartbeat_stale" in event.message
-    finally:
-        for group in groups:
-            try:
-                os.killpg(group, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+    def answer() -> dict[str, Any] | None:
+        found = [m for m in stored_messages(redis_client, task_id)
+                 if m["role"] == "assistant" and any(synthetic in t for t in texts_of(m))]
+        return found[0] if found else None
 
-    def answered() -> list[str] | None:
-        texts = []
-        for raw in redis_client.lrange(f"uc:{{{task_id}}}:messages", 0, -1):
-            message = json.loads(raw)
-            texts += [(message["role"], message["turn_number"], b.get("text", "")) for b in message["content"]
-                      if "text" in b]
-        done = [t for t in texts if t[2] == "resumed after the interruption"]
-        return texts if done else None
-
-    texts = wait_for(answered, timeout=120, what="the task to continue in a new turn")
-    notes = [t for t in texts if t[0] == "user" and "[watchdog] The previous turn was interrupted" in t[2]]
-    assert notes, texts
-    resumed = next(i for i, t in enumerate(texts) if t[2] == "resumed after the interruption")
-    assert texts.index(notes[0]) < resumed  # the new Job drained the note, then the model answered
-    # (the interrupted turn was never ended, so the runtime continues it: same turn number, a new Job)
-    jobs = {j.metadata.name for j in tasks.jobs() if (j.metadata.annotations or {}).get("unicore.dev/task-id") == task_id}
-    assert jobs and not jobs & hung_jobs, (jobs, hung_jobs)  # the hung Job was deleted; a new one answered
+    answered = wait_for(answer, timeout=120, what="the new turn's answer showing the synthetic result")
+    [text] = texts_of(answered)
+    # what the new turn's model was sent: the watchdog's note (echo) and one synthetic error result (echo_results)
+    assert "[watchdog] The previous turn was interrupted and its Job was stopped (heartbeat_stale)" in text, text
+    assert text.splitlines()[-1] == synthetic, text
+    messages = stored_messages(redis_client, task_id)
+    notes = [i for i, m in enumerate(messages) if m["role"] == "user"
+             and any(t.startswith("[watchdog] The previous turn was interrupted") for t in texts_of(m))]
+    assert len(notes) == 1 and notes[0] < messages.index(answered)  # the interruption is recorded in history
     wait_for(lambda: tasks.phase("sleepy") == "Idle", timeout=60, what="sleepy Idle")
+    jobs = {j.metadata.name for j in tasks.jobs()
+            if (j.metadata.annotations or {}).get("unicore.dev/task-id") == task_id}
+    assert jobs and not jobs & hung_jobs, (jobs, hung_jobs)  # the hung Job was deleted; a new one answered
+    hung_pod_names = {pod.metadata.name for pod in hung_pods}
+    wait_for(lambda: not hung_pod_names & {pod.metadata.name for pod in tasks.pods()}, timeout=90,
+             what="the hung pod to be gone")
+    # the hung process, woken by SIGTERM, found its lease gone and wrote nothing: no late result, empty inbox
+    results = [b["toolResult"] for m in stored_messages(redis_client, task_id) for b in m["content"]
+               if "toolResult" in b]
+    assert results == [] and redis_client.llen(f"uc:{{{task_id}}}:inbox") == 0
     after = scrape(port)
     assert value(after, "unicore_jobs_reaped_total", reason="heartbeat_stale") - value(
         before, "unicore_jobs_reaped_total", reason="heartbeat_stale") == 1
+
+
+def test_operator_sigkill_while_a_job_runs_then_restart_with_the_watchdog_on(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str, port: int,
+) -> None:
+    operator = start_operator()
+    task_id = f"{k8s_namespace}/steady"
+    tasks.create("steady", {"prompt": "count", "model": "scripted", "gpus": 0, "script": long_script("steady", 25)})
+    wait_for(lambda: running_pods(tasks) and redis_client.exists(f"uc:{{{task_id}}}:lease"), timeout=60,
+             what="the turn process to run")
+    [job] = tasks.jobs()
+    operator.kill()
+    restarted = start_operator()
+    assert restarted is not operator
+
+    def scanned_while_running() -> bool:
+        samples = scrape(port)
+        return value(samples, "unicore_watchdog_scan_duration_seconds_count") >= 3
+
+    wait_for(scanned_while_running, timeout=60, what="three watchdog scans by the restarted operator")
+    assert [(j.metadata.name, j.metadata.uid) for j in tasks.jobs()] == [(job.metadata.name, job.metadata.uid)]
+    assert not (tasks.jobs()[0].status.succeeded or tasks.jobs()[0].status.failed), "the turn ended too early"
+
+    def idle() -> dict[str, Any] | None:
+        status = (tasks.get("steady") or {}).get("status") or {}
+        return status if status.get("phase") == "Idle" and status.get("turns") == 1 else None
+
+    status = wait_for(idle, timeout=120, what=f"the turn to finish ({tasks.get('steady')})")
+    assert status["activeJob"] == "" and status["failedAttempts"] == 0, status
+    assert [(j.metadata.name, j.metadata.uid) for j in tasks.jobs()] == [(job.metadata.name, job.metadata.uid)]
+    assert tasks.jobs()[0].status.succeeded == 1
+    assert not task_events(tasks, "steady", "PodReaped")
+    assert [m["role"] for m in stored_messages(redis_client, task_id)] == ["user", "assistant"]
+    assert redis_client.hget(f"uc:{{{task_id}}}:task", "last_reap_reason") is None
+    after = scrape(port)  # the restarted process created no Job and reaped nothing
+    assert value(after, "unicore_jobs_created_total") == 0
+    assert not [k for k, v in after.items() if k[0] == "unicore_jobs_reaped_total" and v]
 
 
 def test_metrics_match_what_happened_and_cover_every_dashboard_metric(
