@@ -27,8 +27,8 @@ def import_handlers() -> None:
             if exc.name is None or not module.startswith(exc.name):
                 raise
             logger.debug("optional module %s not present", module)
-    # A module first imported from inside the handlers package (an import cycle: reconcile -> metrics) could not
-    # hook its routes/startup hooks in yet; its install() is idempotent, so run it now that everything is loaded.
+    # Modules with an install() hook their routes and startup hooks in only now, once everything is loaded (doing it
+    # at import time would break on the reconcile -> metrics import inside the handlers package).
     for module in OPTIONAL_MODULES:
         install = getattr(sys.modules.get(module), "install", None)
         if callable(install):

@@ -1,7 +1,8 @@
 """Prometheus metrics of UniCore, served on the operator's /metrics.
 
-Importing this package (``unicore-operator`` does, see ``main.OPTIONAL_MODULES``) registers the /metrics route on
-the operator's HTTP server and a startup hook that attaches the Redis telemetry and task-state collectors.
+``install()`` (called by ``unicore-operator`` once every module is loaded, see ``main.import_handlers``) registers the
+/metrics route on the operator's HTTP server and a startup hook that attaches the Redis telemetry and task-state
+collectors.
 Other operator modules record through the functions re-exported here::
 
     from unicore_operator import metrics
@@ -45,6 +46,3 @@ def install() -> None:
         http_server.add_routes(routes)
         lifecycle.startup_hooks.append(startup)
         install.done = True  # type: ignore[attr-defined]
-
-
-install()
