@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 import redis
-
 from unicore.schema import InboxMessage
 from unicore.state.store import TaskStore
 
 from tests.cluster.operator_harness import (
     OperatorProcess,
     Tasks,
-    install_agent_rbac,
-    install_crd,
     long_script,
     running_pods,
 )
@@ -26,28 +19,6 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 SETTLE = 180.0
-
-
-@pytest.fixture(scope="session")
-def crd(control_plane: Any) -> Any:
-    install_crd(control_plane.kubeconfig)
-    return control_plane
-
-
-@pytest.fixture
-def operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    install_agent_rbac(crd.kubeconfig, k8s_namespace)
-    proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log").start()
-    yield proc
-    proc.stop()
-    print(f"--- operator log ({proc.log_path}):\n{proc.log()}")
-
-
-@pytest.fixture
-def tasks(crd: Any, k8s_namespace: str) -> Iterator[Tasks]:
-    api = crd.api_client()
-    yield Tasks(api, k8s_namespace)
-    api.close()
 
 
 def test_suspend_during_a_long_turn_then_resume(

@@ -30,7 +30,6 @@ from tests.cluster.operator_harness import (
     OperatorProcess,
     Tasks,
     install_agent_rbac,
-    install_crd,
     long_script,
     running_pods,
     stored_messages,
@@ -64,12 +63,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def crd(control_plane: Any) -> Any:
-    install_crd(control_plane.kubeconfig)
-    return control_plane
-
-
 @pytest.fixture
 def port() -> int:
     return free_port()
@@ -98,13 +91,6 @@ def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path,
 @pytest.fixture
 def operator(start_operator: StartOperator) -> OperatorProcess:
     return start_operator()
-
-
-@pytest.fixture
-def tasks(crd: Any, k8s_namespace: str) -> Iterator[Tasks]:
-    api = crd.api_client()
-    yield Tasks(api, k8s_namespace)
-    api.close()
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -294,7 +280,8 @@ def test_metrics_match_what_happened_and_cover_every_dashboard_metric(
     after = wait_for(counted, timeout=30, what="3 finished turns on /metrics")
     assert value(after, "unicore_turns_finished_total") - value(before, "unicore_turns_finished_total") == 3
     assert value(after, "unicore_turns_started_total") - value(before, "unicore_turns_started_total") == 3
-    assert value(after, "unicore_turn_duration_seconds_count") - value(before, "unicore_turn_duration_seconds_count") == 3
+    durations = "unicore_turn_duration_seconds_count"
+    assert value(after, durations) - value(before, durations) == 3
     assert value(after, "unicore_tasks", namespace=tasks.namespace, phase="Idle") == 3
     names = exported_names(port)
     missing = {name: where for name, where in all_dashboard_metrics().items() if name not in names}
