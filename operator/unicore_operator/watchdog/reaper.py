@@ -29,7 +29,7 @@ from unicore_operator.watchdog.redis_state import TurnReset
 from unicore_operator.watchdog.scan import ReapAction, ReapReason
 
 EVENT_REASON = "PodReaped"
-OPERATOR_HASH = "uc:{{{task_id}}}:operator"  # helper-5's accounting hash (unicore_operator.redis_state)
+OPERATOR_HASH = "uc:{{{task_id}}}:operator"  # the operator's Job accounting hash (unicore_operator.redis_state)
 
 
 def interruption_note(action: ReapAction) -> str:
