@@ -27,7 +27,7 @@ test-fast: bootstrap ## unit + integration tests only (no control plane)
 
 lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff check agent_image operator hack tests bench
-	$(BIN)/mypy agent_image/unicore operator/unicore_operator
+	$(BIN)/mypy agent_image/unicore operator/unicore_operator hack/unicore_devcluster
 
 demo-local: bootstrap ## run a scripted tree of agents as local processes (no cluster), then show it
 	@hack/demo-local.sh
