@@ -49,12 +49,12 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, ge=1, le=10_000)
-    max_depth: int = Field(3, ge=0, le=32)
-    max_children: int = Field(10, ge=0, le=1_000)
-    max_descendants: int = Field(100, ge=0, le=100_000)
-    token_budget: int = Field(0, ge=0, description="tokens per root tree; 0 = unlimited")
-    turn_timeout_seconds: int = Field(3600, ge=1)
+    max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=10_000)
+    max_depth: int = Field(default=3, ge=0, le=32)
+    max_children: int = Field(default=10, ge=0, le=1_000)
+    max_descendants: int = Field(default=100, ge=0, le=100_000)
+    token_budget: int = Field(default=0, ge=0, description="tokens per root tree; 0 = unlimited")
+    turn_timeout_seconds: int = Field(default=3600, ge=1)
     recursion: bool = True
     summarize_turns: bool = True
 
@@ -71,7 +71,7 @@ class TaskSpec(BaseModel):
     system_prompt: str = ""
     tools: list[str] | None = None  # None = the default toolset for the task's depth
     child_tools: list[str] | None = None  # reduced toolset given to children
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=lambda: Limits())
     script: dict[str, Any] | None = None  # scripted model steps, inherited by children
 
     _check_id = field_validator("id")(lambda cls, v: validate_task_id(v))  # type: ignore[misc]

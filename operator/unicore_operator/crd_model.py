@@ -11,9 +11,9 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from unicore.errors import UniCoreError
 from unicore.schema import Limits, TaskSpec
+
 from unicore_operator import names
 
 
@@ -24,14 +24,14 @@ class SpecInvalid(UniCoreError):
 class LimitsSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    max_iterations: int | None = Field(None, alias="maxIterations", ge=1)
-    max_depth: int | None = Field(None, alias="maxDepth", ge=0)
-    max_children: int | None = Field(None, alias="maxChildren", ge=0)
-    max_descendants: int | None = Field(None, alias="maxDescendants", ge=0)
-    token_budget: int | None = Field(None, alias="tokenBudget", ge=0)
-    turn_timeout_seconds: int | None = Field(None, alias="turnTimeoutSeconds", ge=1)
+    max_iterations: int | None = Field(default=None, alias="maxIterations", ge=1)
+    max_depth: int | None = Field(default=None, alias="maxDepth", ge=0)
+    max_children: int | None = Field(default=None, alias="maxChildren", ge=0)
+    max_descendants: int | None = Field(default=None, alias="maxDescendants", ge=0)
+    token_budget: int | None = Field(default=None, alias="tokenBudget", ge=0)
+    turn_timeout_seconds: int | None = Field(default=None, alias="turnTimeoutSeconds", ge=1)
     recursion: bool | None = None
-    summarize_turns: bool | None = Field(None, alias="summarizeTurns")
+    summarize_turns: bool | None = Field(default=None, alias="summarizeTurns")
 
     def set_fields(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -55,7 +55,7 @@ class AgentTaskSpec(BaseModel):
     script: dict[str, Any] | None = None
     tools: list[str] | None = None
     child_tools: list[str] | None = Field(None, alias="childTools")
-    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
     parent_ref: ParentRef | None = Field(None, alias="parentRef")
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
