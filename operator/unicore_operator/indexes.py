@@ -83,15 +83,18 @@ def job_task_key(body: Mapping[str, Any]) -> TaskKey | None:
 
 
 @kopf.index(names.GROUP, names.VERSION, names.PLURAL)
-def agenttask_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[TaskKey, dict[str, Any]]:
+def agenttask_index(*, body: kopf.Body, namespace: str | None, name: str,
+                    **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
+    if namespace is None:  # AgentTasks are namespaced; kopf's signature allows None for cluster-scoped kinds
+        return None
     return {(namespace, name): compact_task(body)}
 
 
 @kopf.index(names.GROUP, names.VERSION, names.PLURAL)
-def children_index(spec: kopf.Spec, status: kopf.Status, namespace: str, name: str,
+def children_index(*, spec: kopf.Spec, status: kopf.Status, namespace: str | None, name: str,
                    **_: Any) -> dict[TaskKey, dict[str, str]] | None:
     parent = (spec.get("parentRef") or {}).get("name")
-    if not parent:
+    if not parent or namespace is None:  # AgentTasks are namespaced: namespace is None only in kopf's signature
         return None
     return {(namespace, parent): {"name": name, "phase": str(status.get("phase") or "Pending")}}
 

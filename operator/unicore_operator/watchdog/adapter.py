@@ -34,21 +34,23 @@ _indexes: dict[str, Any] = {}
 
 
 @kopf.index("unicore.dev", "v1alpha1", "agenttasks")
-def watchdog_task_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[str, Any]:
+def watchdog_task_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
     return {f"{namespace}/{name}": task_view(body)}
 
 
 @kopf.index("batch", "v1", "jobs", labels=MANAGED)
-def watchdog_job_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[str, Any]:
+def watchdog_job_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
     return {f"{namespace}/{name}": job_view(body)}
 
 
 @kopf.index("", "v1", "pods", labels=MANAGED)
-def watchdog_pod_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[str, Any]:
+def watchdog_pod_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
     return {f"{namespace}/{name}": pod_view(body)}
 
 
-@kopf.on.startup()
+# kopf passes each index as a keyword argument named after its function; its ActivityFn protocol can only take them
+# through **kwargs (and is not public, so there is nothing to cast to).
+@kopf.on.startup()  # type: ignore[arg-type]
 async def capture_watchdog_indexes(watchdog_task_index: kopf.Index, watchdog_job_index: kopf.Index,
                                    watchdog_pod_index: kopf.Index, **_: Any) -> None:
     _indexes.update(tasks=watchdog_task_index, jobs=watchdog_job_index, pods=watchdog_pod_index)
