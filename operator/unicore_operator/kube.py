@@ -6,7 +6,7 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -39,7 +39,8 @@ class KubeClients:
     def create_job(self, job: dict[str, Any]) -> bool:
         """Create the Job; False when it already exists (a duplicate activation)."""
         try:
-            self.batch.create_namespaced_job(job["metadata"]["namespace"], job)
+            # The client serialises a plain dict body as it is; its annotation only names the model class.
+            self.batch.create_namespaced_job(job["metadata"]["namespace"], cast(client.V1Job, job))
             return True
         except ApiException as exc:
             if exc.status == 409:
@@ -60,7 +61,7 @@ class KubeClients:
     def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             obj = self.custom.get_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL, name)
-            return dict(obj)
+            return dict(cast(dict[str, Any], obj))  # custom objects come back as the decoded JSON dict
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -101,6 +102,7 @@ class KubeClients:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
+            # A plain dict body is serialised as it is; the annotation only names the model class.
+            self.core.create_namespaced_event(meta["namespace"], cast(client.CoreV1Event, body))
         except Exception as exc:  # an event is a courtesy; never break a handler for it
             logger.debug("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)

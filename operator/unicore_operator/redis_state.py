@@ -101,7 +101,7 @@ class RedisState:
         self._account = self.sync.register_script(_ACCOUNT_JOB_END)
 
     async def close(self) -> None:
-        await self.aio.aclose()
+        await self.aio.aclose()  # type: ignore[attr-defined]  # redis>=5.0.1 has aclose(); types-redis 4.6 lacks it
         self.sync.close()
 
     async def snapshot(self, task_id: str) -> TaskSnapshot:

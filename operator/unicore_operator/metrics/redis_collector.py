@@ -90,11 +90,11 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
             continue
         short, labels, part = pieces
         series.setdefault((short, labels), {})[part] = value
-    for (short, labels), parts in sorted(series.items()):
+    for (short, labels), points in sorted(series.items()):
         fam = family(short, "histogram")
         label_map = parse_labels(labels)
-        bounds = sorted((_le_value(p[3:]), v) for p, v in parts.items() if p.startswith("le="))
-        count = parts.get("count", 0.0)
+        bounds = sorted((_le_value(p[3:]), v) for p, v in points.items() if p.startswith("le="))
+        count = points.get("count", 0.0)
         running = 0.0
         saw_inf = False
         for bound, cumulative in bounds:
@@ -104,7 +104,7 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         if not saw_inf:
             fam.add_sample(fam.name + "_bucket", {**label_map, "le": "+Inf"}, max(running, count))
         fam.add_sample(fam.name + "_count", label_map, count)
-        fam.add_sample(fam.name + "_sum", label_map, parts.get("sum", 0.0))
+        fam.add_sample(fam.name + "_sum", label_map, points.get("sum", 0.0))
 
     if empty_known:
         for short, spec in RUNTIME_BY_SHORT_NAME.items():

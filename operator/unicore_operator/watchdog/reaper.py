@@ -100,7 +100,7 @@ class Reaper:
                 jobs = self._batch.list_namespaced_job(
                     namespace, label_selector="app.kubernetes.io/managed-by=unicore-operator")
                 for job in jobs.items:
-                    annotations = job.metadata.annotations or {}
+                    annotations = (job.metadata.annotations if job.metadata else None) or {}
                     if annotations.get("unicore.dev/task-id") == action.task_id and not (
                             job.status and (job.status.succeeded or job.status.failed)):
                         return False

@@ -27,7 +27,8 @@ from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, Ta
 MAX_MESSAGE = 900  # status.message stays small
 
 
-class ReapReason(str, Enum):
+# Not StrEnum: that would change str()/format() of a member (callers use .value, but keep the semantics as they are).
+class ReapReason(str, Enum):  # noqa: UP042
     ORPHAN_JOB = "orphan_job"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     PENDING_TIMEOUT = "pending_timeout"
@@ -202,9 +203,9 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
             continue  # not an AgentTask of ours (local mode, or deleted: the finalizer cleans Redis)
         if state.leased:
             holder_pod = state.lease_holder.split(":", 1)[0]
-            pod = pod_names.get(f"{task.namespace}/{holder_pod}")
-            if (pod is None or pod.terminated) and _age(now, state.lease_acquired_at) > t.absence_grace:
-                where = "is gone" if pod is None else f"has {pod.phase.lower()}"
+            holder = pod_names.get(f"{task.namespace}/{holder_pod}")
+            if (holder is None or holder.terminated) and _age(now, state.lease_acquired_at) > t.absence_grace:
+                where = "is gone" if holder is None else f"has {holder.phase.lower()}"
                 actions.append(_task_action(
                     ReapReason.LEASE_HOLDER_GONE, task,
                     f"lease of {task_id} is held by {state.lease_holder}, whose pod {where} (no live turn Job)",
