@@ -13,7 +13,8 @@ class WaitTimeout(AssertionError):
     pass
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:
+def wait_for(predicate: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05,
+             what: str = "condition") -> T:
     """Poll ``predicate`` until it returns a truthy value; return it, or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None

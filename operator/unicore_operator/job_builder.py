@@ -155,7 +155,8 @@ def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> in
     return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)
 
 
-def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings, attempt: int = 0) -> dict[str, Any]:
+def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings,
+                        attempt: int = 0) -> dict[str, Any]:
     """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object)."""
     meta = task["metadata"]
     spec = task.get("spec") or {}

@@ -9,8 +9,8 @@ import logging
 import sys
 
 import kopf
-
 from unicore.errors import ConfigError
+
 from unicore_operator.log import logger
 from unicore_operator.settings import load_settings
 

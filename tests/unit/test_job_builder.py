@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from unicore_operator import names
 from unicore_operator.job_builder import build_turn_job_spec, turn_job_name
 from unicore_operator.settings import OperatorSettings, load_settings

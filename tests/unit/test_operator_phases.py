@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from unicore_operator.crd_model import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
 from unicore_operator.indexes import job_outcome
 from unicore_operator.phases import (
@@ -13,8 +14,6 @@ from unicore_operator.phases import (
     status_changed,
     wants_turn_job,
 )
-
-import pytest
 
 
 def test_precedence() -> None:

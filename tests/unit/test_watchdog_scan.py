@@ -235,5 +235,6 @@ def test_views_from_kubernetes_bodies() -> None:
     assert (p.job_key, p.phase, p.unschedulable_reason) == (f"{NS}/demo-t1", "Pending", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in pending_cause(p)
     w = pod_view({"metadata": {"namespace": NS, "name": "x", "ownerReferences": [{"kind": "Job", "name": "j"}]},
-                  "status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull", "message": "m"}}}]}})
+                  "status": {"containerStatuses": [
+                      {"state": {"waiting": {"reason": "ErrImagePull", "message": "m"}}}]}})
     assert (w.job_name, w.waiting_reason, w.phase) == ("j", "ErrImagePull", "Pending")

@@ -167,8 +167,8 @@ class TaskApi:
             if window is None:
                 raise ApiError(
                     404,
-                    f"agenttask {task_id} has no turn {turn} yet "
-                    f"({'turns are numbered from 0; it has 0..' + str(len(headers) - 1) if headers else 'no turn yet'})",
+                    f"agenttask {task_id} has no turn {turn} yet ("
+                    f"{'turns are numbered from 0; it has 0..' + str(len(headers) - 1) if headers else 'no turn yet'})",
                     details={"name": name, "group": "unicore.dev", "kind": "turns"},
                 )
             start, stop = window

@@ -66,8 +66,9 @@ def read_states(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, Redis
     trip, no per-task waits.
 
     On a single Redis the pipeline holds one server-side script call per 1,000 tasks that returns one short
-    string per running task, which keeps the client's parsing work small. On Redis Cluster (keys of different tasks live in different slots) it falls
-    back to a pipeline of plain reads (status for all, then heartbeat and lease for the running ones).
+    string per running task, which keeps the client's parsing work small. On Redis Cluster (keys of different tasks
+    live in different slots) it falls back to a pipeline of plain reads (status for all, then heartbeat and lease for
+    the running ones).
     """
     ids = list(task_ids)
     if not ids:
