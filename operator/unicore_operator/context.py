@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,20 @@ class OperatorContext:
     # Pending delayed re-checks (retry backoff, lease still held), one per task.
     rechecks: dict[TaskKey, asyncio.TimerHandle] = field(default_factory=dict)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    # Threads for the turn Job POST only: the activation path never queues behind the status patches, Event
+    # posts and Redis calls that share asyncio.to_thread's default executor (a resync, a burst of creations).
+    job_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="unicore-job-create")
+    )
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def indexed_task(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The AgentTask ``namespace/name`` from the index (compact body); None when the index does not hold it."""
+        if self.agenttasks is None:
+            return None
+        for body in self.agenttasks.get((namespace, name)) or ():
+            return dict(body)
+        return None
 
     def watches(self, namespace: str) -> bool:
         return self.settings.cluster_wide or namespace in self.settings.namespaces

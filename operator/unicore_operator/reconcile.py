@@ -152,7 +152,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         else:
             job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt())
             job_name = job["metadata"]["name"]
-            was_created = await asyncio.to_thread(ctx.kube.create_job, job)
+            loop = asyncio.get_running_loop()
+            was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)
             ctx.inflight_jobs[key] = job_name
             if was_created:
                 created = job_name

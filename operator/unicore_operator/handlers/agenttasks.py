@@ -64,7 +64,7 @@ async def initialise(body: kopf.Body, spec: kopf.Spec, namespace: str, name: str
         except TaskNotFound as exc:
             raise kopf.TemporaryError(str(exc), delay=1) from exc
     if parsed.parent_ref is not None:
-        parent_body = await asyncio.to_thread(ctx.kube.get_agenttask, namespace, parsed.parent_ref.name)
+        parent_body = ctx.indexed_task(namespace, parsed.parent_ref.name)  # no API read per created child
         if parent_body is not None:
             _post(ctx, parent_body, events.NORMAL, events.CHILD_SPAWNED, f"child task {name} created")
     logger.info("initialised %s (%s)", tid, "new conversation" if created else "existing conversation kept")
@@ -128,7 +128,9 @@ async def agenttask_event(event: kopf.RawEvent, body: kopf.Body, spec: kopf.Spec
     if ctx is None or not ctx.watches(namespace):
         return
     parent = (spec.get("parentRef") or {}).get("name")
-    if parent:
+    if parent and ctx.indexed_task(namespace, parent) is not None:
+        # Handlers run once the indexes are filled: a parent missing from the index is no AgentTask (yet); its
+        # own create handler reconciles it with its children. No API read for it on every event of every child.
         await reconcile_task(ctx, namespace, parent, f"child:{name}")
     generation = body.get("metadata", {}).get("generation")
     if event.get("type") == "MODIFIED" and status.get("phase") and status.get("observedGeneration") != generation:

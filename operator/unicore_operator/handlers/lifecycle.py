@@ -75,4 +75,5 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in list(ctx.background):
         task.cancel()
     await asyncio.gather(*ctx.background, return_exceptions=True)
+    ctx.job_executor.shutdown(wait=False, cancel_futures=True)
     await ctx.redis.close()
