@@ -1,10 +1,11 @@
 """Activation latency: message pushed to a task's inbox + activation -> its turn Job seen through a watch.
 
-Printed next to the raw latency of creating the same Job directly with a plain client (same watch, same run), with
-1 and with N (default 1,000) existing AgentTasks. Sample tasks are children of a Redis-only parent and have no
-prompt, so they sit Idle until the benchmark queues a message.
+Printed next to the raw latency of creating the same Job directly with a plain client (same watch, same
+run), with 1 and with N (default 1,000) existing AgentTasks. Sample tasks are children of a Redis-only parent
+and have no prompt, so they are created (8 API clients in parallel) straight into Idle without running a
+turn; only the sampled tasks run turns (scripted model, one step).
 
-    .venv/bin/python bench/bench_activation.py [--tasks 1000] [--samples 30]
+    .venv/bin/python bench/bench_activation.py [--tasks 1000] [--samples 100] [--verbose]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ from tests.waiting import wait_for  # noqa: E402
 from unicore.schema import InboxMessage, TaskSpec  # noqa: E402
 from unicore.state.store import TaskStore, connect  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
+
+
+VERBOSE = False
 
 
 class JobWatch:
@@ -69,31 +74,82 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def settled(tasks: Tasks, name: str, turns: int) -> bool:
+    """``name`` is Idle and its status already counts ``turns`` turns (so a stale Idle from before the last
+    sample's Job does not count: the next message must not reach that Job's still-running turn)."""
+    status = (tasks.get(name) or {}).get("status") or {}
+    counted = int(status.get("turns") or 0) >= turns
+    return status.get("phase") == "Idle" and counted and not status.get("activeJob")
+
+
+def operator_sample(tasks: Tasks, store: TaskStore, jobs: JobWatch, namespace: str, name: str, i: int,
+                    turns_of: dict[str, int]) -> tuple[str, float]:
+    """Queue a message + activate ``name``; (its turn Job, ms until the watch shows it)."""
+    start = time.perf_counter()
+    store.queue_message(f"{namespace}/{name}", InboxMessage(type="user", content=f"sample {i}"))
+    store.activate(f"{namespace}/{name}", "bench")
+    job_name, seen = jobs.wait(lambda j, n=name: j.startswith(f"{n}-t"))
+    turns_of[name] = int(job_name[len(name) + 2:].split("-", 1)[0])
+    return job_name, (seen - start) * 1000
+
+
+def raw_sample(tasks: Tasks, jobs: JobWatch, namespace: str, template: dict[str, Any]) -> float:
+    """The operator's pod template as a suspended Job, made with a plain client; ms until the watch has it."""
+    raw_job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": f"raw-{uuid.uuid4().hex[:10]}", "namespace": namespace},
+               "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 60, "suspend": True,
+                        "template": {"spec": client.ApiClient().sanitize_for_serialization(
+                            client.V1PodSpec(**_snake(copy.deepcopy(template)["spec"]["template"]["spec"])))}}}
+    start = time.perf_counter()
+    tasks.batch.create_namespaced_job(namespace, raw_job)
+    _, seen = jobs.wait(lambda j, n=raw_job["metadata"]["name"]: j == n)
+    return (seen - start) * 1000
+
+
 def measure(tasks: Tasks, store: TaskStore, jobs: JobWatch, namespace: str, names: list[str],
-            samples: int) -> tuple[list[float], list[float]]:
+            samples: int, turns_of: dict[str, int]) -> tuple[list[float], list[float]]:
+    """One sample at a time on a quiet system: every earlier sampled turn has ended (its pod no longer
+    competes for the CPU) and the sample's task is Idle. Each sample creates the raw Job first, pauses 0.2 s,
+    then activates the task, so both figures are taken on a quiet system (the raw Job is the operator's pod
+    template with ``suspend: true``: the API server does the same admission and storage work, and no pod runs
+    for it). One unrecorded warm-up sample takes the operator's Job template and warms both clients."""
     operator_ms, raw_ms = [], []
-    template: dict[str, Any] | None = None
+
+    def settle(*names_: str) -> None:
+        for task in names_:
+            wait_for(lambda n=task: settled(tasks, n, turns_of.get(n, 0)), timeout=120, interval=0.05,
+                     what=f"{task} Idle")
+
+    settle(*turns_of, names[0])
+    job_name, _ = operator_sample(tasks, store, jobs, namespace, names[0], -1, turns_of)
+    template = tasks.batch.read_namespaced_job(job_name, namespace).to_dict()
+    previous = names[0]
     for i in range(samples):
         name = names[i % len(names)]
-        wait_for(lambda n=name: tasks.phase(n) == "Idle", timeout=120, what=f"{name} Idle")
-        start = time.perf_counter()
-        store.queue_message(f"{namespace}/{name}", InboxMessage(type="user", content=f"sample {i}"))
-        store.activate(f"{namespace}/{name}", "bench")
-        job_name, seen = jobs.wait(lambda j, n=name: j.startswith(f"{n}-t"))
-        operator_ms.append((seen - start) * 1000)
-        if template is None:
-            template = tasks.batch.read_namespaced_job(job_name, namespace).to_dict()
-        raw = copy.deepcopy(template)
-        raw_job = {"apiVersion": "batch/v1", "kind": "Job",
-                   "metadata": {"name": f"raw-{uuid.uuid4().hex[:10]}", "namespace": namespace},
-                   "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 60,
-                            "template": {"spec": client.ApiClient().sanitize_for_serialization(
-                                client.V1PodSpec(**_snake(raw["spec"]["template"]["spec"])))}}}
-        start = time.perf_counter()
-        tasks.batch.create_namespaced_job(namespace, raw_job)
-        _, seen = jobs.wait(lambda j, n=raw_job["metadata"]["name"]: j == n)
-        raw_ms.append((seen - start) * 1000)
+        settle(*dict.fromkeys((previous, name)))
+        raw_ms.append(raw_sample(tasks, jobs, namespace, template))
+        time.sleep(0.2)  # let the API server and the Job controller finish with the raw Job
+        _, elapsed = operator_sample(tasks, store, jobs, namespace, name, i, turns_of)
+        operator_ms.append(elapsed)
+        if VERBOSE:
+            print(f"  {time.strftime('%H:%M:%S')} {name} operator {elapsed:.1f} ms raw {raw_ms[-1]:.1f} ms",
+                  flush=True)
+        previous = name
     return operator_ms, raw_ms
+
+
+def create_tasks(cluster: DevCluster, namespace: str, names: list[str], spec: dict[str, Any],
+                 workers: int = 8) -> None:
+    """Create AgentTasks from ``workers`` threads (one API client each)."""
+    local = threading.local()
+
+    def one(name: str) -> None:
+        if not hasattr(local, "tasks"):
+            local.tasks = Tasks(cluster.api_client(), namespace)
+        local.tasks.create(name, spec)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, names))
 
 
 def _snake(spec: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +161,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--verbose", action="store_true", help="print every operator sample as it is taken")
     args = parser.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
     data = Path(tempfile.mkdtemp(prefix="unicore-bench-activation-"))
     cluster = DevCluster(data / "cluster").start()
     (data / "redis").mkdir()
@@ -126,15 +185,18 @@ def main() -> int:
         jobs = JobWatch(tasks.batch, namespace)
         spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
         rows = []
+        turns_of: dict[str, int] = {}  # task -> turns its last sampled Job ran (carried from row to row)
         existing: list[str] = []
         for total in (1, args.tasks):
-            while len(existing) < total:
-                name = f"s{len(existing):05d}"
-                tasks.create(name, spec)
-                existing.append(name)
+            new = [f"s{i:05d}" for i in range(len(existing), total)]
+            began = time.monotonic()
+            create_tasks(cluster, namespace, new, spec)
+            existing.extend(new)
             wait_for(lambda n=len(existing): sum(p == "Idle" for p in tasks.all_phases().values()) >= n,
-                     timeout=600, interval=1.0, what=f"{total} Idle sample tasks")
-            op, raw = measure(tasks, store, jobs, namespace, existing[:max(1, args.samples)], args.samples)
+                     timeout=1200, interval=1.0, what=f"{total} Idle sample tasks")
+            print(f"{total} task(s) created and Idle in {time.monotonic() - began:.1f}s", flush=True)
+            op, raw = measure(tasks, store, jobs, namespace, existing[:max(1, args.samples)], args.samples,
+                             turns_of)
             rows.append((total, op, raw))
         print(f"{'tasks':>6} {'op p50 ms':>10} {'raw p50 ms':>11} {'ratio':>6} {'op p99 ms':>10} "
               f"{'raw p99 ms':>11} {'ratio':>6}")
