@@ -26,14 +26,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, watch  # noqa: E402
-
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
 from unicore.schema import InboxMessage, TaskSpec  # noqa: E402
 from unicore.state.store import TaskStore, connect  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 VERBOSE = False
 
@@ -192,7 +191,8 @@ def main() -> int:
             began = time.monotonic()
             create_tasks(cluster, namespace, new, spec)
             existing.extend(new)
-            wait_for(lambda n=len(existing): sum(p == "Idle" for p in tasks.all_phases().values()) >= n,
+            want = len(existing)
+            wait_for(lambda: sum(p == "Idle" for p in tasks.all_phases().values()) >= want,  # noqa: B023
                      timeout=1200, interval=1.0, what=f"{total} Idle sample tasks")
             print(f"{total} task(s) created and Idle in {time.monotonic() - began:.1f}s", flush=True)
             op, raw = measure(tasks, store, jobs, namespace, existing[:max(1, args.samples)], args.samples,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from unicore_operator.context import OperatorContext
 from unicore_operator.handlers import agenttasks
 from unicore_operator.settings import OperatorSettings
-
-import pytest
 
 
 def make_ctx(index: dict[tuple[str, str], list[dict[str, Any]]] | None) -> OperatorContext:

@@ -7,9 +7,9 @@ import asyncio
 from typing import Any
 
 import kopf
-
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
+
 from unicore_operator import events, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
@@ -27,10 +27,17 @@ def _ctx(memo: kopf.Memo) -> OperatorContext:
     return ctx
 
 
+def _namespaced(namespace: str | None) -> str:
+    if namespace is None:  # the CRD is namespaced; kopf's handler protocol allows None for cluster-scoped kinds
+        raise kopf.PermanentError("AgentTask objects are namespaced")
+    return namespace
+
+
 @kopf.on.create(names.GROUP, names.VERSION, names.PLURAL, id="initialise", retries=PARENT_WAIT_RETRIES + 5)
-async def initialise(body: kopf.Body, spec: kopf.Spec, namespace: str, name: str, uid: str, memo: kopf.Memo,
-                     retry: int, **_: Any) -> None:
+async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None, name: str, uid: str,
+                     memo: kopf.Memo, retry: int, **_: Any) -> None:
     """Create the task in Redis (never overwriting a conversation), queue spec.prompt once, reconcile."""
+    namespace = _namespaced(namespace)
     ctx = _ctx(memo)
     task = compact_task(body)
     try:
@@ -48,9 +55,9 @@ async def initialise(body: kopf.Body, spec: kopf.Spec, namespace: str, name: str
         snap = await ctx.redis.snapshot(parent_id)
         if not snap.exists:
             if retry >= PARENT_WAIT_RETRIES:
-                message = f"parent task {parent_id} does not exist"
-                await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": message})
-                _post(ctx, task, events.WARNING, events.INVALID_SPEC, message)
+                failure = f"parent task {parent_id} does not exist"
+                await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": failure})
+                _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
                 return
             raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
         parent_record = snap.record
@@ -72,8 +79,9 @@ async def initialise(body: kopf.Body, spec: kopf.Spec, namespace: str, name: str
 
 
 @kopf.on.field(names.GROUP, names.VERSION, names.PLURAL, field="spec.suspend", id="suspend")
-async def suspend_changed(old: Any, new: Any, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
+async def suspend_changed(*, old: Any, new: Any, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo,
                           **_: Any) -> None:
+    namespace = _namespaced(namespace)
     ctx = _ctx(memo)
     key = (namespace, name)
     task = compact_task(body)
@@ -94,8 +102,9 @@ async def suspend_changed(old: Any, new: Any, body: kopf.Body, namespace: str, n
 
 
 @kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL, id="cleanup")
-async def cleanup_task(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def cleanup_task(*, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Finalizer: remove (or expire) the task's Redis keys. Children and Jobs go by ownerReference GC."""
+    namespace = _namespaced(namespace)
     ctx = _ctx(memo)
     key = (namespace, name)
     tid = names.task_id(namespace, name)
@@ -121,11 +130,11 @@ async def cleanup_task(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> 
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
-async def agenttask_event(event: kopf.RawEvent, body: kopf.Body, spec: kopf.Spec, status: kopf.Status,
-                          namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def agenttask_event(*, event: kopf.RawEvent, body: kopf.Body, spec: kopf.Spec, status: kopf.Status,
+                          namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """A child changed: its parent's status (children, Waiting/Idle) follows. A spec edit: observedGeneration."""
     ctx: OperatorContext | None = memo.get("ctx")
-    if ctx is None or not ctx.watches(namespace):
+    if ctx is None or namespace is None or not ctx.watches(namespace):
         return
     parent = (spec.get("parentRef") or {}).get("name")
     if parent and ctx.indexed_task(namespace, parent) is not None:

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import kopf
-
 from unicore.state.store import TaskStore
+
 from unicore_operator import activation, http_server, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.kube import KubeClients, load_api_client
@@ -36,7 +36,9 @@ def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
     settings.execution.max_workers = 16
 
 
-@kopf.on.startup()
+# kopf passes its indexes to startup handlers as keyword arguments named after them, which its ActivityFn
+# protocol cannot declare (and kopf does not export it to cast to): hence the one targeted ignore.
+@kopf.on.startup()  # type: ignore[arg-type]
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_index: kopf.Index,
                   children_index: kopf.Index, turnjob_index: kopf.Index, **_: Any) -> None:
     op = load_settings()
