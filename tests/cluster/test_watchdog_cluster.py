@@ -24,9 +24,9 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 from unicore.history import INTERRUPTED_TEXT
+from unicore_devcluster.fixture_tools import SPEC as SLOW_TOOLS
 
 from tests.cluster.operator_harness import (
-    REPO,
     OperatorProcess,
     Tasks,
     install_agent_rbac,
@@ -35,7 +35,6 @@ from tests.cluster.operator_harness import (
     stored_messages,
     task_events,
 )
-from tests.slow_tools import SPEC as SLOW_TOOLS
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -48,11 +47,11 @@ WATCHDOG_ENV = {
     "UNICORE_MAX_REAPS": "2",
     "UNICORE_DEFAULT_GPUS": "1",
 }
-# Turn pods of the hang test: a step longer than 3 s counts as hung, and the test-only slow_step tool is known
-# (the pod runner starts turn processes from the repo's venv; PYTHONPATH makes the tests package importable).
+# Turn pods of the hang test: a step longer than 3 s counts as hung, and the slow_step fixture tool is known (the pod
+# runner starts turn processes from the repo's venv, where unicore_devcluster is importable; no host path in env).
 HANG_ENV = {
     "UNICORE_STALL_SECONDS": "3",
-    "UNICORE_AGENT_EXTRA_ENV": json.dumps({"UNICORE_EXTRA_TOOLS": SLOW_TOOLS, "PYTHONPATH": str(REPO)}),
+    "UNICORE_AGENT_EXTRA_ENV": json.dumps({"UNICORE_EXTRA_TOOLS": SLOW_TOOLS}),
 }
 StartOperator = Callable[..., OperatorProcess]
 

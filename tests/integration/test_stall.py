@@ -13,9 +13,9 @@ from unicore.history import INTERRUPTED_TEXT
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore
 from unicore.turn import EXIT_LEASE_LOST, EXIT_OK, TurnOutcome
+from unicore_devcluster.fixture_tools import SPEC
 
 from tests.integration.conftest import TurnRunner
-from tests.slow_tools import SPEC
 from tests.waiting import wait_for
 
 TTL_MS = 600  # heartbeat every 0.2 s

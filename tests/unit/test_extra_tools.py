@@ -6,8 +6,7 @@ import pytest
 from unicore.errors import ConfigError
 from unicore.schema import TaskSpec
 from unicore.tools.registry import ALL_TOOLS, known_tools, load_extra_tools, tool_names_for, toolset_for
-
-from tests.slow_tools import SPEC, SlowStep
+from unicore_devcluster.fixture_tools import SPEC, SlowStep
 
 BUILTIN = "unicore.tools.workspace:ReadFile"
 
@@ -31,11 +30,11 @@ def test_extra_tools_are_available_to_tasks_that_name_them(monkeypatch: pytest.M
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("tests.slow_tools", "package.module:ATTR"),
+        ("unicore_devcluster.fixture_tools", "package.module:ATTR"),
         (":TOOLS", "package.module:ATTR"),
         ("tests.no_such_module:TOOLS", "cannot import 'tests.no_such_module'"),
-        ("tests.slow_tools:MISSING", "has no attribute 'MISSING'"),
-        ("tests.slow_tools:NOT_A_TOOL", "is not a Tool subclass"),
+        ("unicore_devcluster.fixture_tools:MISSING", "has no attribute 'MISSING'"),
+        ("unicore_devcluster.fixture_tools:NOT_A_TOOL", "is not a Tool subclass"),
         (f"{SPEC},{SPEC}", "'slow_step' .* defined twice"),
         (BUILTIN, "'read_file' .* defined twice"),
     ],

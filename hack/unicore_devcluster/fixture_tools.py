@@ -1,5 +1,7 @@
-"""Test-only custom tools, loaded through the real extension point
-``UNICORE_EXTRA_TOOLS=tests.slow_tools:TOOLS``.
+"""Custom tools for tests and the dev cluster, loaded through the real extension point
+``UNICORE_EXTRA_TOOLS=unicore_devcluster.fixture_tools:TOOLS``. They live in the dev-cluster package (on the dev
+venv's path, never in images), so turn processes started by the pod runner import them without a host path in the
+pod's env.
 
 ``slow_step`` blocks like a hung tool: it waits up to ``seconds`` on the turn's cancel event, which only
 SIGTERM (the Job being deleted) sets. It never marks progress: to the turn it is one long step.
@@ -11,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from unicore.errors import ToolError
 from unicore.tools.base import Tool, ToolContext
 
-SPEC = "tests.slow_tools:TOOLS"
+SPEC = "unicore_devcluster.fixture_tools:TOOLS"
 
 
 class SlowStep(Tool):
