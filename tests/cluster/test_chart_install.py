@@ -83,6 +83,13 @@ def token_client(control_plane: Any, namespace: str, service_account: str) -> cl
     return client.ApiClient(cfg)
 
 
+def uninstall(namespace: str, api: client.ApiClient, env: dict[str, str]) -> None:
+    """Tear down a release installed by a test: helm uninstall, then the namespace."""
+    helm("uninstall", "unicore", "--namespace", namespace, "--wait", "--timeout", "60s", env=env, check=False)
+    client.CoreV1Api(api).delete_namespace(namespace)
+    api.close()
+
+
 def status_of(call: Any) -> int:
     try:
         call()
@@ -145,19 +152,7 @@ def installed(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         yield {"namespace": namespace, "api": api, "install": proc, "env": env}
     finally:
-        helm(
-            "uninstall",
-            "unicore",
-            "--namespace",
-            namespace,
-            "--wait",
-            "--timeout",
-            "60s",
-            env=env,
-            check=False,
-        )
-        client.CoreV1Api(api).delete_namespace(namespace)
-        api.close()
+        uninstall(namespace, api, env)
 
 
 def test_install_is_accepted_by_pod_security_restricted(installed: dict[str, Any]) -> None:
@@ -372,16 +367,4 @@ def test_chart_operator_runs_a_scripted_tree_with_the_charts_rbac(
         jobs = client.BatchV1Api(api).list_namespaced_job(namespace).items
         assert jobs and all(j.spec.template.spec.service_account_name == "unicore-agent" for j in jobs)
     finally:
-        helm(
-            "uninstall",
-            "unicore",
-            "--namespace",
-            namespace,
-            "--wait",
-            "--timeout",
-            "60s",
-            env=env,
-            check=False,
-        )
-        client.CoreV1Api(api).delete_namespace(namespace)
-        api.close()
+        uninstall(namespace, api, env)
