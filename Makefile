@@ -16,11 +16,14 @@ help: ## list the targets
 bootstrap: ## create .venv, install UniCore and its dev tools, install redis-server if missing
 	@hack/bootstrap.sh
 
-k8s-bins: ## build (or reuse from cache / KUBEBUILDER_ASSETS) kube-apiserver, controller-manager, scheduler, etcd, helm
+k8s-bins: ## build (or reuse from cache / KUBEBUILDER_ASSETS) kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm
 	@hack/build-k8s.sh
 
+# The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
+WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
+
 test: bootstrap k8s-bins ## everything CI runs: unit, integration (real Redis) and cluster tests (real control plane)
-	KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/pytest $(PYTEST_ARGS)
+	@$(WITH_K8S) $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: bootstrap ## unit + integration tests only (no control plane)
 	$(BIN)/pytest -m "not cluster and not kind" $(PYTEST_ARGS)
@@ -33,13 +36,13 @@ demo-local: bootstrap ## run a scripted tree of agents as local processes (no cl
 	@hack/demo-local.sh
 
 demo: bootstrap k8s-bins ## cluster mode: control plane + GPU node + operator, apply examples/, show the tree
-	@KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" hack/demo.sh
+	@$(WITH_K8S) hack/demo.sh
 
 cluster-up: bootstrap k8s-bins ## start the local control plane in the background; prints `export KUBECONFIG=...`
-	@KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/unicore-devcluster up --detach
+	@$(WITH_K8S) $(BIN)/unicore-devcluster up --detach
 
 cluster-down: ## stop the local control plane
 	@$(BIN)/unicore-devcluster down
 
 bench: bootstrap k8s-bins ## run every benchmark under bench/ and print their tables
-	@for b in bench/bench_*.py; do echo "== $$b"; KUBEBUILDER_ASSETS="$$(hack/build-k8s.sh | tail -n 1)" $(BIN)/python $$b || exit 1; done
+	@$(WITH_K8S) for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -3,7 +3,8 @@
 #
 #   hack/build-k8s.sh            # build what is missing, print the bin dir as the last stdout line
 #
-# Binaries: kube-apiserver kube-controller-manager kube-scheduler etcd helm.
+# Binaries: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm (kubectl at the servers' own
+# version, so tests and the demo do not depend on whatever kubectl the machine has).
 # Cache:    ${UNICORE_CACHE:-$HOME/.cache/unicore}/k8s-<version>/
 # If KUBEBUILDER_ASSETS names a folder that already holds all binaries, it is used and nothing is built.
 # Every binary is built to a temporary name and renamed, so an interrupted build never leaves half a binary.
@@ -11,7 +12,7 @@ set -euo pipefail
 
 KUBE_VERSION="v1.36.3"
 HELM_VERSION="v3.22.0"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd helm)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd helm)
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { echo "[build-k8s] $*" >&2; }
@@ -61,7 +62,7 @@ trap 'rm -f "$BIN_DIR"/.*.tmp.$$' EXIT
 
 total_start=$SECONDS
 build_one "$HERE/k8s/etcd" . etcd
-for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build_one "$HERE/k8s/kube" "k8s.io/kubernetes/cmd/$cmd" "$cmd" "$ldflags"
 done
 
