@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from unicore_operator.watchdog.scan import ReapReason, Snapshot, Thresholds, pending_cause, scan
+from unicore_operator.watchdog.scan import (
+    ReapReason,
+    Snapshot,
+    Thresholds,
+    pending_cause,
+    plan_redis_reads,
+    scan,
+)
 from unicore_operator.watchdog.views import (
     JobView,
     PodView,
@@ -238,3 +245,27 @@ def test_views_from_kubernetes_bodies() -> None:
                   "status": {"containerStatuses": [
                       {"state": {"waiting": {"reason": "ErrImagePull", "message": "m"}}}]}})
     assert (w.job_name, w.waiting_reason, w.phase) == ("j", "ErrImagePull", "Pending")
+
+
+def test_a_beating_task_is_not_heartbeat_stale_but_still_past_its_deadline() -> None:
+    old_pod = pod(start_time=NOW - 900)
+    s = Snapshot(tasks={f"{NS}/demo": task()}, jobs=[job()], pods=[old_pod], beating=frozenset({f"{NS}/demo"}))
+    assert scan(s, NOW, T) == []
+    late = job(start_time=NOW - 4000, active_deadline_seconds=3600)
+    s = Snapshot(tasks={f"{NS}/demo": task()}, jobs=[late], pods=[old_pod], beating=frozenset({f"{NS}/demo"}))
+    assert [a.reason for a in scan(s, NOW, T)] == [ReapReason.DEADLINE_EXCEEDED]
+
+
+def test_plan_reads_only_the_tasks_whose_redis_state_can_change_the_result() -> None:
+    names = ["young", "old", "pending", "late", "nopod", "queued", "lost", "idle", "done"]
+    tasks = [task(n, phase="Running") for n in names[:7]] + [task("idle", phase="Idle"), task("done", phase="Idle")]
+    jobs = [job(f"{n}-t1", n) for n in names[:6]] + [job("done-t1", "done", finished=True), job("orphan-t1", "gone")]
+    jobs[3] = job("late-t1", "late", start_time=NOW - 4000, active_deadline_seconds=3600)
+    jobs[4] = job("nopod-t1", "nopod", created_at=NOW - 400)
+    jobs[5] = job("queued-t1", "queued", suspended=True, created_at=NOW - 4000)
+    pods = [pod("young-p", "young-t1"), pod("old-p", "old-t1", start_time=NOW - 121),
+            pod("pending-p", "pending-t1", phase="Pending", created_at=NOW - 301, start_time=None),
+            pod("late-p", "late-t1", start_time=NOW - 4000)]
+    plan = plan_redis_reads(snap(tasks, jobs, pods), NOW, T)
+    assert plan.beat_check == {f"{NS}/old"}
+    assert plan.read == {f"{NS}/pending", f"{NS}/late", f"{NS}/nopod", f"{NS}/lost"}

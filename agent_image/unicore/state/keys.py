@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 ACTIVATIONS_STREAM = "uc:activations"
 TASKS_INDEX = "uc:tasks"
+# Sorted set: task id -> unix time of its turn's last heartbeat. One global key (not under a task's hash tag), so it is
+# written by a separate command next to the task's own scripts; members are removed when the lease is released.
+HEARTBEATS_INDEX = "uc:heartbeats"
 ACTIVATIONS_MAXLEN = 10_000
 
 

@@ -36,7 +36,7 @@ from unicore.schema import (
     text_block,
 )
 from unicore.state import lua
-from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TASKS_INDEX, TaskKeys
+from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn
 
 log = get_logger("state")
@@ -209,6 +209,7 @@ class TaskStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.delete(*self.keys(task_id).all())
         pipe.zrem(TASKS_INDEX, task_id)
+        pipe.zrem(HEARTBEATS_INDEX, task_id)  # a task deleted while a turn runs leaves no member behind
         if parent:
             pipe.zrem(self.keys(parent).children, task_id)
         pipe.execute()
@@ -283,25 +284,49 @@ class TaskStore:
         """Take the task's lease with a new fencing token; LeaseBusy if a live holder has it."""
         keys = self.keys(task_id)
         who = holder or _holder_id()
+        now = _now()
         token, current = self._acquire(
-            keys=[keys.lease, keys.fence, keys.task, keys.heartbeat], args=[who, ttl_ms, _now()]
+            keys=[keys.lease, keys.fence, keys.task, keys.heartbeat], args=[who, ttl_ms, now]
         )
         token = int(token)
         if token < 0:
             raise TaskNotFound(f"no task {task_id!r}")
         if token == 0:
             raise LeaseBusy(f"task {task_id} is already running a turn (lease held by {current})")
+        # The first heartbeat: the global index the watchdog reads (only after the lease is ours, so a refused
+        # acquire never freshens the entry of a turn that holds the lease and may be hung).
+        self.redis.zadd(HEARTBEATS_INDEX, {task_id: float(now)})
         return Lease(task_id=task_id, token=token, holder=who)
 
     def renew_lease(self, lease: Lease, *, ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> None:
-        """Heartbeat: extend the lease and write ``uc:{T}:heartbeat``. LeaseLost if it is gone."""
+        """Heartbeat: extend the lease, write ``uc:{T}:heartbeat`` and ``ZADD uc:heartbeats <now> <task id>``, in
+        one pipeline (one round trip). LeaseLost if the lease is gone.
+
+        The ZADD is a separate command, not part of the fenced script: ``uc:heartbeats`` is one global key, and on
+        Redis Cluster a script may only touch keys of one slot (the task's hash tag). So a refused renew still
+        freshens the entry; harmless, because the turn then stops (LeaseLost) and the watchdog reads the task's own
+        keys before it acts, and drops entries whose task no longer runs once they are stale.
+        """
         keys = self.keys(lease.task_id)
-        self._fenced(self._renew, [keys.lease, keys.heartbeat], [lease.token, ttl_ms, _now()])
+        now = _now()
+        pipe = self.redis.pipeline(transaction=False)
+        self._renew(keys=[keys.lease, keys.heartbeat], args=[lease.token, ttl_ms, now], client=pipe)
+        pipe.zadd(HEARTBEATS_INDEX, {lease.task_id: float(now)})
+        try:
+            pipe.execute()
+        except redis.ResponseError as exc:
+            if lua.LEASE_LOST in str(exc):
+                raise LeaseLost(f"lease of {keys.lease} lost: write refused") from None
+            raise
 
     def release_lease(self, lease: Lease) -> bool:
-        """Drop the lease and mark the task idle; False if the lease was no longer ours (nothing written)."""
+        """Drop the lease and mark the task idle; False if the lease was no longer ours (nothing written).
+        Once released, the task leaves ``uc:heartbeats`` (a failed release leaves the new holder's entry alone)."""
         keys = self.keys(lease.task_id)
-        return bool(self._release(keys=[keys.lease, keys.task], args=[lease.token, _now()]))
+        released = bool(self._release(keys=[keys.lease, keys.task], args=[lease.token, _now()]))
+        if released:
+            self.redis.zrem(HEARTBEATS_INDEX, lease.task_id)
+        return released
 
     def lease_holder(self, task_id: str) -> str | None:
         """The live holder, or None if no turn holds the lease."""

@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
+from unicore.state.keys import HEARTBEATS_INDEX
 
 from unicore_operator import events, names
 from unicore_operator.context import OperatorContext
@@ -119,6 +120,7 @@ async def cleanup_task(*, namespace: str | None, name: str, memo: kopf.Memo, **_
             pipe = ctx.redis.aio.pipeline(transaction=False)
             for redis_key in keys:
                 pipe.expire(redis_key, retention)
+            pipe.zrem(HEARTBEATS_INDEX, tid)  # a global key: the task's pattern does not find it
             await pipe.execute()
         logger.info("task %s deleted; its Redis keys expire in %ds", tid, retention)
         return

@@ -1,8 +1,9 @@
 """The watchdog: finds stuck turn work from the operator's caches, reaps it, and makes the task runnable again.
 
 - :mod:`views`  pure converters from Kubernetes bodies to small views (run once per watch event, in kopf indexes);
-- :mod:`scan`   the pure decision ``scan(snapshot, now, thresholds) -> list[ReapAction]``;
-- :mod:`redis_state` the one pipelined Redis read, and the fenced lease release;
+- :mod:`scan`   the pure decision ``scan(snapshot, now, thresholds) -> list[ReapAction]``, and ``plan_redis_reads``
+  (which tasks' Redis state can change it);
+- :mod:`redis_state` the O(stale) Redis read (``uc:heartbeats`` + the flagged tasks), and the fenced lease release;
 - :mod:`reaper` carries actions out (delete the Job, release the lease, record, activate or fail the task);
 - :mod:`adapter` the Kopf wiring: indexes, the background loop started at operator startup.
 """

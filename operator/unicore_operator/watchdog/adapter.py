@@ -23,8 +23,8 @@ from unicore_operator.metrics import observe_watchdog_scan
 from unicore_operator.watchdog.log import logger
 from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.redis_state import read_states
-from unicore_operator.watchdog.scan import ReapAction, Thresholds, scan
-from unicore_operator.watchdog.snapshot import build_snapshot
+from unicore_operator.watchdog.scan import ReapAction, Thresholds, plan_redis_reads, scan
+from unicore_operator.watchdog.snapshot import build_snapshot, with_redis
 from unicore_operator.watchdog.views import job_view, pod_view, task_view
 
 MANAGED = {"app.kubernetes.io/managed-by": "unicore-operator"}
@@ -65,7 +65,7 @@ def thresholds_from(settings: Any) -> Thresholds:
 
 
 class Watchdog:
-    """One scan = snapshot of the indexes + one Redis read + pure scan; then the reaper acts on the result."""
+    """One scan = snapshot of the indexes + the Redis reads the caches call for + pure scan; then the reaper acts."""
 
     def __init__(self, ctx: Any, indexes: dict[str, Any], thresholds: Thresholds) -> None:
         self.ctx = ctx
@@ -75,11 +75,13 @@ class Watchdog:
 
     async def scan_once(self) -> list[ReapAction]:
         started = time.perf_counter()
-        tasks_index = self.indexes["tasks"]
-        task_ids = list(tasks_index.keys())
-        states = await asyncio.to_thread(read_states, self.ctx.redis.sync, task_ids)
-        snapshot = build_snapshot(tasks_index, self.indexes["jobs"], self.indexes["pods"], states)
-        actions = scan(snapshot, time.time(), self.thresholds)
+        now = time.time()
+        snapshot = build_snapshot(self.indexes["tasks"], self.indexes["jobs"], self.indexes["pods"], {})
+        plan = plan_redis_reads(snapshot, now, self.thresholds)
+        read = await asyncio.to_thread(read_states, self.ctx.redis.sync, plan, now, self.thresholds)
+        if read.forgotten:
+            logger.info("dropped %d stale heartbeat entries of tasks that no longer run", read.forgotten)
+        actions = scan(with_redis(snapshot, read.states, read.beating), now, self.thresholds)
         observe_watchdog_scan(time.perf_counter() - started)
         return actions
 

@@ -1,16 +1,54 @@
-"""The watchdog's Redis side: ONE pipelined read for all tasks, and the fenced clean-up of a reaped turn.
+"""The watchdog's Redis side: a read of only what the scan needs (O(stale), not O(running)), and the fenced
+clean-up of a reaped turn.
 
 Keys come from ``unicore.state.keys`` (the schema's owner); this module is the only place the watchdog touches them.
+
+How a scan reads Redis (``read_states``), given the plan the caches make (``scan.plan_redis_reads``):
+1. one pipelined round trip on the global sorted set ``uc:heartbeats`` (task id -> last heartbeat; the turn ZADDs
+   on acquire and every heartbeat, ZREMs on release; the reaper and ``TaskStore.delete_task`` ZREM too):
+   ``ZRANGEBYSCORE -inf (now - min(heartbeat timeout, grace)`` = the stale entries, and, for the tasks whose Running
+   pod is older than the heartbeat timeout, one script call returning only those whose entry is older than that or
+   missing (healthy long turns cost the server a ZSCORE each and the client nothing to parse);
+2. one pipelined round trip reading status, heartbeat and lease of: the stale entries, those flagged tasks, and the
+   tasks the plan must read anyway (``plan.read``). Only the tasks Redis marks ``running`` come back.
+3. stale entries whose task no longer runs (released by a crashed process, or a deleted task) are removed, each only
+   if its score is still the one read (a turn that beat meanwhile keeps its entry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import redis
-from unicore.state.keys import TaskKeys
+from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 
+from unicore_operator.watchdog.scan import RedisPlan, Thresholds
 from unicore_operator.watchdog.views import RedisTaskState
+
+# KEYS: uc:heartbeats   ARGV: cutoff, task ids joined by LF (one argument: packing 10,000 arguments costs the client
+# more than the server's work). Returns the 1-based positions of the ids whose entry is missing or older than cutoff.
+_BEAT_CHECK_SCRIPT = """
+local out, i, cutoff = {}, 0, tonumber(ARGV[1])
+for id in string.gmatch(ARGV[2], '[^' .. string.char(10) .. ']+') do
+  i = i + 1
+  local score = redis.call('ZSCORE', KEYS[1], id)
+  if not score or tonumber(score) < cutoff then out[#out + 1] = i end
+end
+return out
+"""
+
+# KEYS: uc:heartbeats   ARGV: member, score, member, score, ... Removes each member whose score is unchanged.
+_FORGET_SCRIPT = """
+local removed = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return removed
+"""
 
 # Read, server side, a chunk of tasks and return only what the scan needs: one string per task whose status is
 # ``running`` (index, status, updated_at, heartbeat, lease holder, token, acquired_at, joined by US = \x1f).
@@ -60,15 +98,62 @@ def _text(raw: object) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def read_states(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
+@dataclass
+class ReadResult:
+    """What one scan read from Redis."""
+
+    states: dict[str, RedisTaskState] = field(default_factory=dict)  # tasks Redis marks running, among those read
+    beating: frozenset[str] = frozenset()  # beat-checked tasks whose heartbeat entry is fresh
+    stale: int = 0  # entries of uc:heartbeats older than the stale cutoff
+    read: int = 0  # tasks whose state was read
+    forgotten: int = 0  # stale entries removed (their task no longer runs)
+
+
+def read_states(client: redis.Redis, plan: RedisPlan, now: float, thresholds: Thresholds) -> ReadResult:
+    """Read what ``scan`` needs at ``now`` (the same ``now`` the scan gets): two round trips, plus a third only
+    when stale entries of tasks that no longer run are removed. See the module docstring."""
+    stale_cutoff = now - min(thresholds.heartbeat_timeout, thresholds.absence_grace)
+    beat_cutoff = now - thresholds.heartbeat_timeout
+    checks = sorted(plan.beat_check)
+    stale, unsure = _heartbeat_index(client, checks, stale_cutoff, beat_cutoff)
+    ids = sorted(plan.read | set(stale) | set(unsure))
+    states = _read_running(client, ids)
+    gone = [(member, score) for member, score in stale.items() if member not in states]
+    forgotten = 0
+    if gone:
+        script = client.register_script(_FORGET_SCRIPT)
+        forgotten = int(script(keys=[HEARTBEATS_INDEX], args=[v for m, sc in gone for v in (m, repr(sc))]))
+    return ReadResult(states=states, beating=frozenset(checks).difference(unsure), stale=len(stale), read=len(ids),
+                      forgotten=forgotten)
+
+
+def _heartbeat_index(client: redis.Redis, checks: list[str], stale_cutoff: float,
+                     beat_cutoff: float) -> tuple[dict[str, float], list[str]]:
+    """(stale entries -> score, beat-checked ids whose entry is missing or older than ``beat_cutoff``)."""
+    script = client.register_script(_BEAT_CHECK_SCRIPT)
+    args = [repr(beat_cutoff), "\n".join(checks)]
+    if _is_cluster(client):  # one key, but no scripts in a cluster pipeline: two calls
+        entries = client.zrangebyscore(HEARTBEATS_INDEX, "-inf", f"({stale_cutoff!r}", withscores=True)
+        positions = script(keys=[HEARTBEATS_INDEX], args=args) if checks else []
+    else:
+        pipe = client.pipeline(transaction=False)
+        pipe.zrangebyscore(HEARTBEATS_INDEX, "-inf", f"({stale_cutoff!r}", withscores=True)
+        if checks:
+            script(keys=[HEARTBEATS_INDEX], args=args, client=pipe)
+        replies = pipe.execute()
+        entries, positions = replies[0], (replies[1] if checks else [])
+    stale = {_text(member): float(score) for member, score in entries}
+    return stale, [checks[int(i) - 1] for i in positions]
+
+
+def _read_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
     """Status, heartbeat and lease of the tasks in ``task_ids`` that Redis marks ``running`` (the scan needs
     nothing about the others: acquiring the lease sets ``running``, releasing clears it). ONE pipelined round
     trip, no per-task waits.
 
     On a single Redis the pipeline holds one server-side script call per 1,000 tasks that returns one short
-    string per running task, which keeps the client's parsing work small. On Redis Cluster (keys of different tasks
-    live in different slots) it falls back to a pipeline of plain reads (status for all, then heartbeat and lease for
-    the running ones).
+    string per running task. On Redis Cluster (keys of different tasks live in different slots) it falls back to a
+    pipeline of plain reads (status for all, then heartbeat and lease for the running ones).
     """
     ids = list(task_ids)
     if not ids:
@@ -138,8 +223,12 @@ class TurnReset:
     """Fenced reset of a reaped turn's Redis state (lease released if still the reaped holder's, status idle)."""
 
     def __init__(self, client: redis.Redis) -> None:
+        self._client = client
         self._script = client.register_script(_RESET_SCRIPT)
 
     def __call__(self, task_id: str, token: str, now: float, reason: str) -> bool:
         keys = TaskKeys(task_id)
-        return bool(self._script(keys=[keys.lease, keys.task], args=[token, repr(now), reason]))
+        reset = bool(self._script(keys=[keys.lease, keys.task], args=[token, repr(now), reason]))
+        if reset:  # the reaped turn's heartbeat entry (a separate key: another slot on Redis Cluster)
+            self._client.zrem(HEARTBEATS_INDEX, task_id)
+        return reset

@@ -1,8 +1,9 @@
 """The watchdog's decision: a PURE function from a snapshot of the operator's caches to a list of reap actions.
 
 ``scan(snapshot, now, thresholds)`` does no I/O and reads no clock; the adapter builds the snapshot from Kopf
-indexes plus ONE pipelined Redis read, and the reaper carries the actions out. One walk over jobs, pods and tasks:
-O(tasks + jobs + pods), at most one action per task (the most specific reason wins) and one per orphan Job.
+indexes plus the Redis read that ``plan_redis_reads`` calls for, and the reaper carries the actions out. One walk
+over jobs, pods and tasks: O(tasks + jobs + pods), at most one action per task (the most specific reason wins) and
+one per orphan Job.
 
 Reasons, in the order they are checked:
 - ``orphan_job``: a turn Job whose AgentTask is not in the cache (older than ``absence_grace``);
@@ -54,6 +55,22 @@ class Snapshot:
     jobs: Sequence[JobView]
     pods: Sequence[PodView]
     redis: Mapping[str, RedisTaskState] = field(default_factory=dict)
+    # Tasks whose ``uc:heartbeats`` entry is newer than ``now - heartbeat_timeout`` (checked in Redis without
+    # reading their state): their turn is beating, so the heartbeat rule cannot fire for them.
+    beating: frozenset[str] = frozenset()
+
+
+# Task phases (from the operator's cache) under which Redis may hold a turn of a task that has no live Job: the
+# watchdog reads those tasks' state even when their heartbeat is fresh (see ``plan_redis_reads``).
+PHASES_TO_READ = frozenset({"Running", "Pending", "Suspended", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class RedisPlan:
+    """What the scan needs from Redis, decided from the caches alone (see ``plan_redis_reads``)."""
+
+    read: frozenset[str] = frozenset()  # tasks whose full state (status, heartbeat, lease) is needed anyway
+    beat_check: frozenset[str] = frozenset()  # tasks whose state is needed only if their heartbeat is stale/missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +131,21 @@ def _task_action(
     )
 
 
-def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
-                state: RedisTaskState | None) -> ReapAction | None:
+def _overdue(job: JobView, now: float) -> float | None:
+    """Seconds the Job runs past its activeDeadlineSeconds (negative before), None without a deadline/start."""
     if job.start_time and job.active_deadline_seconds is not None:
-        overdue = _age(now, job.start_time) - job.active_deadline_seconds
+        return _age(now, job.start_time) - job.active_deadline_seconds
+    return None
+
+
+def _pod_started(pod: PodView) -> float:
+    return pod.start_time or pod.created_at
+
+
+def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
+                state: RedisTaskState | None, beating: bool = False) -> ReapAction | None:
+    overdue = _overdue(job, now)
+    if overdue is not None:
         if overdue > t.deadline_grace:
             return _task_action(
                 ReapReason.DEADLINE_EXCEEDED, task,
@@ -142,8 +170,10 @@ def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t
                 f"turn pod {pod.name} Pending for {waited:.0f}s: {pending_cause(pod)}",
                 t, job=job, pod=pod, state=state, reset_status=True,
             )
+    if beating:
+        return None  # a heartbeat newer than the threshold: no running pod is silent long enough
     for pod in running:
-        started = pod.start_time or pod.created_at
+        started = _pod_started(pod)
         beat = state.heartbeat_at if state and state.heartbeat_at else 0.0
         last_sign_of_life = max(beat, started)
         silent = now - last_sign_of_life
@@ -190,7 +220,8 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
         live_job_tasks.add(job.task_id)
         if job.suspended or job.task_id in acted:
             continue
-        action = _job_action(job, task, pods_by_job.get(job.key, []), now, t, redis_states.get(job.task_id))
+        action = _job_action(job, task, pods_by_job.get(job.key, []), now, t, redis_states.get(job.task_id),
+                             job.task_id in snapshot.beating)
         if action is not None:
             actions.append(action)
             acted.add(job.task_id)
@@ -221,3 +252,56 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
             ))
             acted.add(task_id)
     return actions
+
+
+def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> RedisPlan:
+    """Which tasks' Redis state :func:`scan` needs at ``now``, from the caches alone (``snapshot.redis`` unused).
+
+    - ``read``: a live Job past its deadline or Pending too long (the reap needs the lease token), and tasks without
+      a live Job whose cached phase is in ``PHASES_TO_READ`` (a turn that outlived its Job: ``lease_holder_gone`` /
+      ``running_without_job``);
+    - ``beat_check``: a live Job with a Running pod started more than ``heartbeat_timeout`` ago: only these can be
+      ``heartbeat_stale``, and only if their ``uc:heartbeats`` entry is older than that or missing.
+    Every other task's state cannot change the scan's result, except through a stale ``uc:heartbeats`` entry,
+    which the adapter reads too. Same walk as :func:`scan`, O(jobs + pods + tasks), no I/O.
+    """
+    t = thresholds
+    tasks = snapshot.tasks
+    pods_by_job: dict[str, list[PodView]] = {}
+    for pod in snapshot.pods:
+        pods_by_job.setdefault(pod.job_key, []).append(pod)
+    read: set[str] = set()
+    beat_check: set[str] = set()
+    live_job_tasks: set[str] = set()
+    for job in snapshot.jobs:
+        task_id = job.task_id
+        if job.deleting or job.finished or task_id not in tasks:
+            continue
+        live_job_tasks.add(task_id)
+        if job.suspended:
+            continue
+        overdue = _overdue(job, now)
+        if overdue is not None and overdue > t.deadline_grace:
+            read.add(task_id)
+            continue
+        pods = pods_by_job.get(job.key)
+        if not pods:
+            if _age(now, job.created_at) > t.pending_timeout:
+                read.add(task_id)
+            continue
+        silent_pod = False
+        for pod in pods:  # the conditions of _job_action, without building its messages
+            if pod.deleting or pod.terminated:
+                continue
+            if pod.phase == "Pending" and _age(now, pod.created_at) > t.pending_timeout:
+                read.add(task_id)
+                break
+            if pod.phase == "Running" and now - _pod_started(pod) > t.heartbeat_timeout:
+                silent_pod = True
+        else:
+            if silent_pod:
+                beat_check.add(task_id)
+    for task_id, task in tasks.items():
+        if task.phase in PHASES_TO_READ and task_id not in live_job_tasks:
+            read.add(task_id)
+    return RedisPlan(read=frozenset(read), beat_check=frozenset(beat_check - read))

@@ -6,7 +6,8 @@ Kopf's ``Index`` maps each key to a ``Store`` (an iterable of the values indexed
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping, Set
 from typing import TypeVar
 
 from unicore_operator.watchdog.scan import Snapshot
@@ -39,3 +40,9 @@ def build_snapshot(
     redis_states: Mapping[str, RedisTaskState],
 ) -> Snapshot:
     return Snapshot(tasks=_first_by_key(tasks), jobs=_values(jobs), pods=_values(pods), redis=redis_states)
+
+
+def with_redis(snapshot: Snapshot, redis_states: Mapping[str, RedisTaskState],
+               beating: Set[str] = frozenset()) -> Snapshot:
+    """``snapshot`` with what the Redis read found (see ``redis_state.read_states``)."""
+    return dataclasses.replace(snapshot, redis=redis_states, beating=frozenset(beating))

@@ -93,7 +93,7 @@ class PodView:
 
 @dataclass(frozen=True, slots=True)
 class RedisTaskState:
-    """What Redis says about one task's turn (read in one pipelined round trip for all tasks)."""
+    """What Redis says about one task's turn (read only for the tasks the scan needs: see ``redis_state``)."""
 
     status: str = ""  # "running" / "idle" / "" (no record)
     updated_at: float | None = None
