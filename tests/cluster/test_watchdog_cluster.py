@@ -85,6 +85,8 @@ def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path,
         proc.stop()
     if started:
         print(f"--- operator log ({started[0].log_path}):\n{started[0].log(300)}")
+        for log in sorted((crd.data_dir / "pods").glob(f"{k8s_namespace}_*/*.log")):
+            print(f"--- turn pod log ({log}):\n{log.read_text(errors='replace')[-6000:]}")
 
 
 @pytest.fixture

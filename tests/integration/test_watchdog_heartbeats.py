@@ -13,7 +13,7 @@ from unicore.errors import LeaseLost
 from unicore.schema import TaskSpec
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.store import TaskStore
-from unicore_operator.watchdog.redis_state import TurnReset, _read_running, read_states
+from unicore_operator.watchdog.redis_state import TurnReset, _read_running, read_not_running, read_states
 from unicore_operator.watchdog.scan import Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis
 from unicore_operator.watchdog.views import JobView, PodView, TaskView
@@ -117,10 +117,9 @@ def test_only_stale_missing_and_flagged_tasks_are_read_and_the_reaps_match_a_ful
     young = turn("young", acquired=now - 50, beat=now - 2, pod_started=now - 51)
     # a hung turn: heartbeat 200 s old -> heartbeat_stale, with its lease token
     hung = turn("hung", acquired=now - 600, beat=now - 200, pod_started=now - 601)
-    # released 50 s ago, its pod still Running: no entry -> read -> idle, so (as with a read of every task) the scan
-    # gets no state for it and judges by the pod start
+    # released 50 s ago, its pod still Running (the process exits): no entry -> read -> idle since 50 s -> left alone
     released = turn("released", acquired=now - 600, beat=now - 60, released=now - 50, pod_started=now - 601)
-    # released long ago, its pod hangs on: no entry -> read -> heartbeat 300 s old -> heartbeat_stale
+    # released long ago, its pod hangs on: no entry -> read -> idle since 300 s -> heartbeat_stale
     lingering = turn("lingering", acquired=now - 600, beat=now - 300, released=now - 300, pod_started=now - 601)
     # a pod Running 200 s whose turn never took the lease -> no entry, no key -> heartbeat_stale (pod start)
     never = create(store, "never")
@@ -152,13 +151,13 @@ def test_only_stale_missing_and_flagged_tasks_are_read_and_the_reaps_match_a_ful
     assert result.read == 8  # killed (flagged); hung, released, lingering, never (beat check); crashed, gone, done
     actions = scan(with_redis(snapshot, result.states, result.beating), now, T)
 
-    full = scan(with_redis(snapshot, _read_running(redis_client, list(tasks))), now, T)
+    every = {**read_not_running(redis_client, list(tasks)), **_read_running(redis_client, list(tasks))}
+    full = scan(with_redis(snapshot, every), now, T)
     found = sorted((a.reason.value, a.task_id, a.lease_token) for a in actions)
     assert found == sorted((a.reason.value, a.task_id, a.lease_token) for a in full)
     assert found == sorted([
         ("heartbeat_stale", hung, "1"),
         ("heartbeat_stale", lingering, ""),
-        ("heartbeat_stale", released, ""),
         ("heartbeat_stale", never, ""),
         ("lease_holder_gone", killed, "1"),
         ("running_without_job", crashed, ""),

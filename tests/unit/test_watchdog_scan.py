@@ -89,6 +89,39 @@ def test_running_pod_that_never_heartbeats_is_reaped_after_the_threshold() -> No
     assert "no heartbeat since the pod started" in action.message
 
 
+def released(released_age: float) -> RedisTaskState:
+    """A turn that released its lease ``released_age`` seconds ago (status idle; its last heartbeat is gone)."""
+    return RedisTaskState(status="idle", updated_at=NOW - released_age, released_at=NOW - released_age)
+
+
+def test_a_pod_whose_turn_just_released_the_lease_is_exiting_not_hung() -> None:
+    # the pod started long ago and the heartbeat stopped with the release: the process is on its way out
+    s = snap([task()], [job()], [pod(start_time=NOW - 900)], {f"{NS}/demo": released(1)})
+    assert scan(s, NOW, T) == []
+
+
+def test_a_pod_lingering_past_the_threshold_after_its_turn_released_the_lease_is_reaped() -> None:
+    s = snap([task()], [job()], [pod(start_time=NOW - 900)], {f"{NS}/demo": released(121)})
+    [action] = scan(s, NOW, T)
+    assert action.reason is ReapReason.HEARTBEAT_STALE and action.job == "demo-t1"
+    assert "still running 121s after its turn released the lease" in action.message
+
+
+def test_a_release_before_the_pod_started_is_an_earlier_turns_and_does_not_count() -> None:
+    # idle since a turn that ended before this pod started: this pod never took the lease
+    s = snap([task()], [job()], [pod(start_time=NOW - 200)], {f"{NS}/demo": released(500)})
+    [action] = scan(s, NOW, T)
+    assert "no heartbeat since the pod started 200s ago" in action.message
+
+
+def test_activity_after_the_pod_started_is_not_a_release() -> None:
+    # a message bumped updated_at, but no turn of this pod ever took (and released) the lease
+    s = snap([task()], [job()], [pod(start_time=NOW - 200)], {f"{NS}/demo": RedisTaskState(status="idle",
+                                                                                           updated_at=NOW - 1)})
+    [action] = scan(s, NOW, T)
+    assert "no heartbeat since the pod started 200s ago" in action.message
+
+
 def test_pending_pod_past_threshold_copies_the_schedulers_reason() -> None:
     msg = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint."
     p = pod(phase="Pending", created_at=NOW - 301, start_time=None, unschedulable_reason="Unschedulable",

@@ -76,7 +76,8 @@ return 1
 RELEASE_LEASE = """
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
+-- released_at: when the last turn let go (the watchdog gives its pod that long + the heartbeat timeout to exit)
+redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2], 'released_at', ARGV[2])
 return 1
 """
 

@@ -11,6 +11,9 @@ How a scan reads Redis (``read_states``), given the plan the caches make (``scan
    missing (healthy long turns cost the server a ZSCORE each and the client nothing to parse);
 2. one pipelined round trip reading status, heartbeat and lease of: the stale entries, those flagged tasks, and the
    tasks the plan must read anyway (``plan.read``). Only the tasks Redis marks ``running`` come back.
+   Beat-checked tasks that Redis no longer marks ``running`` (a turn that released its lease, its pod not yet
+   gone) get a third read, of their status and ``released_at`` (the release time): the scan gives such a pod until
+   ``release + heartbeat timeout`` to exit instead of reaping a turn that has just ended.
 3. stale entries whose task no longer runs (released by a crashed process, or a deleted task) are removed, each only
    if its score is still the one read (a turn that beat meanwhile keeps its entry).
 """
@@ -102,7 +105,8 @@ def _text(raw: object) -> str:
 class ReadResult:
     """What one scan read from Redis."""
 
-    states: dict[str, RedisTaskState] = field(default_factory=dict)  # tasks Redis marks running, among those read
+    # tasks Redis marks running, among those read; plus beat-checked tasks that are not (status, released_at)
+    states: dict[str, RedisTaskState] = field(default_factory=dict)
     beating: frozenset[str] = frozenset()  # beat-checked tasks whose heartbeat entry is fresh
     stale: int = 0  # entries of uc:heartbeats older than the stale cutoff
     read: int = 0  # tasks whose state was read
@@ -119,6 +123,7 @@ def read_states(client: redis.Redis, plan: RedisPlan, now: float, thresholds: Th
     ids = sorted(plan.read | set(stale) | set(unsure))
     states = _read_running(client, ids)
     gone = [(member, score) for member, score in stale.items() if member not in states]
+    states.update(read_not_running(client, [task_id for task_id in unsure if task_id not in states]))
     forgotten = 0
     if gone:
         script = client.register_script(_FORGET_SCRIPT)
@@ -161,6 +166,23 @@ def _read_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, Red
     if isinstance(client, redis.Redis) and not _is_cluster(client):
         return _read_with_script(client, ids)
     return _read_with_pipeline(client, ids)
+
+
+def read_not_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
+    """Status and ``released_at`` of the tasks in ``task_ids`` that Redis does not mark ``running`` (one pipelined
+    round trip; ``status`` "" when the record is gone). Releasing the lease sets ``idle`` and ``released_at``."""
+    ids = list(task_ids)
+    if not ids:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for task_id in ids:
+        pipe.hmget(TaskKeys(task_id).task, "status", "updated_at", "released_at")
+    states: dict[str, RedisTaskState] = {}
+    for task_id, (status, updated_at, released_at) in zip(ids, pipe.execute(), strict=True):
+        if _text(status) != "running":
+            states[task_id] = RedisTaskState(status=_text(status), updated_at=_float(updated_at),
+                                             released_at=_float(released_at))
+    return states
 
 
 def _is_cluster(client: redis.Redis) -> bool:

@@ -11,7 +11,9 @@ Reasons, in the order they are checked:
 - ``pending_timeout``: the Job's pod Pending longer than ``pending_timeout`` (or no pod at all that long); the
   scheduler's / kubelet's reason is copied into the message;
 - ``heartbeat_stale``: the Job's pod Running but the task's heartbeat (or, before the first beat, the pod start)
-  older than ``heartbeat_timeout``: the turn process hangs;
+  older than ``heartbeat_timeout``: the turn process hangs. A turn that has released its lease (Redis no longer
+  says ``running``) stops beating on purpose: its pod is judged by the release time instead (a process that
+  lingers that long after its turn ended still blocks the task's next Job);
 - ``lease_holder_gone``: a Redis lease whose holder pod is not in the cache (or has terminated) while the task has
   no live Job;
 - ``running_without_job``: Redis says ``running``, no lease, no live Job (seed 000 ``check_task_activity``).
@@ -172,8 +174,19 @@ def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t
             )
     if beating:
         return None  # a heartbeat newer than the threshold: no running pod is silent long enough
+    released_at = state.released_at if state and state.status != "running" else None
     for pod in running:
         started = _pod_started(pod)
+        if released_at is not None and released_at >= started:  # this pod's turn ended; the process is exiting
+            lingering = now - released_at
+            if lingering > t.heartbeat_timeout:
+                return _task_action(
+                    ReapReason.HEARTBEAT_STALE, task,
+                    f"turn pod {pod.name} hangs: still running {lingering:.0f}s after its turn released the lease "
+                    f"(threshold {t.heartbeat_timeout:.0f}s)",
+                    t, job=job, pod=pod, state=state, reset_status=True,
+                )
+            continue
         beat = state.heartbeat_at if state and state.heartbeat_at else 0.0
         last_sign_of_life = max(beat, started)
         silent = now - last_sign_of_life

@@ -101,6 +101,7 @@ class RedisTaskState:
     lease_holder: str = ""
     lease_token: str = ""
     lease_acquired_at: float | None = None
+    released_at: float | None = None  # when the last turn released the lease (read only for tasks not running)
 
     @property
     def leased(self) -> bool:
