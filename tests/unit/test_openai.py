@@ -34,8 +34,11 @@ class FakeEndpoint:
                     }
                 )
                 status, body = (
-                    endpoint.answers.pop(0) if endpoint.answers else (500, {"error": {"message": "none"}})
+                    endpoint.answers.pop(0) if endpoint.answers else (400, {"error": {"message": "none"}})
                 )
+                if status == DROP:  # close the connection without an answer (a server restarting)
+                    self.close_connection = True
+                    return
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -57,6 +60,9 @@ class FakeEndpoint:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+DROP = 0  # an answer status that makes the fake endpoint hang up without answering
 
 
 @pytest.fixture
@@ -300,13 +306,60 @@ def test_other_http_errors_fail_immediately(endpoint: FakeEndpoint) -> None:
     assert sleeps == [] and len(endpoint.requests) == 1
 
 
-def test_unreachable_endpoint_is_a_model_error() -> None:
+class RecordingCoordinator:
+    """Stands in for the Redis-backed ThrottleCoordinator: records what the call runner tells it."""
+
+    def __init__(self) -> None:
+        self.throttled_delays: list[float] = []
+        self.successes = 0
+
+    def acquire(self, estimated_tokens: int = 0) -> object:
+        return object()
+
+    def commit(self, admission: object, tokens: int) -> None:
+        pass
+
+    def throttled(self, backoff_seconds: float) -> float:
+        self.throttled_delays.append(backoff_seconds)
+        return 1.0
+
+    def succeeded(self) -> float:
+        self.successes += 1
+        return 1.0
+
+
+def test_server_errors_and_dropped_connections_are_retried_without_throttling_anyone(
+    endpoint: FakeEndpoint,
+) -> None:
+    endpoint.answers += [
+        (502, {"error": {"message": "bad gateway"}}),
+        (DROP, {}),
+        (500, {"error": {"message": "engine restarting"}}),
+        (429, {"error": {"message": "rate limited"}}),
+        (200, completion({"content": "ok"}, "stop")),
+    ]
+    sleeps: list[float] = []
+    coordinator = RecordingCoordinator()
+    settings = OpenAISettings(base_url=endpoint.url, timeout=10, retry=RetryPolicy(max_attempts=8))
+    model = OpenAICompatModel("m", settings, coordinator=coordinator,  # type: ignore[arg-type]
+                              sleep=sleeps.append, uniform=lambda lo, hi: 1.0)
+    response = model.converse(ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}]))
+    assert response.content == [{"text": "ok"}]
+    assert sleeps == [2.0, 4.0, 8.0, 16.0] and len(endpoint.requests) == 5
+    assert coordinator.throttled_delays == [16.0]  # only the 429 slows the model down for everyone
+    assert coordinator.successes == 1
+
+
+def test_unreachable_endpoint_is_retried_then_a_model_error() -> None:
     server = FakeEndpoint()
     url = server.url
     server.close()  # nothing listens on that port any more
-    model = OpenAICompatModel("m", OpenAISettings(base_url=url, timeout=5), sleep=lambda s: None)
-    with pytest.raises(ModelError, match="unreachable"):
+    sleeps: list[float] = []
+    settings = OpenAISettings(base_url=url, timeout=5, retry=RetryPolicy(max_attempts=3))
+    model = OpenAICompatModel("m", settings, sleep=sleeps.append, uniform=lambda lo, hi: 1.0)
+    with pytest.raises(ModelError, match=r"still unavailable after 3 tries: unreachable: openai endpoint .*refused"):
         model.converse(ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}]))
+    assert sleeps == [2.0, 4.0]
 
 
 def test_settings_need_a_base_url() -> None:

@@ -31,13 +31,18 @@ log = get_logger("providers")
 
 
 class Retryable(Exception):
-    """Raised by a provider's send function for throttling / overload answers (retried with backoff)."""
+    """Raised by a provider's send function for answers worth another try (retried with backoff).
 
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+    ``throttle`` True (the default): throttling / overload; the try counts as a throttle event and slows every
+    process calling the model (the shared multiplier). False: a transient failure of the connection or the server
+    (refused, reset, timed out, HTTP 500/502/504): retried the same way, but no reason to slow anyone down."""
+
+    def __init__(self, code: str, message: str, status: int | None = None, *, throttle: bool = True) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.status = status
+        self.throttle = throttle
 
 
 class Metrics:
@@ -100,20 +105,22 @@ class CallRunner:
                 response = send()
             except Retryable as exc:
                 last = exc
-                self.metrics.incr("model_calls_total", self._labels(outcome="throttled"))
+                what = "throttled" if exc.throttle else "unavailable"
+                self.metrics.incr("model_calls_total", self._labels(outcome=what))
                 if self.coordinator is not None and admission is not None:
                     self.coordinator.commit(admission, 0)
                 if attempt == self.policy.max_attempts:
                     break
                 delay = self.policy.delay(attempt, self.uniform)
-                if self.coordinator is not None:
+                if exc.throttle and self.coordinator is not None:
                     self.coordinator.throttled(delay)
-                else:
+                elif exc.throttle:
                     self.metrics.incr("throttle_events_total", {"model": self.model})
                 log.warning(
-                    "%s %s throttled (%s), try %d/%d, retrying in %.1fs",
+                    "%s %s %s (%s), try %d/%d, retrying in %.1fs",
                     self.provider,
                     self.model,
+                    what,
                     exc.code,
                     attempt,
                     self.policy.max_attempts,
@@ -136,7 +143,8 @@ class CallRunner:
             return response
         assert last is not None
         raise ModelError(
-            f"{self.provider} model {self.model} still throttled after {self.policy.max_attempts} tries: "
+            f"{self.provider} model {self.model} still {'throttled' if last.throttle else 'unavailable'} after "
+            f"{self.policy.max_attempts} tries: "
             f"{last.code}: {last.message}"
         )
 

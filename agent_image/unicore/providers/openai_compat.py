@@ -42,6 +42,10 @@ FINISH_REASONS = {
 }
 
 
+# Server errors worth another try that are not throttling (429/503 are: see ``retry.is_retryable``).
+TRANSIENT_STATUSES = frozenset({408, 500, 502, 504})
+
+
 class OpenAISettings(BaseModel):
     base_url: str
     api_key: str | None = Field(default=None, repr=False)
@@ -223,11 +227,15 @@ class OpenAICompatModel:
             detail = _error_detail(exc)
             if is_retryable(None, exc.code):
                 raise Retryable(f"HTTP {exc.code}", detail, exc.code) from exc
+            if exc.code in TRANSIENT_STATUSES:
+                raise Retryable(f"HTTP {exc.code}", detail, exc.code, throttle=False) from exc
             raise ModelError(
                 f"openai endpoint {url} answered HTTP {exc.code} for model {self.name}: {detail}"
             ) from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise ModelError(f"openai endpoint {url} unreachable for model {self.name}: {exc}") from exc
+            # refused / reset / timed out: the server restarts or is overloaded (a vLLM pod rolling); try again
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise Retryable("unreachable", f"openai endpoint {url}: {reason}", throttle=False) from exc
         except ValueError as exc:
             raise ModelError(f"openai endpoint {url} returned invalid JSON: {exc}") from exc
         return chat_response(self.name, raw)
