@@ -120,10 +120,21 @@ def _map_path(value: str, mounts: dict[str, Path]) -> str:
     return value
 
 
+def _sub_path(mount: dict[str, Any]) -> str:
+    """The mount's ``subPath``, refused as the kubelet refuses it when absolute or with a ``..`` component."""
+    sub = str(mount.get("subPath") or "")
+    if sub.startswith("/") or ".." in sub.split("/"):
+        raise PodSetupError("CreateContainerConfigError", f"invalid subPath {sub!r}: must be a relative path "
+                            "without '..'")
+    return sub
+
+
 def _prepare_volumes(
-    pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, source: ConfigSource
+    pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, source: ConfigSource, claims_dir: Path
 ) -> dict[str, Path]:
-    """emptyDir, configMap and secret volumes become folders under the pod's data folder."""
+    """emptyDir, configMap and secret volumes become folders under the pod's data folder; a persistentVolumeClaim
+    volume is the claim's folder ``<claims_dir>/<namespace>/<claimName>``, shared by every pod that mounts the claim
+    and kept after they end. A ``subPath`` of an emptyDir or a claim is created, as the kubelet does."""
     volumes = {vol["name"]: vol for vol in pod.get("spec", {}).get("volumes", []) or []}
     mounts: dict[str, Path] = {}
     for mount in container.get("volumeMounts", []) or []:
@@ -131,8 +142,18 @@ def _prepare_volumes(
         if vol is None:
             continue
         host = pod_dir / "volumes" / vol["name"]
+        sub = _sub_path(mount)
+        is_dir_volume = False
         if "emptyDir" in vol:
             host.mkdir(parents=True, exist_ok=True)
+            is_dir_volume = True
+        elif "persistentVolumeClaim" in vol:
+            claim = str((vol["persistentVolumeClaim"] or {}).get("claimName") or "")
+            if not claim or "/" in claim or claim in (".", ".."):
+                raise PodSetupError("CreateContainerConfigError", f"invalid claimName {claim!r}")
+            host = claims_dir / pod["metadata"]["namespace"] / claim
+            host.mkdir(parents=True, exist_ok=True)
+            is_dir_volume = True
         elif "configMap" in vol or "secret" in vol:
             kind = "secret" if "secret" in vol else "configmap"
             ref = vol.get("secret") or vol.get("configMap") or {}
@@ -144,7 +165,9 @@ def _prepare_volumes(
                 (host / key).write_text(text)
         else:
             continue
-        target = host / mount["subPath"] if mount.get("subPath") else host
+        target = host / sub if sub else host
+        if sub and is_dir_volume:
+            target.mkdir(parents=True, exist_ok=True)
         mounts[mount["mountPath"]] = target
     return mounts
 
@@ -169,15 +192,20 @@ def build_plan(
     *,
     path: str,
     kubeconfig: Path | None,
+    claims_dir: Path | None = None,
 ) -> LaunchPlan:
-    """The argv, env and working directory for the pod's first container."""
+    """The argv, env and working directory for the pod's first container.
+
+    ``claims_dir`` holds the folders of persistentVolumeClaim volumes (default: ``claims`` next to the folder of
+    ``pod_dir``, i.e. ``<data>/claims`` for ``<data>/pods/<pod>``)."""
     spec = pod.get("spec", {})
     containers = spec.get("containers") or []
     if not containers:
         raise PodSetupError("CreateContainerConfigError", "pod has no containers")
     container = containers[0]
     source = ConfigSource(core, pod["metadata"]["namespace"])
-    mounts = _prepare_volumes(pod, container, pod_dir, source)
+    claims = claims_dir if claims_dir is not None else pod_dir.parent.parent / "claims"
+    mounts = _prepare_volumes(pod, container, pod_dir, source, claims)
 
     env: dict[str, str] = {}
     for env_from in container.get("envFrom", []) or []:

@@ -155,6 +155,25 @@ def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> in
     return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)
 
 
+def workspace_folder(task: dict[str, Any]) -> str:
+    """The task tree's folder on the workspace claim: the root task's name as its root label spells it.
+
+    Children carry the root label the spawner set (``label_value`` of the root's name), so the root itself uses
+    ``label_value`` of its own name too: one folder per tree, also for root names above 63 characters.
+    """
+    return names.label_value(root_name(task))
+
+
+def build_workspace_volume(task: dict[str, Any], settings: OperatorSettings
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount) of /workspace: the tree's folder on ``settings.workspace_claim``, else an emptyDir."""
+    mount: dict[str, Any] = {"name": "workspace", "mountPath": WORKSPACE_PATH}
+    if not settings.workspace_claim:
+        return {"name": "workspace", "emptyDir": {}}, mount
+    mount["subPath"] = workspace_folder(task)
+    return {"name": "workspace", "persistentVolumeClaim": {"claimName": settings.workspace_claim}}, mount
+
+
 def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings,
                         attempt: int = 0) -> dict[str, Any]:
     """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object)."""
@@ -172,6 +191,7 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
     annotations = {names.TASK_ID_ANNOTATION: tid}
 
     env, env_from = build_env(task, settings)
+    workspace_volume, workspace_mount = build_workspace_volume(task, settings)
     container: dict[str, Any] = {
         "name": TURN_CONTAINER,
         "image": settings.agent_image,
@@ -181,7 +201,7 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
         "resources": build_resources(spec, settings),
         "securityContext": restricted_container_security_context(),
         "volumeMounts": [
-            {"name": "workspace", "mountPath": WORKSPACE_PATH},
+            workspace_mount,
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -195,7 +215,7 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
         "securityContext": restricted_pod_security_context(),
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
-        "volumes": [{"name": "workspace", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+        "volumes": [workspace_volume, {"name": "tmp", "emptyDir": {}}],
     }
     tolerations = build_tolerations(spec, settings)
     if tolerations:

@@ -35,6 +35,7 @@ ENV_VARS: dict[str, str] = {
     "watchdog_interval_seconds": "UNICORE_WATCHDOG_INTERVAL_SECONDS",
     "stall_seconds": "UNICORE_STALL_SECONDS",
     "agent_extra_env": "UNICORE_AGENT_EXTRA_ENV",
+    "workspace_claim": "UNICORE_WORKSPACE_CLAIM",
 }
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
@@ -42,6 +43,8 @@ RESERVED_AGENT_ENV = frozenset({
     "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS",
 })
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# A PersistentVolumeClaim name: a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253 characters).
+DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class OperatorSettings(BaseModel):
@@ -74,6 +77,10 @@ class OperatorSettings(BaseModel):
     # name -> value, e.g. {"UNICORE_EXTRA_TOOLS": "my_tools:TOOLS"}).
     stall_seconds: float | None = Field(None, gt=0)
     agent_extra_env: dict[str, str] = Field(default_factory=dict)
+    # A PersistentVolumeClaim (ReadWriteMany on multi-node clusters) that exists in every namespace where AgentTasks
+    # run: turn pods mount it at /workspace with subPath = the task tree's root, so every turn and every child of a
+    # tree shares one folder that outlives the pods. None = an emptyDir per turn pod (files live for one turn).
+    workspace_claim: str | None = None
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -86,6 +93,20 @@ class OperatorSettings(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("workspace_claim", mode="before")
+    @classmethod
+    def _claim_name(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return None
+            if len(value) > 253 or not DNS1123_SUBDOMAIN_RE.match(value):
+                raise ValueError(
+                    f"{value!r} is not a valid PersistentVolumeClaim name (a DNS-1123 subdomain: lowercase letters, "
+                    "digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+                )
+        return value
 
     @field_validator("stall_seconds", mode="before")
     @classmethod

@@ -208,3 +208,50 @@ def test_bad_stall_or_extra_env_settings_are_config_errors(var: str, raw: str, p
     with pytest.raises(ConfigError, match=problem):
         load_settings({"REDIS_URL": "redis://r:6379/0", var: raw})
     assert load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_EXTRA_ENV": ""}).agent_extra_env == {}
+
+
+def test_workspace_is_an_empty_dir_without_a_claim() -> None:
+    pod = build_turn_job_spec(task(), 1, SETTINGS)["spec"]["template"]["spec"]
+    assert {"name": "workspace", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "workspace", "mountPath": "/workspace"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_workspace_claim_gives_every_task_of_a_tree_the_roots_folder() -> None:
+    settings = load_settings({"REDIS_URL": "redis://r", "UNICORE_WORKSPACE_CLAIM": "unicore-workspace"})
+    assert settings.workspace_claim == "unicore-workspace"
+    root = task("research")
+    child = task("research-a", parentRef={"name": "research"})
+    child["metadata"]["labels"] = {names.ROOT_LABEL: "research"}
+    grandchild = task("research-a-x", parentRef={"name": "research-a"})
+    grandchild["metadata"]["labels"] = {names.ROOT_LABEL: "research"}
+    for obj in (root, child, grandchild):
+        pod = build_turn_job_spec(obj, 2, settings)["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "workspace")
+        assert volume == {"name": "workspace", "persistentVolumeClaim": {"claimName": "unicore-workspace"}}
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "workspace")
+        assert mount == {"name": "workspace", "mountPath": "/workspace", "subPath": "research"}
+        assert env_of(build_turn_job_spec(obj, 2, settings))["UNICORE_WORKSPACE"] == "/workspace"
+    other = build_turn_job_spec(task("other"), 1, settings)["spec"]["template"]["spec"]
+    assert other["containers"][0]["volumeMounts"][0]["subPath"] == "other"
+
+
+def test_workspace_folder_of_a_long_root_name_matches_its_childrens_root_label() -> None:
+    settings = OperatorSettings(redis_url="redis://r", workspace_claim="ws")
+    long_root = "r" * 100
+    child = task("kid", parentRef={"name": long_root})
+    child["metadata"]["labels"] = {names.ROOT_LABEL: names.label_value(long_root)}
+    folders = {
+        build_turn_job_spec(obj, 1, settings)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["subPath"]
+        for obj in (task(long_root), child)
+    }
+    assert folders == {names.label_value(long_root)} and len(names.label_value(long_root)) <= 63
+
+
+@pytest.mark.parametrize("raw", ["Bad_Claim", "-ws", "ws-", "a" * 254, "a..b", "ws/x"])
+def test_bad_workspace_claim_names_are_config_errors(raw: str) -> None:
+    from unicore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="UNICORE_WORKSPACE_CLAIM: .*not a valid PersistentVolumeClaim name"):
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_WORKSPACE_CLAIM": raw})
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_WORKSPACE_CLAIM": " "}).workspace_claim is None
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_WORKSPACE_CLAIM": "ws.team-a"}).workspace_claim
