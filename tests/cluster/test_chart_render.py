@@ -56,6 +56,14 @@ MATRIX: dict[str, list[str]] = {
     ],
     "provider-secret": ["--set", "provider.existingSecret=llm-creds"],
     "network-policy": ["--set", "networkPolicy.enabled=true"],
+    "workspace-claim": [
+        "--set",
+        "agent.workspace.claimName=unicore-workspace",
+        "--set",
+        "agent.workspace.create.enabled=true",
+        "--set",
+        "agent.workspace.create.size=50Gi",
+    ],
 }
 
 
@@ -240,6 +248,7 @@ def test_defaults() -> None:
     plain = {k: v for k, v in env.items() if isinstance(v, str)}
     settings = load_settings({**plain, "REDIS_URL": "redis://x:6379/0"})
     assert settings.namespaces == ("agents",) and settings.agent_env_secret is None
+    assert env["UNICORE_WORKSPACE_CLAIM"] == "" and settings.workspace_claim is None  # emptyDir workspaces
 
     # bundled Redis: AOF, password from the Secret, PVC, restricted uid 999
     sts = one(objs, "StatefulSet", "unicore-redis")
@@ -289,6 +298,7 @@ def test_defaults() -> None:
 
     # optional objects are off by default; dashboards are on
     assert not find(objs, "ServiceMonitor") and not find(objs, "NetworkPolicy")
+    assert not find(objs, "PersistentVolumeClaim")
     dashboards = find(objs, "ConfigMap")
     assert dashboards and all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboards)
     files = {p.name for p in (CHART / "dashboards").glob("*.json")}
@@ -399,6 +409,28 @@ def test_network_policy() -> None:
     ]
 
 
+def test_workspace_claim() -> None:
+    objs = render(*MATRIX["workspace-claim"], namespace="agents")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_WORKSPACE_CLAIM"] == "unicore-workspace"
+    from unicore_operator.settings import load_settings
+
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    assert load_settings({**plain, "REDIS_URL": "redis://x:6379/0"}).workspace_claim == "unicore-workspace"
+    claim = one(objs, "PersistentVolumeClaim", "unicore-workspace", "agents")
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "50Gi"}}}
+    # "" binds a pre-created PV (no class); null (the default) leaves the cluster's default class
+    no_class = render(*MATRIX["workspace-claim"], "--set", "agent.workspace.create.storageClassName=")
+    assert one(no_class, "PersistentVolumeClaim", "unicore-workspace")["spec"]["storageClassName"] == ""
+    # a claim that exists already: only the operator setting
+    existing = render("--set", "agent.workspace.claimName=team-files")
+    assert env_of(one(existing, "Deployment", "unicore-operator"))["UNICORE_WORKSPACE_CLAIM"] == "team-files"
+    assert not find(existing, "PersistentVolumeClaim")
+    proc = helm("template", "uc", str(CHART), "--kube-version", KUBE_VERSION,
+                "--set", "agent.workspace.create.enabled=true", check=False)
+    assert proc.returncode != 0 and "needs agent.workspace.claimName" in proc.stderr, proc.stderr
+
+
 def test_extra_env_overrides_a_setting_without_duplicates() -> None:
     objs = render("--set-json", 'operator.extraEnv=[{"name":"UNICORE_HTTP_PORT","value":"18080"}]')
     assert env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_HTTP_PORT"] == "18080"
@@ -411,6 +443,7 @@ def test_extra_env_overrides_a_setting_without_duplicates() -> None:
         ["--set", "rbac.clusterwide=true"],  # typo: the schema rejects unknown keys
         ["--set", "agent.gpu.count=-1"],
         ["--set", "redis.external.url=http://nope"],
+        ["--set", "agent.workspace.claimName=Team_Files"],
     ],
 )
 def test_schema_rejects_bad_values(bad: list[str]) -> None:
