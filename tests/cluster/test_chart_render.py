@@ -419,6 +419,7 @@ def test_workspace_claim() -> None:
     assert load_settings({**plain, "REDIS_URL": "redis://x:6379/0"}).workspace_claim == "unicore-workspace"
     claim = one(objs, "PersistentVolumeClaim", "unicore-workspace", "agents")
     assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "50Gi"}}}
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     # "" binds a pre-created PV (no class); null (the default) leaves the cluster's default class
     no_class = render(*MATRIX["workspace-claim"], "--set", "agent.workspace.create.storageClassName=")
     assert one(no_class, "PersistentVolumeClaim", "unicore-workspace")["spec"]["storageClassName"] == ""
