@@ -133,7 +133,7 @@ seccompProfile:
   "UNICORE_TURN_RETRY_BACKOFF_SECONDS" (toString $v.agent.turnRetryBackoffSeconds)
   "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS" (toString $v.agent.defaultTurnTimeoutSeconds)
   "UNICORE_STALL_SECONDS" (toString $v.agent.stallSeconds)
-  "UNICORE_WORKSPACE_CLAIM" $v.agent.workspace.claimName
+  "UNICORE_WORKSPACE_CLAIM" (dig "workspace" "claimName" "" $v.agent)
   "UNICORE_RESYNC_SECONDS" (toString $v.operator.resyncSeconds)
   "UNICORE_REDIS_RETENTION_SECONDS" (toString $v.operator.redisRetentionSeconds)
   "UNICORE_HTTP_PORT" "8080"
