@@ -148,7 +148,13 @@ def test_unschedulable_gpu_pod_is_reaped_with_the_schedulers_reason_then_fails(
     status = wait_for(failed, timeout=120, what="phase Failed after UNICORE_MAX_REAPS=2 reaps")
     assert "reaped 2 times in a row" in status["message"] and "Insufficient nvidia.com/gpu" in status["message"]
     assert status.get("failedAttempts", 0) >= 2
-    assert len(task_events(tasks, "greedy", "PodReaped")) >= 2
+    # the reaper records the status first and posts the Event last: wait for the second reap's Event
+    def reap_events() -> list[Any] | None:
+        found = task_events(tasks, "greedy", "PodReaped")
+        return found if len(found) >= 2 else None
+
+    events = wait_for(reap_events, timeout=30, what="a PodReaped event for each of the 2 reaps")
+    assert all("pending_timeout" in event.message for event in events)
     assert wait_for(lambda: not [j for j in tasks.jobs() if j.metadata.deletion_timestamp is None
                                  and not (j.status.succeeded or j.status.failed)],
                     timeout=60, what="no live turn Job of the failed task")
