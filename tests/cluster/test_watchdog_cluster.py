@@ -41,7 +41,7 @@ pytestmark = pytest.mark.cluster
 
 WATCHDOG_ENV = {
     "UNICORE_WATCHDOG_INTERVAL_SECONDS": "1",
-    "UNICORE_PENDING_TIMEOUT_SECONDS": "4",
+    "UNICORE_PENDING_TIMEOUT_SECONDS": "8",  # well above scheduling + pod start on a loaded 2-core machine
     "UNICORE_HEARTBEAT_TIMEOUT_SECONDS": "25",  # above the runtime's heartbeat interval (lease TTL / 3)
     "UNICORE_WATCHDOG_GRACE_SECONDS": "5",
     "UNICORE_MAX_REAPS": "2",
