@@ -13,10 +13,11 @@ from unicore.errors import LeaseLost
 from unicore.schema import TaskSpec
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.store import TaskStore
+from unicore_operator.watchdog import redis_state
 from unicore_operator.watchdog.redis_state import TurnReset, _read_running, read_not_running, read_states
 from unicore_operator.watchdog.scan import Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis
-from unicore_operator.watchdog.views import JobView, PodView, TaskView
+from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
 
 NS = "team"
 T = Thresholds(heartbeat_timeout=120, pending_timeout=300, max_reaps=3, deadline_grace=30, absence_grace=30)
@@ -189,3 +190,24 @@ def test_a_stale_entry_refreshed_meanwhile_is_kept(store: TaskStore, redis_clien
     result = read_states(redis_client, plan_redis_reads(snapshot, now, T), now, T)
     assert result.forgotten == 0
     assert redis_client.zscore(HEARTBEATS_INDEX, task_id) == pytest.approx(now)
+
+
+def test_the_redis_cluster_fallback_reads_what_the_script_reads(store: TaskStore, redis_client: redis.Redis,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    now = time.time()
+    at(monkeypatch, now - 30)
+    running = create(store, "running")
+    lease = store.acquire_lease(running, holder="running-t1-x:1", ttl_ms=3_600_000)
+    store.renew_lease(lease, ttl_ms=3_600_000)
+    released = create(store, "released")
+    assert store.release_lease(store.acquire_lease(released, holder="released-t1-x:1"))
+    ids = [running, released, create(store, "idle"), f"{NS}/gone"]
+    by_script = redis_state._read_with_script(redis_client, ids)
+    assert by_script == redis_state._read_with_pipeline(redis_client, ids)
+    assert list(by_script) == [running] and by_script[running].lease_token == str(lease.token)
+    assert by_script[running].heartbeat_at == pytest.approx(now - 30)
+    assert redis_state.read_not_running(redis_client, ids) == {
+        released: RedisTaskState(status="idle", released_at=pytest.approx(now - 30)),
+        f"{NS}/idle": RedisTaskState(status="idle"),
+        f"{NS}/gone": RedisTaskState(status=""),
+    }

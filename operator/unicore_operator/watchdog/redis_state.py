@@ -172,17 +172,21 @@ def read_not_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, 
     """Status and ``released_at`` of the tasks in ``task_ids`` that Redis does not mark ``running`` (one pipelined
     round trip; ``status`` "" when the record is gone). Releasing the lease sets ``idle`` and ``released_at``."""
     ids = list(task_ids)
-    if not ids:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        pipe.hmget(TaskKeys(task_id).task, "status", "updated_at", "released_at")
     states: dict[str, RedisTaskState] = {}
-    for task_id, (status, updated_at, released_at) in zip(ids, pipe.execute(), strict=True):
+    for task_id, (status, released_at) in zip(ids, _task_fields(client, ids, "status", "released_at"), strict=True):
         if _text(status) != "running":
-            states[task_id] = RedisTaskState(status=_text(status), updated_at=_float(updated_at),
-                                             released_at=_float(released_at))
+            states[task_id] = RedisTaskState(status=_text(status), released_at=_float(released_at))
     return states
+
+
+def _task_fields(client: redis.Redis, task_ids: list[str], *fields: str) -> list[list[object]]:
+    """``fields`` of each task's record (``uc:{T}:task``), in one pipelined round trip (none for no tasks)."""
+    if not task_ids:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for task_id in task_ids:
+        pipe.hmget(TaskKeys(task_id).task, *fields)
+    return list(pipe.execute())
 
 
 def _is_cluster(client: redis.Redis) -> bool:
@@ -214,13 +218,9 @@ def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTas
 
 
 def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        pipe.hmget(TaskKeys(task_id).task, "status", "updated_at")
-    records = pipe.execute()
     states: dict[str, RedisTaskState] = {}
     running: list[str] = []
-    for task_id, (status, updated_at) in zip(ids, records, strict=True):
+    for task_id, (status, updated_at) in zip(ids, _task_fields(client, ids, "status", "updated_at"), strict=True):
         if _text(status) == "running":
             states[task_id] = RedisTaskState(status="running", updated_at=_float(updated_at))
             running.append(task_id)
