@@ -344,8 +344,7 @@ class PodRunner:
             self._pods[tracked.key] = tracked
         try:
             kubeconfig = self._token_kubeconfig(pod, pod_dir)
-            plan = build_plan(pod, self.core, pod_dir, path=self.path, kubeconfig=kubeconfig,
-                              claims_dir=self.data_dir / "claims")
+            plan = build_plan(pod, self.core, pod_dir, path=self.path, kubeconfig=kubeconfig)
         except PodSetupError as exc:
             logger.warning("pod %s/%s cannot start: %s", tracked.namespace, tracked.name, exc)
             tracked.failed_setup = True

@@ -112,10 +112,11 @@ class CallRunner:
                 if attempt == self.policy.max_attempts:
                     break
                 delay = self.policy.delay(attempt, self.uniform)
-                if exc.throttle and self.coordinator is not None:
-                    self.coordinator.throttled(delay)
-                elif exc.throttle:
-                    self.metrics.incr("throttle_events_total", {"model": self.model})
+                if exc.throttle:  # only throttling slows down every caller of the model
+                    if self.coordinator is not None:
+                        self.coordinator.throttled(delay)
+                    else:
+                        self.metrics.incr("throttle_events_total", {"model": self.model})
                 log.warning(
                     "%s %s %s (%s), try %d/%d, retrying in %.1fs",
                     self.provider,
