@@ -223,11 +223,12 @@ def test_redis_state_of_unknown_tasks_is_ignored() -> None:
     assert scan(snap([task()], [], [], {"localtask": state, f"{NS}/deleted": state}), NOW, T) == []
 
 
-def test_max_reaps_in_a_row_fails_the_task_and_stops_activation() -> None:
+def test_max_reaps_in_a_row_predicts_failing_the_task() -> None:
     s = snap([task(failed_attempts=2)], [job()], [pod(start_time=NOW - 900)],
              {f"{NS}/demo": running(heartbeat_age=500)})
     [action] = scan(s, NOW, T)
-    assert action.fail_task and not action.activate and action.attempts == 3
+    # the reaper fails the task on the count it records (activate = queue the note unless that count fails it)
+    assert action.fail_task and action.activate and action.attempts == 3
     assert "reaped 3 times in a row" in action.message
     below = snap([task(failed_attempts=1)], [job()], [pod(start_time=NOW - 900)],
                  {f"{NS}/demo": running(heartbeat_age=500)})
@@ -302,3 +303,44 @@ def test_plan_reads_only_the_tasks_whose_redis_state_can_change_the_result() -> 
     plan = plan_redis_reads(snap(tasks, jobs, pods), NOW, T)
     assert plan.beat_check == {f"{NS}/old"}
     assert plan.read == {f"{NS}/pending", f"{NS}/late", f"{NS}/nopod", f"{NS}/lost"}
+
+
+def test_a_dead_turns_lease_is_reaped_as_the_attempt_its_job_already_counted() -> None:
+    # issue 10 #13: the killed turn's Job shows its failure (the operator counts it); the reap of its lease is the
+    # same attempt, recorded under the Job's name, and predicts no further failure
+    state = running(lease_holder="demo-t1-r1-abcde:7", lease_acquired_at=NOW - 45)
+    failed_job = job("demo-t1-r1", finished=True, turn=1)
+    dead = pod("demo-t1-r1-abcde", "demo-t1-r1", phase="Failed", turn=1)
+    [action] = scan(snap([task(failed_attempts=2)], [failed_job], [dead], {f"{NS}/demo": state}), NOW, T)
+    assert action.reason is ReapReason.LEASE_HOLDER_GONE
+    assert (action.attempt, action.turn, action.job) == ("demo-t1-r1", 1, "")
+    assert action.attempts == 2 and not action.fail_task and action.activate
+
+
+def test_the_attempt_of_a_lease_whose_pod_is_gone_comes_from_the_jobs_name() -> None:
+    state = running(lease_holder="demo-t2-xyzab:9", lease_acquired_at=NOW - 45)
+    [action] = scan(snap([task()], [job("demo-t2", finished=True, turn=2)], [], {f"{NS}/demo": state}), NOW, T)
+    assert (action.attempt, action.turn, action.attempts) == ("demo-t2", 2, 0)
+    # neither pod nor Job known: no attempt, so the reap counts as a new failure (keyed by the lease token)
+    [unknown] = scan(snap([task()], [], [], {f"{NS}/demo": state}), NOW, T)
+    assert (unknown.attempt, unknown.turn, unknown.attempts) == ("", 0, 1)
+
+
+def test_running_without_job_names_the_attempt_of_the_records_last_holder() -> None:
+    state = RedisTaskState(status="running", updated_at=NOW - 31, turn_holder="demo-t1-abcde:7")
+    dead = pod(phase="Failed", turn=1)
+    [action] = scan(snap([task()], [job(finished=True, turn=1)], [dead], {f"{NS}/demo": state}), NOW, T)
+    assert action.reason is ReapReason.RUNNING_WITHOUT_JOB
+    assert (action.attempt, action.turn, action.attempts) == ("demo-t1", 1, 0)
+
+
+def test_job_reasons_reap_the_jobs_own_attempt() -> None:
+    s = snap([task()], [job(turn=3)], [pod(start_time=NOW - 900)], {f"{NS}/demo": running(heartbeat_age=500)})
+    [action] = scan(s, NOW, T)
+    assert (action.attempt, action.job, action.turn) == ("demo-t1", "demo-t1", 3)
+
+
+def test_pod_view_reads_the_turn_label() -> None:
+    p = pod_view({"metadata": {"namespace": NS, "name": "demo-t4-x",
+                               "labels": {"job-name": "demo-t4", "unicore.dev/turn": "4"}}, "status": {}})
+    assert (p.job_name, p.turn) == ("demo-t4", 4)

@@ -5,8 +5,10 @@ Order for a task's stuck turn (every step idempotent; a crash between steps is r
 2. Redis: release the lease if it still holds the reaped turn's token and mark the task idle, recording
    ``last_reap_reason`` (a zombie that wakes up finds its lease gone: every fenced write is refused);
 3. account the reap as a failed attempt in the operator's per-task hash (the same counter failed turns use, so
-   ``status.failedAttempts`` and the Failed phase come from one place); the UNICORE_MAX_REAPS-th reap in a row
-   marks the task as out of retries;
+   ``status.failedAttempts`` and the Failed phase come from one place), under the attempt's Job name, where the
+   Job's own failure is recorded too: a turn attempt counts once, whoever noticed it first; the
+   UNICORE_MAX_REAPS-th failure in a row (as recorded, not as the cache predicted) marks the task as out of
+   retries;
 4. unless the task fails or is suspended: queue an inbox note that says what happened and activate the task
    (the next turn's history cleanup answers the unanswered tool calls with synthetic errors);
 5. delete the Job (propagation Background, precondition on its uid); post Event ``PodReaped``; count
@@ -30,6 +32,14 @@ from unicore_operator.watchdog.scan import ReapAction, ReapReason
 
 EVENT_REASON = "PodReaped"
 OPERATOR_HASH = "uc:{{{task_id}}}:operator"  # the operator's Job accounting hash (unicore_operator.redis_state)
+
+
+def attempt_key(action: ReapAction) -> str:
+    """The name the reap is recorded under: the turn attempt's Job (the name the Job's own outcome is recorded
+    under), else the lease it held, else (nothing known) the reason and the time."""
+    if action.attempt or action.job:
+        return action.attempt or action.job
+    return f"reap-{action.reason.value}-{action.lease_token or int(time.time())}"
 
 
 def interruption_note(action: ReapAction) -> str:
@@ -115,14 +125,15 @@ class Reaper:
             if not self._reset(tid, action.lease_token, time.time(), action.reason.value):
                 logger.info("%s: the lease moved on to a new turn; only the Job is reaped", tid)
         reason = f"reaped ({action.reason.value}): {action.message}"
-        job_ref = action.job or f"reap-{action.reason.value}-{action.lease_token or int(time.time())}"
+        job_ref = attempt_key(action)
+        # -1: this attempt is counted already (its Job's failure, or an earlier reap): not a new failure
         failures = ctx.redis.account_job_end(tid, job_ref, action.turn, "failed", reason, 0.0)
-        fail = action.fail_task or failures >= self.max_reaps
+        fail = failures >= self.max_reaps
         if fail:
             # The operator fails a task when failed > UNICORE_MAX_TURN_RETRIES; make the reap limit count too.
             ceiling = max(failures, ctx.settings.max_turn_retries + 1)
             ctx.redis.sync.hset(OPERATOR_HASH.format(task_id=tid), mapping={
-                "failed": ceiling, "last_failure": f"reaped {max(failures, action.attempts)} times in a row "
+                "failed": ceiling, "last_failure": f"reaped {failures} times in a row "
                                                    f"(UNICORE_MAX_REAPS={self.max_reaps}); last: {reason}"})
         elif action.activate:
             note = InboxMessage(id=f"reap-{job_ref}", type="user", content=interruption_note(action),

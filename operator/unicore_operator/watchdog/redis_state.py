@@ -54,16 +54,18 @@ return removed
 """
 
 # Read, server side, a chunk of tasks and return only what the scan needs: one string per task whose status is
-# ``running`` (index, status, updated_at, heartbeat, lease holder, token, acquired_at, joined by US = \x1f).
-# Idle tasks cost the client nothing to parse. All keys are passed in KEYS. KEYS: per task (task, heartbeat, lease)
+# ``running`` (index, status, updated_at, heartbeat, lease holder, token, acquired_at, the record's lease_holder,
+# joined by US = \x1f). Idle tasks cost the client nothing to parse. All keys are passed in KEYS.
+# KEYS: per task (task, heartbeat, lease)
 _READ_SCRIPT = """
 local out = {}
 for i = 1, #KEYS, 3 do
-  local rec = redis.call('HMGET', KEYS[i], 'status', 'updated_at')
+  local rec = redis.call('HMGET', KEYS[i], 'status', 'updated_at', 'lease_holder')
   if rec[1] == 'running' then
     local lease = redis.call('HMGET', KEYS[i + 2], 'holder', 'token', 'acquired_at')
     out[#out + 1] = table.concat({tostring((i + 2) / 3), rec[1], rec[2] or '',
-      redis.call('GET', KEYS[i + 1]) or '', lease[1] or '', lease[2] or '', lease[3] or ''}, string.char(31))
+      redis.call('GET', KEYS[i + 1]) or '', lease[1] or '', lease[2] or '', lease[3] or '', rec[3] or ''},
+      string.char(31))
   end
 end
 return out
@@ -196,7 +198,8 @@ def _is_cluster(client: redis.Redis) -> bool:
 def _row_state(row: list[str]) -> RedisTaskState:
     status, updated = _text(row[1]), _float(row[2])
     return RedisTaskState(status=status, updated_at=updated, heartbeat_at=_float(row[3]),
-                          lease_holder=_text(row[4]), lease_token=_text(row[5]), lease_acquired_at=_float(row[6]))
+                          lease_holder=_text(row[4]), lease_token=_text(row[5]), lease_acquired_at=_float(row[6]),
+                          turn_holder=_text(row[7]))
 
 
 def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
@@ -220,9 +223,11 @@ def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTas
 def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
     states: dict[str, RedisTaskState] = {}
     running: list[str] = []
-    for task_id, (status, updated_at) in zip(ids, _task_fields(client, ids, "status", "updated_at"), strict=True):
+    fields = _task_fields(client, ids, "status", "updated_at", "lease_holder")
+    for task_id, (status, updated_at, turn_holder) in zip(ids, fields, strict=True):
         if _text(status) == "running":
-            states[task_id] = RedisTaskState(status="running", updated_at=_float(updated_at))
+            states[task_id] = RedisTaskState(status="running", updated_at=_float(updated_at),
+                                             turn_holder=_text(turn_holder))
             running.append(task_id)
     if running:
         pipe = client.pipeline(transaction=False)
@@ -237,6 +242,7 @@ def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisT
             states[task_id] = RedisTaskState(
                 status=base.status, updated_at=base.updated_at, heartbeat_at=_float(beat),
                 lease_holder=_text(holder), lease_token=_text(token), lease_acquired_at=_float(acquired),
+                turn_holder=base.turn_holder,
             )
     return states
 

@@ -17,6 +17,12 @@ Reasons, in the order they are checked:
 - ``lease_holder_gone``: a Redis lease whose holder pod is not in the cache (or has terminated) while the task has
   no live Job;
 - ``running_without_job``: Redis says ``running``, no lease, no live Job (seed 000 ``check_task_activity``).
+
+One failure per turn attempt: every action names the attempt it reaps (``attempt``: the turn Job's name; for the
+two Job-less reasons the Job whose pod held the lease, see :func:`turn_attempt`). The reaper records the failure
+under that name in the operator's accounting, where the Job's own outcome is recorded too, so whoever notices a
+dead turn first (Job status, watchdog) counts it, and the other finds it counted. A reap of an attempt whose Job
+already shows its end does not predict another failure in ``attempts``.
 """
 
 from __future__ import annotations
@@ -85,13 +91,15 @@ class ReapAction:
     message: str
     job: str = ""  # Job name to delete (propagation Background); "" = none
     job_uid: str = ""  # precondition for the delete: never delete a newer Job of the same name
-    turn: int = 0  # the reaped Job's turn number (0 when no Job)
+    turn: int = 0  # the reaped attempt's turn number (0 when unknown)
+    attempt: str = ""  # the turn attempt (its Job's name) counted as failed; "" = unknown (keyed by the lease token)
     pod: str = ""
     lease_token: str = ""  # release the lease only if it still holds this token
     reset_status: bool = False  # Redis status running -> idle
     task_exists: bool = True  # False for orphan Jobs: nothing to record on a task
     activate: bool = True  # queue the interruption note and activate the task
-    fail_task: bool = False  # this reap is the UNICORE_MAX_REAPS-th in a row: phase Failed
+    fail_task: bool = False  # predicted from the cache: this reap is the UNICORE_MAX_REAPS-th in a row (the reaper
+    # decides on the recorded count: an attempt already counted is not a new failure)
     attempts: int = 0  # status.failedAttempts after this reap
 
 
@@ -115,21 +123,54 @@ def pending_cause(pod: PodView | None) -> str:
     return "not scheduled yet (no reason reported)"
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A turn attempt: its Job's name and turn; ``ended`` when the Job shows its end (finished or being deleted),
+    so the operator's Job path records that end itself."""
+
+    job: str
+    turn: int
+    ended: bool = False
+
+
+def turn_attempt(holder: str, task_id: str, pods: Mapping[str, PodView], jobs: Mapping[str, JobView]
+                 ) -> Attempt | None:
+    """The turn attempt whose process is ``holder`` (``<pod name>:<pid>``, see ``unicore.state.store._holder_id``).
+
+    The pod's ``job-name`` label when the pod is cached, else the Job named like the pod without its generated
+    suffix (the Job controller names pods ``<job>-<5 chars>``); None when neither is a Job of ``task_id``."""
+    pod_name = holder.split(":", 1)[0]
+    if not pod_name:
+        return None
+    namespace = task_id.split("/", 1)[0]
+    pod = pods.get(f"{namespace}/{pod_name}")
+    job_name = pod.job_name if pod is not None and pod.job_name else pod_name.rsplit("-", 1)[0]
+    job = jobs.get(f"{namespace}/{job_name}")
+    if job is not None and job.task_id == task_id:
+        return Attempt(job.name, job.turn or (pod.turn if pod else 0), ended=job.finished or job.deleting)
+    if pod is not None and pod.job_name:
+        return Attempt(pod.job_name, pod.turn)
+    return None
+
+
 def _task_action(
     reason: ReapReason, task: TaskView, message: str, thresholds: Thresholds, *,
     job: JobView | None = None, pod: PodView | None = None, state: RedisTaskState | None = None,
-    reset_status: bool = False,
+    reset_status: bool = False, attempt: Attempt | None = None,
 ) -> ReapAction:
-    attempts = task.failed_attempts + 1
-    fail = attempts >= thresholds.max_reaps
+    if attempt is None and job is not None:
+        attempt = Attempt(job.name, job.turn)
+    counted = attempt is not None and attempt.ended  # the Job path records this attempt's end
+    attempts = task.failed_attempts + (0 if counted else 1)
+    fail = not counted and attempts >= thresholds.max_reaps
     if fail:
         message = f"{message} (reaped {attempts} times in a row; giving up)"
     return ReapAction(
         reason=reason, task_id=task.task_id, namespace=task.namespace, message=_clip(message),
-        job=job.name if job else "", job_uid=job.uid if job else "", turn=job.turn if job else 0,
-        pod=pod.name if pod else "",
+        job=job.name if job else "", job_uid=job.uid if job else "", turn=attempt.turn if attempt else 0,
+        attempt=attempt.job if attempt else "", pod=pod.name if pod else "",
         lease_token=state.lease_token if state else "", reset_status=reset_status,
-        activate=not task.suspend and not fail, fail_task=fail, attempts=attempts,
+        activate=not task.suspend, fail_task=fail, attempts=attempts,
     )
 
 
@@ -214,6 +255,7 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
     for pod in snapshot.pods:
         pods_by_job.setdefault(pod.job_key, []).append(pod)
         pod_names[pod.key] = pod
+    jobs_by_key = {job.key: job for job in snapshot.jobs}
 
     live_job_tasks: set[str] = set()
     for job in snapshot.jobs:
@@ -254,6 +296,7 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
                     ReapReason.LEASE_HOLDER_GONE, task,
                     f"lease of {task_id} is held by {state.lease_holder}, whose pod {where} (no live turn Job)",
                     t, state=state, reset_status=True,
+                    attempt=turn_attempt(state.lease_holder, task_id, pod_names, jobs_by_key),
                 ))
                 acted.add(task_id)
             continue
@@ -262,6 +305,7 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
                 ReapReason.RUNNING_WITHOUT_JOB, task,
                 f"{task_id} is marked running in Redis but has no lease and no live turn Job",
                 t, state=state, reset_status=True,
+                attempt=turn_attempt(state.turn_holder, task_id, pod_names, jobs_by_key),
             ))
             acted.add(task_id)
     return actions

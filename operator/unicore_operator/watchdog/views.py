@@ -77,6 +77,7 @@ class PodView:
     unschedulable_message: str = ""  # the scheduler's message ("0/2 nodes are available: ...")
     waiting_reason: str = ""  # a container's waiting reason (ImagePullBackOff, ...)
     waiting_message: str = ""
+    turn: int = 0  # label unicore.dev/turn (the Job's pod template carries it)
 
     @property
     def key(self) -> str:
@@ -102,6 +103,9 @@ class RedisTaskState:
     lease_token: str = ""
     lease_acquired_at: float | None = None
     released_at: float | None = None  # when the last turn released the lease (read only for tasks not running)
+    # The record's ``lease_holder`` (``<pod name>:<pid>`` of the turn that last took the lease; kept when the lease
+    # hash expires with a dead holder): names the turn attempt a ``running_without_job`` reap counts as failed.
+    turn_holder: str = ""
 
     @property
     def leased(self) -> bool:
@@ -213,4 +217,5 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         unschedulable_message=unsched_message,
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,
+        turn=_int(labels.get(TURN_LABEL)),
     )

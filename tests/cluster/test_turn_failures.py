@@ -1,0 +1,90 @@
+"""Turn failures on the real control plane (issue 10): a killed turn process counts once and recovers.
+
+The turn process is SIGKILLed through the pid in its lease holder id (``<pod name>:<pid>``; the local pod runner
+runs turn pods as host processes), the way an OOM kill or a node problem ends a turn: no release, no clean-up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, long_script
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+WATCHDOG_ENV = {
+    "UNICORE_WATCHDOG_INTERVAL_SECONDS": "1",
+    "UNICORE_PENDING_TIMEOUT_SECONDS": "60",
+    "UNICORE_HEARTBEAT_TIMEOUT_SECONDS": "25",
+    "UNICORE_WATCHDOG_GRACE_SECONDS": "5",
+    "UNICORE_MAX_REAPS": "2",
+    "UNICORE_DEFAULT_GPUS": "0",
+}
+StartOperator = Callable[..., OperatorProcess]
+
+
+@pytest.fixture
+def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[StartOperator]:
+    install_agent_rbac(crd.kubeconfig, k8s_namespace)
+    started: list[OperatorProcess] = []
+
+    def start(**extra: str) -> OperatorProcess:
+        proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
+                               **{**WATCHDOG_ENV, **extra}).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+    if started:
+        print(f"--- operator log ({started[0].log_path}):\n{started[0].log(300)}")
+
+
+def lease(client: redis.Redis, task_id: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in client.hgetall(f"uc:{{{task_id}}}:lease").items()}
+
+
+def kill_turn_process(client: redis.Redis, task_id: str, older_than: float = 0.0) -> dict[str, str]:
+    """SIGKILL the process holding the task's lease once its lease is ``older_than`` seconds old."""
+
+    def held() -> dict[str, str] | None:
+        current = lease(client, task_id)
+        if current.get("holder") and time.time() - float(current.get("acquired_at") or "inf") > older_than:
+            return current
+        return None
+
+    holder = wait_for(held, timeout=90, what=f"a turn process holding {task_id}'s lease for {older_than}s")
+    os.kill(int(holder["holder"].rsplit(":", 1)[1]), signal.SIGKILL)
+    return holder
+
+
+def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    """Issue 10 #13: the Job's failure and the watchdog's reap of the dead holder's lease are one attempt. With
+    UNICORE_MAX_REAPS=2, counting it twice fails the task; counted once, the turn is retried and answers."""
+    start_operator()
+    task_id = f"{k8s_namespace}/crashy"
+    tasks.create("crashy", {"prompt": "go", "model": "scripted", "script": long_script("crashy", 10)})
+    # older than the watchdog's grace, so the watchdog may reap the dead holder's lease too
+    kill_turn_process(redis_client, task_id, older_than=6)
+
+    def settled() -> dict[str, Any] | None:
+        status = (tasks.get("crashy") or {}).get("status") or {}
+        return status if status.get("phase") in ("Idle", "Failed") else None
+
+    status = wait_for(settled, timeout=120, what="the task to settle after the crash")
+    assert status["phase"] == "Idle" and status["turns"] == 1, status
+    assert status["lastResponse"] == "Slow answer."
+    jobs = sorted(job.metadata.name for job in tasks.jobs())
+    assert jobs == ["crashy-t1", "crashy-t1-r1"], jobs
