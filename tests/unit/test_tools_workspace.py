@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
+import stat
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from unicore.errors import ToolError
 from unicore.tools import workspace
 from unicore.tools.base import ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call
@@ -138,3 +142,104 @@ def test_listing_is_capped(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert status == "success"
     assert lines[:3] == ["f0.txt (1 bytes)", "f1.txt (1 bytes)", "f2.txt (1 bytes)"]
     assert lines[3] == "[... 2 more entries not shown ...]"
+
+
+# ---------------------------------------------------------------- special files (FIFOs, sockets): refused, never block
+
+CALL_DEADLINE = 10.0  # seconds; a refusal takes milliseconds, the old code blocked forever in open()
+
+
+def _unblock(fifo: Path) -> None:
+    """Give a FIFO both ends for a moment, so a tool call stuck opening it returns (the test then fails cleanly)."""
+    for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+        try:
+            os.close(os.open(fifo, flags))
+        except OSError:
+            pass
+
+
+def call_with_deadline(ws: Path, name: str, tool_input: dict[str, Any], special: Path) -> tuple[str, str]:
+    """``call`` in a thread; fail (instead of hanging the suite) if it has not returned within the deadline."""
+    outcome: list[tuple[str, str]] = []
+    worker = threading.Thread(target=lambda: outcome.append(call(ws, name, tool_input)), daemon=True)
+    worker.start()
+    worker.join(CALL_DEADLINE)
+    if worker.is_alive():
+        _unblock(special)
+        worker.join(CALL_DEADLINE)
+        pytest.fail(f"{name} {tool_input} blocked for {CALL_DEADLINE}s on {special.name}")
+    return outcome[0]
+
+
+FIFO_CALLS = [
+    ("read_file", {"path": "pipe"}),
+    ("write_file", {"path": "pipe", "content": "x", "append": True}),
+    ("write_file", {"path": "pipe", "content": "x"}),
+    ("read_file", {"path": "pipe-link"}),
+    ("write_file", {"path": "pipe-link", "content": "x", "append": True}),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "tool_input"), FIFO_CALLS, ids=["read", "append", "replace", "read-via-symlink", "append-via-symlink"]
+)
+def test_fifo_is_refused_without_blocking(ws: Path, name: str, tool_input: dict[str, Any]) -> None:
+    fifo = ws / "pipe"
+    os.mkfifo(fifo)
+    (ws / "pipe-link").symlink_to(fifo)
+    status, text = call_with_deadline(ws, name, tool_input, fifo)
+    assert status == "error", text
+    assert "FIFO (named pipe), not a regular file" in text
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # not replaced by a regular file either
+
+
+def test_socket_is_refused(ws: Path) -> None:
+    path = ws / "sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        server.listen(1)
+        for name, extra in (("read_file", {}), ("write_file", {"content": "x", "append": True})):
+            status, text = call_with_deadline(ws, name, {"path": "sock", **extra}, path)
+            assert (status, "socket, not a regular file" in text) == ("error", True), text
+    finally:
+        server.close()
+
+
+def test_listing_marks_special_files_and_refuses_them_as_folders(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    (ws / "notes.txt").write_text("hi")
+    status, text = call_with_deadline(ws, "list_files", {}, ws / "pipe")
+    assert status == "success"
+    assert text.splitlines() == ["notes.txt (2 bytes)", "pipe (FIFO (named pipe), not a regular file)"]
+    status, text = call_with_deadline(ws, "list_files", {"path": "pipe"}, ws / "pipe")
+    assert status == "error" and "is a FIFO (named pipe), not a folder" in text
+
+
+@pytest.mark.parametrize("flags", [os.O_RDONLY, os.O_WRONLY | os.O_APPEND], ids=["read", "append"])
+def test_a_path_swapped_for_a_fifo_after_the_check_is_refused_at_open(ws: Path, flags: int) -> None:
+    """The race: stat() saw a regular file, the path is a FIFO when it is opened. fstat on the fd decides."""
+    fifo = ws / "pipe"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            os.close(workspace.open_regular(fifo, flags, "pipe")[0])
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(CALL_DEADLINE)
+    if worker.is_alive():
+        _unblock(fifo)
+        pytest.fail(f"open_regular blocked on a FIFO (flags {flags:#o})")
+    assert isinstance(outcome[0], ToolError) and "not a regular file" in str(outcome[0]), outcome
+
+
+def test_parent_that_is_not_a_folder_is_a_clear_error(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    status, text = call(ws, "write_file", {"path": "pipe/a.txt", "content": "x"})
+    assert status == "error" and "part of that path is not a folder" in text
