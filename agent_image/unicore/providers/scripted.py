@@ -3,7 +3,7 @@
 Script format (YAML or JSON file, or a dict)::
 
     default: "Done."            # the answer once a task's steps are used up
-    tasks:                      # first entry whose glob matches the task name (or id) is used
+    tasks:                      # the MOST SPECIFIC glob matching the task name (or id) is used; see below
       "demo":
         - tool_use: [{name: spawn_task, input: {name: a, prompt: "Find A"}}]
         - text: "Waiting for my researchers."
@@ -13,9 +13,21 @@ Script format (YAML or JSON file, or a dict)::
         - sleep: 0.5            # wait this many seconds (interruptible), then take the step's other fields
           text: "Result from a child."
 
+Which entry a task uses never depends on the order of the keys (the Kubernetes API server does not keep the order
+of an object's keys, and YAML/JSON mappings are unordered): among the globs (``fnmatch``: ``*``, ``?``, ``[...]``)
+that match the task's name or its full id (``<namespace>/<name>`` on Kubernetes), the most specific wins:
+
+1. an exact name (a key without wildcards) beats every glob;
+2. then the key with more literal characters (every character outside ``*``, ``?`` and ``[...]``);
+3. then the key with fewer ``*`` (a ``*`` matches any run of characters, ``?`` and ``[...]`` exactly one);
+4. then the key with fewer ``?`` and ``[...]``;
+5. then the lexically smaller key, so the choice is always deterministic.
+
+So ``"demo-a"`` beats ``"demo-*"``, which beats ``"*-a"``, which beats ``"*"``, whatever order they are written in.
+Local and cluster mode use the same function (``Script.steps_for``, through ``resolve_model``).
+
 The step is the number of assistant messages in the request, so the answer is a function of the stored
-history:
-deterministic across processes and restarts.
+history: deterministic across processes and restarts.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import fnmatch
 import hashlib
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +80,54 @@ class Script(BaseModel):
     tasks: dict[str, list[ScriptStep]] = Field(default_factory=dict)
 
     def steps_for(self, task_id: str) -> list[ScriptStep]:
-        name = task_name(task_id)
-        for pattern, steps in self.tasks.items():
-            if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task_id, pattern):
-                return steps
-        return []
+        pattern = pick_pattern(self.tasks, task_id)
+        return self.tasks[pattern] if pattern is not None else []
+
+
+def _glob_tokens(pattern: str) -> list[tuple[bool, str]]:
+    """``pattern`` as ``(is_wildcard, text)`` tokens, splitting exactly where ``fnmatch`` does: ``*``, ``?`` and a
+    ``[...]`` set are wildcards; a ``[`` without its closing ``]`` is a literal character."""
+    tokens: list[tuple[bool, str]] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char in "*?":
+            tokens.append((True, char))
+            i += 1
+            continue
+        if char == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:
+                tokens.append((True, pattern[i:j + 1]))
+                i = j + 1
+                continue
+        tokens.append((False, char))
+        i += 1
+    return tokens
+
+
+def specificity(pattern: str) -> tuple[int, int, int, int, str]:
+    """Sort key of a script key, most specific first: exact name, more literal characters, fewer ``*``, fewer
+    ``?``/``[...]``, then lexical order (a total order: the same keys always rank the same, in whatever order they
+    came)."""
+    tokens = _glob_tokens(pattern)
+    stars = sum(1 for is_wildcard, text in tokens if is_wildcard and text == "*")
+    others = sum(1 for is_wildcard, text in tokens if is_wildcard and text != "*")
+    literals = len(tokens) - stars - others
+    return (0 if stars + others == 0 else 1, -literals, stars, others, pattern)
+
+
+def pick_pattern(patterns: Iterable[str], task_id: str) -> str | None:
+    """The most specific of ``patterns`` matching the task's name or full id (see the module doc), or None."""
+    name = task_name(task_id)
+    matching = [p for p in patterns if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(task_id, p)]
+    return min(matching, key=specificity, default=None)
 
 
 def _describe(error: ValidationError) -> str:
