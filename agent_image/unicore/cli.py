@@ -32,6 +32,7 @@ from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.schema import TaskSpec, validate_task_id
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
+from unicore.terminal import printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -39,13 +40,18 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {printable(message)}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> int:
-    print(f"unicore: error: {message}", file=sys.stderr)
+    print(f"unicore: error: {printable(message, multiline=False)}", file=sys.stderr)
     return code
+
+
+def _show(text: str) -> None:
+    """Print text that may hold model, user or tool text: control characters become visible escapes."""
+    print(printable(text))
 
 
 def _store() -> TaskStore:
@@ -87,7 +93,11 @@ def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: f
     from unicore.launch.local import LocalSupervisor
 
     root = store.get_task(task_id).root
-    events = (lambda text: None) if quiet else (lambda text: print(f"[unicore] {text}", file=sys.stderr))
+
+    def events(text: str) -> None:
+        if not quiet:
+            print(f"[unicore] {printable(text)}", file=sys.stderr)
+
     supervisor = LocalSupervisor(store.redis, url, log_dir=unicore_home() / "logs", on_event=events)
     report = supervisor.run_until_settled(root, timeout=timeout)
     if not report.settled:
@@ -96,7 +106,7 @@ def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: f
     if report.failures:
         for failed, code in report.failures.items():
             error = store.get_task(failed).last_error
-            print(f"[unicore] turn of {failed} failed (exit {code}): {error}", file=sys.stderr)
+            print(f"[unicore] turn of {failed} failed (exit {code}): {printable(error)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
@@ -122,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
     record = store.get_task(name)
     if record.last_response:
-        print(record.last_response)
+        _show(record.last_response)
     return code
 
 
@@ -132,10 +142,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     store.queue_text(args.task, args.text, message_id=args.id)
     store.activate(args.task, "send")
     if args.no_wait:
-        print(f"queued for {args.task}")
+        _show(f"queued for {args.task}")
         return EXIT_OK
     code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
-    print(store.get_task(args.task).last_response)
+    _show(store.get_task(args.task).last_response)
     return code
 
 
@@ -169,22 +179,22 @@ def cmd_show(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    print(
+    _show(
         f"Task {record.id}  status={record.status}  model={record.model}  turns={record.turns}  "
         f"tokens={record.total_tokens}" + (f"  parent={record.parent}" if record.parent else "")
     )
     if record.last_error:
-        print(f"Last error: {record.last_error}")
+        _show(f"Last error: {record.last_error}")
     for turn in turns:
         print(f"\n=== Turn {turn.turn_number} ===")
         for message in turn.messages:
             who = "User" if message.role == "user" else "Assistant"
             for line in (line for block in message.content for line in _block_lines(block)):
-                print(f"{who}: {line}")
+                _show(f"{who}: {line}")
         if turn.note:
-            print(f"(note: {turn.note})")
+            _show(f"(note: {turn.note})")
         if turn.summary:
-            print(f"(summary: {turn.summary})")
+            _show(f"(summary: {turn.summary})")
     pending = store.pending_count(args.task)
     if pending:
         print(f"\n({pending} message(s) waiting in the inbox)")
@@ -210,7 +220,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print("no tasks")
     for root in roots:
         for depth, record in store.tree(root):
-            print(_tree_line(depth, record))
+            _show(_tree_line(depth, record))
     return EXIT_OK
 
 
@@ -291,7 +301,7 @@ def turn_main(argv: Sequence[str] | None = None) -> int:
         outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel)
         code = outcome.exit_code
         if outcome.error:
-            print(f"unicore-turn: {args.task}: {outcome.error}", file=sys.stderr)
+            print(f"unicore-turn: {args.task}: {printable(outcome.error)}", file=sys.stderr)
     except (ConfigError, redis.RedisError) as exc:
         code = _fail(str(exc), TURN_FAILED)
     return code

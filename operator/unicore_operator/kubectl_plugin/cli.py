@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
+from unicore.terminal import printable
+
 from unicore_operator.kubectl_plugin import commands
 from unicore_operator.kubectl_plugin.errors import PluginError
 from unicore_operator.kubectl_plugin.kube import DEFAULT_OPERATOR_NAMESPACE, OPERATOR_NAMESPACE_ENV, connect
@@ -128,7 +130,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[
         )
         return int(args.func(args, kube, out))
     except PluginError as exc:
-        err.write(f"error: {exc.message}\n")
+        err.write(f"error: {printable(exc.message, multiline=False)}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

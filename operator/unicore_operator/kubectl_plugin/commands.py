@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
+from unicore.terminal import printable
+
 from unicore_operator.kubectl_plugin.describe_view import render_describe
 from unicore_operator.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
 from unicore_operator.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeContext
@@ -168,7 +170,7 @@ def cmd_send(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     api = TaskApiClient(kube, timeout=args.timeout)
     receipt = api.post(task_path(kube.namespace, args.name, "/messages"), {"id": message_id, "text": text})
     note = " (it was already queued: sent once)" if receipt.get("duplicate") else ""
-    out.write(f"agenttask.unicore.dev/{args.name}: message {message_id} queued{note}\n")
+    out.write(printable(f"agenttask.unicore.dev/{args.name}: message {message_id} queued{note}\n"))
     return 0
 
 

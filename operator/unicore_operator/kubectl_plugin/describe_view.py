@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from unicore.terminal import printable
+
 from unicore_operator.kubectl_plugin.humanize import human_duration, one_line, parse_time
 
 MAX_EVENTS = 20
@@ -123,4 +125,4 @@ def render_describe(
                 f"  {event.get('type', ''):<8} {event.get('reason', ''):<14} {age_text:<8} "
                 f"{source:<18} {one_line(event.get('message'), 200)}"
             )
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"

@@ -6,6 +6,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from unicore.terminal import printable
 from unicore.transcript import transcribe
 
 from unicore_operator.kubectl_plugin.humanize import human_duration, parse_time
@@ -47,9 +48,9 @@ class TranscriptPrinter:
             text = transcribe([message], include_tool_details=self.tools, tool_result_chars=None)
             if text:
                 chunks.append(text)
-        return "\n\n".join(chunks) + ("\n" if chunks else "")
+        return printable("\n\n".join(chunks)) + ("\n" if chunks else "")
 
     def summary_line(self, number: int) -> str:
         turn = self.turns.get(number) or {}
         summary = str(turn.get("summary") or "").strip()
-        return f"[turn {number} summary] {summary}\n" if summary else ""
+        return f"[turn {number} summary] {printable(summary)}\n" if summary else ""

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore.terminal import printable
+
 from unicore_operator.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
 
 PHASE_ICONS_UTF8: dict[str, str] = {
@@ -166,7 +168,9 @@ def render_tree(
             _duration(node.obj, now),
             _message(node.obj),
         ]
-        rows.append([node.namespace, *row] if all_namespaces else row)
+        # Names, phases and responses come from objects anyone with write access shaped: escape controls.
+        row = [printable(cell) for cell in row]
+        rows.append([printable(node.namespace), *row] if all_namespaces else row)
         below = (
             "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
         )
