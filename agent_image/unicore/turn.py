@@ -26,6 +26,7 @@ from typing import Any
 
 import redis
 
+from unicore.answers import BadAnswer, accept_answer, refusal_text, used_tool_use_ids
 from unicore.errors import (
     ConfigError,
     LeaseBusy,
@@ -35,13 +36,15 @@ from unicore.errors import (
     TaskNotFound,
     TurnCancelled,
 )
+from unicore.faults import fault_point, set_scope
 from unicore.history import CANCELLED_TEXT, build_request_messages, message_text
 from unicore.log import get_logger
 from unicore.progress import Progress, stall_seconds_from_env
 from unicore.prompts import build_system_prompt
 from unicore.providers.base import Model, ModelRequest, ModelResponse
 from unicore.providers.registry import resolve_model
-from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, task_name, tool_result_block
+from unicore.reports import completion_message, completion_report, deliver_report
+from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, text_block, tool_result_block
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
 from unicore.state.telemetry import Telemetry
@@ -106,24 +109,6 @@ def default_workspace(task_id: str) -> Path:
         return Path(base)
     home = Path(os.environ.get("UNICORE_HOME", Path.home() / ".unicore"))
     return home / "workspaces" / task_id.replace("/", "__")
-
-
-def completion_message(record: TaskRecord, final_text: str, note: str = "") -> str:
-    """Seed 000 completion message for the parent."""
-    name = (
-        record.id[len(record.parent) + 1 :]
-        if record.parent and record.id.startswith(f"{record.parent}-")
-        else task_name(record.id)
-    )
-    lines = [
-        f"[SYSTEM] Child task {record.id} has completed successfully.",
-        f"Ran {record.turns} turns with {record.tool_iterations} tool iterations.",
-        f"You can continue the conversation by calling spawn_task with name='{name}' and a new message.",
-    ]
-    if note:
-        lines.append(f"Note: {note}")
-    lines += ["", "Final response from child:", final_text]
-    return "\n".join(lines)
 
 
 def _label(value: str) -> str:
@@ -192,6 +177,8 @@ class _Turn:
             healthy=self._making_progress,
         )
         heartbeat.start()
+        set_scope(f"{self.task_id}#{record.turns}")
+        fault_point("after lease")
         started = time.monotonic()
         try:
             self._run_leased(record, started)
@@ -213,6 +200,7 @@ class _Turn:
                     self.store.release_lease(self.lease)
                 except redis.RedisError as exc:
                     log.error("task %s: could not release the lease: %s", self.task_id, exc)
+                fault_point("after release")
         if self.outcome.turn_number is not None:
             self.telemetry.observe("turn_duration_seconds", time.monotonic() - started)
         if self.outcome.exit_code == EXIT_OK and self.outcome.turn_number is not None:
@@ -320,6 +308,8 @@ class _Turn:
             return
         current = turns[-1]
         self.outcome.turn_number = current.turn_number
+        set_scope(f"{self.task_id}#{current.turn_number}")
+        fault_point("after drain")
         if drained.empty and is_turn_ending(messages[-1]):
             if current.ended_at is None:
                 log.info(
@@ -328,6 +318,9 @@ class _Turn:
                     current.turn_number,
                 )
                 self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
+            elif deliver_report(self.store, self.task_id):
+                log.info("task %s: turn %d had ended; its report was owed and is delivered now",
+                         self.task_id, current.turn_number)
             else:
                 log.info("task %s: nothing to do", self.task_id)
             return
@@ -342,6 +335,7 @@ class _Turn:
 
         max_iterations = record.limits.max_iterations
         final_text, note = "", ""
+        used_ids = used_tool_use_ids(messages)  # tool-use ids are unique over the task's history (answers.py)
         for _ in range(max_iterations):
             self._check_cancel()
             budget_note = self._budget_exhausted(record)
@@ -357,14 +351,22 @@ class _Turn:
                 purpose="turn",
             )
             response = self._call_model(model, request)
+            fault_point("after model call")
             self.outcome.iterations += 1
-            answer = self.store.append_message(
-                self.lease, "assistant", response.content, usage=response.usage
-            )
+            try:
+                content = accept_answer(response.content, used_ids, max_bytes=self.store.message_cap_bytes)
+            except BadAnswer as exc:  # never stored: the model is told why and asked again
+                log.warning("task %s: model answer refused: %s", self.task_id, exc)
+                refusal = self.store.append_message(
+                    self.lease, "user", [text_block(refusal_text(str(exc)))], usage=response.usage
+                )
+                messages.append(refusal)
+                continue
+            answer = self.store.append_message(self.lease, "assistant", content, usage=response.usage)
             messages.append(answer)
-            tool_uses = [block for block in response.content if "toolUse" in block]
+            tool_uses = [block for block in content if "toolUse" in block]
             if not tool_uses:
-                final_text = message_text(response.content)
+                final_text = message_text(content)
                 break
             self.pending_tool_uses = list(tool_uses)
             while self.pending_tool_uses:
@@ -374,12 +376,14 @@ class _Turn:
                 result = run_tool_call(ctx, tools, block)
                 self._end_step("after tool")  # before the (unfenced) inbox write of the result
                 self._queue_result(result)
+                fault_point("after tool result")
                 self.pending_tool_uses.pop(0)
                 self.outcome.tool_calls += 1
             self._check_cancel()
             self.progress.mark("drain")
             drained = self.store.drain(self.lease, first_drain=False)
             self.progress.mark("after drain")
+            fault_point("after drain")
             messages.extend(drained.messages)
         else:
             note = f"stopped after max_iterations={max_iterations} model calls without a text-only answer"
@@ -447,6 +451,12 @@ class _Turn:
         assert self.lease is not None
         summary = self._summary(model, record, turn)
         self.progress.mark("end turn")
+        record = self.store.get_task(self.task_id)
+        report = (
+            completion_report(record, turn.turn_number, final_text, note, self.store.message_cap_bytes)
+            if record.parent
+            else None
+        )
         self.store.end_turn(
             self.lease,
             turn.turn_number,
@@ -454,11 +464,12 @@ class _Turn:
             summary=summary,
             iterations=iterations,
             note=note,
+            report=report,
         )
+        fault_point("after end turn")
         self.outcome.final_text, self.outcome.note = final_text, note
-        record = self.store.get_task(self.task_id)
-        if record.parent:
-            self._notify_parent(record, turn.turn_number, final_text, note)
+        deliver_report(self.store, self.task_id)  # owed until delivered: a crash here is redelivered later
+        fault_point("after notify")
         log.info("task %s: turn %d ended after %d model calls", self.task_id, turn.turn_number, iterations)
 
     def _summary(self, model: Model, record: TaskRecord, turn: Turn) -> str:
@@ -484,24 +495,6 @@ class _Turn:
         assert self.lease is not None
         self.store.record_usage(self.lease, response.usage)
         return message_text(response.content)
-
-    def _notify_parent(self, record: TaskRecord, turn_number: int, final_text: str, note: str) -> None:
-        assert record.parent
-        message = InboxMessage(
-            id=f"completion:{record.id}:{turn_number}",
-            type="completion",
-            content=completion_message(record, final_text, note),
-            sender=record.id,
-        )
-        try:
-            self.store.queue_message(record.parent, message)
-        except TaskNotFound:
-            log.warning("task %s: parent %s is gone; completion dropped", record.id, record.parent)
-            return
-        except MessageTooLarge:
-            message.content = completion_message(record, final_text[:100_000] + "\n[... cut ...]", note)
-            self.store.queue_message(record.parent, message)
-        self.store.activate(record.parent, f"completion:{record.id}")
 
 
 def _exit_reason(code: int) -> str:

@@ -1,12 +1,17 @@
 """Kubernetes Spawner: ``spawn_task`` inside a turn Job creates the child AgentTask through the API server.
 
 It runs the same policy checks as the local spawner (``unicore.tools.policy``) before writing anything, then:
-1. creates the child's task record in Redis WITHOUT its prompt (so limits that count children see it at once, and it
-   inherits the parent's model, script and limits exactly as in local mode);
+1. reserves the child's slot of ``max_children`` and ``max_descendants`` atomically (``unicore.state.slots``), so
+   concurrent spawns cannot overshoot the limits;
 2. creates the AgentTask ``<parent>-<name>`` in the parent's namespace with ``spec.prompt``, ``spec.parentRef``
    {name, uid}, an ownerReference to the parent (garbage collection of the tree), the reduced toolset, and the
-   parent's GPU/scheduling fields. The operator queues ``spec.prompt`` (idempotent id ``prompt-<uid>``) and starts
+   parent's GPU/scheduling fields. The operator creates the child's Redis record (inheriting the parent's model,
+   script and limits exactly as in local mode), queues ``spec.prompt`` (idempotent id ``prompt-<uid>``) and starts
    the child's turn Job.
+There is one write that makes the child (the AgentTask), so there is no half-made child: a spawn that dies after
+reserving leaves only a slot, which the next spawn of that name reuses; a create whose answer was lost (timeout,
+connection reset) is looked up before it is reported as failed. A Redis record without an AgentTask (left by an
+older version) is completed by the next spawn of that name, which creates the missing AgentTask.
 An existing child gets the prompt as a new inbox message and an activation (seed 000 "resuming child tasks").
 
 Credentials: the pod's ServiceAccount (KUBECONFIG set by the local pod runner, else in-cluster config); the agents'
@@ -16,16 +21,20 @@ Role allows create/get/list/watch on agenttasks and nothing else.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from unicore.errors import ConfigError, MessageTooLarge, ToolError
-from unicore.launch.local_spawner import check_message_size, child_spec
+from unicore.launch.local_spawner import check_message_size, reserve_child_slots
 from unicore.log import get_logger
 from unicore.schema import InboxMessage, task_name
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 
 log = get_logger("launch.kubernetes")
+
+# How long a resume waits for the operator to initialise a child whose AgentTask exists but whose record does not.
+CHILD_RECORD_WAIT_SECONDS = 30.0
 
 GROUP, VERSION, PLURAL, KIND = "unicore.dev", "v1alpha1", "agenttasks", "AgentTask"
 MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "unicore-operator"
@@ -127,8 +136,6 @@ class KubernetesSpawner:
             raise ToolError(f"cannot read AgentTask {name}: {exc.reason}") from exc
 
     def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
-        from kubernetes.client.rest import ApiException
-
         parent = storeview.get_view(self.store, parent_id)
         if parent is None:
             raise ToolError(f"parent task {parent_id} not found")
@@ -141,29 +148,64 @@ class KubernetesSpawner:
             if existing.parent != parent_id:
                 raise ToolError(f"task {child_id} exists but is not a child of {parent_id}; choose another name")
             policy.check_message(parent, counts)
+            if self._get_agenttask(task_name(child_id)) is None:
+                # A record without its AgentTask (a half-made child): complete it; the prompt becomes spec.prompt.
+                plan_tools = existing.tools if existing.tools is not None else policy.DEFAULT_CHILD_TOOLS
+                self._create_child(parent, child_id, prompt, list(plan_tools))
+                log.info("completed half-made child %s of %s", child_id, parent_id)
+                return child_id, True
             self._deliver(child_id, message)
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
         plan = policy.check_spawn(parent, name, counts, tools, known_tools())
-        parent_obj = self._get_agenttask(task_name(parent_id))
-        if parent_obj is None:
-            raise ToolError(f"parent AgentTask {parent_id} not found in the API server")
-        spec = child_spec(parent, plan, prompt).model_copy(update={"prompt": None})
-        if not self.store.create_task(spec):
-            self._deliver(child_id, message)  # a concurrent spawn won: this becomes a resume
+        slots = reserve_child_slots(self.store, parent, child_id)
+        try:
+            created = self._create_child(parent, child_id, prompt, plan.tools)
+        except BaseException:
+            slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=child_id)
+            raise
+        if not created:  # a concurrent (or earlier, unanswered) spawn made it: this becomes a resume
+            self._wait_for_record(child_id)
+            self._deliver(child_id, message)
             return child_id, False
-        body = child_agenttask(parent_obj, task_name(child_id), prompt, plan.tools, parent)
+        log.info("spawned child AgentTask %s of %s (tools %s)", child_id, parent_id, plan.tools)
+        return child_id, True
+
+    def _create_child(self, parent: storeview.TaskView, child_id: str, prompt: str, tools: list[str]) -> bool:
+        """Create the child AgentTask: True if created, False if it already exists; ToolError otherwise.
+
+        A create whose answer was lost (timeout, connection reset) may have happened: the AgentTask is looked up
+        before the spawn is reported as failed."""
+        from kubernetes.client.rest import ApiException
+
+        parent_obj = self._get_agenttask(task_name(parent.id))
+        if parent_obj is None:
+            raise ToolError(f"parent AgentTask {parent.id} not found in the API server")
+        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent)
         try:
             self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as exc:
             if exc.status == 409:
-                self._deliver(child_id, message)
-                return child_id, False
-            self.store.delete_task(child_id)  # leave nothing behind for a spawn that did not happen
+                return False
             reason = "forbidden (check the agents' Role)" if exc.status == 403 else (exc.reason or str(exc.status))
             raise ToolError(f"could not create AgentTask {task_name(child_id)}: {reason}") from exc
-        log.info("spawned child AgentTask %s of %s (tools %s)", child_id, parent_id, plan.tools)
-        return child_id, True
+        except Exception as exc:  # urllib3 timeouts and resets: did the create reach the API server?
+            made = self._get_agenttask(task_name(child_id))
+            if made is not None and (made.get("spec") or {}).get("parentRef", {}).get("uid") == parent_obj[
+                "metadata"
+            ]["uid"]:
+                log.warning("creating AgentTask %s: %s; it was created", child_id, exc)
+                return True
+            raise ToolError(f"could not create AgentTask {task_name(child_id)}: {exc}") from exc
+        return True
+
+    def _wait_for_record(self, child_id: str) -> None:
+        """Wait (bounded) until the operator has initialised ``child_id``'s record, so a message can be queued."""
+        deadline = time.monotonic() + CHILD_RECORD_WAIT_SECONDS
+        while not self.store.exists(child_id):
+            if time.monotonic() > deadline:
+                raise ToolError(f"child task {child_id} exists but the operator has not initialised it yet; try again")
+            time.sleep(0.2)
 
     def _deliver(self, child_id: str, message: InboxMessage) -> None:
         try:

@@ -17,6 +17,7 @@ child. Any other message (user, tool result) starts the parent at once.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 import redis
 
 from unicore.log import get_logger
+from unicore.reports import report_failure
 from unicore.state.keys import ACTIVATIONS_STREAM
 from unicore.state.store import TaskStore
 
@@ -34,6 +36,9 @@ log = get_logger("launch.local")
 
 CONSUMER_GROUP = "local"
 DEFAULT_HOLD_SECONDS = 120.0
+# A turn killed by a signal (OOM killer, kill -9) is restarted this many times in a row before the task counts as
+# failed for the rest of the run (the operator's equivalent is UNICORE_MAX_TURN_RETRIES).
+DEFAULT_CRASH_RESTARTS = 3
 
 
 @dataclass
@@ -78,6 +83,7 @@ class LocalSupervisor:
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         env: dict[str, str] | None = None,
         on_event: Callable[[str], None] | None = None,
+        max_crash_restarts: int = DEFAULT_CRASH_RESTARTS,
     ) -> None:
         self.store = TaskStore(client)
         self.redis = client
@@ -93,6 +99,8 @@ class LocalSupervisor:
         self.running: dict[str, TurnRun] = {}
         self.held_since: dict[str, float] = {}
         self.failed: dict[str, int] = {}
+        self.max_crash_restarts = max_crash_restarts
+        self.crashes: dict[str, int] = {}  # task id -> turns in a row killed by a signal
         self._ensure_group()
 
     def _ensure_group(self) -> None:
@@ -144,14 +152,26 @@ class LocalSupervisor:
             report.turns_run += 1
             report.exit_codes.append((task_id, code))
             if code in (0, 3):  # 3: another live turn holds the lease; it will finish the work
+                self.crashes.pop(task_id, None)
                 self.on_event(
                     f"turn finished: {task_id} (exit {code}, {time.monotonic() - run.started:.1f}s)"
                 )
+            elif code < 0 and -code not in (signal.SIGTERM, signal.SIGINT) and self._may_restart(task_id):
+                # Killed (OOM, kill -9): the task is runnable (its turn is unfinished); the next scan restarts it.
+                self.on_event(f"turn CRASHED: {task_id} (signal {-code}); restarting it")
             else:
                 report.failures[task_id] = code
                 self.failed[task_id] = code
                 where = f"; log: {run.log_path}" if run.log_path else ""
                 self.on_event(f"turn FAILED: {task_id} (exit {code}){where}")
+                if code == 1:  # the turn failed (not cancelled, not a lost lease): its parent is told why
+                    reason = self.redis.hget(self.store.keys(task_id).task, "last_error") or f"exit code {code}"
+                    report_failure(self.store, task_id, reason)
+
+    def _may_restart(self, task_id: str) -> bool:
+        """Count a crash of ``task_id``'s turn; True while it is within ``max_crash_restarts`` in a row."""
+        self.crashes[task_id] = self.crashes.get(task_id, 0) + 1
+        return self.crashes[task_id] <= self.max_crash_restarts
 
     def stop_all(self, timeout: float = 10.0) -> None:
         """SIGTERM every running turn (they stop at a safe point), then wait."""

@@ -12,6 +12,7 @@ from typing import Any
 from unicore.errors import MessageTooLarge, ToolError
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
+from unicore.state.slots import SpawnSlots
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 from unicore.tools.storeview import TaskView
@@ -43,6 +44,24 @@ def check_message_size(message: InboxMessage, cap: int = DEFAULT_MESSAGE_CAP_BYT
         )
 
 
+def reserve_child_slots(store: Any, parent: TaskView, child_id: str) -> SpawnSlots:
+    """Reserve ``child_id``'s child and tree slots atomically (LimitExceeded when full); see ``state.slots``."""
+    client = storeview.redis_of(store)
+    limits = parent.limits
+    tree = storeview.descendants(client, parent.root_id, limit=limits.max_descendants + 1)
+    slots = SpawnSlots(client)
+    slots.reserve(
+        parent_id=parent.id,
+        root_id=parent.root_id,
+        child_id=child_id,
+        max_children=limits.max_children,
+        max_descendants=limits.max_descendants,
+        known_children=store.children(parent.id),
+        known_descendants=[node.id for node in tree],
+    )
+    return slots
+
+
 class LocalSpawner:
     """``Spawner`` for local mode (and for tests): everything happens in Redis through ``TaskStore``."""
 
@@ -68,9 +87,11 @@ class LocalSpawner:
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
         plan = policy.check_spawn(parent, name, counts, tools, known_tools())
+        slots = reserve_child_slots(self.store, parent, plan.child_id)
         try:
             created = self.store.create_task(child_spec(parent, plan, prompt))
         except MessageTooLarge as exc:
+            slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=plan.child_id)
             raise ToolError(str(exc)) from exc
         if not created:
             # create_task never overwrites: a concurrent spawn won the race, so this becomes a resume.
@@ -88,4 +109,4 @@ class LocalSpawner:
         self.store.activate(child_id, reason)
 
 
-__all__ = ["LocalSpawner", "child_spec", "child_task_id"]
+__all__ = ["LocalSpawner", "child_spec", "child_task_id", "reserve_child_slots"]

@@ -63,6 +63,16 @@ class TaskKeys:
     def children(self) -> str:
         return task_key(self.task_id, "children")
 
+    @property
+    def child_slots(self) -> str:
+        """Sorted set of this task's child ids that hold a child slot (reserved before the child is created)."""
+        return task_key(self.task_id, "childslots")
+
+    @property
+    def tree_slots(self) -> str:
+        """On a root: sorted set of descendant ids that hold a slot of the tree (``max_descendants``)."""
+        return task_key(self.task_id, "treeslots")
+
     def all(self) -> list[str]:
         return [
             self.task,
@@ -75,4 +85,6 @@ class TaskKeys:
             self.fence,
             self.heartbeat,
             self.children,
+            self.child_slots,
+            self.tree_slots,
         ]

@@ -174,18 +174,32 @@ return 1
 """
 )
 
-# KEYS: lease, task, turnmeta   ARGV: token, now, turn_number, last_response, meta field, meta value, ...
+# KEYS: lease, task, turnmeta
+# ARGV: token, now, turn_number, last_response, report_id, report, meta field, meta value, ...
+# The report for the parent (report_id '' = none) is stored with the turn's end, atomically: whoever finds it
+# later (the next turn, the operator, the local supervisor) can deliver it (TaskStore.deliver_report).
 END_TURN = (
     _FENCE
     + """
 local prefix = ARGV[3] .. ':'
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   redis.call('HSET', KEYS[3], prefix .. ARGV[i], ARGV[i + 1])
 end
 redis.call('HSET', KEYS[2], 'last_response', ARGV[4], 'last_error', '', 'updated_at', ARGV[2])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[2], 'report_id', ARGV[5], 'report', ARGV[6])
+end
 return 1
 """
 )
+
+# KEYS: task   ARGV: report_id
+# Clear the owed report once it is in the parent's inbox (only if no newer report replaced it meanwhile).
+CLEAR_REPORT = """
+if redis.call('HGET', KEYS[1], 'report_id') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'report_id', '', 'report', '')
+return 1
+"""
 
 # KEYS: lease, task   ARGV: token, now, field, value, ...
 SET_FIELDS = (

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from unicore.answers import load_message
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
 from unicore.schema import (
@@ -205,13 +206,16 @@ class TaskStore:
 
     def delete_task(self, task_id: str) -> None:
         """Remove every key of the task and its index entries (its children are not deleted)."""
-        parent = self.redis.hget(self.keys(task_id).task, "parent")
+        parent, root = self.redis.hmget(self.keys(task_id).task, ["parent", "root"])
         pipe = self.redis.pipeline(transaction=False)
         pipe.delete(*self.keys(task_id).all())
         pipe.zrem(TASKS_INDEX, task_id)
         pipe.zrem(HEARTBEATS_INDEX, task_id)  # a task deleted while a turn runs leaves no member behind
         if parent:
             pipe.zrem(self.keys(parent).children, task_id)
+            pipe.zrem(self.keys(parent).child_slots, task_id)  # its slots are free again (state.slots)
+        if root and root != task_id:
+            pipe.zrem(self.keys(root).tree_slots, task_id)
         pipe.execute()
 
     # ------------------------------------------------------------------ inbox and activations
@@ -465,9 +469,11 @@ class TaskStore:
         iterations: int = 0,
         note: str = "",
         extra: dict[str, str] | None = None,
+        report: tuple[str, str] | None = None,
     ) -> None:
         """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last "
-        "response."""
+        "response; ``report`` = (message id, text) owed to the parent, stored atomically with the end (delivered
+        by ``unicore.reports.deliver_report``)."""
         keys = self.keys(lease.task_id)
         now = _now()
         meta: dict[str, str] = {
@@ -481,7 +487,7 @@ class TaskStore:
         self._fenced(
             self._end_turn,
             [keys.lease, keys.task, keys.turnmeta],
-            [lease.token, now, turn_number, last_response, *flat],
+            [lease.token, now, turn_number, last_response, *(report or ("", "")), *flat],
         )
 
     def set_task_fields(self, lease: Lease, fields: dict[str, str]) -> None:
@@ -508,12 +514,12 @@ class TaskStore:
 
     def messages(self, task_id: str) -> list[Message]:
         return [
-            Message.model_validate_json(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)
+            load_message(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)
         ]
 
     def last_message(self, task_id: str) -> Message | None:
         raw = self.redis.lindex(self.keys(task_id).messages, -1)
-        return Message.model_validate_json(raw) if raw else None
+        return load_message(raw) if raw else None
 
     def message_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).messages))
@@ -530,17 +536,21 @@ class TaskStore:
         return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
 
     def needs_turn(self, task_id: str) -> bool:
-        """True when a turn should run: pending inbox entries, or an unfinished turn whose process died
-        (status still ``running`` while no lease is held)."""
+        """True when a turn should run and none holds the lease: pending inbox entries; an unfinished turn (its
+        process died, or was cancelled, before the turn ended); or a report still owed to the parent (the turn
+        ended but its process died before the report reached the parent's inbox)."""
         keys = self.keys(task_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(keys.inbox)
         pipe.exists(keys.lease)
-        pipe.hget(keys.task, "status")
-        pending, leased, status = pipe.execute()
+        pipe.hmget(keys.task, ["status", "turns", "report_id"])
+        pending, leased, (status, turns, report_id) = pipe.execute()
         if leased:
             return False
-        return bool(pending) or status == "running"
+        if pending or status == "running" or report_id:
+            return True
+        last = int(turns or 0) - 1
+        return last >= 0 and not self.redis.hexists(keys.turnmeta, f"{last}:ended_at")
 
     def usage_totals(self, task_id: str) -> Usage:
         return self.get_task(task_id).usage
@@ -568,7 +578,7 @@ def assemble_history(
         )
     by_number = {turn.turn_number: turn for turn in turns}
     for raw in raw_messages:
-        message = Message.model_validate_json(raw)
+        message = load_message(raw)  # an undecodable message is quarantined, never a failed load
         turn = by_number.get(message.turn_number)
         if turn is None:  # cannot happen with the fenced scripts; keep the message visible anyway
             turn = Turn(turn_number=message.turn_number, started_at=message.timestamp, first_seq=message.seq)

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from unicore.answers import load_message
+
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 PAGE_BYTE_BUDGET = 1024 * 1024
@@ -94,7 +96,7 @@ def shape_block(block: Mapping[str, Any], tools: bool) -> dict[str, Any]:
 
 
 def shape_message(raw: str, tools: bool) -> dict[str, Any]:
-    data = json.loads(raw)
+    data = load_message(raw).model_dump()  # an undecodable stored message shows as quarantined, never a 500
     return {
         "seq": int(data.get("seq", 0)),
         "turn": int(data.get("turn_number", 0)),

@@ -1,0 +1,175 @@
+"""Model answers checked before they are stored (pure).
+
+A model answer becomes part of the task's append-only history, so a bad one would poison every later turn.
+``accept_answer`` runs on every answer before ``append_message``:
+
+- **shape**: a list of blocks, each an object with a ``text`` string or a ``toolUse`` object whose ``name`` is
+  a string and ``input`` an object (other block kinds, e.g. reasoning, are kept when they are objects);
+- **nesting depth** at most ``MAX_ANSWER_DEPTH`` and **size** at most the message cap: deeper or larger
+  answers would fail JSON decoding (Python, pydantic and Redis' cjson all have depth limits) on every later
+  history load;
+- **tool-use ids owned by the runtime**: real OpenAI-compatible servers repeat ids (``call_0`` in every answer)
+  or omit them. The inbox de-duplicates tool results by ``tr:<toolUseId>`` and history cleanup pairs results
+  with calls by id, so ids must be unique over the task's whole history. A missing, repeated, too long or
+  non-``[A-Za-z0-9_-]`` id (Bedrock's rule) is replaced by a fresh unique one when the answer is stored; the
+  stored id is what every later request sends back, so the provider sees a consistent conversation.
+
+A refused answer raises ``BadAnswer``; the turn tells the model what was wrong (a user message) and asks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from unicore.errors import UniCoreError
+from unicore.schema import ContentBlock, Message
+
+MAX_ANSWER_DEPTH = 64  # JSON nesting of one content block list, far above any real answer
+TOOL_USE_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class BadAnswer(UniCoreError):
+    """A model answer that must not be stored; the message says why (shown to the model)."""
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of ``value`` (iterative, so a hostile depth cannot exhaust the stack); stops past
+    ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def used_tool_use_ids(messages: Iterable[Message]) -> set[str]:
+    return {
+        str(block["toolUse"].get("toolUseId"))
+        for message in messages
+        if message.role == "assistant"
+        for block in message.content
+        if isinstance(block, dict) and isinstance(block.get("toolUse"), dict)
+    }
+
+
+def _fresh_id(original: str, used: set[str]) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_-]", "", original)[:40] or "call"
+    counter = len(used)
+    while True:
+        candidate = f"{stem}_u{counter}"
+        if candidate not in used:
+            return candidate
+        counter += 1
+
+
+def _check_block(block: Any, index: int) -> None:
+    if not isinstance(block, dict) or not block:
+        raise BadAnswer(f"content block {index} is not an object")
+    if "text" in block and not isinstance(block["text"], str):
+        raise BadAnswer(f"content block {index}: text is not a string")
+    if "toolUse" in block:
+        use = block["toolUse"]
+        if not isinstance(use, dict):
+            raise BadAnswer(f"content block {index}: toolUse is not an object")
+        if not isinstance(use.get("name"), str) or not use["name"]:
+            raise BadAnswer(f"content block {index}: the tool call has no name")
+        if not isinstance(use.get("input", {}), dict):
+            raise BadAnswer(f"content block {index}: the input of tool call {use['name']!r} is not an object")
+
+
+def accept_answer(content: Any, used_ids: set[str], *, max_bytes: int) -> list[ContentBlock]:
+    """The answer as it will be stored (tool-use ids made unique; ``used_ids`` is updated), or BadAnswer."""
+    if not isinstance(content, list) or not content:
+        raise BadAnswer("the answer has no content blocks")
+    depth = json_depth(content, MAX_ANSWER_DEPTH)
+    if depth > MAX_ANSWER_DEPTH:
+        raise BadAnswer(f"the answer is nested more than {MAX_ANSWER_DEPTH} levels deep")
+    try:
+        size = len(json.dumps(content).encode())
+    except (TypeError, ValueError) as exc:
+        raise BadAnswer(f"the answer is not JSON-serialisable ({exc})") from None
+    if size > max_bytes:
+        raise BadAnswer(f"the answer is {size:,} bytes, over the cap of {max_bytes:,} bytes")
+    accepted: list[ContentBlock] = []
+    for index, block in enumerate(content):
+        _check_block(block, index)
+        if "toolUse" not in block:
+            accepted.append(block)
+            continue
+        use = dict(block["toolUse"])
+        use.setdefault("input", {})
+        original = use.get("toolUseId")
+        original = original if isinstance(original, str) else ""
+        if not TOOL_USE_ID_RE.match(original) or original in used_ids:
+            use["toolUseId"] = _fresh_id(original, used_ids)
+        used_ids.add(use["toolUseId"])
+        accepted.append({**block, "toolUse": use})
+    return accepted
+
+
+def refusal_text(reason: str) -> str:
+    """What the model is told about its refused answer."""
+    return (
+        f"[SYSTEM] Your last answer could not be used and was discarded: {reason}. "
+        "Answer again with plain text or well-formed tool calls."
+    )
+
+
+# ---------------------------------------------------------------------------- quarantine on load
+
+_HEADER_RE = re.compile(  # the prefix the store's Lua writes before "content" (whitespace tolerated)
+    r'^\{\s*"seq":\s*(?P<seq>-?\d+),\s*"turn_number":\s*(?P<turn>-?\d+),\s*"message_number":\s*(?P<num>-?\d+),'
+    r'\s*"role":\s*"(?P<role>user|assistant)",\s*"timestamp":\s*(?P<ts>[-0-9.eE+]+),'
+)
+
+
+def quarantined_message(raw: str, error: Exception) -> Message:
+    """A stand-in for a stored message that cannot be decoded (e.g. stored before answers were checked).
+
+    The stored bytes stay in Redis untouched; the stand-in keeps the message's place (seq, turn, role) and says
+    why it was set aside, so the rest of the history loads and the next request is still valid."""
+    digest = hashlib.sha256(raw.encode(errors="replace")).hexdigest()[:12]
+    reason = type(error).__name__
+    match = _HEADER_RE.match(raw)
+    text = f"[quarantined message {digest}: it could not be loaded ({reason}) and was left out]"
+    if match is None:
+        return Message(role="user", content=[{"text": text}], seq=-1)
+    return Message(
+        role=match["role"],  # type: ignore[arg-type]
+        content=[{"text": text}],
+        seq=int(match["seq"]),
+        turn_number=int(match["turn"]),
+        message_number=int(match["num"]),
+        timestamp=float(match["ts"]),
+    )
+
+
+def load_message(raw: str) -> Message:
+    """``Message.model_validate_json`` that never raises: an undecodable message is quarantined."""
+    try:
+        return Message.model_validate_json(raw)
+    except (ValueError, RecursionError) as exc:
+        return quarantined_message(raw, exc)
+
+
+__all__ = [
+    "BadAnswer",
+    "MAX_ANSWER_DEPTH",
+    "accept_answer",
+    "json_depth",
+    "load_message",
+    "quarantined_message",
+    "refusal_text",
+    "used_tool_use_ids",
+]

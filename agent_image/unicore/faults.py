@@ -1,0 +1,66 @@
+"""Named fault points: the fault-injection harness kills a turn process at a chosen step (tests, chaos runs).
+
+A turn calls ``fault_point("after drain")`` etc. at every named step (``STEPS``). Nothing happens unless
+``UNICORE_FAULTS`` is set in the turn's environment:
+
+- ``kill:<step>``: SIGKILL this process the first time it reaches ``<step>``;
+- ``kill-once``: SIGKILL at every named step once per (task, turn, step) over the whole run, coordinated through
+  Redis (``SET uc:faults:<task>#<turn>:<step> NX``, ``$REDIS_URL``); every kill is logged in the list
+  ``uc:faults:log``. A tree run under ``kill-once`` therefore crashes every task at every step it reaches, once,
+  and must still deliver every message and report exactly once (tests/integration/test_fault_injection.py).
+
+The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "UNICORE_FAULTS"
+LOG_KEY = "uc:faults:log"
+STEPS = (
+    "after lease",
+    "after drain",
+    "after model call",
+    "after tool result",
+    "after end turn",
+    "after notify",
+    "after release",
+)
+
+_scope = ""
+_client = None
+
+
+def set_scope(scope: str) -> None:
+    """What ``kill-once`` keys a kill by (the turn sets ``<task id>#<turn number>``)."""
+    global _scope
+    _scope = scope
+
+
+def _redis():  # type: ignore[no-untyped-def]
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+    return _client
+
+
+def fault_point(step: str) -> None:
+    """Die here if the harness asks for it (see the module docstring); otherwise return at once."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    if spec == f"kill:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if spec == "kill-once" and _scope:
+        client = _redis()
+        point = f"{_scope}:{step}"
+        if client.set(f"uc:faults:{point}", "1", nx=True):
+            client.rpush(LOG_KEY, point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = ["ENV", "LOG_KEY", "STEPS", "fault_point", "set_scope"]

@@ -1,0 +1,131 @@
+"""Reports a child owes its parent: its completion (each ended turn) or its failure.
+
+Delivery is derived from stored state, so no crash window can lose a report:
+- a child's turn stores its completion report (id ``completion:<child>:<turn>`` and text) in the child's record
+  atomically with the turn's end (``TaskStore.end_turn(report=...)``), then ``deliver_report`` queues it into the
+  parent's inbox (idempotent by id: the parent's ``seen`` set), activates the parent and clears the owed report;
+- a turn process that died between the two leaves ``report_id`` set: the next turn of the child (local mode:
+  ``TaskStore.needs_turn`` is true while a report is owed), the operator's reconcile and the local supervisor's
+  scan all call ``deliver_report`` again; the same id makes a repeat harmless;
+- a child that goes Failed (operator: retries exhausted) is reported with ``failure_report``, id
+  ``failed:<child>:<turn>``, so the parent's model learns which child failed and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicore.errors import MessageTooLarge, TaskNotFound
+from unicore.log import get_logger
+from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, task_name
+from unicore.state import lua
+from unicore.state.records import TaskRecord
+
+log = get_logger("reports")
+
+CUT_MARK = "\n[... cut ...]"
+
+
+def _child_name(record: TaskRecord) -> str:
+    if record.parent and record.id.startswith(f"{record.parent}-"):
+        return record.id[len(record.parent) + 1 :]
+    return task_name(record.id)
+
+
+def completion_message(record: TaskRecord, final_text: str, note: str = "") -> str:
+    """Seed 000 completion message for the parent."""
+    lines = [
+        f"[SYSTEM] Child task {record.id} has completed successfully.",
+        f"Ran {record.turns} turns with {record.tool_iterations} tool iterations.",
+        f"You can continue the conversation by calling spawn_task with name='{_child_name(record)}' and a new "
+        "message.",
+    ]
+    if note:
+        lines.append(f"Note: {note}")
+    lines += ["", "Final response from child:", final_text]
+    return "\n".join(lines)
+
+
+def failure_message(record: TaskRecord, reason: str) -> str:
+    """What the parent is told when a child went Failed (no more turns will run unless it is resumed)."""
+    lines = [
+        f"[SYSTEM] Child task {record.id} has FAILED: {reason}",
+        f"It ran {record.turns} turns with {record.tool_iterations} tool iterations; it will not report again "
+        "unless it is given new work.",
+        f"You can retry by calling spawn_task with name='{_child_name(record)}' and a new message, or do the work "
+        "yourself.",
+    ]
+    if record.last_response:
+        last = record.last_response
+        lines += ["", "Last response from child:", last if len(last) <= 100_000 else last[:100_000] + CUT_MARK]
+    return "\n".join(lines)
+
+
+def _fit(build: Any, text: str, cap: int) -> str:
+    """``build(text)``, with ``text`` cut until the encoded inbox entry fits under ``cap`` bytes."""
+    message = build(text)
+    budget = len(text)
+    while len(message.encode()) > cap * 9 // 10 and budget > 0:
+        budget = budget // 2
+        message = build(text[:budget] + CUT_MARK)
+    return message
+
+
+def completion_report(record: TaskRecord, turn_number: int, final_text: str, note: str = "",
+                      cap: int = DEFAULT_MESSAGE_CAP_BYTES) -> tuple[str, str]:
+    """(message id, text) of the completion of ``turn_number`` (cut to fit the inbox cap)."""
+    text = _fit(lambda body: completion_message(record, body, note), final_text, cap)
+    return f"completion:{record.id}:{turn_number}", text
+
+
+def deliver_report(store: Any, task_id: str) -> bool:
+    """Queue the report ``task_id`` owes its parent, if any; True when one was owed.
+
+    Idempotent (same message id), so the next turn, the operator and the supervisor may all call it."""
+    client = store.redis
+    keys = store.keys(task_id)
+    parent, report_id, report = client.hmget(keys.task, ["parent", "report_id", "report"])
+    if not report_id:
+        return False
+    if parent:
+        message = InboxMessage(id=report_id, type="completion", content=report or "", sender=task_id)
+        try:
+            if store.queue_message(parent, message):
+                log.info("task %s: report %s queued for %s", task_id, report_id, parent)
+            store.activate(parent, f"completion:{task_id}")
+        except TaskNotFound:
+            log.warning("task %s: parent %s is gone; report %s dropped", task_id, parent, report_id)
+        except MessageTooLarge:
+            log.error("task %s: report %s is over the inbox cap; dropped", task_id, report_id)
+    client.eval(lua.CLEAR_REPORT, 1, keys.task, report_id)
+    return True
+
+
+def report_failure(store: Any, task_id: str, reason: str) -> bool:
+    """Tell the parent of ``task_id`` that it failed (idempotent per failed turn); True when newly queued."""
+    try:
+        record = store.get_task(task_id)
+    except TaskNotFound:
+        return False
+    if not record.parent:
+        return False
+    text = failure_message(record, reason[:4000])
+    message = InboxMessage(
+        id=f"failed:{task_id}:{max(0, record.turns - 1)}", type="completion", content=text, sender=task_id
+    )
+    try:
+        queued = bool(store.queue_message(record.parent, message))
+    except TaskNotFound:
+        return False
+    if queued:
+        store.activate(record.parent, f"failed:{task_id}")
+    return queued
+
+
+__all__ = [
+    "completion_message",
+    "completion_report",
+    "deliver_report",
+    "failure_message",
+    "report_failure",
+]
