@@ -1,10 +1,17 @@
-"""Event reasons posted on AgentTasks (issue 5). The watchdog adds PodReaped."""
+"""Event reasons posted on AgentTasks (issue 5), and the one helper that posts them. The watchdog adds PodReaped."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from unicore_operator.context import OperatorContext
 
 TURN_STARTED = "TurnStarted"
 TURN_ENDED = "TurnEnded"
 TURN_FAILED = "TurnFailed"
+TURN_JOB_DELETED = "TurnJobDeleted"
 CHILD_SPAWNED = "ChildSpawned"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
@@ -13,3 +20,12 @@ RETRIES_EXHAUSTED = "RetriesExhausted"
 
 NORMAL = "Normal"
 WARNING = "Warning"
+
+
+def post(ctx: OperatorContext, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+    """Post an Event on the AgentTask ``body`` without waiting for it (best effort, see ``KubeClients.post_event``)."""
+    task = asyncio.get_running_loop().create_task(
+        asyncio.to_thread(ctx.kube.post_event, body, event_type, reason, message)
+    )
+    ctx.background.append(task)
+    task.add_done_callback(lambda t: ctx.background.remove(t) if t in ctx.background else None)

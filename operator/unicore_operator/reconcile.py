@@ -11,10 +11,12 @@ import datetime
 import time
 from typing import Any
 
+from unicore.reports import deliver_report, report_failure
+
 from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec
-from unicore_operator.indexes import TaskKey, active_job, first, job_outcome, job_summary, job_task_key
+from unicore_operator.indexes import TaskKey, active_job, first, job_summary, job_task_key
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.log import logger
 from unicore_operator.phases import (
@@ -22,14 +24,15 @@ from unicore_operator.phases import (
     TaskObservation,
     build_status,
     decide_phase,
-    retry_delay,
     status_changed,
     wants_turn_job,
 )
 from unicore_operator.redis_state import TaskSnapshot
+from unicore_operator.turn_ends import record_job_end
 
 LEASE_RECHECK_SECONDS = 2.0
 _spec_errors: dict[tuple[str, int], str | None] = {}
+_post = events.post  # the name the handlers import
 
 
 def _now() -> str:
@@ -141,6 +144,10 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
     snap = await ctx.redis.snapshot(tid)
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is
+    if snap.record.get("report_id") and not snap.lease_held:
+        # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
+        await asyncio.to_thread(deliver_report, ctx.store, tid)
+        snap.record["report_id"] = ""
     children = children_of(ctx, key)
     active_name = (running or {}).get("name") or inflight
     obs = observe(ctx, body, snap, active_name, children)
@@ -179,6 +186,9 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(),
     )
+    if phase is Phase.FAILED and snap.record.get("parent"):
+        # Before the status: a crash in between repeats this, and the message id makes the repeat harmless.
+        await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message)
     if status_changed(previous, status):
         await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
         if phase is Phase.FAILED and previous.get("phase") != Phase.FAILED:
@@ -186,45 +196,13 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
                   message)
 
 
-def _post(ctx: OperatorContext, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-    """Post an Event without waiting for it."""
-    task = asyncio.get_running_loop().create_task(
-        asyncio.to_thread(ctx.kube.post_event, body, event_type, reason, message)
-    )
-    ctx.background.append(task)
-    task.add_done_callback(lambda t: ctx.background.remove(t) if t in ctx.background else None)
-
-
 async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str | None) -> None:
-    """A turn Job was added, changed or deleted: account its outcome once, then reconcile its task."""
+    """A turn Job was added, changed or deleted: record its end once (with its Event), then reconcile its task."""
     key = job_task_key(job)
     if key is None or not ctx.watches(key[0]):
         return
-    summary = job_summary(job)
-    if ctx.inflight_jobs.get(key) == summary["name"]:
+    name = job_summary(job)["name"]
+    if ctx.inflight_jobs.get(key) == name:
         ctx.inflight_jobs.pop(key, None)
-    outcome, failure = job_outcome(job.get("status"))
-    tid = names.task_id(*key)
-    if outcome == "running" and event_type != "DELETED":
-        await reconcile_task(ctx, key[0], key[1], "job-running")
-        return
-    accounted_as = outcome if outcome != "running" else "deleted"
-    async with ctx.locks[key]:
-        snap = await ctx.redis.snapshot(tid)
-        if not snap.exists:
-            return
-        delay = retry_delay(snap.failed_attempts + 1, ctx.settings.turn_retry_backoff_seconds)
-        failures = await asyncio.to_thread(
-            ctx.redis.account_job_end, tid, summary["name"], summary["turn"], accounted_as, failure, delay
-        )
-    if failures >= 0:
-        body = await task_body(ctx, key)
-        if body is not None:
-            if accounted_as == "succeeded":
-                _post(ctx, body, events.NORMAL, events.TURN_ENDED, f"turn Job {summary['name']} finished")
-            elif accounted_as == "failed":
-                metrics.job_failed(failure or "unknown")
-                _post(ctx, body, events.WARNING, events.TURN_FAILED,
-                      f"turn Job {summary['name']} failed ({failure}); failure {failures} of "
-                      f"{ctx.settings.max_turn_retries + 1} allowed in a row")
-    await reconcile_task(ctx, key[0], key[1], f"job-{accounted_as}")
+    outcome = await record_job_end(ctx, job, event_type == "DELETED")
+    await reconcile_task(ctx, key[0], key[1], f"job-{outcome or 'running'}")

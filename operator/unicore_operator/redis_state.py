@@ -16,10 +16,17 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-# Lua: account one ended turn Job exactly once (the Job's name is remembered in a set).
-# KEYS[1] = uc:{T}:operator, KEYS[2] = uc:{T}:opjobs; ARGV = job name, turn, failed(0/1), reason, retry_at
+# Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
+# the Job's outcome (source 'job') or the watchdog's reap (source 'watchdog', also remembered in uc:{T}:opreaped, so
+# the Job's own outcome, when it shows later, is told apart from a repeat: -2 once, then -1).
+# KEYS[1] = uc:{T}:operator, KEYS[2] = uc:{T}:opjobs, KEYS[3] = uc:{T}:opreaped
+# ARGV = job name, turn, failed(0/1/2 = succeeded/failed/deleted), reason, retry_at, source
 _ACCOUNT_JOB_END = """
-if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return -1 end
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
+  if ARGV[6] == 'job' and redis.call('SREM', KEYS[3], ARGV[1]) == 1 then return -2 end
+  return -1
+end
+if ARGV[6] == 'watchdog' then redis.call('SADD', KEYS[3], ARGV[1]) end
 redis.call('HINCRBY', KEYS[1], 'ended:' .. ARGV[2], 1)
 if ARGV[3] == '1' then
   local n = redis.call('HINCRBY', KEYS[1], 'failed', 1)
@@ -29,6 +36,20 @@ elseif ARGV[3] == '0' then
   redis.call('HSET', KEYS[1], 'failed', 0, 'retry_at', 0)
 end
 return 0
+"""
+
+# Lua: break the lease of a turn whose pod has terminated, only while the holder is still that pod
+# (``<pod name>:<pid>``, see unicore.state.store._holder_id); a dead turn's record goes idle as a released one would.
+# Safe because every write of a turn is fenced by its token: a process that outlived its pod writes nothing.
+# KEYS: lease, task   ARGV: '<pod name>:', now
+_BREAK_LEASE = """
+local holder = redis.call('HGET', KEYS[1], 'holder')
+if not holder or string.sub(holder, 1, string.len(ARGV[1])) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('HGET', KEYS[2], 'lease_holder') == holder then
+  redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
+end
+return 1
 """
 
 
@@ -99,6 +120,7 @@ class RedisState:
         self.aio: aioredis.Redis = aioredis.Redis.from_url(url)
         self.sync: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
         self._account = self.sync.register_script(_ACCOUNT_JOB_END)
+        self._break = self.sync.register_script(_BREAK_LEASE)
 
     async def close(self) -> None:
         await self.aio.aclose()  # type: ignore[attr-defined]  # redis>=5.0.1 has aclose(); types-redis 4.6 lacks it
@@ -148,23 +170,30 @@ class RedisState:
         return snap
 
     def account_job_end(self, task_id: str, job_name: str, turn: int, outcome: str, reason: str = "",
-                        retry_delay: float = 0.0) -> int:
-        """Record that Job ``job_name`` ended (``outcome``: succeeded, failed or deleted), once per Job.
+                        retry_delay: float = 0.0, source: str = "job") -> int:
+        """Record that turn attempt (Job) ``job_name`` ended (``outcome``: succeeded, failed or deleted), once.
 
-        Returns the consecutive failure count after a failure, 0 otherwise, -1 when already accounted.
+        ``source``: "job" (the Job's own outcome) or "watchdog" (a reap). Returns the consecutive failure count after
+        a failure, 0 after another outcome, -1 when already recorded, -2 when a reap recorded it and this is the
+        first outcome of its Job (``source`` "job").
         """
         flag = {"failed": "1", "succeeded": "0"}.get(outcome, "2")
         result = self._account(
-            keys=[key(task_id, "operator"), key(task_id, "opjobs")],
-            args=[job_name, turn, flag, reason[:512], time.time() + retry_delay],
+            keys=[key(task_id, "operator"), key(task_id, "opjobs"), key(task_id, "opreaped")],
+            args=[job_name, turn, flag, reason[:512], time.time() + retry_delay, source],
         )
         return int(result)
+
+    def break_lease(self, task_id: str, pod_name: str) -> bool:
+        """Delete the task's lease if its holder is a process of pod ``pod_name`` (which has terminated)."""
+        return bool(self._break(keys=[key(task_id, "lease"), key(task_id, "task")],
+                                args=[f"{pod_name}:", repr(time.time())]))
 
     def reset_failures(self, task_id: str) -> None:
         self.sync.hset(key(task_id, "operator"), mapping={"failed": 0, "retry_at": 0, "last_failure": ""})
 
     def operator_keys(self, task_id: str) -> list[str]:
-        return [key(task_id, "operator"), key(task_id, "opjobs")]
+        return [key(task_id, "operator"), key(task_id, "opjobs"), key(task_id, "opreaped")]
 
     def task_keys(self, task_id: str) -> list[str]:
         """Every key of the task (the hash tag makes the pattern exact; SCAN stays on one slot's worth of keys)."""

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, long_script
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, long_script, task_events
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -88,3 +88,37 @@ def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
     assert status["lastResponse"] == "Slow answer."
     jobs = sorted(job.metadata.name for job in tasks.jobs())
     assert jobs == ["crashy-t1", "crashy-t1-r1"], jobs
+
+
+def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_event(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    """Issue 10 #18: the operator saw the pod fail, so it breaks the dead turn's lease (TTL 30 s, renewed every 10 s:
+    at least 20 s left at the kill) and the turn is retried within seconds. The watchdog is kept out of it (a grace
+    of 120 s). A failed Job posts TurnFailed; a turn Job deleted while it runs posts TurnJobDeleted."""
+    start_operator(UNICORE_WATCHDOG_GRACE_SECONDS="120")
+    task_id = f"{k8s_namespace}/quick"
+    tasks.create("quick", {"prompt": "go", "model": "scripted", "script": long_script("quick", 8)})
+    killed = kill_turn_process(redis_client, task_id)
+    killed_at = time.monotonic()
+    wait_for(lambda: lease(redis_client, task_id).get("holder") != killed["holder"], timeout=12,
+             what="the dead turn's lease to be broken (not left to its TTL)")
+    retry = wait_for(lambda: lease(redis_client, task_id).get("holder", "").startswith("quick-t1-r1-"),
+                     timeout=max(1.0, 15 - (time.monotonic() - killed_at)),
+                     what="the retried turn (Job quick-t1-r1) to hold the lease within 15 s of the kill")
+    assert retry
+    [failed] = wait_for(lambda: task_events(tasks, "quick", "TurnFailed"), timeout=30, what="a TurnFailed Event")
+    assert "quick-t1 failed" in failed.message, failed.message
+
+    tasks.batch.delete_namespaced_job("quick-t1-r1", k8s_namespace, propagation_policy="Background")
+    [deleted] = wait_for(lambda: task_events(tasks, "quick", "TurnJobDeleted"), timeout=30,
+                         what="a TurnJobDeleted Event")
+    assert "quick-t1-r1 was deleted before it finished" in deleted.message, deleted.message
+
+    def settled() -> dict[str, Any] | None:
+        status = (tasks.get("quick") or {}).get("status") or {}
+        return status if status.get("phase") in ("Idle", "Failed") else None
+
+    status = wait_for(settled, timeout=120, what="the task to settle")
+    assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
+    assert len(task_events(tasks, "quick", "TurnFailed")) == 1

@@ -1,5 +1,6 @@
 """One failure per turn attempt (issue 10 #13), on a real Redis: a killed turn is counted once, whether the
-operator's Job path (the Job's Failed status) or the watchdog (the dead holder's lease) records it first.
+operator's Job path (the Job's Failed status) or the watchdog (the dead holder's lease) records it first. And the
+operator's compare-and-delete of a dead turn's lease (#18).
 
 The turn's lease is taken by the real runtime (``TaskStore.acquire_lease`` with the holder id a turn pod uses), the
 Job path records through ``RedisState.account_job_end`` (what ``reconcile.job_changed`` calls), and the watchdog
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from kubernetes import client as k8s
+from unicore.errors import LeaseLost
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore
 from unicore_operator.redis_state import RedisState
@@ -107,5 +109,27 @@ def test_the_watchdog_first_then_the_jobs_failure_counts_once(
     pod = crashed_turn(store, "demo-t1", 1)
     watchdog_reaps(reaper, redis_client, 0, failed_job("demo-t1", 1), pod)
     assert failures(redis_client) == 1
+    # the Job's own failure, seen after the reap: counted already (-2: its Event is still posted once), then -1
+    assert state.account_job_end(TASK_ID, "demo-t1", 1, "failed", "BackoffLimitExceeded", 0.0) == -2
     assert state.account_job_end(TASK_ID, "demo-t1", 1, "failed", "BackoffLimitExceeded", 0.0) == -1
     assert failures(redis_client) == 1
+
+
+def test_the_lease_of_an_ended_pod_is_broken_only_while_that_pod_holds_it(
+    state: RedisState, store: TaskStore, redis_client: redis.Redis,
+) -> None:
+    """Issue 10 #18: compare-and-delete of a dead turn's lease (``RedisState.break_lease``)."""
+    lease = store.acquire_lease(TASK_ID, holder="demo-t1-abcde:4242")
+    assert not state.break_lease(TASK_ID, "demo-t1-abcd")  # another pod (a prefix of the holder's name)
+    assert not state.break_lease(TASK_ID, "demo-t1-r1-fghij")
+    assert store.lease_holder(TASK_ID) == "demo-t1-abcde:4242"
+    assert state.break_lease(TASK_ID, "demo-t1-abcde")
+    assert store.lease_holder(TASK_ID) is None
+    record = redis_client.hgetall(f"uc:{{{TASK_ID}}}:task")
+    assert record["status"] == "idle" and record["lease_holder"] == ""
+    with pytest.raises(LeaseLost):  # a process that outlived its pod writes nothing
+        store.renew_lease(lease)
+    # the next turn's lease is not touched by a late event of the old pod
+    store.acquire_lease(TASK_ID, holder="demo-t1-r1-fghij:7")
+    assert not state.break_lease(TASK_ID, "demo-t1-abcde")
+    assert store.lease_holder(TASK_ID) == "demo-t1-r1-fghij:7"

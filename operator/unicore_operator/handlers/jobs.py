@@ -1,4 +1,4 @@
-"""Turn Job events -> outcome accounting, AgentTask status, and the next turn."""
+"""Turn Job and turn pod events -> outcome accounting, broken leases of dead turns, AgentTask status, next turn."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import kopf
 
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import JOB_SELECTOR
-from unicore_operator.reconcile import job_changed
+from unicore_operator.log import logger
+from unicore_operator.reconcile import job_changed, reconcile_task
+from unicore_operator.turn_ends import break_dead_lease
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=JOB_SELECTOR)
@@ -17,3 +19,19 @@ async def turn_job_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
     if ctx is None:
         return
     await job_changed(ctx, dict(body), event.get("type"))
+
+
+@kopf.on.event("", "v1", "pods", labels=JOB_SELECTOR)
+async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A turn pod ended (Succeeded/Failed/deleted) while its process held the task's lease: break the lease now
+    (not after its TTL) and reconcile, so the task's next turn starts within seconds."""
+    ctx: OperatorContext | None = memo.get("ctx")
+    if ctx is None:
+        return
+    try:
+        key = await break_dead_lease(ctx, dict(body), event.get("type"))
+    except Exception as exc:  # Redis unreachable: the lease expires on its TTL, the watchdog covers the rest
+        logger.warning("could not break the lease of ended turn pod %s: %s", body.get("metadata", {}).get("name"), exc)
+        return
+    if key is not None:
+        await reconcile_task(ctx, key[0], key[1], "turn-pod-ended")

@@ -127,7 +127,7 @@ class Reaper:
         reason = f"reaped ({action.reason.value}): {action.message}"
         job_ref = attempt_key(action)
         # -1: this attempt is counted already (its Job's failure, or an earlier reap): not a new failure
-        failures = ctx.redis.account_job_end(tid, job_ref, action.turn, "failed", reason, 0.0)
+        failures = ctx.redis.account_job_end(tid, job_ref, action.turn, "failed", reason, 0.0, source="watchdog")
         fail = failures >= self.max_reaps
         if fail:
             # The operator fails a task when failed > UNICORE_MAX_TURN_RETRIES; make the reap limit count too.

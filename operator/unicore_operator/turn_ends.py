@@ -1,0 +1,98 @@
+"""Ended turns: each turn Job's outcome recorded once, with its Event; the lease of a turn whose pod has terminated
+broken at once instead of after its TTL.
+
+- A turn attempt (one Job) is recorded once in the operator's accounting (``RedisState.account_job_end``), by
+  whoever sees its end first: the Job's status (here) or the watchdog's reap (``watchdog/reaper.py``). Every Job
+  that ends posts one Event on its AgentTask: TurnEnded, TurnFailed, or TurnJobDeleted (deleted before it ended).
+- A turn pod that reached Succeeded/Failed, or was deleted, runs no turn any more: if the task's lease is still
+  held by a process of that pod (holder ``<pod name>:<pid>``), the lease is deleted (compare-and-delete in one Lua
+  script), so the next turn starts within seconds. Fencing makes this safe: a process that somehow outlived its pod
+  finds its token gone and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from unicore_operator import events, metrics, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.indexes import TaskKey, first, job_outcome, job_summary, job_task_key
+from unicore_operator.log import logger
+from unicore_operator.phases import retry_delay
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def ended_turn_pod(body: Mapping[str, Any], event_type: str | None) -> tuple[TaskKey, str] | None:
+    """(task key, pod name) when this watch event shows a turn pod that runs no process any more: its phase is
+    Succeeded/Failed, or the pod object is gone (DELETED). None otherwise (pure)."""
+    meta = body.get("metadata") or {}
+    phase = (body.get("status") or {}).get("phase")
+    if event_type != "DELETED" and phase not in TERMINAL_POD_PHASES:
+        return None
+    task_id = str((meta.get("annotations") or {}).get(names.TASK_ID_ANNOTATION) or "")
+    if "/" not in task_id or not meta.get("name"):
+        return None
+    namespace, name = task_id.split("/", 1)
+    return (namespace, name), str(meta["name"])
+
+
+def job_end_event(job: str, outcome: str, failure: str, recorded: int, failures: int,
+                  allowed: int) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event for Job ``job`` that ended with ``outcome`` (succeeded, failed,
+    deleted = deleted before it ended), given what recording it returned (``account_job_end``: the failure count,
+    -2 = the watchdog counted this attempt already, -1 = this Job's end was handled before: no Event)."""
+    if recorded == -1:
+        return None
+    if outcome == "succeeded":
+        return events.NORMAL, events.TURN_ENDED, f"turn Job {job} finished"
+    if outcome == "failed":
+        counted = "counted when the watchdog reaped it" if recorded == -2 else "failure"
+        return (events.WARNING, events.TURN_FAILED,
+                f"turn Job {job} failed ({failure or 'unknown'}); {counted} {failures} of {allowed} allowed in a row")
+    return events.WARNING, events.TURN_JOB_DELETED, f"turn Job {job} was deleted before it finished"
+
+
+async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: bool) -> str | None:
+    """Record the end of turn Job ``job`` once and post its Event; the outcome recorded (succeeded, failed,
+    deleted), or None while the Job runs. Takes the task's lock. Raises when Redis cannot be reached."""
+    key = job_task_key(job)
+    if key is None:
+        return None
+    summary = job_summary(job)
+    outcome, failure = job_outcome(job.get("status"))
+    if outcome == "running" and not deleted:
+        return None
+    outcome = outcome if outcome != "running" else "deleted"
+    tid = names.task_id(*key)
+    async with ctx.locks[key]:
+        snap = await ctx.redis.snapshot(tid)
+        if not snap.exists:
+            return outcome
+        delay = retry_delay(snap.failed_attempts + 1, ctx.settings.turn_retry_backoff_seconds)
+        recorded = await asyncio.to_thread(
+            ctx.redis.account_job_end, tid, summary["name"], summary["turn"], outcome, failure, delay
+        )
+    if recorded != -1 and outcome == "failed":
+        metrics.job_failed(failure or "unknown")
+    failures = recorded if recorded >= 0 else snap.failed_attempts
+    event = job_end_event(summary["name"], outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
+    body = first(ctx.agenttasks.get(key)) if ctx.agenttasks is not None else None
+    if event is not None and body is not None:
+        events.post(ctx, dict(body), *event)
+    return outcome
+
+
+async def break_dead_lease(ctx: OperatorContext, pod: Mapping[str, Any], event_type: str | None) -> TaskKey | None:
+    """If ``pod`` is a turn pod that ended and its process still holds the task's lease, break the lease; the task's
+    key when it was broken (reconcile it: its next turn may start now)."""
+    found = ended_turn_pod(pod, event_type)
+    if found is None or not ctx.watches(found[0][0]):
+        return None
+    key, pod_name = found
+    if not await asyncio.to_thread(ctx.redis.break_lease, names.task_id(*key), pod_name):
+        return None
+    logger.info("turn pod %s/%s ended holding the lease of %s: lease broken", key[0], pod_name, names.task_id(*key))
+    return key

@@ -1,0 +1,41 @@
+"""Ended turns (pure parts): which pod events mean a turn process is gone, and the Event every ended Job posts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicore_operator.turn_ends import ended_turn_pod, job_end_event
+
+
+def pod(phase: str, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "demo-t1-abcde", "annotations": {"unicore.dev/task-id": "team/demo"}, **meta},
+            "status": {"phase": phase}}
+
+
+def test_a_pod_that_ended_or_is_gone_names_its_task_and_itself() -> None:
+    assert ended_turn_pod(pod("Failed"), "MODIFIED") == (("team", "demo"), "demo-t1-abcde")
+    assert ended_turn_pod(pod("Succeeded"), "MODIFIED") == (("team", "demo"), "demo-t1-abcde")
+    assert ended_turn_pod(pod("Running"), "DELETED") == (("team", "demo"), "demo-t1-abcde")
+
+
+def test_a_live_pod_even_one_being_deleted_has_not_ended() -> None:
+    # a pod with a deletionTimestamp still runs its process (SIGTERM: the turn stops at a safe point and releases)
+    assert ended_turn_pod(pod("Running", deletionTimestamp="2026-01-01T00:00:00Z"), "MODIFIED") is None
+    assert ended_turn_pod(pod("Pending"), "ADDED") is None
+    assert ended_turn_pod({"metadata": {"name": "x"}, "status": {"phase": "Failed"}}, "MODIFIED") is None
+
+
+def test_every_ended_job_posts_one_event() -> None:
+    assert job_end_event("demo-t1", "succeeded", "", 0, 0, 4) == ("Normal", "TurnEnded", "turn Job demo-t1 finished")
+    kind, reason, message = job_end_event("demo-t1", "failed", "BackoffLimitExceeded", 2, 2, 4) or ("", "", "")
+    assert (kind, reason) == ("Warning", "TurnFailed")
+    assert "demo-t1 failed (BackoffLimitExceeded)" in message and "failure 2 of 4" in message
+    kind, reason, message = job_end_event("demo-t1-r1", "deleted", "", 0, 0, 4) or ("", "", "")
+    assert (kind, reason) == ("Warning", "TurnJobDeleted") and "deleted before it finished" in message
+
+
+def test_a_failed_job_the_watchdog_counted_first_still_posts_its_event_but_a_repeat_does_not() -> None:
+    event = job_end_event("demo-t1", "failed", "BackoffLimitExceeded", -2, 1, 4)
+    assert event is not None and event[1] == "TurnFailed" and "counted when the watchdog reaped it 1 of 4" in event[2]
+    assert job_end_event("demo-t1", "failed", "BackoffLimitExceeded", -1, 1, 4) is None
+    assert job_end_event("demo-t1", "succeeded", "", -1, 0, 4) is None
