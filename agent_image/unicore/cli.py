@@ -6,7 +6,8 @@ the answer
 ``unicore show TASK [--json]``                                      the transcript, turn by turn
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 
-Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments. ``unicore-turn``: see ``unicore.turn``.
+Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
+``unicore.cli_input`` before anything is written). ``unicore-turn``: see ``unicore.turn``.
 ``REDIS_URL`` selects Redis; unset, a private redis-server is started in
 ``${UNICORE_HOME:-~/.unicore}/redis``.
 """
@@ -20,16 +21,23 @@ import sys
 import threading
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from unicore import log as unicore_log
+from unicore.cli_input import (
+    UsageError,
+    check_utf8_arguments,
+    field_bounds,
+    int_between,
+    positive_seconds,
+    read_script_file,
+)
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.history import message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
-from unicore.schema import TaskSpec, validate_task_id
+from unicore.schema import Limits, TaskSpec, validate_task_id
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
@@ -39,8 +47,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {printable(message)}", file=sys.stderr)
+        """One line (no usage block), exit code 2."""
+        print(f"{self.prog}: error: {printable(message, multiline=False)} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -61,29 +69,32 @@ def _store() -> TaskStore:
 # --------------------------------------------------------------------------- model selection
 
 
-def resolve_model_spec(
-    model: str, script_file: str | None, client: redis.Redis
-) -> tuple[str, dict[str, Any] | None]:
-    """Validate ``--model``/``--script`` up front; return (model spec to store, script dict to store).
+def script_spec(model: str, script_file: str | None) -> tuple[str, dict[str, Any] | None]:
+    """(model spec to store, script dict to store) for ``--model``/``--script``; UsageError for a bad script.
 
-    A script file is read once here and stored with the root task (children inherit it), so turn processes
-    do not depend on the working directory.
+    A script file is read once here (``cli_input.read_script_file``: size cap, regular file, UTF-8, no YAML
+    aliases) and stored with the root task (children inherit it), so turn processes do not depend on the
+    working directory.
     """
     from unicore.providers.scripted import load_script
 
-    script: dict[str, Any] | None = None
-    if script_file:
-        if model not in ("scripted", ""):
-            raise ConfigError("--script goes with the scripted model (omit --model or use --model scripted)")
-        script = load_script(Path(script_file)).model_dump(exclude_none=True)
-        model = "scripted"
-    elif model.startswith("scripted:"):
-        script = load_script(Path(model.split(":", 1)[1])).model_dump(exclude_none=True)
-        model = "scripted"
+    if script_file and model not in ("scripted", ""):
+        raise UsageError("--script goes with the scripted model (omit --model or use --model scripted)")
+    path = script_file or (model.split(":", 1)[1] if model.startswith("scripted:") else None)
+    if path is None:
+        return model, None
+    try:
+        script = load_script(read_script_file(path)).model_dump(exclude_none=True)
+    except ConfigError as exc:  # the content does not follow the script format
+        raise UsageError(f"{exc} (in {path})") from None
+    return "scripted", script
+
+
+def check_model(model: str, script: dict[str, Any] | None, client: redis.Redis) -> None:
+    """A bad model spec or missing credentials fail here, clearly, before the task is created."""
     from unicore.providers.registry import resolve_model
 
-    resolve_model(model, redis=client, script=script)  # a bad spec / missing credentials fail here, clearly
-    return model, script
+    resolve_model(model, redis=client, script=script)
 
 
 # --------------------------------------------------------------------------- commands
@@ -112,16 +123,17 @@ def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: f
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    url = redis_url()
-    store = TaskStore(connect(url))
     name = args.name or f"task-{uuid.uuid4().hex[:8]}"
     try:
         validate_task_id(name)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    model, script = resolve_model_spec(args.model, args.script, store.redis)
+    model, script = script_spec(args.model, args.script)  # bad script files: refused before Redis is touched
+    url = redis_url()
+    store = TaskStore(connect(url))
+    check_model(model, script, store.redis)
     spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "")
-    if args.max_iterations:
+    if args.max_iterations is not None:
         spec.limits.max_iterations = args.max_iterations
     if args.no_summary:
         spec.limits.summarize_turns = False
@@ -234,9 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="task name (lowercase letters, digits, '-'); default: a random one")
     run.add_argument("--script", help="scripted model file (YAML or JSON)")
     run.add_argument("--system", help="extra system prompt for the root task")
-    run.add_argument("--max-iterations", type=int, help="model calls per turn (default 250)")
+    low, high = field_bounds(Limits, "max_iterations")
+    run.add_argument(
+        "--max-iterations",
+        type=int_between(low, high),
+        help=f"model calls per turn, {low}-{high} (default {Limits().max_iterations})",
+    )
     run.add_argument("--no-summary", action="store_true", help="do not summarize turns")
-    run.add_argument("--timeout", type=float, help="give up after this many seconds")
+    run.add_argument("--timeout", type=positive_seconds, help="give up after this many seconds")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 
@@ -245,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("text")
     send.add_argument("--id", help="message id (a repeated id is accepted once)")
     send.add_argument("--no-wait", action="store_true", help="queue only; do not run turns")
-    send.add_argument("--timeout", type=float)
+    send.add_argument("--timeout", type=positive_seconds)
     send.add_argument("--quiet", "-q", action="store_true")
     send.set_defaults(func=cmd_send)
 
@@ -261,10 +278,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_utf8_arguments(argv)
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     args = build_parser().parse_args(argv)
     unicore_log.configure(os.environ.get("UNICORE_LOG_LEVEL", "WARNING"))
     try:
         code = int(args.func(args))
+    except UsageError as exc:
+        code = _fail(str(exc), EXIT_USAGE)
     except (ConfigError, TaskNotFound, MessageTooLarge) as exc:
         code = _fail(str(exc))
     except UniCoreError as exc:
@@ -273,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _fail(f"Redis: {exc}")
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)
+    except OSError as exc:  # e.g. UNICORE_HOME not writable: say so in one line
+        code = _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     return code
 
 

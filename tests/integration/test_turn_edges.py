@@ -33,7 +33,7 @@ def test_malformed_script_is_a_one_line_error_and_creates_nothing(cli_env, store
     bad.write_text("tasks:\n  x:\n    - txt: typo\n")
     code = cli.main(["run", "--model", f"scripted:{bad}", "--name", "t1", "hello"])
     err = capsys.readouterr().err.strip()
-    assert code == 1
+    assert code == 2  # a bad script file is a bad argument
     assert err.startswith("unicore: error: invalid") and "txt" in err and "Traceback" not in err
     assert len(err.splitlines()) == 1
     assert not store.exists("t1")
