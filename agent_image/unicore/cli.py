@@ -128,6 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         validate_task_id(name)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
+    if "/" in name:  # local roots are bare names: their workspace folder is named after them
+        return _fail(f"invalid task name {name!r}: a local task name has no '<namespace>/' part", EXIT_USAGE)
     model, script = script_spec(args.model, args.script)  # bad script files: refused before Redis is touched
     url = redis_url()
     store = TaskStore(connect(url))
@@ -243,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="create a root task and run its tree until it settles")
     run.add_argument("prompt", help="the first user message")
     run.add_argument("--model", default="scripted", help="scripted, scripted:PATH, bedrock:NAME, openai:NAME")
-    run.add_argument("--name", help="task name (lowercase letters, digits, '-'); default: a random one")
+    run.add_argument(
+        "--name", help="task name (lowercase letters, digits, '-', '.'; at most 253); default: a random one"
+    )
     run.add_argument("--script", help="scripted model file (YAML or JSON)")
     run.add_argument("--system", help="extra system prompt for the root task")
     low, high = field_bounds(Limits, "max_iterations")

@@ -19,6 +19,13 @@ DEFAULT_MAX_ITERATIONS = 250
 DEFAULT_MESSAGE_CAP_BYTES = 256 * 1024
 
 TASK_ID_RE = re.compile(r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Task id bounds: a name is at most an AgentTask name (253), a namespace at most a Kubernetes namespace (63).
+# Everything derived from an id with a tighter limit shortens it with a hash of the whole id: Job names (52,
+# unicore_operator.job_builder.turn_job_name), label values (63, unicore_operator.names.label_value), local
+# turn log files (255 bytes, unicore.launch.local.turn_log_name). A local root has no namespace, so its
+# workspace folder (~/.unicore/workspaces/<root>) fits a file name too. Redis keys have no practical limit.
+MAX_TASK_NAME = 253
+MAX_NAMESPACE = 63
 
 Role = Literal["user", "assistant"]
 InboxType = Literal["user", "completion", "tool_result"]
@@ -36,10 +43,13 @@ def child_task_id(parent_id: str, name: str) -> str:
 
 
 def validate_task_id(task_id: str) -> str:
-    if len(task_name(task_id)) > 253 or not TASK_ID_RE.match(task_id):
+    name = task_name(task_id)
+    namespace = task_id[: -len(name) - 1] if len(name) < len(task_id) else ""
+    if len(name) > MAX_TASK_NAME or len(namespace) > MAX_NAMESPACE or not TASK_ID_RE.match(task_id):
+        shown = repr(task_id) if len(task_id) <= 80 else f"{task_id[:60]!r}... ({len(task_id)} characters)"
         raise ValueError(
-            f"invalid task id {task_id!r}: use lowercase letters, digits and '-' "
-            "(optionally '<namespace>/<name>'), at most 253 characters"
+            f"invalid task id {shown}: use lowercase letters, digits and '-' (optionally '<namespace>/<name>'), "
+            f"a name of at most {MAX_TASK_NAME} and a namespace of at most {MAX_NAMESPACE} characters"
         )
     return task_id
 

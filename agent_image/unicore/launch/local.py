@@ -16,7 +16,9 @@ child. Any other message (user, tool result) starts the parent at once.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +57,21 @@ class SettleReport:
     turns_run: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # task id -> exit code of its failed turn
     exit_codes: list[tuple[str, int]] = field(default_factory=list)
+
+
+MAX_FILE_NAME_BYTES = 255
+
+
+def turn_log_name(task_id: str) -> str:
+    """The file name of a task's turn log: ``<id>.log`` ('/' as '__') when that is a plain, short enough file
+    name; otherwise (any id, e.g. a 253-character name in a namespace) a readable start of it plus a hash of the
+    whole id, within the 255-byte file name limit."""
+    plain = task_id.replace("/", "__")
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", plain) and len(plain) + 4 <= MAX_FILE_NAME_BYTES:
+        return f"{plain}.log"
+    digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    head = re.sub(r"[^A-Za-z0-9._-]", "_", plain)[: MAX_FILE_NAME_BYTES - len(digest) - 5].lstrip(".")
+    return f"{head}-{digest}.log"
 
 
 def turn_command(task_id: str) -> list[str]:
@@ -134,7 +151,7 @@ class LocalSupervisor:
         stdout: int | object = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = self.log_dir / f"{task_id.replace('/', '__')}.log"
+            log_path = self.log_dir / turn_log_name(task_id)
             stdout = open(log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
         process = subprocess.Popen(turn_command(task_id), env=env, stdout=stdout, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
         if self.log_dir is not None:

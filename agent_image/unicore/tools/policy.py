@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.errors import LimitExceeded, ToolError
-from unicore.schema import child_task_id, task_name, validate_task_id
+from unicore.schema import MAX_TASK_NAME, child_task_id, task_name, validate_task_id
 from unicore.tools import storeview
 from unicore.tools.storeview import TaskView
 
@@ -89,9 +89,11 @@ def validate_child_name(parent_id: str, name: str) -> str:
     try:
         validate_task_id(child_id)
     except ValueError:
+        room = MAX_TASK_NAME - len(task_name(parent_id)) - 1  # the child's name is '<parent name>-<name>'
+        advice = f"use at most {room} characters" if room > 0 else "this task's own name leaves no room for children"
         raise ToolError(
-            f"child name {name!r} makes the task id {child_id!r} too long "
-            f"({len(task_name(child_id))} characters, at most 253); choose a shorter name"
+            f"child name {name!r} is too long here: the child's task name would be "
+            f"{len(task_name(child_id))} characters, at most {MAX_TASK_NAME} are allowed ({advice})"
         ) from None
     return child_id
 
