@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from unicore.state.client import build_async_client, build_client
 
 # Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
 # the Job's outcome (source 'job') or the watchdog's reap (source 'watchdog', also remembered in uc:{T}:opreaped, so
@@ -117,8 +118,9 @@ class RedisState:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.aio: aioredis.Redis = aioredis.Redis.from_url(url)
-        self.sync: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
+        # The runtime's builder: the same retries through connection blips, timeouts and health checks.
+        self.aio: aioredis.Redis = build_async_client(url)
+        self.sync: redis.Redis = build_client(url, decode_responses=True)
         self._account = self.sync.register_script(_ACCOUNT_JOB_END)
         self._break = self.sync.register_script(_BREAK_LEASE)
 

@@ -37,6 +37,7 @@ from unicore.schema import (
     text_block,
 )
 from unicore.state import lua
+from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn
 
@@ -47,11 +48,15 @@ _DRAIN_RETRIES = 5
 
 
 def connect(url: str | None = None) -> redis.Redis:
-    """A client that decodes responses to str (what TaskStore expects). ``url`` defaults to ``$REDIS_URL``."""
+    """A client that decodes responses to str (what TaskStore expects). ``url`` defaults to ``$REDIS_URL``.
+
+    It retries through connection blips (resets, restarts, failovers) for ``UNICORE_REDIS_RETRY_SECONDS``; see
+    ``unicore.state.client``.
+    """
     chosen = url or os.environ.get("REDIS_URL")
     if not chosen:
         raise ConfigError("REDIS_URL is not set")
-    return redis.Redis.from_url(chosen, decode_responses=True)
+    return build_client(chosen, decode_responses=True)
 
 
 def _now() -> str:

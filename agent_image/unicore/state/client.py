@@ -1,0 +1,216 @@
+"""The one builder of Redis clients (runtime, turn processes, operator): a blip in Redis does not fail a turn.
+
+Every client made here retries a command that fails with ``ConnectionError`` / ``TimeoutError`` (a reset
+connection, a restarted server, a failover) with exponential backoff and jitter, for a bounded total time
+(``UNICORE_REDIS_RETRY_SECONDS``, default 30 s; 0 = fail at once), reconnecting as needed. It uses redis-py's own
+machinery (``Retry``, ``EqualJitterBackoff``, ``retry_on_error``) with two additions redis-py 5 lacks:
+
+- the bound is a time, not a count: a ``Retry`` whose budget is shared by the nested retries of one call (the
+  command's retry and the reconnects inside it);
+- taking a connection from the pool is retried too (redis-py reconnects a pooled connection outside of any
+  retry, so a command issued while the server restarts failed on its first attempt).
+
+Sockets get timeouts (``UNICORE_REDIS_SOCKET_TIMEOUT``, default 15 s, longer than the longest blocking read:
+XREADGROUP BLOCK 2 s), TCP keepalive, and a PING before using a connection idle for more than 15 s, so a dead or
+half-open connection is noticed and replaced instead of hanging a turn.
+
+What a retry can repeat: a command whose connection died after the server executed it, but before the reply
+arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes that affects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from unicore.errors import ConfigError
+from unicore.log import get_logger
+
+log = get_logger("state.client")
+
+T = TypeVar("T")
+
+RETRY_SECONDS_ENV = "UNICORE_REDIS_RETRY_SECONDS"
+SOCKET_TIMEOUT_ENV = "UNICORE_REDIS_SOCKET_TIMEOUT"
+DEFAULT_RETRY_SECONDS = 30.0
+DEFAULT_SOCKET_TIMEOUT = 15.0
+CONNECT_TIMEOUT = 5.0
+HEALTH_CHECK_INTERVAL = 15
+BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
+BACKOFF_CAP = 2.0
+RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
+
+# The deadline of the outermost retrying call in progress (per thread / per asyncio task): nested retries share it.
+_deadline: ContextVar[float | None] = ContextVar("unicore_redis_retry_deadline", default=None)
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must be >= 0")
+    return value
+
+
+def retry_seconds() -> float:
+    """How long a Redis command keeps retrying through connection failures (``UNICORE_REDIS_RETRY_SECONDS``)."""
+    return _seconds_from_env(RETRY_SECONDS_ENV, DEFAULT_RETRY_SECONDS)
+
+
+def _backoff() -> AbstractBackoff:
+    return EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
+
+
+class _Window:
+    """The retry window of one call: its deadline (the outer call's, if nested) and the failure count."""
+
+    def __init__(self, seconds: float, backoff: AbstractBackoff) -> None:
+        outer = _deadline.get()
+        self.deadline = outer if outer is not None else time.monotonic() + seconds
+        self.token = _deadline.set(self.deadline) if outer is None else None
+        self.seconds = seconds
+        self.backoff = backoff
+        self.failures = 0
+        backoff.reset()
+
+    def next_delay(self, error: Exception) -> float:
+        """Seconds to wait before the next attempt; re-raises ``error`` once the window is used up."""
+        self.failures += 1
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise error
+        if self.failures == 1 and self.token is not None:
+            log.warning("Redis unavailable (%s: %s); retrying for up to %.0f s", type(error).__name__, error,
+                        self.seconds)
+        return min(self.backoff.compute(self.failures), remaining)
+
+    def close(self) -> None:
+        if self.token is not None:
+            _deadline.reset(self.token)
+
+
+class BoundedRetry(Retry):
+    """redis-py's ``Retry`` bounded by a total time (shared with nested retries) instead of a count."""
+
+    def __init__(self, seconds: float, backoff: AbstractBackoff | None = None) -> None:
+        self.seconds = seconds
+        self.policy = backoff or _backoff()
+        super().__init__(self.policy, -1, RETRY_ERRORS)
+
+    def errors(self) -> tuple[type[Exception], ...]:
+        return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))  # redis-py adds retry_on_error's here
+
+    def call_with_retry(self, do: Callable[[], T], fail: Callable[[Exception], Any]) -> T:
+        window = _Window(self.seconds, self.policy)
+        try:
+            while True:
+                try:
+                    return do()
+                except self.errors() as error:
+                    fail(error)  # disconnects; raises at once for errors the connection must not retry
+                    time.sleep(window.next_delay(error))
+        finally:
+            window.close()
+
+
+class AsyncBoundedRetry(AsyncRetry):
+    """``BoundedRetry`` for ``redis.asyncio`` clients (the operator's event loop)."""
+
+    def __init__(self, seconds: float, backoff: AbstractBackoff | None = None) -> None:
+        self.seconds = seconds
+        self.policy = backoff or _backoff()
+        super().__init__(self.policy, -1, RETRY_ERRORS)
+
+    def errors(self) -> tuple[type[Exception], ...]:
+        return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))
+
+    async def call_with_retry(self, do: Callable[[], Awaitable[T]], fail: Callable[[Any], Any]) -> T:
+        window = _Window(self.seconds, self.policy)
+        try:
+            while True:
+                try:
+                    return await do()
+                except self.errors() as error:
+                    await fail(error)
+                    await asyncio.sleep(window.next_delay(error))
+        finally:
+            window.close()
+
+
+class RetryingConnectionPool(redis.ConnectionPool):
+    """Taking a connection (which reconnects a dropped one) retries under the connections' ``retry`` too."""
+
+    def get_connection(self, *args: Any, **options: Any) -> Any:  # args: deprecated in redis-py 5.3, passed on
+        get = super().get_connection
+        retry = self.connection_kwargs.get("retry")
+        if not isinstance(retry, Retry):
+            return get(*args, **options)
+        return retry.call_with_retry(lambda: get(*args, **options), lambda _error: None)
+
+
+async def _ignore(_error: Any) -> None:
+    return None
+
+
+class AsyncRetryingConnectionPool(aioredis.ConnectionPool):
+    """``RetryingConnectionPool`` for ``redis.asyncio``."""
+
+    async def get_connection(self, *args: Any, **options: Any) -> Any:
+        get = super().get_connection
+        retry = self.connection_kwargs.get("retry")
+        if not isinstance(retry, AsyncRetry):
+            return await get(*args, **options)
+        return await retry.call_with_retry(lambda: get(*args, **options), _ignore)
+
+
+def client_options(url: str, *, retry_for: float | None = None, is_async: bool = False) -> dict[str, Any]:
+    """Connection keyword arguments of every UniCore Redis client (options in the URL's query string win)."""
+    seconds = retry_seconds() if retry_for is None else retry_for
+    options: dict[str, Any] = {
+        "socket_timeout": _seconds_from_env(SOCKET_TIMEOUT_ENV, DEFAULT_SOCKET_TIMEOUT) or None,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "health_check_interval": HEALTH_CHECK_INTERVAL,
+        "retry": AsyncBoundedRetry(seconds) if is_async else BoundedRetry(seconds),
+        "retry_on_error": list(RETRY_ERRORS),
+    }
+    if not url.startswith("unix:"):
+        options["socket_keepalive"] = True
+    return options
+
+
+def build_client(url: str, *, decode_responses: bool = True, retry_for: float | None = None) -> redis.Redis:
+    """A synchronous client for ``url`` that rides out connection blips (see the module doc)."""
+    pool = RetryingConnectionPool.from_url(
+        url, decode_responses=decode_responses, **client_options(url, retry_for=retry_for)
+    )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # type: ignore[attr-defined]  # close() also closes the pool
+    return client
+
+
+def build_async_client(url: str, *, decode_responses: bool = False, retry_for: float | None = None) -> aioredis.Redis:
+    """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks."""
+    pool = AsyncRetryingConnectionPool.from_url(
+        url, decode_responses=decode_responses, **client_options(url, retry_for=retry_for, is_async=True)
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
