@@ -35,9 +35,9 @@ from unicore.cli_input import (
     read_script_file,
 )
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
-from unicore.history import message_text
+from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
-from unicore.schema import Limits, TaskSpec, validate_task_id
+from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
@@ -139,27 +139,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec.limits.max_iterations = args.max_iterations
     if args.no_summary:
         spec.limits.summarize_turns = False
+    message_id = prompt_message_id(name)
     if not store.create_task(spec):
-        store.queue_text(name, args.prompt)
+        message_id = uuid.uuid4().hex
+        store.queue_text(name, args.prompt, message_id=message_id)
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message", file=sys.stderr)
     store.activate(name, "run")
     code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
-    record = store.get_task(name)
-    if record.last_response:
-        _show(record.last_response)
-    return code
+    return _print_answer(store, name, message_id, code)
 
 
 def cmd_send(args: argparse.Namespace) -> int:
     url = redis_url()
     store = TaskStore(connect(url))
-    store.queue_text(args.task, args.text, message_id=args.id)
+    message_id = args.id or uuid.uuid4().hex
+    store.queue_text(args.task, args.text, message_id=message_id)
     store.activate(args.task, "send")
     if args.no_wait:
-        _show(f"queued for {args.task}")
+        _show(f"queued for {args.task} (message {message_id})")
         return EXIT_OK
     code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
-    _show(store.get_task(args.task).last_response)
+    return _print_answer(store, args.task, message_id, code)
+
+
+def _print_answer(store: TaskStore, task_id: str, message_id: str, code: int) -> int:
+    """Print the answer to OUR message (not the task's latest answer: another send may have come after ours)."""
+    answer = answer_to(store.load_history(task_id), message_id)
+    if answer is None:
+        note = f"[unicore] message {message_id} of {task_id} has no answer yet (see: unicore show {task_id})"
+        print(printable(note), file=sys.stderr)
+        return code if code != EXIT_OK else EXIT_FAILED
+    if answer:
+        _show(answer)
     return code
 
 

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from unicore.log import get_logger
-from unicore.schema import ContentBlock, Message, tool_result_block
+from unicore.schema import ContentBlock, Message, is_turn_ending, tool_result_block
+from unicore.state.records import Turn
 
 log = get_logger("history")
 
@@ -152,3 +153,40 @@ def latest_user_text(messages: Sequence[ConverseMessage]) -> str:
 
 def message_text(content: Iterable[ContentBlock]) -> str:
     return "\n".join(block["text"] for block in content if "text" in block)
+
+
+def answer_to(turns: Sequence[Turn], inbox_id: str) -> str | None:
+    """The answer to the request ``inbox_id`` (a ``user`` inbox entry: a send, a prompt, a parent's message).
+
+    It is the text-only assistant message that ended the request's turn. When the following turns hold no new
+    request (they were started by child completions or tool results only: the task waited for its children),
+    they continue the same work and the answer is the one that ended the last of them. Requests drained into
+    one turn share its answer. A turn that ended without a text-only answer (max_iterations, token budget)
+    answers with its last assistant text, else its note. None while the request is not in the history or its
+    work has not ended."""
+    found = next(
+        (
+            (t, m)
+            for t, turn in enumerate(turns)
+            for m, message in enumerate(turn.messages)
+            if message.role == "user" and inbox_id in message.inbox_ids
+        ),
+        None,
+    )
+    if found is None:
+        return None
+    first_turn, position = found
+    answer: str | None = None
+    for turn in turns[first_turn:]:
+        later = turn.messages[position + 1 :] if turn is turns[first_turn] else turn.messages
+        if turn is not turns[first_turn] and any(m.role == "user" and m.inbox_ids for m in later):
+            break  # a new request: what follows answers it
+        ending = next((reply for reply in later if is_turn_ending(reply)), None)
+        if ending is not None:
+            answer = message_text(ending.content)
+        elif turn.ended_at is None:
+            return None
+        else:
+            texts = [message_text(m.content) for m in later if m.role == "assistant" and message_text(m.content)]
+            answer = texts[-1] if texts else turn.note
+    return answer

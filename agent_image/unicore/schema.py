@@ -42,6 +42,11 @@ def child_task_id(parent_id: str, name: str) -> str:
     return f"{parent_id}-{name}"
 
 
+def prompt_message_id(task_id: str) -> str:
+    """The inbox message id of the prompt a task is created with."""
+    return f"prompt:{task_id}"
+
+
 def validate_task_id(task_id: str) -> str:
     name = task_name(task_id)
     namespace = task_id[: -len(name) - 1] if len(name) < len(task_id) else ""
@@ -96,6 +101,10 @@ class Message(BaseModel):
     turn_number: int = 0
     message_number: int = 0  # position inside its turn
     timestamp: float = Field(default_factory=time.time)
+    # ids of the ``user`` inbox entries (sends, prompts, a parent's messages) a user message was drained from:
+    # ``unicore send`` finds its answer by them (``history.answer_to``); empty on other messages and on messages
+    # stored before the field existed
+    inbox_ids: list[str] = Field(default_factory=list)
 
 
 class InboxMessage(BaseModel):

@@ -21,9 +21,11 @@ end
 """
 
 _MESSAGE_JSON = """
-local function message_json(seq, turn_number, first_seq, role, now, content)
+local function message_json(seq, turn_number, first_seq, role, now, content, inbox_ids)
+  local tail = '}'
+  if inbox_ids ~= nil and inbox_ids ~= '[]' then tail = ',"inbox_ids":' .. inbox_ids .. '}' end
   return '{"seq":' .. seq .. ',"turn_number":' .. turn_number .. ',"message_number":' .. (seq - first_seq)
-    .. ',"role":"' .. role .. '","timestamp":' .. now .. ',"content":' .. content .. '}'
+    .. ',"role":"' .. role .. '","timestamp":' .. now .. ',"content":' .. content .. tail
 end
 """
 
@@ -82,7 +84,8 @@ return 1
 """
 
 # KEYS: lease, task, inbox, turns, messages
-# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, content_json...
+# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, then per message: content_json, inbox_ids_json
+# (the ids of the `user` inbox entries the message holds, stored as its "inbox_ids" unless the list is empty)
 # Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the
 # task
 # was stopped (first drain of the process) and the last message is turn-ending (text-only assistant).
@@ -128,8 +131,8 @@ if new_turn then
   redis.call('HSET', KEYS[2], 'turns', nturns + 1)
 end
 local seq = nmsgs
-for i = 6, #ARGV do
-  redis.call('RPUSH', KEYS[5], message_json(seq, turn_number, first_seq, 'user', now, ARGV[i]))
+for i = 6, #ARGV, 2 do
+  redis.call('RPUSH', KEYS[5], message_json(seq, turn_number, first_seq, 'user', now, ARGV[i], ARGV[i + 1]))
   seq = seq + 1
 end
 redis.call('LTRIM', KEYS[3], n, -1)

@@ -33,6 +33,7 @@ from unicore.schema import (
     TaskSpec,
     Usage,
     is_turn_ending,
+    prompt_message_id,
     task_name,
     text_block,
 )
@@ -84,8 +85,15 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
     """Seed 000 batching: all tool results first, in ONE user message; then one user message per text "
     "entry."""
+    return [content for content, _ids in build_drain_batch(raw_entries)]
+
+
+def build_drain_batch(raw_entries: Sequence[str]) -> list[tuple[list[ContentBlock], list[str]]]:
+    """``build_drain_messages`` with, per message, the ids of the ``user`` inbox entries (a send, a prompt, a
+    parent's message) it holds: what ``unicore.history.answer_to`` finds a request's answer by. Completions and
+    tool results are not requests and carry no ids."""
     tool_results: list[ContentBlock] = []
-    texts: list[list[ContentBlock]] = []
+    texts: list[tuple[list[ContentBlock], list[str]]] = []
     for raw in raw_entries:
         try:
             entry = json.loads(raw)
@@ -93,14 +101,15 @@ def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]
                 raise ValueError("not an object")
         except ValueError:
             log.warning("unreadable inbox entry kept as text: %.200s", raw)
-            texts.append([text_block(f"[unreadable inbox entry] {raw}")])
+            texts.append(([text_block(f"[unreadable inbox entry] {raw}")], []))
             continue
+        ids = [entry["id"]] if entry.get("type") == "user" and isinstance(entry.get("id"), str) else []
         kind, content = inbox_entry_to_content(entry)
         if kind == "tool_result":
             tool_results.append(content)
         else:
-            texts.append([text_block(content)])
-    return ([tool_results] if tool_results else []) + texts
+            texts.append(([text_block(content)], ids))
+    return ([(tool_results, [])] if tool_results else []) + texts
 
 
 class TaskStore:
@@ -158,7 +167,7 @@ class TaskStore:
         prompt_id, prompt_entry = "", ""
         if spec.prompt is not None:
             message = InboxMessage(
-                id=f"prompt:{spec.id}", type="user", content=spec.prompt, sender="user", timestamp=now
+                id=prompt_message_id(spec.id), type="user", content=spec.prompt, sender="user", timestamp=now
             )
             prompt_entry = self._encode_entry(message)
             prompt_id = message.id
@@ -370,7 +379,7 @@ class TaskStore:
             raw_entries: list[str] = self.redis.lrange(keys.inbox, 0, -1)
             if not raw_entries:
                 return DrainResult()
-            contents = build_drain_messages(raw_entries)
+            batch = build_drain_batch(raw_entries)
             now = _now()
             try:
                 turn_number, new_turn, start_seq, turn_first_seq = self._fenced(
@@ -382,7 +391,7 @@ class TaskStore:
                         raw_entries[-1],
                         "1" if first_drain else "0",
                         now,
-                        *(json.dumps(c) for c in contents),
+                        *(arg for content, ids in batch for arg in (json.dumps(content), json.dumps(ids))),
                     ],
                 )
             except redis.ResponseError as exc:
@@ -398,8 +407,9 @@ class TaskStore:
                     turn_number=int(turn_number),
                     message_number=int(start_seq) + i - int(turn_first_seq),
                     timestamp=float(now),
+                    inbox_ids=ids,
                 )
-                for i, content in enumerate(contents)
+                for i, (content, ids) in enumerate(batch)
             ]
             return DrainResult(
                 drained=len(raw_entries),
