@@ -47,6 +47,16 @@ class KubeClients:
                 return False
             raise
 
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job as the API serves it (camelCase keys), or None when it does not exist."""
+        try:
+            job = self.batch.read_namespaced_job(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(self.api.sanitize_for_serialization(job))
+
     def delete_job(self, namespace: str, name: str, propagation: str = "Background") -> bool:
         try:
             self.batch.delete_namespaced_job(

@@ -16,7 +16,7 @@ from unicore.reports import deliver_report, report_failure
 from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec
-from unicore_operator.indexes import TaskKey, active_job, first, job_summary, job_task_key
+from unicore_operator.indexes import TaskKey, active_job, first, job_outcome, job_summary, job_task_key
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.log import logger
 from unicore_operator.phases import (
@@ -28,9 +28,10 @@ from unicore_operator.phases import (
     wants_turn_job,
 )
 from unicore_operator.redis_state import TaskSnapshot
-from unicore_operator.turn_ends import record_job_end
+from unicore_operator.turn_ends import existing_job_state, record_end_locked, record_job_end
 
 LEASE_RECHECK_SECONDS = 2.0
+JOB_GONE_RECHECK_SECONDS = 1.0  # a Job of the wanted name is being deleted: try again after this long
 _spec_errors: dict[tuple[str, int], str | None] = {}
 _post = events.post  # the name the handlers import
 
@@ -141,9 +142,15 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
     if inflight and any(job["name"] == inflight for job in jobs):
         ctx.inflight_jobs.pop(key, None)  # the watch caught up
         inflight = None
-    snap = await ctx.redis.snapshot(tid)
+    snap = await ctx.redis.snapshot(tid, [job["name"] for job in jobs if job.get("outcome") != "running"])
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is
+    if snap.unrecorded_jobs:  # ended while their event could not be recorded (Redis down): record them now
+        by_name = {job["name"]: job for job in jobs}
+        for name in snap.unrecorded_jobs:
+            job = by_name[name]
+            await record_end_locked(ctx, key, name, int(job["turn"]), str(job["outcome"]), str(job["reason"]))
+        snap = await ctx.redis.snapshot(tid)
     if snap.record.get("report_id") and not snap.lease_held:
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid)
@@ -161,18 +168,37 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             job_name = job["metadata"]["name"]
             loop = asyncio.get_running_loop()
             was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)
-            ctx.inflight_jobs[key] = job_name
             if was_created:
+                ctx.inflight_jobs[key] = job_name
                 created = job_name
                 metrics.job_created()
                 logger.info("created turn Job %s/%s for %s (%s)", key[0], job_name, tid, reason)
                 _post(ctx, body, events.NORMAL, events.TURN_STARTED,
                       f"turn {snap.next_turn()} started as Job {job_name} ({reason})")
-            obs = observe(ctx, body, snap, job_name, children)
+                obs = observe(ctx, body, snap, job_name, children)
+            elif await _job_exists_and_runs(ctx, key, job_name):
+                ctx.inflight_jobs[key] = job_name
+                obs = observe(ctx, body, snap, job_name, children)
     elif snap.lease_held and not running and not inflight:
         schedule_recheck(ctx, key, LEASE_RECHECK_SECONDS, "lease")
     await _mirror_status(ctx, body, snap, obs, children)
     return created
+
+
+async def _job_exists_and_runs(ctx: OperatorContext, key: TaskKey, job_name: str) -> bool:
+    """The create of ``job_name`` answered 409. True when that Job runs (a duplicate activation: nothing to do);
+    else record its end if it ended (so the next attempt gets the next name) and reconcile again shortly."""
+    existing = await asyncio.to_thread(ctx.kube.get_job, key[0], job_name)
+    state = existing_job_state(existing)
+    if state == "running":
+        return True
+    if state == "ended" and existing is not None:
+        outcome, failure = job_outcome(existing.get("status"))
+        turn = int(((existing.get("metadata") or {}).get("labels") or {}).get(names.TURN_LABEL) or 0)
+        await record_end_locked(ctx, key, job_name, turn, outcome, failure)
+    logger.info("turn Job %s/%s exists but is %s; reconciling again", key[0], job_name, state)
+    schedule_recheck(ctx, key, JOB_GONE_RECHECK_SECONDS if state != "ended" else 0.05, f"job-{state}")
+    return False
 
 
 async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, obs: TaskObservation,
@@ -204,5 +230,10 @@ async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str
     name = job_summary(job)["name"]
     if ctx.inflight_jobs.get(key) == name:
         ctx.inflight_jobs.pop(key, None)
-    outcome = await record_job_end(ctx, job, event_type == "DELETED")
+    try:
+        outcome = await record_job_end(ctx, job, event_type == "DELETED")
+    except Exception as exc:  # Redis unreachable: the Job stays in the index, and reconcile records its end later
+        logger.warning("could not record the end of turn Job %s/%s (%s); a later reconcile records it", key[0], name,
+                       exc)
+        outcome = "unrecorded"
     await reconcile_task(ctx, key[0], key[1], f"job-{outcome or 'running'}")

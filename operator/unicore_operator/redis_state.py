@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,7 @@ class TaskSnapshot:
     retry_at: float = 0.0
     ended_jobs_by_turn: dict[int, int] = field(default_factory=dict)
     last_turn: dict[str, Any] | None = None
+    unrecorded_jobs: tuple[str, ...] = ()  # of the ended Jobs asked about, those whose end is not recorded yet
 
     def unfinished_turn(self) -> bool:
         """A turn started but never ended (its process was stopped or died) and nobody runs it now."""
@@ -128,14 +130,20 @@ class RedisState:
         await self.aio.aclose()  # type: ignore[attr-defined]  # redis>=5.0.1 has aclose(); types-redis 4.6 lacks it
         self.sync.close()
 
-    async def snapshot(self, task_id: str) -> TaskSnapshot:
+    async def snapshot(self, task_id: str, ended_jobs: Sequence[str] = ()) -> TaskSnapshot:
+        """The task's state in one round trip (two when its last turn has a header); ``ended_jobs``: names of
+        ended turn Jobs to check against the accounting (``unrecorded_jobs``)."""
         pipe = self.aio.pipeline(transaction=False)
         pipe.hgetall(key(task_id, "task"))
         pipe.llen(key(task_id, "inbox"))
         pipe.exists(key(task_id, "lease"))
         pipe.hgetall(key(task_id, "operator"))
         pipe.lindex(key(task_id, "turns"), -1)
-        record_raw, pending, lease, op_raw, last_header = await pipe.execute()
+        if ended_jobs:
+            pipe.smismember(key(task_id, "opjobs"), list(ended_jobs))
+        replies = await pipe.execute()
+        record_raw, pending, lease, op_raw, last_header = replies[:5]
+        recorded = replies[5] if ended_jobs else []
         record = _decode_hash(record_raw)
         op = _decode_hash(op_raw)
         ended = {
@@ -153,6 +161,7 @@ class RedisState:
             last_failure=op.get("last_failure", ""),
             retry_at=_float(op.get("retry_at")),
             ended_jobs_by_turn=ended,
+            unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
         )
         if last_header:
             try:

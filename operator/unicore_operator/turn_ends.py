@@ -55,6 +55,16 @@ def job_end_event(job: str, outcome: str, failure: str, recorded: int, failures:
     return events.WARNING, events.TURN_JOB_DELETED, f"turn Job {job} was deleted before it finished"
 
 
+def existing_job_state(job: Mapping[str, Any] | None) -> str:
+    """What a turn Job that answered 409 AlreadyExists to a create is: "running", "ended" (Complete/Failed: its end
+    must be recorded, and the next attempt gets the next name), "deleting", or "gone" (deleted since) (pure)."""
+    if job is None:
+        return "gone"
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return "deleting"
+    return "running" if job_outcome(job.get("status"))[0] == "running" else "ended"
+
+
 async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: bool) -> str | None:
     """Record the end of turn Job ``job`` once and post its Event; the outcome recorded (succeeded, failed,
     deleted), or None while the Job runs. Takes the task's lock. Raises when Redis cannot be reached."""
@@ -66,23 +76,29 @@ async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: 
     if outcome == "running" and not deleted:
         return None
     outcome = outcome if outcome != "running" else "deleted"
-    tid = names.task_id(*key)
     async with ctx.locks[key]:
-        snap = await ctx.redis.snapshot(tid)
-        if not snap.exists:
-            return outcome
-        delay = retry_delay(snap.failed_attempts + 1, ctx.settings.turn_retry_backoff_seconds)
-        recorded = await asyncio.to_thread(
-            ctx.redis.account_job_end, tid, summary["name"], summary["turn"], outcome, failure, delay
-        )
+        await record_end_locked(ctx, key, summary["name"], summary["turn"], outcome, failure)
+    return outcome
+
+
+async def record_end_locked(ctx: OperatorContext, key: TaskKey, job: str, turn: int, outcome: str,
+                            failure: str) -> int:
+    """Record (once) that turn Job ``job`` ended with ``outcome``, post its Event; the caller holds the task's lock.
+    Returns what ``account_job_end`` returned (-1: recorded before, or the task is not in Redis)."""
+    tid = names.task_id(*key)
+    snap = await ctx.redis.snapshot(tid)
+    if not snap.exists:
+        return -1
+    delay = retry_delay(snap.failed_attempts + 1, ctx.settings.turn_retry_backoff_seconds)
+    recorded = int(await asyncio.to_thread(ctx.redis.account_job_end, tid, job, turn, outcome, failure, delay))
     if recorded != -1 and outcome == "failed":
         metrics.job_failed(failure or "unknown")
     failures = recorded if recorded >= 0 else snap.failed_attempts
-    event = job_end_event(summary["name"], outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
+    event = job_end_event(job, outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
     body = first(ctx.agenttasks.get(key)) if ctx.agenttasks is not None else None
     if event is not None and body is not None:
         events.post(ctx, dict(body), *event)
-    return outcome
+    return recorded
 
 
 async def break_dead_lease(ctx: OperatorContext, pod: Mapping[str, Any], event_type: str | None) -> TaskKey | None:

@@ -122,3 +122,58 @@ def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_eve
     status = wait_for(settled, timeout=120, what="the task to settle")
     assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
     assert len(task_events(tasks, "quick", "TurnFailed")) == 1
+
+
+class RedisOutage:
+    """Make the test's Redis refuse every client but this one (a password, then every other connection dropped),
+    as an unreachable Redis does, and end that again; the data stays."""
+
+    PASSWORD = "redis-is-down"
+
+    def __init__(self, url: str) -> None:
+        self.admin = redis.Redis.from_url(url, single_connection_client=True)
+        self.admin.ping()
+
+    def __enter__(self) -> RedisOutage:
+        self.admin.config_set("requirepass", self.PASSWORD)
+        self.admin.client_kill_filter(_type="normal", skipme=True)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.admin.config_set("requirepass", "")
+        self.admin.close()
+
+
+def test_a_job_that_ends_while_redis_is_down_is_counted_when_redis_is_back(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, redis_url: str, k8s_namespace: str,
+) -> None:
+    """Issue 10 #15: the turn's Job fails while Redis is unreachable, so its Job event cannot be recorded. Once
+    Redis is back, reconcile records the failure from the Job index (TurnFailed) and runs the next attempt
+    (``-r1``), instead of creating the same Job name again, taking its 409 for "running" and sitting there."""
+    # the operator's Redis calls give up after 2 s (not the default 30 s): the outage outlasts them
+    operator = start_operator(UNICORE_WATCHDOG_GRACE_SECONDS="120", UNICORE_REDIS_RETRY_SECONDS="2")
+    task_id = f"{k8s_namespace}/outage"
+    tasks.create("outage", {"prompt": "go", "model": "scripted", "script": long_script("outage", 6)})
+    holder = wait_for(lambda: lease(redis_client, task_id).get("holder"), timeout=90, what="the turn to run")
+    with RedisOutage(redis_url):  # its exit ends the outage, also when a wait below fails
+        os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
+
+        def job_failed() -> bool:
+            job = tasks.batch.read_namespaced_job("outage-t1", k8s_namespace)
+            return any(c.type == "Failed" and c.status == "True" for c in job.status.conditions or [])
+
+        wait_for(job_failed, timeout=60, what="Job outage-t1 to fail")
+        wait_for(lambda: "could not record the end of turn Job" in operator.log(400)
+                 or "turn_job_event" in operator.log(400), timeout=30,
+                 what="the operator to have handled the Job's failure while Redis was down")
+    [failed] = wait_for(lambda: task_events(tasks, "outage", "TurnFailed"), timeout=60,
+                        what="the failure recorded once Redis is back (Event TurnFailed)")
+    assert "outage-t1 failed" in failed.message, failed.message
+
+    def settled() -> dict[str, Any] | None:
+        status = (tasks.get("outage") or {}).get("status") or {}
+        return status if status.get("phase") in ("Idle", "Failed") else None
+
+    status = wait_for(settled, timeout=120, what=f"the task to settle ({tasks.get('outage')})")
+    assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
+    assert sorted(job.metadata.name for job in tasks.jobs()) == ["outage-t1", "outage-t1-r1"]

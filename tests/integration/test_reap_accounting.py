@@ -10,6 +10,7 @@ here calls the Kubernetes API.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -133,3 +134,16 @@ def test_the_lease_of_an_ended_pod_is_broken_only_while_that_pod_holds_it(
     store.acquire_lease(TASK_ID, holder="demo-t1-r1-fghij:7")
     assert not state.break_lease(TASK_ID, "demo-t1-abcde")
     assert store.lease_holder(TASK_ID) == "demo-t1-r1-fghij:7"
+
+
+def test_the_snapshot_names_ended_jobs_whose_end_is_not_recorded(state: RedisState, store: TaskStore) -> None:
+    """Issue 10 #15: reconcile asks, in its one Redis read, which ended Jobs of its index are not recorded yet (their
+    Job event came while Redis was unreachable), and records those."""
+    state.account_job_end(TASK_ID, "demo-t1", 1, "failed", "BackoffLimitExceeded", 0.0)
+
+    async def read() -> tuple[str, ...]:
+        snap = await state.snapshot(TASK_ID, ["demo-t1", "demo-t1-r1"])
+        assert snap.exists and snap.failed_attempts == 1
+        return snap.unrecorded_jobs
+
+    assert asyncio.run(read()) == ("demo-t1-r1",)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore_operator.turn_ends import ended_turn_pod, job_end_event
+from unicore_operator.turn_ends import ended_turn_pod, existing_job_state, job_end_event
 
 
 def pod(phase: str, **meta: Any) -> dict[str, Any]:
@@ -39,3 +39,16 @@ def test_a_failed_job_the_watchdog_counted_first_still_posts_its_event_but_a_rep
     assert event is not None and event[1] == "TurnFailed" and "counted when the watchdog reaped it 1 of 4" in event[2]
     assert job_end_event("demo-t1", "failed", "BackoffLimitExceeded", -1, 1, 4) is None
     assert job_end_event("demo-t1", "succeeded", "", -1, 0, 4) is None
+
+
+def test_a_job_that_answered_409_runs_only_if_it_has_not_ended() -> None:
+    # issue 10 #15: an existing Job of the wanted name that has finished is no running turn
+    failed = {"metadata": {"name": "demo-t1"},
+              "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    complete = {"metadata": {"name": "demo-t1"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert existing_job_state(failed) == "ended"
+    assert existing_job_state(complete) == "ended"
+    assert existing_job_state({"metadata": {"name": "demo-t1"}, "status": {"active": 1}}) == "running"
+    assert existing_job_state({"metadata": {"name": "demo-t1", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                               "status": {}}) == "deleting"
+    assert existing_job_state(None) == "gone"
