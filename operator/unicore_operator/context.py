@@ -14,6 +14,15 @@ from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 
 
+@dataclass(frozen=True)
+class CreateFailure:
+    """The last FailedCreate Event of a task's turn Job: the pod cannot be created (since ``since``, unix time)."""
+
+    job: str
+    message: str
+    since: float
+
+
 @dataclass
 class OperatorContext:
     settings: OperatorSettings
@@ -27,6 +36,8 @@ class OperatorContext:
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     # Jobs created by this process that the watch has not shown yet (closes the create -> index gap).
     inflight_jobs: dict[TaskKey, str] = field(default_factory=dict)
+    # Turn Jobs whose pod the Job controller cannot create (FailedCreate Events), by task (see job_events.py).
+    create_failures: dict[TaskKey, CreateFailure] = field(default_factory=dict)
     # Pending delayed re-checks (retry backoff, lease still held), one per task.
     rechecks: dict[TaskKey, asyncio.TimerHandle] = field(default_factory=dict)
     background: list[asyncio.Task[Any]] = field(default_factory=list)

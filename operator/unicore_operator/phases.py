@@ -1,6 +1,7 @@
 """The AgentTask phase state machine and status summaries, as pure functions (see docs/operator.md).
 
-    Pending   work is queued (inbox not empty, or an interrupted turn to finish) and no turn Job runs yet
+    Pending   work is queued (inbox not empty, or an interrupted turn to finish) and no turn Job runs yet, or the
+              turn Job's pod cannot start yet (FailedCreate; Ready's reason says which)
     Running   a turn Job of the task is active
     Waiting   the last turn ended, nothing is queued, but children are still working
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
@@ -47,6 +48,13 @@ class TaskObservation:
     pending_messages: int = 0
     unfinished_turn: bool = False  # the record says "running" but no process holds the lease (interrupted turn)
     children_phases: dict[str, str] = field(default_factory=dict)
+    # Why the active Job's turn cannot start yet: (reason, message), e.g. ("FailedCreate", "Error creating: ...")
+    # from the Job controller's Event on the Job.
+    job_waiting: tuple[str, str] | None = None
+
+
+# What a turn Job whose pod does not run yet is doing, by the reason it waits for.
+WAITING_TEXT = {"FailedCreate": "cannot create its pod"}
 
 
 def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
@@ -60,6 +68,10 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
         queued = f"; {obs.pending_messages} message(s) queued" if obs.pending_messages else ""
         return Phase.SUSPENDED, f"suspended{queued}"
     if obs.active_job:
+        if obs.job_waiting is not None and not obs.lease_held:
+            reason, detail = obs.job_waiting
+            what = WAITING_TEXT.get(reason, "is waiting for its pod to start")
+            return Phase.PENDING, f"turn Job {obs.active_job} {what}: {reason}: {detail}"
         return Phase.RUNNING, f"turn Job {obs.active_job} is running"
     if obs.lease_held:
         return Phase.RUNNING, "a turn process holds the task's lease"
@@ -76,7 +88,15 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
 def wants_turn_job(obs: TaskObservation) -> bool:
     """May the operator start a turn Job now? (pending work, not suspended/failed, no Job, no live lease)."""
     phase, _ = decide_phase(obs)
-    return phase is Phase.PENDING
+    return phase is Phase.PENDING and not obs.active_job
+
+
+def ready_reason(obs: TaskObservation) -> str | None:
+    """The Ready condition's reason when it is more specific than the phase's: why the active Job's pod does not
+    run (e.g. FailedCreate); None = the phase's own reason."""
+    if obs.active_job and obs.job_waiting is not None and not obs.lease_held:
+        return obs.job_waiting[0]
+    return None
 
 
 def retry_delay(failed_attempts: int, base_seconds: float, cap_seconds: float = 300.0) -> float:
@@ -105,10 +125,11 @@ def _iso(timestamp: Any) -> str | None:
 
 
 def ready_condition(phase: Phase, message: str, generation: int | None, previous: list[dict[str, Any]] | None,
-                    now: str) -> dict[str, Any]:
-    """The `Ready` condition: True when Idle (nothing pending and all children settled)."""
+                    now: str, reason: str | None = None) -> dict[str, Any]:
+    """The `Ready` condition: True when Idle (nothing pending and all children settled). ``reason`` overrides the
+    phase's reason (see :func:`ready_reason`)."""
     status = "True" if phase is Phase.IDLE else "False"
-    reason = {
+    reason = reason or {
         Phase.IDLE: "Idle",
         Phase.PENDING: "TurnPending",
         Phase.RUNNING: "TurnRunning",
@@ -144,6 +165,7 @@ def build_status(
     generation: int | None,
     previous: dict[str, Any] | None,
     now: str,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields)."""
     rec = record or {}
@@ -168,7 +190,7 @@ def build_status(
         "failedAttempts": failed_attempts,
         "lastResponse": truncate(str(rec.get("last_response") or ""), LAST_RESPONSE_MAX),
         "children": children,
-        "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now)],
+        "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now, reason)],
     }
     if rec.get("model"):
         status["model"] = str(rec["model"])

@@ -24,11 +24,12 @@ from unicore_operator.phases import (
     TaskObservation,
     build_status,
     decide_phase,
+    ready_reason,
     status_changed,
     wants_turn_job,
 )
 from unicore_operator.redis_state import TaskSnapshot
-from unicore_operator.turn_ends import existing_job_state, record_end_locked, record_job_end
+from unicore_operator.turn_ends import existing_job_state, give_up_pod_creation, record_end_locked, record_job_end
 
 LEASE_RECHECK_SECONDS = 2.0
 JOB_GONE_RECHECK_SECONDS = 1.0  # a Job of the wanted name is being deleted: try again after this long
@@ -76,7 +77,7 @@ def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, Any]]:
 
 
 def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, active: str | None,
-            children: list[dict[str, str]]) -> TaskObservation:
+            children: list[dict[str, str]], waiting: tuple[str, str] | None = None) -> TaskObservation:
     spec = body.get("spec") or {}
     return TaskObservation(
         suspended=bool(spec.get("suspend")),
@@ -89,6 +90,7 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         pending_messages=snap.pending,
         unfinished_turn=snap.unfinished_turn(),
         children_phases={c["name"]: c["phase"] for c in children},
+        job_waiting=waiting,
     )
 
 
@@ -142,6 +144,18 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
     if inflight and any(job["name"] == inflight for job in jobs):
         ctx.inflight_jobs.pop(key, None)  # the watch caught up
         inflight = None
+    waiting: tuple[str, str] | None = None
+    failure = ctx.create_failures.get(key)
+    if failure is not None and failure.job != ((running or {}).get("name") or inflight):
+        ctx.create_failures.pop(key, None)  # that Job ended or is gone: its outcome speaks for it
+    elif failure is not None:
+        left = await give_up_pod_creation(ctx, key, failure, int((running or {}).get("turn") or 0))
+        if left is None:  # the attempt was recorded as failed and its Job deleted
+            running, inflight = None, None
+            ctx.inflight_jobs.pop(key, None)
+        else:
+            waiting = ("FailedCreate", failure.message)
+            schedule_recheck(ctx, key, left, "failed-create-budget")
     snap = await ctx.redis.snapshot(tid, [job["name"] for job in jobs if job.get("outcome") != "running"])
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is
@@ -157,7 +171,7 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         snap.record["report_id"] = ""
     children = children_of(ctx, key)
     active_name = (running or {}).get("name") or inflight
-    obs = observe(ctx, body, snap, active_name, children)
+    obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None
     if wants_turn_job(obs):
         wait = snap.retry_at - time.time() if snap.failed_attempts else 0.0
@@ -210,7 +224,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
     status = build_status(
         phase=phase, message=message, record=snap.record, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
-        generation=meta.get("generation"), previous=previous, now=_now(),
+        generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs),
     )
     if phase is Phase.FAILED and snap.record.get("parent"):
         # Before the status: a crash in between repeats this, and the message id makes the repeat harmless.

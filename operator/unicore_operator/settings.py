@@ -36,6 +36,7 @@ ENV_VARS: dict[str, str] = {
     "stall_seconds": "UNICORE_STALL_SECONDS",
     "agent_extra_env": "UNICORE_AGENT_EXTRA_ENV",
     "workspace_claim": "UNICORE_WORKSPACE_CLAIM",
+    "pod_create_retry_seconds": "UNICORE_POD_CREATE_RETRY_SECONDS",
 }
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
@@ -81,6 +82,9 @@ class OperatorSettings(BaseModel):
     # run: turn pods mount it at /workspace with subPath = the task tree's root, so every turn and every child of a
     # tree shares one folder that outlives the pods. None = an emptyDir per turn pod (files live for one turn).
     workspace_claim: str | None = None
+    # How long the Job controller may keep failing to create a turn Job's pod (FailedCreate: no ServiceAccount, a
+    # ResourceQuota, Pod Security admission) before that attempt counts as a failed turn (the Job is deleted).
+    pod_create_retry_seconds: float = Field(60.0, gt=0)
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -13,11 +13,12 @@ broken at once instead of after its TTL.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from unicore_operator import events, metrics, names
-from unicore_operator.context import OperatorContext
+from unicore_operator.context import CreateFailure, OperatorContext
 from unicore_operator.indexes import TaskKey, first, job_outcome, job_summary, job_task_key
 from unicore_operator.log import logger
 from unicore_operator.phases import retry_delay
@@ -37,6 +38,18 @@ def ended_turn_pod(body: Mapping[str, Any], event_type: str | None) -> tuple[Tas
         return None
     namespace, name = task_id.split("/", 1)
     return (namespace, name), str(meta["name"])
+
+
+def pod_job(body: Mapping[str, Any]) -> tuple[TaskKey, str] | None:
+    """(task key, Job name) of a turn pod (its task-id annotation and job-name label) (pure)."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    task_id = str((meta.get("annotations") or {}).get(names.TASK_ID_ANNOTATION) or "")
+    if not job or "/" not in task_id:
+        return None
+    namespace, name = task_id.split("/", 1)
+    return (namespace, name), str(job)
 
 
 def job_end_event(job: str, outcome: str, failure: str, recorded: int, failures: int,
@@ -99,6 +112,21 @@ async def record_end_locked(ctx: OperatorContext, key: TaskKey, job: str, turn: 
     if event is not None and body is not None:
         events.post(ctx, dict(body), *event)
     return recorded
+
+
+async def give_up_pod_creation(ctx: OperatorContext, key: TaskKey, failure: CreateFailure, turn: int) -> float | None:
+    """A turn Job that cannot create its pod (``failure``): the seconds left of its retry budget
+    (``UNICORE_POD_CREATE_RETRY_SECONDS`` from the first FailedCreate), or None when the budget is spent and the
+    Job was deleted and recorded as a failed attempt (with the Event's message). Caller holds the task's lock."""
+    left = failure.since + ctx.settings.pod_create_retry_seconds - time.time()
+    if left > 0 or not turn:  # turn 0: the Job is not in the index yet (it carries the turn label)
+        return max(left, 1.0)
+    await asyncio.to_thread(ctx.kube.delete_job, key[0], failure.job, "Background")
+    await record_end_locked(ctx, key, failure.job, turn, "failed", failure.message)
+    ctx.create_failures.pop(key, None)
+    logger.warning("turn Job %s/%s could not create its pod for %.0fs: counted as a failed attempt (%s)", key[0],
+                   failure.job, time.time() - failure.since, failure.message)
+    return None
 
 
 async def break_dead_lease(ctx: OperatorContext, pod: Mapping[str, Any], event_type: str | None) -> TaskKey | None:

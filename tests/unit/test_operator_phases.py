@@ -10,6 +10,7 @@ from unicore_operator.phases import (
     TaskObservation,
     build_status,
     decide_phase,
+    ready_reason,
     retry_delay,
     status_changed,
     wants_turn_job,
@@ -107,3 +108,21 @@ def test_an_interrupted_turn_is_work_to_do() -> None:
     assert decide_phase(TaskObservation(unfinished_turn=True))[0] is Phase.PENDING
     assert wants_turn_job(TaskObservation(unfinished_turn=True))
     assert not wants_turn_job(TaskObservation(unfinished_turn=True, suspended=True))
+
+
+def test_a_job_that_cannot_create_its_pod_is_pending_with_the_events_reason() -> None:
+    # issue 10 #19: not "Running: turn Job X is running" while the Job controller fails to create the pod
+    message = 'Error creating: pods "demo-t1-x" is forbidden: error looking up service account team/unicore-agent'
+    obs = TaskObservation(active_job="demo-t1", pending_messages=1, job_waiting=("FailedCreate", message))
+    phase, text = decide_phase(obs)
+    assert phase is Phase.PENDING
+    assert text == f"turn Job demo-t1 cannot create its pod: FailedCreate: {message}"
+    assert not wants_turn_job(obs)  # a Job exists: no second one
+    assert ready_reason(obs) == "FailedCreate"
+    status = build_status(phase=phase, message=text, record={}, last_turn=None, active_job="demo-t1", children=[],
+                          depth=0, tree_path="demo", failed_attempts=0, generation=1, previous=None,
+                          now="2026-01-01T00:00:00Z", reason=ready_reason(obs))
+    assert status["conditions"][0]["reason"] == "FailedCreate" and message in status["conditions"][0]["message"]
+    # once a turn process holds the lease, the turn runs whatever an old Event said
+    running = TaskObservation(active_job="demo-t1", lease_held=True, job_waiting=("FailedCreate", message))
+    assert decide_phase(running)[0] is Phase.RUNNING and ready_reason(running) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore_operator.turn_ends import ended_turn_pod, existing_job_state, job_end_event
+from unicore_operator.turn_ends import ended_turn_pod, existing_job_state, job_end_event, pod_job
 
 
 def pod(phase: str, **meta: Any) -> dict[str, Any]:
@@ -52,3 +52,10 @@ def test_a_job_that_answered_409_runs_only_if_it_has_not_ended() -> None:
     assert existing_job_state({"metadata": {"name": "demo-t1", "deletionTimestamp": "2026-01-01T00:00:00Z"},
                                "status": {}}) == "deleting"
     assert existing_job_state(None) == "gone"
+
+
+def test_a_turn_pod_names_its_task_and_job() -> None:
+    body = {"metadata": {"name": "demo-t1-abcde", "annotations": {"unicore.dev/task-id": "team/demo"},
+                         "labels": {"batch.kubernetes.io/job-name": "demo-t1"}}}
+    assert pod_job(body) == (("team", "demo"), "demo-t1")
+    assert pod_job({"metadata": {"name": "x", "labels": {"job-name": "j"}}}) is None

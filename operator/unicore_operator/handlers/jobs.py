@@ -10,7 +10,7 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import JOB_SELECTOR
 from unicore_operator.log import logger
 from unicore_operator.reconcile import job_changed, reconcile_task
-from unicore_operator.turn_ends import break_dead_lease
+from unicore_operator.turn_ends import break_dead_lease, pod_job
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=JOB_SELECTOR)
@@ -28,6 +28,11 @@ async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
     ctx: OperatorContext | None = memo.get("ctx")
     if ctx is None:
         return
+    created = pod_job(dict(body))
+    failure = ctx.create_failures.get(created[0]) if created is not None else None
+    if created is not None and failure is not None and failure.job == created[1]:
+        ctx.create_failures.pop(created[0], None)  # the Job could create its pod after all
+        await reconcile_task(ctx, created[0][0], created[0][1], "turn-pod-created")
     try:
         key = await break_dead_lease(ctx, dict(body), event.get("type"))
     except Exception as exc:  # Redis unreachable: the lease expires on its TTL, the watchdog covers the rest

@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 from unicore.state.store import TaskStore
 
-from unicore_operator import activation, http_server, names
+from unicore_operator import activation, http_server, job_events, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.kube import KubeClients, load_api_client
 from unicore_operator.log import logger
@@ -56,6 +56,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
     loop = asyncio.get_running_loop()
     ctx.background.append(loop.create_task(activation.consume_activations(ctx), name="unicore-activations"))
     ctx.background.append(loop.create_task(activation.resync_loop(ctx), name="unicore-resync"))
+    memo["failed_create_watch"] = job_events.FailedCreateWatch(ctx, loop).start()
     for hook in startup_hooks:
         await hook(ctx)
     if op.http_port:
@@ -70,6 +71,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("http_runner")
     if runner is not None:
         await runner.cleanup()
+    events_watch = memo.get("failed_create_watch")
+    if events_watch is not None:
+        events_watch.stop()
     if ctx is None:
         return
     for handle in ctx.rechecks.values():
