@@ -4,16 +4,19 @@ A turn calls ``fault_point("after drain")`` etc. at every named step (``STEPS``)
 ``UNICORE_FAULTS`` is set in the turn's environment:
 
 - ``kill:<step>``: SIGKILL this process the first time it reaches ``<step>``;
-- ``kill-once``: SIGKILL at every named step once per (task, turn, step) over the whole run, coordinated through
-  Redis (``SET uc:faults:<task>#<turn>:<step> NX``, ``$REDIS_URL``); every kill is logged in the list
-  ``uc:faults:log``. A tree run under ``kill-once`` therefore crashes every task at every step it reaches, once,
-  and must still deliver every message and report exactly once (tests/integration/test_fault_injection.py).
+- ``kill-once[:<percent>:<seed>]``: SIGKILL at every named step once per (task, turn, step) over the whole run,
+  coordinated through Redis (``SET uc:faults:<task>#<turn>:<step> NX``, ``$REDIS_URL``); every kill is logged in
+  the list ``uc:faults:log``. With ``<percent>`` only that share of the (task, turn, step) points is armed, chosen
+  by a hash with ``<seed>`` (deterministic), so later steps of a turn are reached too. A tree run under
+  ``kill-once`` therefore crashes every task at every (armed) step it reaches, once, and must still deliver every
+  message and report exactly once (tests/integration/test_fault_injection.py).
 
 The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 
@@ -23,6 +26,7 @@ STEPS = (
     "after lease",
     "after drain",
     "after model call",
+    "after answer",
     "after tool result",
     "after end turn",
     "after notify",
@@ -55,9 +59,13 @@ def fault_point(step: str) -> None:
         return
     if spec == f"kill:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
-    if spec == "kill-once" and _scope:
-        client = _redis()
+    if spec.startswith("kill-once") and _scope:
         point = f"{_scope}:{step}"
+        _, percent, seed = (spec.split(":") + ["100", ""])[:3]
+        digest = hashlib.sha256(f"{seed}|{point}".encode()).digest()
+        if digest[0] * 100 >= int(percent) * 256:
+            return
+        client = _redis()
         if client.set(f"uc:faults:{point}", "1", nx=True):
             client.rpush(LOG_KEY, point)
             os.kill(os.getpid(), signal.SIGKILL)

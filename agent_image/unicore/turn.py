@@ -298,6 +298,11 @@ class _Turn:
             cancel=self.cancel,
         )
 
+        if deliver_report(self.store, self.task_id):
+            # The last turn ended but its process died before its report reached the parent: deliver it before
+            # this turn (whose end would store the next report) starts.
+            log.info("task %s: the report of the last turn was owed; delivered now", self.task_id)
+            fault_point("after notify")
         self.progress.mark("drain")
         drained = self.store.drain(self.lease, first_drain=True)
         self.progress.mark("after drain")
@@ -318,9 +323,6 @@ class _Turn:
                     current.turn_number,
                 )
                 self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
-            elif deliver_report(self.store, self.task_id):
-                log.info("task %s: turn %d had ended; its report was owed and is delivered now",
-                         self.task_id, current.turn_number)
             else:
                 log.info("task %s: nothing to do", self.task_id)
             return
@@ -363,6 +365,7 @@ class _Turn:
                 messages.append(refusal)
                 continue
             answer = self.store.append_message(self.lease, "assistant", content, usage=response.usage)
+            fault_point("after answer")
             messages.append(answer)
             tool_uses = [block for block in content if "toolUse" in block]
             if not tool_uses:

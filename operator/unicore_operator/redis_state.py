@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from unicore.state import lua
 from unicore.state.client import build_async_client, build_client
 
 # Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
@@ -38,20 +39,6 @@ elseif ARGV[3] == '0' then
   redis.call('HSET', KEYS[1], 'failed', 0, 'retry_at', 0)
 end
 return 0
-"""
-
-# Lua: break the lease of a turn whose pod has terminated, only while the holder is still that pod
-# (``<pod name>:<pid>``, see unicore.state.store._holder_id); a dead turn's record goes idle as a released one would.
-# Safe because every write of a turn is fenced by its token: a process that outlived its pod writes nothing.
-# KEYS: lease, task   ARGV: '<pod name>:', now
-_BREAK_LEASE = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
-if not holder or string.sub(holder, 1, string.len(ARGV[1])) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if redis.call('HGET', KEYS[2], 'lease_holder') == holder then
-  redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
-end
-return 1
 """
 
 
@@ -124,7 +111,7 @@ class RedisState:
         self.aio: aioredis.Redis = build_async_client(url)
         self.sync: redis.Redis = build_client(url, decode_responses=True)
         self._account = self.sync.register_script(_ACCOUNT_JOB_END)
-        self._break = self.sync.register_script(_BREAK_LEASE)
+        self._break = self.sync.register_script(lua.BREAK_LEASE)
 
     async def close(self) -> None:
         await self.aio.aclose()  # type: ignore[attr-defined]  # redis>=5.0.1 has aclose(); types-redis 4.6 lacks it
@@ -198,7 +185,7 @@ class RedisState:
     def break_lease(self, task_id: str, pod_name: str) -> bool:
         """Delete the task's lease if its holder is a process of pod ``pod_name`` (which has terminated)."""
         return bool(self._break(keys=[key(task_id, "lease"), key(task_id, "task")],
-                                args=[f"{pod_name}:", repr(time.time())]))
+                                args=[f"{pod_name}:", repr(time.time()), "0"]))
 
     def reset_failures(self, task_id: str) -> None:
         self.sync.hset(key(task_id, "operator"), mapping={"failed": 0, "retry_at": 0, "last_failure": ""})

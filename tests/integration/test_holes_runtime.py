@@ -259,3 +259,23 @@ def test_a_cancelled_tool_call_gets_a_synthetic_result_when_resumed(store: TaskS
     results = _results_seen(turn.requests("w")[-1])
     assert results and results[0]["status"] == "error"
     assert results[0]["content"][0]["text"] in ("Cancelled", INTERRUPTED_TEXT)
+
+
+def test_an_owed_report_is_delivered_before_the_next_turn_of_the_child_starts(
+    store: TaskStore, turn: TurnRunner, redis_url: str, tmp_path: Path
+) -> None:
+    """The child's turn 0 ended and died before reporting; a new message starts its turn 1 before anyone
+    redelivered: both reports reach the parent, in order (turn 1's end must not replace turn 0's owed report)."""
+    store.create_task(TaskSpec(id="m", prompt="go", script=FINAL))
+    store.create_task(TaskSpec(id="m-c", parent="m", prompt="work", script=FINAL))
+    proc = multiprocessing.get_context("fork").Process(
+        target=_turn_dying_while_it_reports, args=(redis_url, "m-c", str(tmp_path))
+    )
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    wait_for(lambda: store.lease_holder("m-c") is None, timeout=10, what="the dead turn's lease to expire")
+    store.queue_text("m-c", "one more thing")
+    assert turn("m-c").exit_code == EXIT_OK
+    ids = [m.id for m in store.inbox("m") if m.type == "completion"]
+    assert ids == ["completion:m-c:0", "completion:m-c:1"]

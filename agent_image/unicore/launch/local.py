@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -49,6 +50,7 @@ class TurnRun:
     process: subprocess.Popen[bytes]
     started: float
     log_path: Path | None
+    holder_host: str = ""  # the first part of the turn's lease holder id (``unicore.state.store._holder_id``)
 
 
 @dataclass
@@ -156,7 +158,8 @@ class LocalSupervisor:
         process = subprocess.Popen(turn_command(task_id), env=env, stdout=stdout, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
         if self.log_dir is not None:
             stdout.close()  # type: ignore[union-attr]
-        self.running[task_id] = TurnRun(task_id, process, time.monotonic(), log_path)
+        holder_host = env.get("UNICORE_POD_NAME") or socket.gethostname()
+        self.running[task_id] = TurnRun(task_id, process, time.monotonic(), log_path, holder_host)
         self.held_since.pop(task_id, None)
         self.on_event(f"turn started: {task_id} (pid {process.pid})")
 
@@ -166,6 +169,9 @@ class LocalSupervisor:
             if code is None:
                 continue
             del self.running[task_id]
+            # Its process is gone: a lease it still holds (killed before it could release) is broken at once, so
+            # the next turn need not wait for the lease to expire (fencing keeps any write of it out).
+            self.store.break_lease(task_id, f"{run.holder_host}:{run.process.pid}")
             report.turns_run += 1
             report.exit_codes.append((task_id, code))
             if code in (0, 3):  # 3: another live turn holds the lease; it will finish the work

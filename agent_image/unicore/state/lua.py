@@ -213,3 +213,22 @@ redis.call('HSET', KEYS[2], 'updated_at', ARGV[2])
 return 1
 """
 )
+
+# KEYS: lease, task   ARGV: holder, now, exact ('1': the holder must equal ARGV[1]; '0': start with it, e.g. '<pod>:')
+# Break the lease of a turn whose process is known to be dead (its pod terminated, or the local supervisor reaped
+# it), only while that process still holds it; the record goes idle as a released one would. Safe because every
+# write of a turn is fenced by its token: a process that outlived its pod writes nothing.
+BREAK_LEASE = """
+local holder = redis.call('HGET', KEYS[1], 'holder')
+if not holder then return 0 end
+if ARGV[3] == '1' then
+  if holder ~= ARGV[1] then return 0 end
+elseif string.sub(holder, 1, string.len(ARGV[1])) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if redis.call('HGET', KEYS[2], 'lease_holder') == holder then
+  redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
+end
+return 1
+"""

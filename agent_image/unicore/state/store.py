@@ -346,6 +346,17 @@ class TaskStore:
             self.redis.zrem(HEARTBEATS_INDEX, lease.task_id)
         return released
 
+    def break_lease(self, task_id: str, holder: str, *, exact: bool = True) -> bool:
+        """Delete the task's lease if ``holder`` (exact, or a prefix such as ``<pod name>:``) holds it: its process is
+        known to be dead, so the next turn need not wait for the lease to expire (fencing keeps a zombie harmless)."""
+        keys = self.keys(task_id)
+        broken = bool(
+            self.redis.eval(lua.BREAK_LEASE, 2, keys.lease, keys.task, holder, _now(), "1" if exact else "0")
+        )
+        if broken:
+            self.redis.zrem(HEARTBEATS_INDEX, task_id)
+        return broken
+
     def lease_holder(self, task_id: str) -> str | None:
         """The live holder, or None if no turn holds the lease."""
         return self.redis.hget(self.keys(task_id).lease, "holder")

@@ -1,0 +1,57 @@
+"""Kill every turn process of a 3-level local tree at every named step once; nothing is lost or duplicated.
+
+Rounds: every step of every turn armed (``kill-once``), then half of them by two seeds (so turns also get past
+their early steps and are killed at the late ones: after notify, after release). See
+tests/integration/fault_harness.py (the reusable harness) and docs/benchmarks.md (the figures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from unicore.faults import STEPS
+
+from tests.integration.fault_harness import check_tree, leafy_tree_script, run_tree_under_faults
+
+ROUNDS = ["kill-once", "kill-once:50:1", "kill-once:50:2"]
+TOTAL: dict[str, set[str] | int] = {"steps": set(), "kills": 0, "messages": 0}
+
+
+@pytest.mark.parametrize("faults", ROUNDS)
+def test_a_tree_killed_at_every_step_of_every_turn_settles_with_every_report_delivered_once(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path, faults: str
+) -> None:
+    settle = run_tree_under_faults(redis_client, redis_url, tmp_path, leafy_tree_script(3, 2), faults=faults)
+    report = check_tree(redis_client, "r", settle.settled)
+    print(f"\nfault injection (local mode, {faults}): {report}")
+    assert report.settled, settle
+    assert report.tasks == 1 + 3 + 3 * 2
+    assert report.losses == [] and report.duplicates == [] and report.problems == []
+    assert not settle.failures, settle.failures
+    assert report.kill_points >= (5 if faults == "kill-once" else 2) * report.tasks
+    if faults == "kill-once":
+        assert report.synthetic_results >= report.tasks  # each task's first tool call was interrupted once
+    steps, kills = TOTAL["steps"], TOTAL["kills"]
+    assert isinstance(steps, set) and isinstance(kills, int)
+    steps.update(report.kills_by_step)
+    TOTAL["kills"] = kills + report.kill_points
+    if faults == ROUNDS[-1]:
+        assert steps == set(STEPS), steps  # every named step was a kill point in some round
+        assert TOTAL["kills"] >= 200
+
+
+def test_the_checks_see_a_lost_report_and_a_duplicated_one(redis_client: redis.Redis, redis_url: str,
+                                                           tmp_path: Path) -> None:
+    """The harness's checks can fail: a report taken out of the parent's history is a loss, one stored twice a
+    duplicate."""
+    settle = run_tree_under_faults(redis_client, redis_url, tmp_path, leafy_tree_script(1, 1), faults="off")
+    assert check_tree(redis_client, "r", settle.settled).losses == []
+    messages = redis_client.lrange("uc:{r}:messages", 0, -1)
+    report = next(raw for raw in messages
+                  if json.loads(raw)["content"][0].get("text", "").startswith("[SYSTEM] Child task r-a has completed"))
+    redis_client.lrem("uc:{r}:messages", 1, report)
+    assert any("report(s) of r-a" in loss for loss in check_tree(redis_client, "r", True).losses)
+    redis_client.rpush("uc:{r}:messages", report, report)
+    assert any("report(s) of r-a" in dup for dup in check_tree(redis_client, "r", True).duplicates)
