@@ -4,6 +4,7 @@ watchdog read these instead of calling the API server (one watch per resource ki
 ``agenttask_index``  (namespace, name)        -> compact AgentTask (metadata, spec, status)
 ``children_index``   (namespace, parent name) -> {"name", "phase"} of each child
 ``turnjob_index``    (namespace, task name)   -> JobSummary dict of each turn Job of the task
+``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (scheduling state)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import kopf
 
 from unicore_operator import names
+from unicore_operator.watchdog.views import PodView, pod_view
 
 JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
 
@@ -66,6 +68,7 @@ def job_summary(body: Mapping[str, Any]) -> dict[str, Any]:
         "outcome": outcome,
         "reason": reason,
         "deleting": bool(meta.get("deletionTimestamp")),
+        "suspended": bool((body.get("spec") or {}).get("suspend")),
         "ready": int(status.get("ready") or 0),
         "startTime": status.get("startTime"),
         "completionTime": status.get("completionTime"),
@@ -105,6 +108,14 @@ def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, dict[str, Any]] | 
     if task_key is None:
         return None
     return {task_key: job_summary(body)}
+
+
+@kopf.index("", "v1", "pods", labels=JOB_SELECTOR)
+def turnpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, PodView] | None:
+    task_key = job_task_key(body)  # the pod template carries the task-id annotation
+    if task_key is None:
+        return None
+    return {task_key: pod_view(body)}
 
 
 def first(values: Iterable[Any] | None) -> Any:

@@ -7,6 +7,7 @@ the same name, so a duplicate activation is answered by the API server with 409 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from unicore_operator import names
@@ -155,6 +156,13 @@ def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> in
     return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)
 
 
+def job_deadline_seconds(spec: dict[str, Any], settings: OperatorSettings) -> int:
+    """The Job's activeDeadlineSeconds: the turn timeout plus the bounded wait for scheduling (the watchdog's
+    ``UNICORE_PENDING_TIMEOUT_SECONDS``). It runs from the Job's start, so waiting for a GPU must not eat the turn's
+    time; the turn timeout itself is the pod's activeDeadlineSeconds, which runs from the pod's start."""
+    return turn_timeout_seconds(spec, settings) + math.ceil(settings.pending_timeout_seconds)
+
+
 def workspace_folder(task: dict[str, Any]) -> str:
     """The task tree's folder on the workspace claim: the root task's name as its root label spells it.
 
@@ -214,6 +222,9 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
         "automountServiceAccountToken": True,
         "securityContext": restricted_pod_security_context(),
         "terminationGracePeriodSeconds": 30,
+        # The turn timeout counts from the pod's start (the kubelet's StartTime), not from the Job's creation: a
+        # pod that waited for a GPU still gets its whole turn. The watchdog enforces it too (deadline_exceeded).
+        "activeDeadlineSeconds": turn_timeout_seconds(spec, settings),
         "containers": [container],
         "volumes": [workspace_volume, {"name": "tmp", "emptyDir": {}}],
     }
@@ -229,7 +240,7 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
 
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "activeDeadlineSeconds": turn_timeout_seconds(spec, settings),
+        "activeDeadlineSeconds": job_deadline_seconds(spec, settings),
         "ttlSecondsAfterFinished": settings.job_ttl_seconds,
         "template": {
             "metadata": {"labels": dict(labels), "annotations": dict(annotations)},

@@ -1,7 +1,7 @@
 """The AgentTask phase state machine and status summaries, as pure functions (see docs/operator.md).
 
     Pending   work is queued (inbox not empty, or an interrupted turn to finish) and no turn Job runs yet, or the
-              turn Job's pod cannot start yet (FailedCreate; Ready's reason says which)
+              turn Job's pod cannot start yet (FailedCreate, Unschedulable, Queued: Ready's reason says which)
     Running   a turn Job of the task is active
     Waiting   the last turn ended, nothing is queued, but children are still working
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
@@ -14,9 +14,12 @@ Precedence: Failed > Suspended > Running > Pending > Waiting > Idle.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from unicore_operator.watchdog.views import PodView
 
 LAST_RESPONSE_MAX = 1024
 SUMMARY_MAX = 4096
@@ -49,12 +52,28 @@ class TaskObservation:
     unfinished_turn: bool = False  # the record says "running" but no process holds the lease (interrupted turn)
     children_phases: dict[str, str] = field(default_factory=dict)
     # Why the active Job's turn cannot start yet: (reason, message), e.g. ("FailedCreate", "Error creating: ...")
-    # from the Job controller's Event on the Job.
+    # from the Job controller's Event on the Job, ("Unschedulable", "0/2 nodes are available: ...") from its pod.
     job_waiting: tuple[str, str] | None = None
 
 
 # What a turn Job whose pod does not run yet is doing, by the reason it waits for.
-WAITING_TEXT = {"FailedCreate": "cannot create its pod"}
+WAITING_TEXT = {"FailedCreate": "cannot create its pod", "Unschedulable": "is waiting to be scheduled",
+                "Queued": "is queued"}
+
+
+def scheduling_wait(job_suspended: bool, pods: Iterable[PodView]) -> tuple[str, str] | None:
+    """Why the active turn Job's turn is not running yet, from the Job and its pods: (reason, message), or None when
+    a pod of it runs (or ran), or nothing says it waits. A suspended Job is held by its queue (Kueue); a Pending pod
+    with PodScheduled=False waits for resources (the scheduler's reason and message)."""
+    if job_suspended:
+        return "Queued", "the Job is suspended until its queue admits it"
+    live = [pod for pod in pods if not pod.deleting]
+    if any(pod.phase != "Pending" for pod in live):
+        return None
+    for pod in live:
+        if pod.unschedulable_reason:
+            return pod.unschedulable_reason, pod.unschedulable_message or "not scheduled yet"
+    return None
 
 
 def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:

@@ -25,11 +25,13 @@ from unicore_operator.phases import (
     build_status,
     decide_phase,
     ready_reason,
+    scheduling_wait,
     status_changed,
     wants_turn_job,
 )
 from unicore_operator.redis_state import TaskSnapshot
 from unicore_operator.turn_ends import existing_job_state, give_up_pod_creation, record_end_locked, record_job_end
+from unicore_operator.watchdog.views import PodView
 
 LEASE_RECHECK_SECONDS = 2.0
 JOB_GONE_RECHECK_SECONDS = 1.0  # a Job of the wanted name is being deleted: try again after this long
@@ -74,6 +76,12 @@ def children_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, str]]:
 
 def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, Any]]:
     return [dict(job) for job in (ctx.turnjobs.get(key) or ())] if ctx.turnjobs is not None else []
+
+
+def pods_of(ctx: OperatorContext, key: TaskKey, job: str) -> list[PodView]:
+    """The cached pods of the task's turn Job ``job``."""
+    pods = ctx.turnpods.get(key) if ctx.turnpods is not None else None
+    return [pod for pod in pods or () if pod.job_name == job]
 
 
 def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, active: str | None,
@@ -156,6 +164,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         else:
             waiting = ("FailedCreate", failure.message)
             schedule_recheck(ctx, key, left, "failed-create-budget")
+    if waiting is None and running is not None:
+        waiting = scheduling_wait(bool(running.get("suspended")), pods_of(ctx, key, str(running["name"])))
     snap = await ctx.redis.snapshot(tid, [job["name"] for job in jobs if job.get("outcome") != "running"])
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is

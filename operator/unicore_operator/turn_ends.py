@@ -22,6 +22,7 @@ from unicore_operator.context import CreateFailure, OperatorContext
 from unicore_operator.indexes import TaskKey, first, job_outcome, job_summary, job_task_key
 from unicore_operator.log import logger
 from unicore_operator.phases import retry_delay
+from unicore_operator.watchdog.views import PodView
 
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -50,6 +51,19 @@ def pod_job(body: Mapping[str, Any]) -> tuple[TaskKey, str] | None:
         return None
     namespace, name = task_id.split("/", 1)
     return (namespace, name), str(job)
+
+
+def pod_moves_phase(pod: PodView, status: Mapping[str, Any]) -> bool:
+    """Does this turn pod change what its task's status shows (pure)? A pod waiting for resources
+    (PodScheduled=False) on a task whose Ready reason is not that wait's, or a running pod on a task still shown as
+    Pending (it waited)."""
+    if pod.deleting:
+        return False
+    if pod.phase == "Pending" and pod.unschedulable_reason:
+        ready: Mapping[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        return bool(ready.get("reason") != pod.unschedulable_reason)
+    return pod.phase == "Running" and status.get("phase") == "Pending"
 
 
 def job_end_event(job: str, outcome: str, failure: str, recorded: int, failures: int,

@@ -129,13 +129,22 @@ def test_job_policy_fields() -> None:
     job = build_turn_job_spec(task(limits={"turnTimeoutSeconds": 120}), 1, SETTINGS)
     spec = job["spec"]
     assert spec["backoffLimit"] == 0
-    assert spec["activeDeadlineSeconds"] == 120
     assert spec["ttlSecondsAfterFinished"] == 300
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["serviceAccountName"] == "unicore-agent"
     assert pod["automountServiceAccountToken"] is True
-    assert build_turn_job_spec(task(), 1, SETTINGS)["spec"]["activeDeadlineSeconds"] == 3600
+
+
+def test_waiting_for_scheduling_does_not_count_against_the_turn_timeout() -> None:
+    # issue 10 #16: the turn timeout is the pod's deadline (from the pod's start); the Job's deadline (from the Job's
+    # start) adds the bounded wait for scheduling (UNICORE_PENDING_TIMEOUT_SECONDS, 300 by default)
+    job = build_turn_job_spec(task(limits={"turnTimeoutSeconds": 120}), 1, SETTINGS)
+    assert job["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 120
+    assert job["spec"]["activeDeadlineSeconds"] == 120 + 300
+    default = build_turn_job_spec(task(), 1, SETTINGS.model_copy(update={"pending_timeout_seconds": 30.5}))
+    assert default["spec"]["template"]["spec"]["activeDeadlineSeconds"] == 3600
+    assert default["spec"]["activeDeadlineSeconds"] == 3600 + 31
 
 
 def test_security_context_passes_restricted() -> None:

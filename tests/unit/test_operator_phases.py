@@ -12,9 +12,11 @@ from unicore_operator.phases import (
     decide_phase,
     ready_reason,
     retry_delay,
+    scheduling_wait,
     status_changed,
     wants_turn_job,
 )
+from unicore_operator.watchdog.views import PodView
 
 
 def test_precedence() -> None:
@@ -126,3 +128,23 @@ def test_a_job_that_cannot_create_its_pod_is_pending_with_the_events_reason() ->
     # once a turn process holds the lease, the turn runs whatever an old Event said
     running = TaskObservation(active_job="demo-t1", lease_held=True, job_waiting=("FailedCreate", message))
     assert decide_phase(running)[0] is Phase.RUNNING and ready_reason(running) is None
+
+
+def test_a_turn_waiting_for_a_gpu_is_pending_with_the_schedulers_reason_not_running() -> None:
+    # issue 10 #16: the scheduler's PodScheduled=False reason/message, not "turn Job X is running"
+    reason = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint."
+    waiting = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Pending",
+                      unschedulable_reason="Unschedulable", unschedulable_message=reason)
+    assert scheduling_wait(False, [waiting]) == ("Unschedulable", reason)
+    obs = TaskObservation(active_job="demo-t1", job_waiting=scheduling_wait(False, [waiting]))
+    assert decide_phase(obs) == (Phase.PENDING, f"turn Job demo-t1 is waiting to be scheduled: Unschedulable: {reason}")
+    assert ready_reason(obs) == "Unschedulable" and not wants_turn_job(obs)
+    # a Job held by its queue (Kueue suspends it) is queued
+    queued = scheduling_wait(True, [])
+    assert queued is not None and queued[0] == "Queued"
+    assert decide_phase(TaskObservation(active_job="demo-t1", job_waiting=queued))[1].startswith(
+        "turn Job demo-t1 is queued: Queued: ")
+    # scheduled (a pod runs), or no reason reported yet: the turn is running
+    started = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Running")
+    assert scheduling_wait(False, [started]) is None
+    assert scheduling_wait(False, [PodView(namespace="team", name="demo-t1-x", job_name="demo-t1")]) is None

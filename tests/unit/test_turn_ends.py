@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore_operator.turn_ends import ended_turn_pod, existing_job_state, job_end_event, pod_job
+from unicore_operator.turn_ends import (
+    ended_turn_pod,
+    existing_job_state,
+    job_end_event,
+    pod_job,
+    pod_moves_phase,
+)
+from unicore_operator.watchdog.views import PodView
 
 
 def pod(phase: str, **meta: Any) -> dict[str, Any]:
@@ -59,3 +66,15 @@ def test_a_turn_pod_names_its_task_and_job() -> None:
                          "labels": {"batch.kubernetes.io/job-name": "demo-t1"}}}
     assert pod_job(body) == (("team", "demo"), "demo-t1")
     assert pod_job({"metadata": {"name": "x", "labels": {"job-name": "j"}}}) is None
+
+
+def test_a_pod_moves_the_phase_when_it_starts_or_starts_waiting_for_resources() -> None:
+    waiting = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Pending",
+                      unschedulable_reason="Unschedulable", unschedulable_message="0/2 nodes are available")
+    shown_running = {"phase": "Running", "conditions": [{"type": "Ready", "reason": "TurnRunning"}]}
+    shown_waiting = {"phase": "Pending", "conditions": [{"type": "Ready", "reason": "Unschedulable"}]}
+    assert pod_moves_phase(waiting, shown_running)
+    assert not pod_moves_phase(waiting, shown_waiting)
+    started = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Running")
+    assert pod_moves_phase(started, shown_waiting)
+    assert not pod_moves_phase(started, shown_running)

@@ -344,3 +344,25 @@ def test_pod_view_reads_the_turn_label() -> None:
     p = pod_view({"metadata": {"namespace": NS, "name": "demo-t4-x",
                                "labels": {"job-name": "demo-t4", "unicore.dev/turn": "4"}}, "status": {}})
     assert (p.job_name, p.turn) == ("demo-t4", 4)
+
+
+def test_the_turn_timeout_counts_from_the_pods_start_not_from_the_jobs() -> None:
+    # issue 10 #16: the pod waited 283 s for a GPU, then ran 17 s of its 20 s turn: not overdue
+    waited = pod(created_at=NOW - 300, start_time=NOW - 17, active_deadline_seconds=20)
+    j = job(created_at=NOW - 300, start_time=NOW - 300, active_deadline_seconds=20 + 300)
+    s = snap([task()], [j], [waited], {f"{NS}/demo": running()})
+    assert scan(s, NOW, T) == []
+    # the same pod 20 s + grace after its start: reaped for its turn timeout
+    late = pod(created_at=NOW - 400, start_time=NOW - 51, active_deadline_seconds=20)
+    s = snap([task()], [j], [late], {f"{NS}/demo": running()})
+    [action] = scan(s, NOW, T)
+    assert action.reason is ReapReason.DEADLINE_EXCEEDED and action.job == "demo-t1"
+    assert "31s past its turn timeout (activeDeadlineSeconds=20 from the pod's start)" in action.message
+    assert plan_redis_reads(snap([task(phase="Running")], [j], [late]), NOW, T).read == {f"{NS}/demo"}
+    assert plan_redis_reads(snap([task(phase="Running")], [j], [waited]), NOW, T).read == frozenset()
+
+
+def test_pod_view_reads_the_pods_deadline() -> None:
+    p = pod_view({"metadata": {"namespace": NS, "name": "demo-t1-x", "labels": {"job-name": "demo-t1"}},
+                  "spec": {"activeDeadlineSeconds": 20}, "status": {"phase": "Running"}})
+    assert p.active_deadline_seconds == 20

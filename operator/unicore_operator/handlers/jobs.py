@@ -10,7 +10,8 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import JOB_SELECTOR
 from unicore_operator.log import logger
 from unicore_operator.reconcile import job_changed, reconcile_task
-from unicore_operator.turn_ends import break_dead_lease, pod_job
+from unicore_operator.turn_ends import break_dead_lease, pod_job, pod_moves_phase
+from unicore_operator.watchdog.views import pod_view
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=JOB_SELECTOR)
@@ -23,16 +24,22 @@ async def turn_job_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
 
 @kopf.on.event("", "v1", "pods", labels=JOB_SELECTOR)
 async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A turn pod ended (Succeeded/Failed/deleted) while its process held the task's lease: break the lease now
-    (not after its TTL) and reconcile, so the task's next turn starts within seconds."""
+    """A turn pod changed. It exists: a FailedCreate of its Job is over. It waits for resources, or started after
+    waiting: the task's status follows. It ended (Succeeded/Failed/deleted) while its process held the task's lease:
+    break the lease now (not after its TTL) and reconcile, so the task's next turn starts within seconds."""
     ctx: OperatorContext | None = memo.get("ctx")
     if ctx is None:
         return
     created = pod_job(dict(body))
-    failure = ctx.create_failures.get(created[0]) if created is not None else None
-    if created is not None and failure is not None and failure.job == created[1]:
-        ctx.create_failures.pop(created[0], None)  # the Job could create its pod after all
-        await reconcile_task(ctx, created[0][0], created[0][1], "turn-pod-created")
+    if created is not None and ctx.watches(created[0][0]):
+        (namespace, name), job = created
+        failure = ctx.create_failures.get((namespace, name))
+        task = ctx.indexed_task(namespace, name)
+        if failure is not None and failure.job == job:
+            ctx.create_failures.pop((namespace, name), None)  # the Job could create its pod after all
+            await reconcile_task(ctx, namespace, name, "turn-pod-created")
+        elif task is not None and pod_moves_phase(pod_view(body), task.get("status") or {}):
+            await reconcile_task(ctx, namespace, name, "turn-pod-scheduling")
     try:
         key = await break_dead_lease(ctx, dict(body), event.get("type"))
     except Exception as exc:  # Redis unreachable: the lease expires on its TTL, the watchdog covers the rest

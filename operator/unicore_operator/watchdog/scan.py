@@ -7,7 +7,9 @@ one per orphan Job.
 
 Reasons, in the order they are checked:
 - ``orphan_job``: a turn Job whose AgentTask is not in the cache (older than ``absence_grace``);
-- ``deadline_exceeded``: a Job running past ``activeDeadlineSeconds`` + ``deadline_grace`` and still not finished;
+- ``deadline_exceeded``: a turn pod Running past its own ``activeDeadlineSeconds`` (the turn timeout, counted from
+  the pod's start, so a wait for scheduling does not count) + ``deadline_grace``, or a Job past its
+  ``activeDeadlineSeconds`` (turn timeout + the bounded wait for scheduling) + ``deadline_grace``, not finished;
 - ``pending_timeout``: the Job's pod Pending longer than ``pending_timeout`` (or no pod at all that long); the
   scheduler's / kubelet's reason is copied into the message;
 - ``heartbeat_stale``: the Job's pod Running but the task's heartbeat (or, before the first beat, the pod start)
@@ -185,6 +187,13 @@ def _pod_started(pod: PodView) -> float:
     return pod.start_time or pod.created_at
 
 
+def _pod_overdue(pod: PodView, now: float) -> float | None:
+    """Seconds a Running pod runs past its own activeDeadlineSeconds (the turn timeout, from the pod's start)."""
+    if pod.phase != "Running" or pod.active_deadline_seconds is None or not pod.start_time:
+        return None
+    return _age(now, pod.start_time) - pod.active_deadline_seconds
+
+
 def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
                 state: RedisTaskState | None, beating: bool = False) -> ReapAction | None:
     overdue = _overdue(job, now)
@@ -199,6 +208,15 @@ def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t
     live = [p for p in pods if not p.deleting and not p.terminated]
     pending = [p for p in live if p.phase == "Pending"]
     running = [p for p in live if p.phase == "Running"]
+    for pod in running:
+        late = _pod_overdue(pod, now)
+        if late is not None and late > t.deadline_grace:
+            return _task_action(
+                ReapReason.DEADLINE_EXCEEDED, task,
+                f"turn pod {pod.name} still running {late:.0f}s past its turn timeout "
+                f"(activeDeadlineSeconds={pod.active_deadline_seconds} from the pod's start)",
+                t, job=job, pod=pod, state=state, reset_status=True,
+            )
     if not live and not pods and _age(now, job.created_at) > t.pending_timeout:
         return _task_action(
             ReapReason.PENDING_TIMEOUT, task,
@@ -351,6 +369,10 @@ def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> 
             if pod.deleting or pod.terminated:
                 continue
             if pod.phase == "Pending" and _age(now, pod.created_at) > t.pending_timeout:
+                read.add(task_id)
+                break
+            late = _pod_overdue(pod, now)
+            if late is not None and late > t.deadline_grace:
                 read.add(task_id)
                 break
             if pod.phase == "Running" and now - _pod_started(pod) > t.heartbeat_timeout:

@@ -78,6 +78,7 @@ class PodView:
     waiting_reason: str = ""  # a container's waiting reason (ImagePullBackOff, ...)
     waiting_message: str = ""
     turn: int = 0  # label unicore.dev/turn (the Job's pod template carries it)
+    active_deadline_seconds: int | None = None  # the turn timeout, counted from the pod's start (start_time)
 
     @property
     def key(self) -> str:
@@ -186,6 +187,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
 
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta, status = _meta(body), body.get("status") or {}
+    deadline = (body.get("spec") or {}).get("activeDeadlineSeconds")
     labels = meta.get("labels") or {}
     job_name = str(labels.get(JOB_NAME_LABEL) or labels.get(f"batch.kubernetes.io/{JOB_NAME_LABEL}") or "")
     if not job_name:
@@ -218,4 +220,5 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,
         turn=_int(labels.get(TURN_LABEL)),
+        active_deadline_seconds=int(deadline) if deadline is not None else None,
     )
