@@ -11,23 +11,34 @@ script; the model call's metrics in between would be best-effort writes, which s
   connection attempt (proving the turn reached for Redis while it was down), then the server starts again.
 
 The lease TTL is long so the heartbeat thread (every TTL/3) stays out of the way: the turn's own write meets the blip.
+
+At the end, without a turn: a client (sync and asyncio) whose idle connection is killed while Redis refuses new
+connections reconnects hundreds of times without its stack growing (it used to end in RecursionError).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any, cast
 
 import pytest
 import redis
+import redis.asyncio as aioredis
+import unicore.state.client as client_module
 from pydantic import BaseModel, ConfigDict
 from unicore.schema import TaskSpec
+from unicore.state.client import build_async_client, build_client
 from unicore.state.store import TaskStore, connect
 from unicore.tools.base import Tool, ToolContext
 from unicore.turn import EXIT_OK, TurnOutcome
@@ -241,3 +252,114 @@ def test_without_retries_the_same_blip_fails_fast(
     admin.close()
     client.close()
     assert outcome.exit_code != EXIT_OK and "Connection" in outcome.error, outcome
+
+
+# A client's reconnect while Redis refuses new connections (here: maxclients reached; the same shape as a server
+# still loading its data, a proxy accepting for a stopped server, or NOAUTH after a password was set): a connection
+# idle past its health check reconnects, and the first command of its handshake (CLIENT SETINFO) PINGs it first.
+# That PING failed, its retry reconnected, whose handshake PINGed again under a new retry loop, ... one level of
+# Python stack per failed attempt until RecursionError (the async client wraps that in a ConnectionError and retries
+# on at the top of the stack). The backoff is made tiny so that the hundreds of attempts that used to overflow the
+# stack take a fraction of a second, and the health check is due after 0.1 s idle instead of 15 s.
+REFUSALS = 300  # failed reconnects before Redis accepts clients again (the stack overflowed after about 110)
+FAST_HEALTH_CHECK = 0.1
+STACK_SLACK = 60  # frames: reconnects made from different call sites differ by a few; a recursion adds ~10 each
+
+
+def _stack_depth() -> int:
+    depth, frame = 0, cast(FrameType | None, sys._getframe(1))
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
+
+
+@pytest.fixture
+def connect_depths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A fast backoff, and the Python stack depth of every connection attempt (sync and async clients)."""
+    monkeypatch.setattr(client_module, "BACKOFF_BASE", 0.0005)
+    monkeypatch.setattr(client_module, "BACKOFF_CAP", 0.002)
+    depths: list[int] = []
+    sync_connect = redis.UnixDomainSocketConnection._connect  # type: ignore[attr-defined]
+    async_connect = aioredis.UnixDomainSocketConnection._connect  # type: ignore[attr-defined]
+
+    def recorded_sync(self: redis.UnixDomainSocketConnection) -> Any:
+        depths.append(_stack_depth())
+        return sync_connect(self)
+
+    async def recorded_async(self: aioredis.UnixDomainSocketConnection) -> Any:
+        depths.append(_stack_depth())
+        return await async_connect(self)
+
+    monkeypatch.setattr(redis.UnixDomainSocketConnection, "_connect", recorded_sync)
+    monkeypatch.setattr(aioredis.UnixDomainSocketConnection, "_connect", recorded_async)
+    return depths
+
+
+def refuse_new_connections(server: RestartableRedis) -> tuple[threading.Event, Background]:
+    """Kill every client connection and refuse new ones until Redis has turned away REFUSALS (or ``stop`` is set)."""
+    admin = server.admin()  # its one connection is the only client Redis keeps serving
+    before = int(admin.info("stats")["rejected_connections"])
+    admin.config_set("maxclients", 1)
+    admin.client_kill_filter(_type="normal", skipme=True)
+    stop = threading.Event()
+
+    def refused_enough() -> bool:
+        return stop.is_set() or int(admin.info("stats")["rejected_connections"]) - before >= REFUSALS
+
+    def accept_again() -> None:
+        try:
+            wait_for(refused_enough, timeout=30, interval=0.01, what=f"Redis to refuse {REFUSALS} connections")
+        finally:
+            admin.config_set("maxclients", 10_000)
+            admin.close()
+
+    return stop, Background(accept_again)
+
+
+def assert_flat_stack(depths: list[int]) -> None:
+    assert len(depths) > REFUSALS, depths  # the client did retry through every refusal
+    grew = max(depths) - min(depths)
+    assert grew < STACK_SLACK, f"the stack grew by {grew} frames over {len(depths)} connection attempts"
+
+
+def test_an_idle_client_rides_out_refused_reconnects_without_recursing(
+    server: RestartableRedis, connect_depths: list[int]
+) -> None:
+    client = build_client(server.url, retry_for=20, health_check_interval=FAST_HEALTH_CHECK)
+    client.set("k", "v")
+    (conn,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+    wait_for(lambda: time.time() > conn.next_health_check, timeout=5, what="the connection to be due a health check")
+    stop, helper = refuse_new_connections(server)
+    try:
+        assert client.get("k") == "v"
+    finally:
+        stop.set()
+        helper.join()
+        client.close()
+    assert_flat_stack(connect_depths)
+
+
+def test_an_idle_async_client_rides_out_refused_reconnects_without_recursing(
+    server: RestartableRedis, connect_depths: list[int]
+) -> None:
+    async def scenario() -> None:
+        client = build_async_client(server.url, retry_for=20, health_check_interval=FAST_HEALTH_CHECK)
+        try:
+            await client.set("k", "v")
+            (conn,) = client.connection_pool._available_connections
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5
+            while loop.time() <= conn.next_health_check:  # until the connection is due a health check
+                assert loop.time() < deadline, "the connection never became due a health check"
+                await asyncio.sleep(0.01)
+            stop, helper = refuse_new_connections(server)
+            try:
+                assert await client.get("k") == b"v"
+            finally:
+                stop.set()
+                await asyncio.to_thread(helper.join)
+        finally:
+            await client.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    assert_flat_stack(connect_depths)

@@ -8,6 +8,7 @@ connection, so each attempt fails at once and the attempts can be counted.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import tempfile
 import threading
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from unicore.errors import ConfigError
 from unicore.state.client import (
+    AsyncBoundedRetry,
     BoundedRetry,
     build_async_client,
     build_client,
@@ -132,3 +135,93 @@ def test_connection_options(monkeypatch: pytest.MonkeyPatch) -> None:
     client = connect("redis://redis:6379/0")
     assert client.connection_pool.connection_kwargs["decode_responses"] is True
     assert client.connection_pool.connection_kwargs["socket_timeout"] == 12
+
+
+class Flaky:
+    """An operation that fails with ConnectionError ``failures`` times, then returns "ok"."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise redis.ConnectionError(f"down (attempt {self.calls})")
+        return "ok"
+
+
+def _ignore(_error: Exception) -> None:
+    return None
+
+
+def test_a_nested_retrying_call_makes_one_attempt_and_the_outermost_loop_retries() -> None:
+    """redis-py nests retries (a command's retry -> reconnect -> health-check PING's retry -> reconnect -> ...):
+    one loop per call, or the nesting recursed once per failed attempt (tests/integration/test_redis_blips.py)."""
+    retry = BoundedRetry(5, NoBackoff())
+    inner = Flaky(2)
+    outer_calls = 0
+    cleaned_up: list[str] = []
+
+    def outer() -> str:
+        nonlocal outer_calls
+        outer_calls += 1
+        return retry.call_with_retry(inner, lambda error: cleaned_up.append(str(error)))
+
+    assert retry.call_with_retry(outer, _ignore) == "ok"
+    assert (outer_calls, inner.calls) == (3, 3)  # each inner failure went up to the outer loop
+    assert cleaned_up == ["down (attempt 1)", "down (attempt 2)"]  # the inner level's clean-up still ran
+
+
+def test_the_async_retry_nests_the_same_way() -> None:
+    retry = AsyncBoundedRetry(5, NoBackoff())
+    inner = Flaky(2)
+    outer_calls = 0
+
+    async def attempt() -> str:
+        return inner()
+
+    async def outer() -> str:
+        nonlocal outer_calls
+        outer_calls += 1
+        return await retry.call_with_retry(attempt, _async_ignore)
+
+    assert asyncio.run(retry.call_with_retry(outer, _async_ignore)) == "ok"
+    assert (outer_calls, inner.calls) == (3, 3)
+
+
+async def _async_ignore(_error: Exception) -> None:
+    return None
+
+
+def test_a_failure_handler_that_cannot_reconnect_is_one_more_failed_attempt() -> None:
+    """PubSub's handler reconnects; its reconnect (now one attempt) failing must not end the retrying."""
+    retry = BoundedRetry(5, NoBackoff())
+    work = Flaky(2)
+
+    def reconnect(_error: Exception) -> None:
+        raise redis.ConnectionError("still down")
+
+    assert retry.call_with_retry(work, reconnect) == "ok"
+    assert work.calls == 3
+
+
+def test_a_failure_handler_that_reraises_ends_the_retrying() -> None:
+    """redis-py's handlers re-raise the error itself for errors the connection must not retry."""
+    retry = BoundedRetry(5, NoBackoff())
+    work = Flaky(10)
+
+    def give_up(error: Exception) -> None:
+        raise error
+
+    with pytest.raises(redis.ConnectionError, match="attempt 1"):
+        retry.call_with_retry(work, give_up)
+    assert work.calls == 1
+
+
+def test_a_context_copied_inside_a_call_retries_on_its_own_once_the_call_ended() -> None:
+    retry = BoundedRetry(5, NoBackoff())
+    copied = retry.call_with_retry(contextvars.copy_context, _ignore)  # e.g. a task started inside a call
+    work = Flaky(2)
+    assert copied.run(retry.call_with_retry, work, _ignore) == "ok"
+    assert work.calls == 3

@@ -5,8 +5,12 @@ connection, a restarted server, a failover) with exponential backoff and jitter,
 (``UNICORE_REDIS_RETRY_SECONDS``, default 30 s; 0 = fail at once), reconnecting as needed. It uses redis-py's own
 machinery (``Retry``, ``EqualJitterBackoff``, ``retry_on_error``) with two additions redis-py 5 lacks:
 
-- the bound is a time, not a count: a ``Retry`` whose budget is shared by the nested retries of one call (the
-  command's retry and the reconnects inside it);
+- the bound is a time, not a count, and one call has one retry loop: redis-py nests retrying calls in one another
+  (a command's retry reconnects, whose own retry wraps the socket connect; a health-check PING's retry reconnects,
+  whose handshake's first command runs the health check's retry again, ...). A retrying call made while another
+  one is in progress in the same thread / asyncio task makes a single attempt and leaves the retrying to the
+  outermost loop. Nested loops would multiply, and the PING -> reconnect -> handshake -> PING chain recursed one
+  stack level per failed reconnect (a server that refuses new connections for long enough: RecursionError);
 - taking a connection from the pool is retried too (redis-py reconnects a pooled connection outside of any
   retry, so a command issued while the server restarts failed on its first attempt).
 
@@ -53,8 +57,9 @@ BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at 
 BACKOFF_CAP = 2.0
 RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
 
-# The deadline of the outermost retrying call in progress (per thread / per asyncio task): nested retries share it.
-_deadline: ContextVar[float | None] = ContextVar("unicore_redis_retry_deadline", default=None)
+# The window of the outermost retrying call in progress in this thread / asyncio task (None: none is). A context
+# copied while one was open (a task or thread started from inside a call) sees it closed once that call has ended.
+_window: ContextVar[_Window | None] = ContextVar("unicore_redis_retry_window", default=None)
 
 
 def _seconds_from_env(name: str, default: float) -> float:
@@ -79,17 +84,23 @@ def _backoff() -> AbstractBackoff:
     return EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
 
 
+def _nested() -> bool:
+    """Whether a retrying call is in progress in this thread / asyncio task (then it does the retrying)."""
+    window = _window.get()
+    return window is not None and window.open
+
+
 class _Window:
-    """The retry window of one call: its deadline (the outer call's, if nested) and the failure count."""
+    """The retry loop of the outermost retrying call: its deadline and failure count (open until the call ends)."""
 
     def __init__(self, seconds: float, backoff: AbstractBackoff) -> None:
-        outer = _deadline.get()
-        self.deadline = outer if outer is not None else time.monotonic() + seconds
-        self.token = _deadline.set(self.deadline) if outer is None else None
+        self.deadline = time.monotonic() + seconds
         self.seconds = seconds
         self.backoff = backoff
         self.failures = 0
+        self.open = True
         backoff.reset()
+        self._token = _window.set(self)
 
     def next_delay(self, error: Exception) -> float:
         """Seconds to wait before the next attempt; re-raises ``error`` once the window is used up."""
@@ -97,18 +108,18 @@ class _Window:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise error
-        if self.failures == 1 and self.token is not None:
+        if self.failures == 1:
             log.warning("Redis unavailable (%s: %s); retrying for up to %.0f s", type(error).__name__, error,
                         self.seconds)
         return min(self.backoff.compute(self.failures), remaining)
 
     def close(self) -> None:
-        if self.token is not None:
-            _deadline.reset(self.token)
+        self.open = False
+        _window.reset(self._token)
 
 
 class BoundedRetry(Retry):
-    """redis-py's ``Retry`` bounded by a total time (shared with nested retries) instead of a count."""
+    """redis-py's ``Retry`` bounded by a total time instead of a count; nested calls make one attempt (module doc)."""
 
     def __init__(self, seconds: float, backoff: AbstractBackoff | None = None) -> None:
         self.seconds = seconds
@@ -119,14 +130,27 @@ class BoundedRetry(Retry):
         return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))  # redis-py adds retry_on_error's here
 
     def call_with_retry(self, do: Callable[[], T], fail: Callable[[Exception], Any]) -> T:
+        errors = self.errors()
+        if _nested():
+            try:
+                return do()
+            except errors as error:
+                fail(error)  # this level's clean-up (disconnect); the outer loop retries
+                raise
         window = _Window(self.seconds, self.policy)
         try:
             while True:
                 try:
                     return do()
-                except self.errors() as error:
-                    fail(error)  # disconnects; raises at once for errors the connection must not retry
-                    time.sleep(window.next_delay(error))
+                except errors as error:
+                    failed: Exception = error
+                try:
+                    fail(failed)  # disconnects; raises ``failed`` for errors the connection must not retry
+                except errors as error:
+                    if error is failed:
+                        raise
+                    failed = error  # a handler that reconnects (PubSub's) failed to: one more failed attempt
+                time.sleep(window.next_delay(failed))
         finally:
             window.close()
 
@@ -143,14 +167,27 @@ class AsyncBoundedRetry(AsyncRetry):
         return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))
 
     async def call_with_retry(self, do: Callable[[], Awaitable[T]], fail: Callable[[Any], Any]) -> T:
+        errors = self.errors()
+        if _nested():
+            try:
+                return await do()
+            except errors as error:
+                await fail(error)
+                raise
         window = _Window(self.seconds, self.policy)
         try:
             while True:
                 try:
                     return await do()
-                except self.errors() as error:
-                    await fail(error)
-                    await asyncio.sleep(window.next_delay(error))
+                except errors as error:
+                    failed: Exception = error
+                try:
+                    await fail(failed)
+                except errors as error:
+                    if error is failed:
+                        raise
+                    failed = error
+                await asyncio.sleep(window.next_delay(failed))
         finally:
             window.close()
 
@@ -181,13 +218,18 @@ class AsyncRetryingConnectionPool(aioredis.ConnectionPool):
         return await retry.call_with_retry(lambda: get(*args, **options), _ignore)
 
 
-def client_options(url: str, *, retry_for: float | None = None, is_async: bool = False) -> dict[str, Any]:
-    """Connection keyword arguments of every UniCore Redis client (options in the URL's query string win)."""
+def client_options(
+    url: str, *, retry_for: float | None = None, is_async: bool = False, health_check_interval: float | None = None
+) -> dict[str, Any]:
+    """Connection keyword arguments of every UniCore Redis client (options in the URL's query string win).
+
+    ``health_check_interval``: seconds a connection may stay idle before it is PINGed (default 15; tests lower it).
+    """
     seconds = retry_seconds() if retry_for is None else retry_for
     options: dict[str, Any] = {
         "socket_timeout": _seconds_from_env(SOCKET_TIMEOUT_ENV, DEFAULT_SOCKET_TIMEOUT) or None,
         "socket_connect_timeout": CONNECT_TIMEOUT,
-        "health_check_interval": HEALTH_CHECK_INTERVAL,
+        "health_check_interval": HEALTH_CHECK_INTERVAL if health_check_interval is None else health_check_interval,
         "retry": AsyncBoundedRetry(seconds) if is_async else BoundedRetry(seconds),
         "retry_on_error": list(RETRY_ERRORS),
     }
@@ -196,21 +238,25 @@ def client_options(url: str, *, retry_for: float | None = None, is_async: bool =
     return options
 
 
-def build_client(url: str, *, decode_responses: bool = True, retry_for: float | None = None) -> redis.Redis:
+def build_client(
+    url: str, *, decode_responses: bool = True, retry_for: float | None = None,
+    health_check_interval: float | None = None,
+) -> redis.Redis:
     """A synchronous client for ``url`` that rides out connection blips (see the module doc)."""
-    pool = RetryingConnectionPool.from_url(
-        url, decode_responses=decode_responses, **client_options(url, retry_for=retry_for)
-    )
+    options = client_options(url, retry_for=retry_for, health_check_interval=health_check_interval)
+    pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # type: ignore[attr-defined]  # close() also closes the pool
     return client
 
 
-def build_async_client(url: str, *, decode_responses: bool = False, retry_for: float | None = None) -> aioredis.Redis:
+def build_async_client(
+    url: str, *, decode_responses: bool = False, retry_for: float | None = None,
+    health_check_interval: float | None = None,
+) -> aioredis.Redis:
     """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks."""
-    pool = AsyncRetryingConnectionPool.from_url(
-        url, decode_responses=decode_responses, **client_options(url, retry_for=retry_for, is_async=True)
-    )
+    options = client_options(url, retry_for=retry_for, is_async=True, health_check_interval=health_check_interval)
+    pool = AsyncRetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True
     return client
