@@ -377,7 +377,7 @@ class _Turn:
                 block = self.pending_tool_uses[0]
                 self.progress.mark(f"tool {block['toolUse'].get('name')}")
                 result = run_tool_call(ctx, tools, block)
-                self._end_step("after tool")  # before the (unfenced) inbox write of the result
+                self._end_step("after tool")
                 self._queue_result(result)
                 fault_point("after tool result")
                 self.pending_tool_uses.pop(0)
@@ -440,13 +440,14 @@ class _Turn:
         message = InboxMessage(
             id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id, tool_use_id=tool_id
         )
+        assert self.lease is not None
         try:
-            self.store.queue_message(self.task_id, message)
+            self.store.queue_own_result(self.lease, message)  # fenced: a zombie's late result is refused
         except MessageTooLarge as exc:
             message.content = tool_result_block(
                 tool_id, f"Error: the tool result was too large to keep ({exc})", error=True
             )
-            self.store.queue_message(self.task_id, message)
+            self.store.queue_own_result(self.lease, message)
 
     def _end_turn(
         self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str, iterations: int

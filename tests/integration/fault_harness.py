@@ -109,7 +109,9 @@ def check_tree(client: redis.Redis, root: str, settled: bool) -> FaultReport:
         stored_results = collections.Counter(
             b["toolResult"]["toolUseId"] for m in messages if m.role == "user" for b in m.content if "toolResult" in b
         )
-        report.duplicates += [f"{record.id}: result of {i} stored {n} times" for i, n in stored_results.items() if n > 1]
+        report.duplicates += [
+            f"{record.id}: result of {i} stored {n} times" for i, n in stored_results.items() if n > 1
+        ]
         request = build_request_messages(messages)
         report.problems += [f"{record.id}: {p}" for p in converse_problems(request)]
         report.synthetic_results += sum(

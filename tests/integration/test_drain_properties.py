@@ -13,8 +13,8 @@ After every step:
 - every stored tool result either answers a call of the assistant message right before it (and reaches the
   request) or is dropped by cleanup, and every call of the request is answered exactly once;
 - the request built from a non-empty history is one Bedrock Converse accepts (``converse_problems`` is empty)
-  and, when a turn would call the model, ends with a user message (except in the case of a known bug, pinned by
-  a strict xfail test below: late tool results alone after a final answer).
+  and, when a turn would call the model, ends with a user message (a zombie turn's late tool result, which broke
+  this, is refused by the fenced ``queue_own_result``: see the test below).
 
 Pure: arbitrary sequences of user/assistant messages with arbitrary tool calls and results always shape to a
 valid request starting with a user message, keeping every text and call, and never rewrite their input.
@@ -502,7 +502,8 @@ class DrainMachine(RuleBasedStateMachine):
             event("a call got a synthetic error result")
         # After anything but a text-only answer a turn calls the model: the request must end with a user message.
         # Except when all that follows a text-only answer is tool results (late, for answered calls), which
-        # cleanup drops: then it ends with that answer (test_a_late_tool_result_alone_... below, a known bug).
+        # cleanup drops: then it ends with that answer. Turns queue their own results fenced (queue_own_result), so
+        # only an unfenced producer of tool results (which this machine models) can get there; see the test below.
         answers = [i for i, m in enumerate(messages) if m.role == "assistant"]
         tail = messages[answers[-1] + 1 :] if answers else messages
         only_late_results = bool(answers) and is_turn_ending(messages[answers[-1]]) and not any(
@@ -529,14 +530,12 @@ def test_drain_cleanup_and_shaping_under_random_interleavings(redis_client: redi
 
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a turn whose drain brings only late tool results (dropped by cleanup) still calls the model, "
-    "with a request that ends with the assistant's own final answer (and, for a child, reports a second completion)",
-)
-def test_a_late_tool_result_alone_does_not_send_a_request_ending_with_the_answer(
+def test_a_zombie_turns_late_tool_result_is_refused_and_starts_no_model_call(
     store: TaskStore, turn: TurnRunner
 ) -> None:
+    """Found by the stateful test: a turn whose lease expired while its tool ran queued the result anyway (the write
+    was not fenced); the next turn drained it alone and called the model with a request ending with the assistant's
+    own final answer (a child then reported twice). A turn's own results are now queued fenced."""
     store.create_task(TaskSpec(id="late", prompt="hello"))
     zombie = store.acquire_lease("late", holder="zombie")
     store.drain(zombie, first_drain=True)
@@ -544,14 +543,14 @@ def test_a_late_tool_result_alone_does_not_send_a_request_ending_with_the_answer
     store.redis.delete(store.keys("late").lease)  # the lease expired while the zombie's tool ran
     assert turn("late").exit_code == EXIT_OK  # the successor: t1 gets an error result, the model answers, turn ends
     answered = len(turn.requests("late"))
-    # the zombie's tool returns and its result reaches the inbox (_Turn._queue_result is not fenced)
     late = tool_result_block("t1", "late result")
-    store.queue_message(
-        "late", InboxMessage(id="tr:t1", type="tool_result", content=late, sender="late", tool_use_id="t1")
-    )
+    with pytest.raises(LeaseLost):  # the zombie's tool returns: what _Turn._queue_result does with its lease
+        store.queue_own_result(
+            zombie, InboxMessage(id="tr:t1", type="tool_result", content=late, sender="late", tool_use_id="t1")
+        )
+    assert store.pending_count("late") == 0
     assert turn("late").exit_code == EXIT_OK
-    for request in turn.requests("late")[answered:]:
-        assert request.messages[-1]["role"] == "user", json.dumps(request.messages)
+    assert turn.requests("late")[answered:] == []
 
 
 # ================================================================== pure: any history shapes to a valid request

@@ -23,8 +23,8 @@ from unicore.tools import policy
 from unicore.turn import EXIT_CANCELLED, EXIT_OK
 
 from tests.integration.conftest import NoteTool, RecordingModel, TurnRunner
-from tests.waiting import wait_for
 from tests.unit.test_openai import FakeEndpoint, completion, make_model
+from tests.waiting import wait_for
 
 FINAL = {"default": "final answer"}
 

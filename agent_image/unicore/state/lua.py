@@ -50,6 +50,18 @@ redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
 """
 
+# KEYS: lease, task, inbox, seen   ARGV: token, id, entry_json, now
+# A turn queues the results of its own tool calls fenced: a turn whose lease is gone (a zombie whose tool outlived
+# the lease) writes nothing; its successor already answered those calls with synthetic error results.
+QUEUE_OWN_RESULT = (
+    _FENCE
+    + """
+if redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[2]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[3], ARGV[3])
+return 1
+"""
+)
+
 # KEYS: lease, fence, task, heartbeat   ARGV: holder, ttl_ms, now
 ACQUIRE_LEASE = """
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1, ''} end

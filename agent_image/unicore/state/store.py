@@ -122,6 +122,7 @@ class TaskStore:
         self.message_cap_bytes = message_cap_bytes
         self._create = client.register_script(lua.CREATE_TASK)
         self._queue = client.register_script(lua.QUEUE_MESSAGE)
+        self._queue_own = client.register_script(lua.QUEUE_OWN_RESULT)
         self._acquire = client.register_script(lua.ACQUIRE_LEASE)
         self._renew = client.register_script(lua.RENEW_LEASE)
         self._release = client.register_script(lua.RELEASE_LEASE)
@@ -258,6 +259,17 @@ class TaskStore:
         if result < 0:
             raise TaskNotFound(f"no task {task_id!r}; message {message.id} was not queued")
         return result == 1
+
+    def queue_own_result(self, lease: Lease, message: InboxMessage) -> bool:
+        """``queue_message`` into the lease holder's own inbox, fenced (LeaseLost if the lease is no longer ours):
+        the result of a tool call reaches the conversation only from the turn that still owns it."""
+        keys = self.keys(lease.task_id)
+        result = self._fenced(
+            self._queue_own,
+            [keys.lease, keys.task, keys.inbox, keys.seen],
+            [lease.token, message.id, self._encode_entry(message), repr(message.timestamp)],
+        )
+        return int(result) == 1
 
     def queue_text(
         self,
