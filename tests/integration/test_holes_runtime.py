@@ -279,3 +279,24 @@ def test_an_owed_report_is_delivered_before_the_next_turn_of_the_child_starts(
     assert turn("m-c").exit_code == EXIT_OK
     ids = [m.id for m in store.inbox("m") if m.type == "completion"]
     assert ids == ["completion:m-c:0", "completion:m-c:1"]
+
+
+# ---------------------------------------------------------------- 14. a failed child tells its parent
+
+
+def test_a_child_whose_turn_fails_tells_its_parent_why(store: TaskStore, redis_client: redis.Redis,
+                                                       redis_url: str, tmp_path: Path) -> None:
+    from unicore.launch.local import LocalSupervisor
+
+    store.create_task(TaskSpec(id="f", script={"default": "noted", "tasks": {"f": [{"echo": True}]}}))
+    store.create_task(TaskSpec(id="f-x", parent="f", prompt="work", model="nosuchprovider:m"))
+    store.activate("f-x", "test")
+    supervisor = LocalSupervisor(redis_client, redis_url, env={"UNICORE_HOME": str(tmp_path)},
+                                 on_event=lambda _text: None)
+    settle = supervisor.run_until_settled("f", timeout=120)
+    assert settle.settled and settle.failures == {"f-x": 1}
+    texts = [b["text"] for m in store.messages("f") if m.role == "user" for b in m.content if "text" in b]
+    failed = [t for t in texts if t.startswith("[SYSTEM] Child task f-x has FAILED")]
+    assert len(failed) == 1, texts
+    assert "nosuchprovider" in failed[0]  # the reason: the child's last error
+    assert "[SYSTEM] Child task f-x has FAILED" in store.get_task("f").last_response  # the parent's model saw it
