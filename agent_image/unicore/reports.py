@@ -55,6 +55,8 @@ def failure_message(record: TaskRecord, reason: str) -> str:
         f"You can retry by calling spawn_task with name='{_child_name(record)}' and a new message, or do the work "
         "yourself.",
     ]
+    if record.last_error and record.last_error not in reason:
+        lines.append(f"Its last error: {record.last_error[:4000]}")
     if record.last_response:
         last = record.last_response
         lines += ["", "Last response from child:", last if len(last) <= 100_000 else last[:100_000] + CUT_MARK]
