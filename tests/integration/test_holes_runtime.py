@@ -300,3 +300,31 @@ def test_a_child_whose_turn_fails_tells_its_parent_why(store: TaskStore, redis_c
     assert len(failed) == 1, texts
     assert "nosuchprovider" in failed[0]  # the reason: the child's last error
     assert "[SYSTEM] Child task f-x has FAILED" in store.get_task("f").last_response  # the parent's model saw it
+
+
+# ---------------------------------------------------------------- 11. a retried write does not apply twice
+
+
+def test_a_write_retried_after_its_reply_was_lost_applies_once(store: TaskStore, redis_client: redis.Redis) -> None:
+    """The Redis client re-sends a command whose connection died; if the server had already run it, the drain and
+    the answer's append (the writes that are not naturally idempotent) replay their first result."""
+    store.create_task(TaskSpec(id="rt", prompt="hi"))
+    lease = store.acquire_lease("rt")
+    sent: list[tuple[Any, list[str], list[Any]]] = []
+    original = store._fenced
+
+    def twice(script: Any, keys: list[str], args: list[Any]) -> Any:
+        first = original(script, keys, args)
+        sent.append((script, keys, args))
+        assert original(script, keys, args) == first  # the retry: same command, same reply
+        return first
+
+    store._fenced = twice  # type: ignore[method-assign]
+    drained = store.drain(lease, first_drain=True)
+    answer = store.append_message(lease, "assistant", [{"text": "hello"}], usage=Usage(total_tokens=7,
+                                                                                          input_tokens=5,
+                                                                                          output_tokens=2))
+    assert len(sent) == 2 and drained.drained == 1
+    assert [m.seq for m in store.messages("rt")] == [0, answer.seq] == [0, 1]
+    record = store.get_task("rt")
+    assert record.iterations == 1 and record.total_tokens == 7

@@ -29,6 +29,27 @@ local function message_json(seq, turn_number, first_seq, role, now, content, inb
 end
 """
 
+# Idempotent retries: a fenced write that carries a write id (unique per call, the same on the Redis client's
+# retries) remembers it with its result on the task hash; a retry of a call the server already executed (its reply
+# was lost with the connection) returns that result instead of writing again. W = the ARGV index of the write id.
+def _replay(w: int) -> str:
+    return f"""
+if ARGV[{w}] ~= '' and redis.call('HGET', KEYS[2], 'last_write_id') == ARGV[{w}] then
+  return cjson.decode(redis.call('HGET', KEYS[2], 'last_write_result'))
+end
+"""
+
+
+def _remember(w: int, result: str) -> str:
+    return f"""
+local result = {result}
+if ARGV[{w}] ~= '' then
+  redis.call('HSET', KEYS[2], 'last_write_id', ARGV[{w}], 'last_write_result', cjson.encode(result))
+end
+return result
+"""
+
+
 # KEYS: task, inbox, seen   ARGV: created_at, prompt_id ('' = none), prompt_entry, field, value, ...
 CREATE_TASK = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -96,7 +117,7 @@ return 1
 """
 
 # KEYS: lease, task, inbox, turns, messages
-# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, then per message: content_json, inbox_ids_json
+# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, write id, then per message: content_json, inbox_ids_json
 # (the ids of the `user` inbox entries the message holds, stored as its "inbox_ids" unless the list is empty)
 # Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the
 # task
@@ -104,6 +125,7 @@ return 1
 DRAIN = (
     _FENCE
     + _MESSAGE_JSON
+    + _replay(6)
     + """
 local n = tonumber(ARGV[2])
 if redis.call('LINDEX', KEYS[3], n - 1) ~= ARGV[3] then return redis.error_reply('UC_STALE_INBOX') end
@@ -143,21 +165,25 @@ if new_turn then
   redis.call('HSET', KEYS[2], 'turns', nturns + 1)
 end
 local seq = nmsgs
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   redis.call('RPUSH', KEYS[5], message_json(seq, turn_number, first_seq, 'user', now, ARGV[i], ARGV[i + 1]))
   seq = seq + 1
 end
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HSET', KEYS[2], 'updated_at', now)
-return {turn_number, new_turn and 1 or 0, nmsgs, first_seq}
+"""
+    + _remember(6, "{turn_number, new_turn and 1 or 0, nmsgs, first_seq}")
+    + """
 """
 )
 
 # KEYS: lease, task, turns, messages
-# ARGV: token, role, content_json, now, is_assistant, has_tool_use, input_tokens, output_tokens, total_tokens
+# ARGV: token, role, content_json, now, is_assistant, has_tool_use, input_tokens, output_tokens, total_tokens,
+#       write id
 APPEND_MESSAGE = (
     _FENCE
     + _MESSAGE_JSON
+    + _replay(10)
     + """
 local header_raw = redis.call('LINDEX', KEYS[3], -1)
 if not header_raw then return redis.error_reply('UC_NO_TURN') end
@@ -173,7 +199,9 @@ if tonumber(ARGV[9]) > 0 then
   redis.call('HINCRBY', KEYS[2], 'total_tokens', ARGV[9])
 end
 redis.call('HSET', KEYS[2], 'updated_at', ARGV[4])
-return {seq, header['turn_number'], seq - header['first_seq']}
+"""
+    + _remember(10, "{seq, header['turn_number'], seq - header['first_seq']}")
+    + """
 """
 )
 

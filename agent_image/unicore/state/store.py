@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -414,6 +415,7 @@ class TaskStore:
                         raw_entries[-1],
                         "1" if first_drain else "0",
                         now,
+                        uuid.uuid4().hex,  # write id: a retry after a lost reply replays the result (lua._replay)
                         *(arg for content, ids in batch for arg in (json.dumps(content), json.dumps(ids))),
                     ],
                 )
@@ -464,6 +466,7 @@ class TaskStore:
                 used.input_tokens,
                 used.output_tokens,
                 used.total_tokens,
+                uuid.uuid4().hex,  # write id: a retry after a lost reply does not store the answer twice
             ],
         )
         if usage and usage.total_tokens:
