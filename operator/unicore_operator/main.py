@@ -44,19 +44,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(verbose: bool = False) -> logging.Handler:
+    """The operator's one log handler: the root logger gets exactly one stderr handler with one format, and every
+    logger (ours, Kopf's, the libraries') writes through it, so each record is printed once. Neither
+    ``logging.basicConfig`` nor ``kopf.configure`` is called: each adds a root handler of its own, and together they
+    printed every line twice in two formats. Calling this again replaces the handler rather than adding one."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # Kopf's own chatter (every watch event, every patch) only when asked for; its warnings and errors always.
+    logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # asyncio's debug notes are noise even with --verbose (kopf.configure silences them too); its errors
+    # ("Task exception was never retrieved") still reach the log.
+    logging.getLogger("asyncio").setLevel(logging.WARNING)
+    return handler
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     try:
         settings = load_settings()  # fail fast with a clear message; the startup handler reads it again
     except ConfigError as exc:
         print(f"unicore-operator: {exc}", file=sys.stderr)
         return 2
-    kopf.configure(verbose=args.verbose, log_prefix=False)
-    logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     import_handlers()
     try:
         asyncio.run(kopf.operator(
