@@ -20,8 +20,10 @@ import hashlib
 import os
 import signal
 
+from unicore.state.keys import FAULTS_LOG, FAULTS_PREFIX
+
 ENV = "UNICORE_FAULTS"
-LOG_KEY = "uc:faults:log"
+LOG_KEY = FAULTS_LOG
 STEPS = (
     "after lease",
     "after drain",
@@ -66,7 +68,7 @@ def fault_point(step: str) -> None:
         if digest[0] * 100 >= int(percent) * 256:
             return
         client = _redis()
-        if client.set(f"uc:faults:{point}", "1", nx=True):
+        if client.set(f"{FAULTS_PREFIX}{point}", "1", nx=True):
             client.rpush(LOG_KEY, point)
             os.kill(os.getpid(), signal.SIGKILL)
 

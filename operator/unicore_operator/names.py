@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from unicore.state import keys
+
 GROUP = "unicore.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -24,7 +26,7 @@ ROOT_LABEL = "unicore.dev/root"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TASK_ID_ANNOTATION = "unicore.dev/task-id"
 
-ACTIVATIONS_STREAM = "uc:activations"
+ACTIVATIONS_STREAM = keys.ACTIVATIONS_STREAM  # owned by unicore.state.keys
 OPERATOR_CONSUMER_GROUP = "operator"
 
 JOB_NAME_MAX = 52  # Job names above 52 characters break the pod-name/label limits of derived objects

@@ -18,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 from unicore.state import lua
 from unicore.state.client import build_async_client, build_client
+from unicore.state.keys import TaskKeys
 
 # Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
 # the Job's outcome (source 'job') or the watchdog's reap (source 'watchdog', also remembered in uc:{T}:opreaped, so
@@ -40,10 +41,6 @@ elseif ARGV[3] == '0' then
 end
 return 0
 """
-
-
-def key(task_id: str, suffix: str) -> str:
-    return f"uc:{{{task_id}}}:{suffix}"
 
 
 def _text(value: Any) -> str:
@@ -121,13 +118,13 @@ class RedisState:
         """The task's state in one round trip (two when its last turn has a header); ``ended_jobs``: names of
         ended turn Jobs to check against the accounting (``unrecorded_jobs``)."""
         pipe = self.aio.pipeline(transaction=False)
-        pipe.hgetall(key(task_id, "task"))
-        pipe.llen(key(task_id, "inbox"))
-        pipe.exists(key(task_id, "lease"))
-        pipe.hgetall(key(task_id, "operator"))
-        pipe.lindex(key(task_id, "turns"), -1)
+        pipe.hgetall(TaskKeys(task_id).task)
+        pipe.llen(TaskKeys(task_id).inbox)
+        pipe.exists(TaskKeys(task_id).lease)
+        pipe.hgetall(TaskKeys(task_id).operator)
+        pipe.lindex(TaskKeys(task_id).turns, -1)
         if ended_jobs:
-            pipe.smismember(key(task_id, "opjobs"), list(ended_jobs))
+            pipe.smismember(TaskKeys(task_id).operator_jobs, list(ended_jobs))
         replies = await pipe.execute()
         record_raw, pending, lease, op_raw, last_header = replies[:5]
         recorded = replies[5] if ended_jobs else []
@@ -157,7 +154,7 @@ class RedisState:
                 header = {}
             number = _int(header.get("turn_number"))
             meta = await self.aio.hmget(
-                key(task_id, "turnmeta"), [f"{number}:summary", f"{number}:ended_at"]
+                TaskKeys(task_id).turnmeta, [f"{number}:summary", f"{number}:ended_at"]
             )
             snap.last_turn = {
                 "number": number,
@@ -177,23 +174,22 @@ class RedisState:
         """
         flag = {"failed": "1", "succeeded": "0"}.get(outcome, "2")
         result = self._account(
-            keys=[key(task_id, "operator"), key(task_id, "opjobs"), key(task_id, "opreaped")],
+            keys=[TaskKeys(task_id).operator, TaskKeys(task_id).operator_jobs, TaskKeys(task_id).operator_reaped],
             args=[job_name, turn, flag, reason[:512], time.time() + retry_delay, source],
         )
         return int(result)
 
     def break_lease(self, task_id: str, pod_name: str) -> bool:
         """Delete the task's lease if its holder is a process of pod ``pod_name`` (which has terminated)."""
-        return bool(self._break(keys=[key(task_id, "lease"), key(task_id, "task")],
+        return bool(self._break(keys=[TaskKeys(task_id).lease, TaskKeys(task_id).task],
                                 args=[f"{pod_name}:", repr(time.time()), "0"]))
 
     def reset_failures(self, task_id: str) -> None:
-        self.sync.hset(key(task_id, "operator"), mapping={"failed": 0, "retry_at": 0, "last_failure": ""})
+        self.sync.hset(TaskKeys(task_id).operator, mapping={"failed": 0, "retry_at": 0, "last_failure": ""})
 
     def operator_keys(self, task_id: str) -> list[str]:
-        return [key(task_id, "operator"), key(task_id, "opjobs"), key(task_id, "opreaped")]
+        return [TaskKeys(task_id).operator, TaskKeys(task_id).operator_jobs, TaskKeys(task_id).operator_reaped]
 
     def task_keys(self, task_id: str) -> list[str]:
         """Every key of the task (the hash tag makes the pattern exact; SCAN stays on one slot's worth of keys)."""
-        pattern = "uc:{" + task_id.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + "}:*"
-        return list(self.sync.scan_iter(match=pattern, count=500))
+        return list(self.sync.scan_iter(match=TaskKeys(task_id).pattern(), count=500))

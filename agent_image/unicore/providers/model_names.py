@@ -32,10 +32,11 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 
 from unicore.errors import ConfigError
 from unicore.log import get_logger
+from unicore.state.keys import BEDROCK_MODELS_CACHE
 
 log = get_logger("bedrock.models")
 
-CACHE_KEY = "uc:bedrock:models:{region}"
+CACHE_KEY = BEDROCK_MODELS_CACHE
 
 # short name -> (base model id, needs an inference profile). A fallback snapshot, not the source of truth.
 FALLBACK: dict[str, tuple[str, bool]] = {

@@ -36,11 +36,12 @@ from pydantic import BaseModel, Field
 
 from unicore.log import get_logger
 from unicore.providers.retry import Sleeper, Uniform, real_sleep
+from unicore.state.keys import THROTTLE_PREFIX
 from unicore.state.telemetry import Telemetry
 
 log = get_logger("throttle")
 
-KEY_PREFIX = "uc:throttle:"
+KEY_PREFIX = THROTTLE_PREFIX
 
 _ACQUIRE = """
 local win, tok, st = KEYS[1], KEYS[2], KEYS[3]

@@ -10,6 +10,11 @@ TASKS_INDEX = "uc:tasks"
 # written by a separate command next to the task's own scripts; members are removed when the lease is released.
 HEARTBEATS_INDEX = "uc:heartbeats"
 ACTIVATIONS_MAXLEN = 10_000
+# Keys that belong to no task (each owned by one module that builds the rest of its name here).
+BEDROCK_MODELS_CACHE = "uc:bedrock:models:{region}"  # providers.model_names: the region's model list
+THROTTLE_PREFIX = "uc:throttle:"  # providers.throttle: <prefix><tag>:win|tok|state
+FAULTS_PREFIX = "uc:faults:"  # faults: one key per armed kill point
+FAULTS_LOG = "uc:faults:log"  # faults: every kill, in order
 
 
 def task_key(task_id: str, part: str) -> str:
@@ -73,6 +78,26 @@ class TaskKeys:
         """On a root: sorted set of descendant ids that hold a slot of the tree (``max_descendants``)."""
         return task_key(self.task_id, "treeslots")
 
+    @property
+    def operator(self) -> str:
+        """The operator's per-task hash: Jobs ended per turn, consecutive failures, last failure, retry time."""
+        return task_key(self.task_id, "operator")
+
+    @property
+    def operator_jobs(self) -> str:
+        """Set of turn Job names whose end the operator recorded (each counted once)."""
+        return task_key(self.task_id, "opjobs")
+
+    @property
+    def operator_reaped(self) -> str:
+        """Set of turn Job names the watchdog recorded first (their own outcome, when it shows, is not a repeat)."""
+        return task_key(self.task_id, "opreaped")
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching exactly this task's keys (glob characters of the id escaped)."""
+        escaped = "".join("\\" + ch if ch in "[]*?\\" else ch for ch in self.task_id)
+        return task_key(escaped, "*")
+
     def all(self) -> list[str]:
         return [
             self.task,
@@ -87,4 +112,7 @@ class TaskKeys:
             self.children,
             self.child_slots,
             self.tree_slots,
+            self.operator,
+            self.operator_jobs,
+            self.operator_reaped,
         ]

@@ -117,7 +117,8 @@ return 1
 """
 
 # KEYS: lease, task, inbox, turns, messages
-# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, write id, then per message: content_json, inbox_ids_json
+# ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, write id,
+#       then per message: content_json, inbox_ids_json
 # (the ids of the `user` inbox entries the message holds, stored as its "inbox_ids" unless the list is empty)
 # Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the
 # task

@@ -19,15 +19,10 @@ from pydantic import BaseModel
 
 from unicore.errors import TaskNotFound
 from unicore.schema import Limits
-from unicore.state.keys import task_key
+from unicore.state.keys import TaskKeys
 
 if TYPE_CHECKING:
     from unicore.state.store import TaskStore
-
-
-def key(task_id: str, suffix: str) -> str:
-    """``uc:{<task id>}:<suffix>`` (one hash tag per task)."""
-    return task_key(task_id, suffix)
 
 
 def _text(value: Any) -> str:
@@ -180,7 +175,7 @@ def read_views(client: redis.Redis, task_ids: Sequence[str]) -> list[TaskView | 
     """Records of many tasks in one round trip (None for a missing task)."""
     pipe = client.pipeline(transaction=False)
     for task_id in task_ids:
-        pipe.hgetall(key(task_id, "task"))
+        pipe.hgetall(TaskKeys(task_id).task)
     views: list[TaskView | None] = []
     for task_id, data in zip(task_ids, pipe.execute(), strict=True):
         views.append(_view(task_id, data) if data else None)
@@ -206,7 +201,7 @@ def descendants(
         level += 1
         pipe = client.pipeline(transaction=False)
         for task_id in frontier:
-            pipe.zrange(key(task_id, "children"), 0, -1)
+            pipe.zrange(TaskKeys(task_id).children, 0, -1)
         next_frontier: list[str] = []
         for parent, children in zip(frontier, pipe.execute(), strict=True):
             for raw in children:
@@ -223,7 +218,7 @@ def descendants(
 
 
 def child_count(client: redis.Redis, task_id: str) -> int:
-    return int(client.zcard(key(task_id, "children")))
+    return int(client.zcard(TaskKeys(task_id).children))
 
 
 def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
@@ -233,7 +228,7 @@ def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
         return 0
     pipe = client.pipeline(transaction=False)
     for task_id in ids:
-        pipe.hget(key(task_id, "task"), "total_tokens")
+        pipe.hget(TaskKeys(task_id).task, "total_tokens")
     return sum(_int(value) for value in pipe.execute() if value is not None)
 
 
@@ -245,8 +240,8 @@ def _message(raw: Any) -> dict[str, Any] | None:
 def tail_messages(client: redis.Redis, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
     """The last ``count`` stored messages (oldest first) and the total number stored."""
     pipe = client.pipeline(transaction=False)
-    pipe.llen(key(task_id, "messages"))
-    pipe.lrange(key(task_id, "messages"), -count, -1)
+    pipe.llen(TaskKeys(task_id).messages)
+    pipe.lrange(TaskKeys(task_id).messages, -count, -1)
     total, raws = pipe.execute()
     return [m for m in (_message(raw) for raw in raws) if m is not None], int(total)
 
@@ -266,11 +261,11 @@ def read_activity(client: redis.Redis, task_ids: Sequence[str], *, tail: int = 3
     """Record, heartbeat, lease, inbox length and last messages of many tasks in ONE round trip."""
     pipe = client.pipeline(transaction=False)
     for task_id in task_ids:
-        pipe.hgetall(key(task_id, "task"))
-        pipe.get(key(task_id, "heartbeat"))
-        pipe.exists(key(task_id, "lease"))
-        pipe.llen(key(task_id, "inbox"))
-        pipe.lrange(key(task_id, "messages"), -tail, -1)
+        pipe.hgetall(TaskKeys(task_id).task)
+        pipe.get(TaskKeys(task_id).heartbeat)
+        pipe.exists(TaskKeys(task_id).lease)
+        pipe.llen(TaskKeys(task_id).inbox)
+        pipe.lrange(TaskKeys(task_id).messages, -tail, -1)
     results = pipe.execute()
     activities: list[Activity | None] = []
     for index, task_id in enumerate(task_ids):

@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from unicore.schema import InboxMessage
+from unicore.state.keys import TaskKeys
 
 from unicore_operator.metrics import job_reaped
 from unicore_operator.watchdog.log import logger
@@ -31,7 +32,6 @@ from unicore_operator.watchdog.redis_state import TurnReset
 from unicore_operator.watchdog.scan import ReapAction, ReapReason
 
 EVENT_REASON = "PodReaped"
-OPERATOR_HASH = "uc:{{{task_id}}}:operator"  # the operator's Job accounting hash (unicore_operator.redis_state)
 
 
 def attempt_key(action: ReapAction) -> str:
@@ -99,7 +99,7 @@ class Reaper:
                 except ApiException as exc:
                     return exc.status == 404
             if action.reason is ReapReason.LEASE_HOLDER_GONE:
-                holder = self.ctx.redis.sync.hget(f"uc:{{{action.task_id}}}:lease", "holder") or ""
+                holder = self.ctx.redis.sync.hget(TaskKeys(action.task_id).lease, "holder") or ""
                 pod_name = str(holder).split(":", 1)[0]
                 try:
                     pod = self._core.read_namespaced_pod(pod_name, namespace)
@@ -132,7 +132,7 @@ class Reaper:
         if fail:
             # The operator fails a task when failed > UNICORE_MAX_TURN_RETRIES; make the reap limit count too.
             ceiling = max(failures, ctx.settings.max_turn_retries + 1)
-            ctx.redis.sync.hset(OPERATOR_HASH.format(task_id=tid), mapping={
+            ctx.redis.sync.hset(TaskKeys(tid).operator, mapping={
                 "failed": ceiling, "last_failure": f"reaped {failures} times in a row "
                                                    f"(UNICORE_MAX_REAPS={self.max_reaps}); last: {reason}"})
         elif action.activate:
