@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from unicore.contract import NODE_POOL_LABEL
 
 from unicore_devcluster.log import logger
 
@@ -44,7 +45,7 @@ GPU_NODE = NodeSpec(
         "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
         "nvidia.com/gpu.count": "4",
         "node.kubernetes.io/instance-type": "p4d.24xlarge",
-        "unicore.dev/node-pool": "gpu",
+        NODE_POOL_LABEL: "gpu",
     },
     capacity={
         "cpu": "16",
@@ -58,7 +59,7 @@ GPU_NODE = NodeSpec(
 
 CPU_NODE = NodeSpec(
     name="unicore-cpu-0",
-    labels={"node.kubernetes.io/instance-type": "m5.2xlarge", "unicore.dev/node-pool": "cpu"},
+    labels={"node.kubernetes.io/instance-type": "m5.2xlarge", NODE_POOL_LABEL: "cpu"},
     capacity={"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
 )
 

@@ -1,52 +1,42 @@
-"""Names the operator shares with the chart, the runtime and the kubectl plugin (docs/CONTRACT.md)."""
+"""The names of the shared contract (``unicore.contract``) plus the operator's own (consumer group, Job name cap)."""
 
 from __future__ import annotations
 
-import hashlib
-import re
+from unicore.contract import (
+    AGENT_SERVICE_ACCOUNT,
+    ANNOTATION_PREFIX,
+    API_VERSION,
+    ATTEMPT_LABEL,
+    COMPONENT_LABEL,
+    FINALIZER,
+    GROUP,
+    HOST_PROCESS_GATE,
+    KIND,
+    KUEUE_QUEUE_LABEL,
+    LABEL_VALUE_MAX,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    PARENT_LABEL,
+    PLURAL,
+    ROOT_LABEL,
+    TASK_ID_ANNOTATION,
+    TASK_LABEL,
+    TURN_LABEL,
+    VERSION,
+    label_value,
+    short_hash,
+    task_id,
+)
+from unicore.state.keys import ACTIVATIONS_STREAM
 
-from unicore.state import keys
-
-GROUP = "unicore.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "AgentTask"
-PLURAL = "agenttasks"
-
-FINALIZER = "unicore.dev/cleanup"
-ANNOTATION_PREFIX = "unicore.dev"
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "unicore-operator"
-TASK_LABEL = "unicore.dev/task"
-TURN_LABEL = "unicore.dev/turn"
-ATTEMPT_LABEL = "unicore.dev/attempt"
-PARENT_LABEL = "unicore.dev/parent"
-ROOT_LABEL = "unicore.dev/root"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-TASK_ID_ANNOTATION = "unicore.dev/task-id"
-
-ACTIVATIONS_STREAM = keys.ACTIVATIONS_STREAM  # owned by unicore.state.keys
 OPERATOR_CONSUMER_GROUP = "operator"
-
 JOB_NAME_MAX = 52  # Job names above 52 characters break the pod-name/label limits of derived objects
-LABEL_VALUE_MAX = 63
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
-
-def short_hash(text: str, length: int = 8) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
-def task_id(namespace: str, name: str) -> str:
-    """The Redis task id of AgentTask ``namespace/name``."""
-    return f"{namespace}/{name}"
-
-
-def label_value(text: str) -> str:
-    """``text`` as a valid label value: unchanged when it fits, else truncated with a hash suffix."""
-    if len(text) <= LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):
-        return text
-    digest = short_hash(text)
-    head = re.sub(r"[^-A-Za-z0-9_.]", "-", text)[: LABEL_VALUE_MAX - len(digest) - 1].rstrip("-_.")
-    return f"{head}-{digest}" if head else digest
+__all__ = [
+    "ACTIVATIONS_STREAM", "AGENT_SERVICE_ACCOUNT", "ANNOTATION_PREFIX", "API_VERSION", "ATTEMPT_LABEL",
+    "COMPONENT_LABEL", "FINALIZER", "GROUP", "HOST_PROCESS_GATE", "JOB_NAME_MAX", "KIND", "KUEUE_QUEUE_LABEL",
+    "LABEL_VALUE_MAX", "MANAGED_BY", "MANAGED_BY_LABEL", "NAME_LABEL", "OPERATOR_CONSUMER_GROUP", "PARENT_LABEL",
+    "PLURAL", "ROOT_LABEL", "TASK_ID_ANNOTATION", "TASK_LABEL", "TURN_LABEL", "VERSION", "label_value",
+    "short_hash", "task_id",
+]

@@ -1,4 +1,5 @@
-"""One owner for the Redis layout: no ``uc:`` key literal outside ``unicore/state`` (issue 11).
+"""One owner for each shared name: no ``uc:`` key literal outside ``unicore/state``, no shared label or annotation
+literal (``unicore.dev/...``, ``app.kubernetes.io/...``) outside ``unicore/contract.py`` (issue 11).
 
 Every string literal of the production packages is read with ``tokenize``; a literal whose text starts with
 ``uc:`` is a Redis key built outside the module that owns the layout. Prose that mentions a key (docstrings,
@@ -17,20 +18,20 @@ PACKAGES = [REPO / "agent_image" / "unicore", REPO / "operator" / "unicore_opera
 OWNER = REPO / "agent_image" / "unicore" / "state"
 
 
-def key_literals(source: str) -> list[tuple[int, str]]:
+def key_literals(source: str, prefixes: tuple[str, ...] = ("uc:",)) -> list[tuple[int, str]]:
     found = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type != tokenize.STRING:
             continue
         text = token.string.lstrip("rbuRBUfF")
         body = text.strip("\"'")
-        if body.startswith("uc:"):
+        if body.startswith(prefixes):
             found.append((token.start[0], token.string))
     # f-strings are tokenized in pieces on Python >= 3.12: also check their constant parts
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.JoinedStr) and node.values:
             first = node.values[0]
-            if isinstance(first, ast.Constant) and str(first.value).startswith("uc:"):
+            if isinstance(first, ast.Constant) and str(first.value).startswith(prefixes):
                 found.append((node.lineno, "f-string"))
     return found
 
@@ -49,3 +50,18 @@ def test_no_redis_key_literal_outside_the_state_package() -> None:
 def test_the_check_sees_plain_and_f_string_keys() -> None:
     source = 'KEY = "uc:x"\nB = f"uc:{{{t}}}:task"\n"""The key ``uc:x`` in prose."""\n'
     assert sorted({line for line, _ in key_literals(source)}) == [1, 2]
+
+
+CONTRACT = REPO / "agent_image" / "unicore" / "contract.py"
+SHARED_PREFIXES = ("unicore.dev/", "app.kubernetes.io/")
+
+
+def test_no_shared_label_or_annotation_literal_outside_the_contract_module() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {literal}"
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        if path != CONTRACT
+        for line, literal in key_literals(path.read_text(), SHARED_PREFIXES)
+    ]
+    assert offenders == [], "\n".join(offenders)

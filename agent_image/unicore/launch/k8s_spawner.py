@@ -24,6 +24,18 @@ import os
 import time
 from typing import Any
 
+from unicore.contract import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PARENT_LABEL,
+    PLURAL,
+    ROOT_LABEL,
+    VERSION,
+    label_value,
+)
 from unicore.errors import ConfigError, MessageTooLarge, ToolError
 from unicore.launch.local_spawner import check_message_size, reserve_child_slots
 from unicore.log import get_logger
@@ -36,9 +48,6 @@ log = get_logger("launch.kubernetes")
 # How long a resume waits for the operator to initialise a child whose AgentTask exists but whose record does not.
 CHILD_RECORD_WAIT_SECONDS = 30.0
 
-GROUP, VERSION, PLURAL, KIND = "unicore.dev", "v1alpha1", "agenttasks", "AgentTask"
-MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "unicore-operator"
-PARENT_LABEL, ROOT_LABEL = "unicore.dev/parent", "unicore.dev/root"
 # Fields copied from the parent's spec so the child's turns schedule like the parent's.
 INHERITED_SCHEDULING = ("gpus", "resources", "nodeSelector", "tolerations", "priorityClassName", "runtimeClassName",
                         "queueName")
@@ -47,10 +56,6 @@ LIMIT_FIELDS = {
     "max_descendants": "maxDescendants", "token_budget": "tokenBudget", "turn_timeout_seconds": "turnTimeoutSeconds",
     "recursion": "recursion", "summarize_turns": "summarizeTurns",
 }
-
-
-def _label_value(text: str) -> str:
-    return text if len(text) <= 63 else text[:63].rstrip("-.")
 
 
 def load_custom_objects_api() -> Any:
@@ -88,18 +93,18 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
         if parent_spec.get(field) is not None:
             spec[field] = parent_spec[field]
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": child_name,
             "namespace": meta["namespace"],
             "labels": {
                 MANAGED_BY_LABEL: MANAGED_BY,
-                PARENT_LABEL: _label_value(meta["name"]),
-                ROOT_LABEL: _label_value(root),
+                PARENT_LABEL: label_value(meta["name"]),
+                ROOT_LABEL: label_value(root),
             },
             "ownerReferences": [{
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+                "apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
                 "controller": False, "blockOwnerDeletion": False,
             }],
         },

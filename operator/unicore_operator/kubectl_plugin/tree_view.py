@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore import contract
 from unicore.terminal import printable
 
 from unicore_operator.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
@@ -74,7 +75,7 @@ class Node:
 def parent_name(obj: Mapping[str, Any]) -> str | None:
     """The parent AgentTask's name: the ownerReference of kind AgentTask, else ``spec.parentRef.name``."""
     for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "AgentTask" and str(ref.get("apiVersion", "")).startswith("unicore.dev/"):
+        if ref.get("kind") == contract.KIND and str(ref.get("apiVersion", "")).startswith(f"{contract.GROUP}/"):
             return str(ref.get("name"))
     parent = (obj.get("spec") or {}).get("parentRef") or {}
     return str(parent["name"]) if parent.get("name") else None

@@ -15,13 +15,14 @@ from typing import Any
 import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from unicore import contract
 from unicore.state.keys import TaskKeys
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import BY_NAME
 
 PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")
-ROOT_LABEL = "unicore.dev/root"
+ROOT_LABEL = contract.ROOT_LABEL
 CHUNK = 1000
 
 # KEYS: inbox keys. Returns "index:length" for non-empty inboxes only.
@@ -73,7 +74,7 @@ def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int],
         phase = str(status.get("phase") or "Pending")
         namespaces.add(ns)
         by_phase[(ns, phase)] += 1
-        depth = depths.get(f"{ns}/{name}", 0)
+        depth = depths.get(contract.task_id(ns, name), 0)
         inbox_by_ns[ns] += depth
         tree = (ns, root)
         tree_size[tree] += 1
@@ -120,8 +121,8 @@ class TaskStateCollector(Collector):
         bodies = list(self._tasks())
         depths: dict[str, int] = {}
         if self._redis is not None and bodies:
-            ids = [f"{(b.get('metadata') or {}).get('namespace')}/{(b.get('metadata') or {}).get('name')}"
-                   for b in bodies]
+            ids = [contract.task_id(str((b.get("metadata") or {}).get("namespace")),
+                                    str((b.get("metadata") or {}).get("name"))) for b in bodies]
             try:
                 depths = inbox_depths(self._redis, ids)
             except redis.RedisError as exc:

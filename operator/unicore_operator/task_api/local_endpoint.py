@@ -22,12 +22,14 @@ import socket
 import sys
 from typing import Any
 
+from unicore import contract
+
 SERVICE = "unicore-operator"
 PORT_NAME = "http"
 SERVICE_PORT = 8080
 PLACEHOLDER = "unicore-operator-host"
-GATE = "unicore.dev/host-process"
-LABELS = {"app.kubernetes.io/name": "unicore", "app.kubernetes.io/component": "operator-host-endpoint"}
+GATE = contract.HOST_PROCESS_GATE
+LABELS = {contract.NAME_LABEL: "unicore", contract.COMPONENT_LABEL: "operator-host-endpoint"}
 
 
 def _usable(ip: str) -> bool:

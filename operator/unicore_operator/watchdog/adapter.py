@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import kopf
+from unicore import contract
 
 from unicore_operator.metrics import observe_watchdog_scan
 from unicore_operator.watchdog.log import logger
@@ -27,15 +28,15 @@ from unicore_operator.watchdog.scan import ReapAction, Thresholds, plan_redis_re
 from unicore_operator.watchdog.snapshot import build_snapshot, with_redis
 from unicore_operator.watchdog.views import job_view, pod_view, task_view
 
-MANAGED = {"app.kubernetes.io/managed-by": "unicore-operator"}
+MANAGED = {contract.MANAGED_BY_LABEL: contract.MANAGED_BY}
 GRACE_ENV = "UNICORE_WATCHDOG_GRACE_SECONDS"
 
 _indexes: dict[str, Any] = {}
 
 
-@kopf.index("unicore.dev", "v1alpha1", "agenttasks")
+@kopf.index(contract.GROUP, contract.VERSION, contract.PLURAL)
 def watchdog_task_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
-    return {f"{namespace}/{name}": task_view(body)}
+    return {contract.task_id(namespace or "", name): task_view(body)}
 
 
 @kopf.index("batch", "v1", "jobs", labels=MANAGED)

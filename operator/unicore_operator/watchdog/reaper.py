@@ -23,6 +23,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+from unicore import contract
 from unicore.schema import InboxMessage
 from unicore.state.keys import TaskKeys
 
@@ -94,7 +95,7 @@ class Reaper:
             if action.reason is ReapReason.ORPHAN_JOB:
                 try:
                     self.ctx.kube.custom.get_namespaced_custom_object(
-                        "unicore.dev", "v1alpha1", namespace, "agenttasks", name)
+                        contract.GROUP, contract.VERSION, namespace, contract.PLURAL, name)
                     return False
                 except ApiException as exc:
                     return exc.status == 404
@@ -108,10 +109,10 @@ class Reaper:
                     return exc.status == 404
             if action.reason is ReapReason.RUNNING_WITHOUT_JOB:
                 jobs = self._batch.list_namespaced_job(
-                    namespace, label_selector="app.kubernetes.io/managed-by=unicore-operator")
+                    namespace, label_selector=f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")
                 for job in jobs.items:
                     annotations = (job.metadata.annotations if job.metadata else None) or {}
-                    if annotations.get("unicore.dev/task-id") == action.task_id and not (
+                    if annotations.get(contract.TASK_ID_ANNOTATION) == action.task_id and not (
                             job.status and (job.status.succeeded or job.status.failed)):
                         return False
         except ApiException as exc:

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TASK_LABEL = "unicore.dev/task"
-TURN_LABEL = "unicore.dev/turn"
-TASK_ID_ANNOTATION = "unicore.dev/task-id"
+from unicore import contract
+
+TASK_LABEL = contract.TASK_LABEL
+TURN_LABEL = contract.TURN_LABEL
+TASK_ID_ANNOTATION = contract.TASK_ID_ANNOTATION
 JOB_NAME_LABEL = "job-name"
 CONTROLLER_UID_LABEL = "controller-uid"
 
@@ -38,7 +40,7 @@ class TaskView:
 
     @property
     def task_id(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return contract.task_id(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +153,7 @@ def task_view(body: Mapping[str, Any]) -> TaskView:
         active_job=str(status.get("activeJob") or ""),
         suspend=bool(spec.get("suspend")),
         failed_attempts=int(status.get("failedAttempts") or 0),
-        root=str(labels.get("unicore.dev/root") or meta.get("name") or ""),
+        root=str(labels.get(contract.ROOT_LABEL) or meta.get("name") or ""),
     )
 
 
@@ -160,7 +162,7 @@ def _task_id_of(meta: Mapping[str, Any]) -> str:
     if annotations.get(TASK_ID_ANNOTATION):
         return str(annotations[TASK_ID_ANNOTATION])
     labels = meta.get("labels") or {}
-    return f"{meta.get('namespace') or ''}/{labels.get(TASK_LABEL) or ''}"
+    return contract.task_id(str(meta.get("namespace") or ""), str(labels.get(TASK_LABEL) or ""))
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:

@@ -1,0 +1,56 @@
+"""Names shared by the runtime, the operator, the chart and the kubectl plugin (docs/CONTRACT.md): the API group and
+kind, labels, annotations, the agents' ServiceAccount, task ids. Nothing else spells them (a test checks).
+
+It lives in the runtime package because turn pods (the Kubernetes spawner) need it and their image has no
+operator; the operator's ``names`` module re-exports it."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "unicore.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AgentTask"
+PLURAL = "agenttasks"
+
+FINALIZER = f"{GROUP}/cleanup"
+ANNOTATION_PREFIX = GROUP
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "unicore-operator"
+NAME_LABEL = "app.kubernetes.io/name"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+TASK_LABEL = f"{GROUP}/task"
+TURN_LABEL = f"{GROUP}/turn"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+PARENT_LABEL = f"{GROUP}/parent"
+ROOT_LABEL = f"{GROUP}/root"
+NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config
+HOST_PROCESS_GATE = f"{GROUP}/host-process"  # readiness gate of the demo's host-process operator endpoint
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TASK_ID_ANNOTATION = f"{GROUP}/task-id"
+
+AGENT_SERVICE_ACCOUNT = "unicore-agent"
+
+LABEL_VALUE_MAX = 63
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def short_hash(text: str, length: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def task_id(namespace: str, name: str) -> str:
+    """The task id of AgentTask ``namespace/name`` (its Redis id; local tasks have bare names)."""
+    return f"{namespace}/{name}"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: unchanged when it fits, else truncated with a hash suffix."""
+    if len(text) <= LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):
+        return text
+    digest = short_hash(text)
+    head = re.sub(r"[^-A-Za-z0-9_.]", "-", text)[: LABEL_VALUE_MAX - len(digest) - 1].rstrip("-_.")
+    return f"{head}-{digest}" if head else digest
