@@ -4,35 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import sys
 
 import kopf
 from unicore.errors import ConfigError
 
-from unicore_operator.log import logger
 from unicore_operator.settings import load_settings
-
-# Later modules (issues 5 and 6) register their handlers, startup hooks and HTTP routes when imported.
-OPTIONAL_MODULES = ("unicore_operator.watchdog.adapter", "unicore_operator.metrics", "unicore_operator.task_api")
 
 
 def import_handlers() -> None:
-    importlib.import_module("unicore_operator.handlers")
-    for module in OPTIONAL_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise
-            logger.debug("optional module %s not present", module)
-    # Modules with an install() hook their routes and startup hooks in only now, once everything is loaded (doing it
-    # at import time would break on the reconcile -> metrics import inside the handlers package).
-    for module in OPTIONAL_MODULES:
-        install = getattr(sys.modules.get(module), "install", None)
-        if callable(install):
-            install()
+    """Build the operator (``composition.compose``)."""
+    from unicore_operator.composition import compose
+
+    compose()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

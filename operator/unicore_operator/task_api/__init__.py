@@ -20,15 +20,3 @@ __all__ = [
     "restricted",
 ]
 
-
-def _register_with_operator() -> None:
-    """Add the routes to the operator's HTTP server when it is importable (it is, inside the operator)."""
-    try:
-        from unicore_operator.task_api import operator_routes  # noqa: F401
-    except ImportError as exc:  # e.g. a client-only install without aiohttp/kopf
-        from unicore_operator.log import logger
-
-        logger.debug("task API not registered with the operator's HTTP server: %s", exc)
-
-
-_register_with_operator()

@@ -1,6 +1,6 @@
 """Wiring the task API into the operator's aiohttp server (``unicore_operator.http_server.add_routes``).
 
-Importing ``unicore_operator.task_api`` (``main.OPTIONAL_MODULES`` does) registers the installer. Requests run
+The composition root (``unicore_operator.composition``) adds ``install`` to the server. Requests run
 the synchronous TaskApi in a worker thread; AgentTasks are looked up in the operator's Kopf index, with one
 GET as a fallback for a task created a moment ago, and only in the namespaces the operator watches.
 """
@@ -12,7 +12,6 @@ from typing import Any
 
 from aiohttp import web
 
-from unicore_operator import http_server
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
 from unicore_operator.task_api.errors import ApiError, task_not_found
@@ -72,4 +71,3 @@ def install(app: web.Application, ctx: OperatorContext) -> None:
     app.router.add_route("*", "/v1/{tail:.*}", handle)
 
 
-http_server.add_routes(install)

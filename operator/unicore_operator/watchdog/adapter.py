@@ -2,9 +2,9 @@
 
 Why inside the operator: the watch caches it needs (AgentTasks, turn Jobs, their pods) are already there (one watch
 per kind, shared by every index), it shares the operator's per-task locks with the reconciler, and it shares the
-failure accounting, so a reap and a failed turn are counted by one counter. ``unicore-operator`` imports this module
-(``main.OPTIONAL_MODULES``); it registers the indexes, a startup handler that captures them, and a startup hook
-(``handlers.lifecycle.startup_hooks``) that starts the loop with the operator's context.
+failure accounting, so a reap and a failed turn are counted by one counter. The composition root
+(``unicore_operator.composition``) imports this module (which registers the indexes and a startup handler that
+captures them) and adds ``start_watchdog`` to the start-up hooks: it starts the loop with the operator's context.
 
 Extra knob (not in OperatorSettings): ``UNICORE_WATCHDOG_GRACE_SECONDS`` (30): how long an object must be missing
 from a cache, and how long a Job may overrun its deadline, before the watchdog acts.
@@ -125,14 +125,3 @@ async def start_watchdog(ctx: Any) -> None:
 
     ctx.background.append(asyncio.get_running_loop().create_task(run(), name="unicore-watchdog"))
 
-
-def _register() -> None:
-    try:
-        from unicore_operator.handlers import lifecycle
-    except ImportError:
-        return
-    if start_watchdog not in lifecycle.startup_hooks:
-        lifecycle.startup_hooks.append(start_watchdog)
-
-
-_register()

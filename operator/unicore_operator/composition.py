@@ -1,0 +1,41 @@
+"""The operator's composition root: the one place that decides what the operator is made of.
+
+``compose()`` imports the Kopf handler modules (their ``@kopf.on``/``@kopf.index`` decorators register with Kopf's
+registry when imported, and only this module imports them for that purpose), then attaches the parts by calls:
+
+- the metrics: the ``/metrics`` route and, at start-up, the Redis telemetry and task-state collectors;
+- the task API: its ``/v1`` routes on the operator's HTTP server;
+- the watchdog: its start-up hook, which starts the scan loop with the operator's context.
+
+Nothing registers itself at import time, no module is optional (a missing one is an error, not a silent no-op), and
+the parts do not import each other, so there is no import cycle through the start-up code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicore_operator import handlers, http_server
+from unicore_operator.handlers import lifecycle
+from unicore_operator.metrics.http import attach_collectors, metrics_handler
+from unicore_operator.task_api import operator_routes
+from unicore_operator.watchdog import adapter as watchdog
+
+__all__ = ["compose", "handlers"]
+
+
+def metrics_routes(app: Any, _ctx: Any) -> None:
+    app.router.add_get("/metrics", metrics_handler)
+
+
+async def start_metrics(ctx: Any) -> None:
+    attach_collectors(ctx.redis.sync, ctx.agenttasks)
+
+
+def compose() -> None:
+    """Attach the metrics, the task API and the watchdog to the operator (calling it again changes nothing)."""
+    http_server.add_routes(metrics_routes)
+    http_server.add_routes(operator_routes.install)
+    for hook in (start_metrics, watchdog.start_watchdog):
+        if hook not in lifecycle.startup_hooks:
+            lifecycle.startup_hooks.append(hook)
