@@ -41,6 +41,7 @@ from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
+from unicore.turn_numbers import shown_turn
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -211,7 +212,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if record.last_error:
         _show(f"Last error: {record.last_error}")
     for turn in turns:
-        print(f"\n=== Turn {turn.turn_number} ===")
+        print(f"\n=== Turn {shown_turn(turn.turn_number)} ===")
         for message in turn.messages:
             who = "User" if message.role == "user" else "Assistant"
             for line in (line for block in message.content for line in _block_lines(block)):

@@ -50,6 +50,7 @@ from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_message
 from unicore.state.telemetry import Telemetry
 from unicore.tools.base import Spawner, Tool, ToolContext
 from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
+from unicore.turn_numbers import shown_turn
 from unicore.turn_signals import Heartbeat
 
 log = get_logger("turn")
@@ -320,7 +321,7 @@ class _Turn:
                 log.info(
                     "task %s: turn %d was answered but not finished; finishing it",
                     self.task_id,
-                    current.turn_number,
+                    shown_turn(current.turn_number),
                 )
                 self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
             else:
@@ -330,7 +331,7 @@ class _Turn:
         log.info(
             "task %s: turn %d (%s, %d new messages)",
             self.task_id,
-            current.turn_number,
+            shown_turn(current.turn_number),
             "new" if drained.new_turn else "continued",
             len(drained.messages),
         )
@@ -474,7 +475,7 @@ class _Turn:
         self.outcome.final_text, self.outcome.note = final_text, note
         deliver_report(self.store, self.task_id)  # owed until delivered: a crash here is redelivered later
         fault_point("after notify")
-        log.info("task %s: turn %d ended after %d model calls", self.task_id, turn.turn_number, iterations)
+        log.info("task %s: turn %d ended after %d model calls", self.task_id, shown_turn(turn.turn_number), iterations)
 
     def _summary(self, model: Model, record: TaskRecord, turn: Turn) -> str:
         enabled = self.summarize

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from unicore.turn_numbers import shown_turn
+
 from unicore_operator.watchdog.views import PodView
 
 LAST_RESPONSE_MAX = 1024
@@ -216,7 +218,8 @@ def build_status(
     if generation is not None:
         status["observedGeneration"] = generation
     if last_turn:
-        lt: dict[str, Any] = {"number": int(last_turn.get("number") or 0)}
+        # As users count turns (the Job <task>-tN, the Events, the transcript), not Redis's index of the turn.
+        lt: dict[str, Any] = {"number": shown_turn(int(last_turn.get("number") or 0))}
         started, ended = _iso(last_turn.get("started_at")), _iso(last_turn.get("ended_at"))
         if started:
             lt["startedAt"] = started

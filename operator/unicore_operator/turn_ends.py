@@ -66,20 +66,22 @@ def pod_moves_phase(pod: PodView, status: Mapping[str, Any]) -> bool:
     return pod.phase == "Running" and status.get("phase") == "Pending"
 
 
-def job_end_event(job: str, outcome: str, failure: str, recorded: int, failures: int,
+def job_end_event(job: str, turn: int, outcome: str, failure: str, recorded: int, failures: int,
                   allowed: int) -> tuple[str, str, str] | None:
-    """(type, reason, message) of the Event for Job ``job`` that ended with ``outcome`` (succeeded, failed,
-    deleted = deleted before it ended), given what recording it returned (``account_job_end``: the failure count,
-    -2 = the watchdog counted this attempt already, -1 = this Job's end was handled before: no Event)."""
+    """(type, reason, message) of the Event for Job ``job`` of turn ``turn`` (its ``unicore.dev/turn`` label: the
+    number users see, as in TurnStarted and ``status.lastTurn.number``) that ended with ``outcome`` (succeeded,
+    failed, deleted = deleted before it ended), given what recording it returned (``account_job_end``: the failure
+    count, -2 = the watchdog counted this attempt already, -1 = this Job's end was handled before: no Event)."""
     if recorded == -1:
         return None
+    which = f"turn {turn}: Job {job}" if turn else f"turn Job {job}"
     if outcome == "succeeded":
-        return events.NORMAL, events.TURN_ENDED, f"turn Job {job} finished"
+        return events.NORMAL, events.TURN_ENDED, f"{which} finished"
     if outcome == "failed":
         counted = "counted when the watchdog reaped it" if recorded == -2 else "failure"
         return (events.WARNING, events.TURN_FAILED,
-                f"turn Job {job} failed ({failure or 'unknown'}); {counted} {failures} of {allowed} allowed in a row")
-    return events.WARNING, events.TURN_JOB_DELETED, f"turn Job {job} was deleted before it finished"
+                f"{which} failed ({failure or 'unknown'}); {counted} {failures} of {allowed} allowed in a row")
+    return events.WARNING, events.TURN_JOB_DELETED, f"{which} was deleted before it finished"
 
 
 def existing_job_state(job: Mapping[str, Any] | None) -> str:
@@ -121,7 +123,7 @@ async def record_end_locked(ctx: OperatorContext, key: TaskKey, job: str, turn: 
     if recorded != -1 and outcome == "failed":
         metrics.job_failed(failure or "unknown")
     failures = recorded if recorded >= 0 else snap.failed_attempts
-    event = job_end_event(job, outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
+    event = job_end_event(job, turn, outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
     body = first(ctx.agenttasks.get(key)) if ctx.agenttasks is not None else None
     if event is not None and body is not None:
         events.post(ctx, dict(body), *event)

@@ -214,15 +214,15 @@ def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
     logs = env.plugin("logs", "demo")
     assert logs.returncode == 0, logs.stderr
     banners = [line for line in logs.stdout.splitlines() if line.startswith("=== turn ")]
-    assert [banner.split()[2] for banner in banners] == [str(n) for n in range(root_turns)]
+    assert [banner.split()[2] for banner in banners] == [str(n) for n in range(1, root_turns + 1)]  # from 1
     for fact in ("water boils at 100 C", "water freezes at 0 C", "densest at 4 C"):
         assert fact in logs.stdout
     assert "[Used spawn_task tool]" in logs.stdout and '"prompt"' not in logs.stdout
-    with_tools = env.plugin("logs", "demo", "--tools", "--turn", "0")
-    assert "Assistant used tool spawn_task" in with_tools.stdout and "=== turn 1" not in with_tools.stdout
+    with_tools = env.plugin("logs", "demo", "--tools", "--turn", "1")  # the turn of Job demo-t1
+    assert "Assistant used tool spawn_task" in with_tools.stdout and "=== turn 2" not in with_tools.stdout
     for child, fact in (("demo-a", "boils"), ("demo-b", "freezes"), ("demo-c", "densest")):
         child_logs = env.plugin("logs", child)
-        assert fact in child_logs.stdout and "=== turn 0" in child_logs.stdout
+        assert fact in child_logs.stdout and "=== turn 1 " in child_logs.stdout
 
     described = env.plugin("describe", "demo")
     assert described.returncode == 0, described.stderr

@@ -73,7 +73,8 @@ def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said
 
     show = unicore("show", "demo", env=cli_env)
     assert show.returncode == 0
-    assert "=== Turn 0 ===" in show.stdout and "=== Turn 1 ===" in show.stdout
+    assert "=== Turn 1 ===" in show.stdout and "=== Turn 2 ===" in show.stdout  # counted from 1, as users do
+    assert "=== Turn 0 ===" not in show.stdout
     assert "[tool call spawn_task" in show.stdout and "Researcher B: water freezes" in show.stdout
 
     as_json = json.loads(unicore("show", "demo", "--json", env=cli_env).stdout)

@@ -131,7 +131,7 @@ def test_transcript_pages_turns_and_tools(api: TaskApi, store: TaskStore) -> Non
 
     full = dispatch(api, "GET", BASE + "/transcript", "tools=true").body
     assert full["total"] == 6 and full["more"] is False and full["next"] == 6
-    assert [t["number"] for t in full["turns"]] == [0, 1]  # turn numbers start at 0
+    assert [t["number"] for t in full["turns"]] == [1, 2]  # turns are numbered from 1, as their Jobs <task>-tN
     assert full["turns"][0]["summary"] == "said answer one"
     assert full["messages"][1]["content"][0]["toolUse"]["input"] == {"secret": "x" * 10}
     assert full["state"] == {"status": "idle", "pending": 0, "initialised": True}
@@ -151,11 +151,13 @@ def test_transcript_pages_turns_and_tools(api: TaskApi, store: TaskStore) -> Non
             break
     assert seen == list(range(6))
 
-    turn2 = dispatch(api, "GET", BASE + "/transcript", "turn=1").body
-    assert [m["turn"] for m in turn2["messages"]] == [1, 1]
+    turn2 = dispatch(api, "GET", BASE + "/transcript", "turn=2").body
+    assert [m["turn"] for m in turn2["messages"]] == [2, 2]
     assert [m["content"][0]["text"] for m in turn2["messages"]] == ["again", "answer two"]
     missing = dispatch(api, "GET", BASE + "/transcript", "turn=9")
-    assert missing.status == 404 and "no turn 9" in missing.body["message"]
+    assert missing.status == 404 and "no turn 9 yet (turns are numbered from 1; it has 1..2)" in missing.body["message"]
+    zero = dispatch(api, "GET", BASE + "/transcript", "turn=0")
+    assert zero.status == 400 and "turn=0 must be between 1" in zero.body["message"]
     bad = dispatch(api, "GET", BASE + "/transcript", "limit=0")
     assert bad.status == 400 and "limit" in bad.body["message"]
 

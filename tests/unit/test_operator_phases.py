@@ -60,7 +60,8 @@ def test_ready_condition_and_bounded_fields() -> None:
                           failed_attempts=0, generation=3, previous=None, now="2026-01-01T00:00:00Z")
     assert status["turns"] == 2 and status["tokens"] == 120 and status["iterations"] == 5
     assert len(status["lastResponse"]) == 1024
-    assert status["lastTurn"]["number"] == 2 and status["lastTurn"]["endedAt"].endswith("Z")
+    # Redis's turn 2 (the third) is shown as turn 3, the number of its Job <task>-t3
+    assert status["lastTurn"]["number"] == 3 and status["lastTurn"]["endedAt"].endswith("Z")
     ready = status["conditions"][0]
     assert ready["type"] == "Ready" and ready["status"] == "True" and ready["observedGeneration"] == 3
     running = build_status(phase=Phase.RUNNING, message="m", record=record, last_turn=None, active_job="j",

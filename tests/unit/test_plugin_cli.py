@@ -54,20 +54,20 @@ def page(messages: list[dict], turns: list[dict], **extra: object) -> dict:
 
 
 def test_transcript_printer_one_banner_per_turn_across_pages() -> None:
-    printer = TranscriptPrinter(tools=False)
-    turn0 = {"number": 0, "startedAt": 1795320000.0, "endedAt": 1795320003.0}  # 2026-11-22 04:00:00Z
+    printer = TranscriptPrinter(tools=False)  # pages as the task API serves them: turns numbered from 1
+    turn1 = {"number": 1, "startedAt": 1795320000.0, "endedAt": 1795320003.0}  # 2026-11-22 04:00:00Z
     first = printer.render(
         page(
             [
-                {"seq": 0, "turn": 0, "role": "user", "content": [{"text": "hello"}]},
+                {"seq": 0, "turn": 1, "role": "user", "content": [{"text": "hello"}]},
                 {
                     "seq": 1,
-                    "turn": 0,
+                    "turn": 1,
                     "role": "assistant",
                     "content": [{"toolUse": {"toolUseId": "t", "name": "spawn_task"}}],
                 },
             ],
-            [turn0],
+            [turn1],
         )
     )
     second = printer.render(
@@ -75,22 +75,22 @@ def test_transcript_printer_one_banner_per_turn_across_pages() -> None:
             [
                 {
                     "seq": 2,
-                    "turn": 0,
+                    "turn": 1,
                     "role": "user",
                     "content": [{"toolResult": {"toolUseId": "t", "status": "success"}}],
                 },
-                {"seq": 3, "turn": 0, "role": "assistant", "content": [{"text": "done"}]},
-                {"seq": 4, "turn": 1, "role": "user", "content": [{"text": "more?"}]},
+                {"seq": 3, "turn": 1, "role": "assistant", "content": [{"text": "done"}]},
+                {"seq": 4, "turn": 2, "role": "user", "content": [{"text": "more?"}]},
             ],
-            [turn0, {"number": 1, "startedAt": 1795320010.0, "endedAt": None}],
+            [turn1, {"number": 2, "startedAt": 1795320010.0, "endedAt": None}],
         )
     )
     assert first == (
-        "=== turn 0 (started 2026-11-22 04:00:00Z, ended after 3s) ===\n\nUser: hello\n\n"
+        "=== turn 1 (started 2026-11-22 04:00:00Z, ended after 3s) ===\n\nUser: hello\n\n"
         "[Used spawn_task tool]\n"
     )
     assert second == (
-        "Assistant: done\n\n\n=== turn 1 (started 2026-11-22 04:00:10Z, not ended) ===\n\nUser: more?\n"
+        "Assistant: done\n\n\n=== turn 2 (started 2026-11-22 04:00:10Z, not ended) ===\n\nUser: more?\n"
     )
     assert printer.render(page([], [])) == ""
 

@@ -79,7 +79,7 @@ def test_page_respects_the_byte_budget_but_always_moves_forward() -> None:
     assert [m["seq"] for m in page["messages"]] == [0, 1] and page["next"] == 2 and page["more"] is True
     assert page["turns"] == [
         {
-            "number": 0,
+            "number": 1,  # stored turn 0 is shown as turn 1, as its Job <task>-t1
             "startedAt": 100.0,
             "endedAt": 200.5,
             "firstSeq": 0,

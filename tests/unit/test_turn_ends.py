@@ -33,19 +33,22 @@ def test_a_live_pod_even_one_being_deleted_has_not_ended() -> None:
 
 
 def test_every_ended_job_posts_one_event() -> None:
-    assert job_end_event("demo-t1", "succeeded", "", 0, 0, 4) == ("Normal", "TurnEnded", "turn Job demo-t1 finished")
-    kind, reason, message = job_end_event("demo-t1", "failed", "BackoffLimitExceeded", 2, 2, 4) or ("", "", "")
+    assert job_end_event("demo-t1", 1, "succeeded", "", 0, 0, 4) == (
+        "Normal", "TurnEnded", "turn 1: Job demo-t1 finished")
+    kind, reason, message = job_end_event("demo-t1", 1, "failed", "BackoffLimitExceeded", 2, 2, 4) or ("", "", "")
     assert (kind, reason) == ("Warning", "TurnFailed")
-    assert "demo-t1 failed (BackoffLimitExceeded)" in message and "failure 2 of 4" in message
-    kind, reason, message = job_end_event("demo-t1-r1", "deleted", "", 0, 0, 4) or ("", "", "")
+    assert "turn 1: Job demo-t1 failed (BackoffLimitExceeded)" in message and "failure 2 of 4" in message
+    kind, reason, message = job_end_event("demo-t1-r1", 1, "deleted", "", 0, 0, 4) or ("", "", "")
     assert (kind, reason) == ("Warning", "TurnJobDeleted") and "deleted before it finished" in message
+    # a Job without its turn label (never the operator's own) is named by the Job alone
+    assert job_end_event("odd", 0, "succeeded", "", 0, 0, 4) == ("Normal", "TurnEnded", "turn Job odd finished")
 
 
 def test_a_failed_job_the_watchdog_counted_first_still_posts_its_event_but_a_repeat_does_not() -> None:
-    event = job_end_event("demo-t1", "failed", "BackoffLimitExceeded", -2, 1, 4)
+    event = job_end_event("demo-t1", 1, "failed", "BackoffLimitExceeded", -2, 1, 4)
     assert event is not None and event[1] == "TurnFailed" and "counted when the watchdog reaped it 1 of 4" in event[2]
-    assert job_end_event("demo-t1", "failed", "BackoffLimitExceeded", -1, 1, 4) is None
-    assert job_end_event("demo-t1", "succeeded", "", -1, 0, 4) is None
+    assert job_end_event("demo-t1", 1, "failed", "BackoffLimitExceeded", -1, 1, 4) is None
+    assert job_end_event("demo-t1", 1, "succeeded", "", -1, 0, 4) is None
 
 
 def test_a_job_that_answered_409_runs_only_if_it_has_not_ended() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from unicore.terminal import printable
+from unicore.turn_numbers import FIRST_SHOWN_TURN
 
 from unicore_operator.kubectl_plugin import commands
 from unicore_operator.kubectl_plugin.errors import PluginError
@@ -22,6 +23,17 @@ EPILOG = """examples:
   kubectl agenttask logs demo --follow        the transcript, until the task is Idle
   kubectl agenttask describe demo
 """
+
+
+def _turn_number(text: str) -> int:
+    """``--turn N``: a turn as users count them, from 1 (the Job ``<task>-tN``, ``status.lastTurn.number``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a turn number") from None
+    if value < FIRST_SHOWN_TURN:
+        raise argparse.ArgumentTypeError(f"turns are numbered from {FIRST_SHOWN_TURN} (turn N runs as Job NAME-tN)")
+    return value
 
 
 def _common() -> argparse.ArgumentParser:
@@ -79,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("name")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task is Idle")
     logs.add_argument("--tools", action="store_true", help="show tool inputs and results")
-    logs.add_argument("--turn", type=int, help="only turn N (turns are numbered from 0)")
+    logs.add_argument("--turn", type=_turn_number, metavar="N",
+                      help="only turn N (numbered from 1: turn N runs as Job NAME-tN)")
     logs.add_argument("--page-size", type=int, default=200, help="messages per request (max 1000)")
     logs.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls with --follow")
     logs.add_argument(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.store import TaskStore
+from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 
 from unicore_operator.log import logger
 from unicore_operator.task_api import transcript as pages
@@ -149,7 +150,8 @@ class TaskApi:
         params = _query(query)
         since = _int_param(params, "since", 0) or 0
         limit = _int_param(params, "limit", pages.DEFAULT_LIMIT, minimum=1, maximum=pages.MAX_LIMIT) or 1
-        turn = _int_param(params, "turn", None, minimum=0)
+        shown = _int_param(params, "turn", None, minimum=FIRST_SHOWN_TURN)  # as users count turns (the Job's -tN)
+        turn = None if shown is None else stored_turn(shown)
         tools = _bool_param(params, "tools")
         self._require_task(namespace, name)
         task_id = f"{namespace}/{name}"
@@ -167,8 +169,9 @@ class TaskApi:
             if window is None:
                 raise ApiError(
                     404,
-                    f"agenttask {task_id} has no turn {turn} yet ("
-                    f"{'turns are numbered from 0; it has 0..' + str(len(headers) - 1) if headers else 'no turn yet'})",
+                    f"agenttask {task_id} has no turn {shown} yet ("
+                    + (f"turns are numbered from {FIRST_SHOWN_TURN}; it has {FIRST_SHOWN_TURN}.."
+                       f"{shown_turn(len(headers) - 1)}" if headers else "no turn yet") + ")",
                     details={"name": name, "group": "unicore.dev", "kind": "turns"},
                 )
             start, stop = window

@@ -2,6 +2,8 @@
 
 A page is a contiguous run of messages by ``seq`` (the message's index in the task's append-only history):
 ``since`` is the first seq wanted, ``next`` the seq to ask for next; ``turn=N`` restricts the run to turn N.
+Turn numbers: ``TurnHeader.number`` and the ``turn`` arguments here are Redis's (from 0); what a page shows (a
+message's ``turn``, a turn's ``number``) is the user's (from 1, as in the Job ``<task>-tN``): ``unicore.turn_numbers``.
 Every page is bounded by a message count (``limit``) and by a byte budget; single blocks are clipped.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.answers import load_message
+from unicore.turn_numbers import shown_turn
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -22,7 +25,7 @@ BLOCK_CHARS = 64 * 1024
 
 @dataclass(frozen=True)
 class TurnHeader:
-    number: int
+    number: int  # as Redis stores it (from 0)
     started_at: float
     first_seq: int
 
@@ -38,7 +41,7 @@ def parse_turn_headers(raw: Sequence[str]) -> list[TurnHeader]:
 
 
 def turn_range(headers: Sequence[TurnHeader], turn: int, total: int) -> tuple[int, int] | None:
-    """[first, end) seqs of turn ``turn``; None if there is no such turn."""
+    """[first, end) seqs of turn ``turn`` (Redis's number); None if there is no such turn."""
     for index, header in enumerate(headers):
         if header.number == turn:
             end = headers[index + 1].first_seq if index + 1 < len(headers) else total
@@ -49,7 +52,7 @@ def turn_range(headers: Sequence[TurnHeader], turn: int, total: int) -> tuple[in
 def page_window(
     headers: Sequence[TurnHeader], total: int, *, since: int, limit: int, turn: int | None
 ) -> tuple[int, int] | None:
-    """The [start, stop) seqs to read (stop - start <= limit); None when ``turn`` does not exist."""
+    """The [start, stop) seqs to read (stop - start <= limit); None when ``turn`` (Redis's number) does not exist."""
     first, end = 0, total
     if turn is not None:
         found = turn_range(headers, turn, total)
@@ -99,7 +102,7 @@ def shape_message(raw: str, tools: bool) -> dict[str, Any]:
     data = load_message(raw).model_dump()  # an undecodable stored message shows as quarantined, never a 500
     return {
         "seq": int(data.get("seq", 0)),
-        "turn": int(data.get("turn_number", 0)),
+        "turn": shown_turn(int(data.get("turn_number", 0))),
         "role": data.get("role"),
         "timestamp": data.get("timestamp"),
         "content": [shape_block(block, tools) for block in data.get("content") or []],
@@ -111,7 +114,7 @@ def turn_info(header: TurnHeader, next_first_seq: int, meta: Mapping[str, str]) 
     ended = meta.get(f"{n}:ended_at")
     iterations = meta.get(f"{n}:iterations")
     return {
-        "number": n,
+        "number": shown_turn(n),
         "startedAt": header.started_at,
         "endedAt": float(ended) if ended else None,
         "firstSeq": header.first_seq,
@@ -133,7 +136,7 @@ def build_page(
     turn: int | None,
     byte_budget: int = PAGE_BYTE_BUDGET,
 ) -> dict[str, Any]:
-    """The transcript page for messages ``raw_messages`` read from seq ``start``."""
+    """The transcript page for messages ``raw_messages`` read from seq ``start`` (``turn``: Redis's number)."""
     messages: list[dict[str, Any]] = []
     used = 0
     for raw in raw_messages:
@@ -148,11 +151,11 @@ def build_page(
     if turn is not None:
         found = turn_range(headers, turn, total)
         window_end = found[1] if found else start
-    touched = {m["turn"] for m in messages}
+    touched = {m["turn"] for m in messages}  # as shown
     turns = []
     for index, header in enumerate(headers):
         following = headers[index + 1].first_seq if index + 1 < len(headers) else total
-        if header.number in touched or (turn is not None and header.number == turn):
+        if shown_turn(header.number) in touched or (turn is not None and header.number == turn):
             turns.append(turn_info(header, following, meta))
     return {
         "since": start,
