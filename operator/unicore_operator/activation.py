@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from unicore.state.codec import text
 
 from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext
@@ -41,8 +42,6 @@ async def ensure_group(client: aioredis.Redis) -> None:
             raise
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any, Any]]]) -> None:
@@ -50,7 +49,7 @@ async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any
     tasks: dict[tuple[str, str], str] = {}
     earliest: dict[tuple[str, str], float] = {}
     for _entry_id, fields in entries:
-        decoded = {_text(k): _text(v) for k, v in (fields or {}).items()}
+        decoded = {text(k): text(v) for k, v in (fields or {}).items()}
         task_id = decoded.get("task", "")
         if "/" not in task_id:
             continue  # a local-mode task id: not ours

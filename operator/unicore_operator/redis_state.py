@@ -18,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 from unicore.state import lua
 from unicore.state.client import build_async_client, build_client
+from unicore.state.codec import text, text_hash
 from unicore.state.keys import TaskKeys
 
 # Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
@@ -43,26 +44,20 @@ return 0
 """
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _decode_hash(raw: dict[Any, Any] | None) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in (raw or {}).items()}
 
 
 def _int(value: Any, default: int = 0) -> int:
     try:
-        return int(float(_text(value)))
+        return int(float(text(value)))
     except (TypeError, ValueError):
         return default
 
 
 def _float(value: Any) -> float:
     try:
-        return float(_text(value))
+        return float(text(value))
     except (TypeError, ValueError):
         return 0.0
 
@@ -128,8 +123,8 @@ class RedisState:
         replies = await pipe.execute()
         record_raw, pending, lease, op_raw, last_header = replies[:5]
         recorded = replies[5] if ended_jobs else []
-        record = _decode_hash(record_raw)
-        op = _decode_hash(op_raw)
+        record = text_hash(record_raw)
+        op = text_hash(op_raw)
         ended = {
             _int(name.split(":", 1)[1], -1): _int(value)
             for name, value in op.items()
@@ -149,7 +144,7 @@ class RedisState:
         )
         if last_header:
             try:
-                header = json.loads(_text(last_header))
+                header = json.loads(text(last_header))
             except ValueError:
                 header = {}
             number = _int(header.get("turn_number"))
@@ -159,8 +154,8 @@ class RedisState:
             snap.last_turn = {
                 "number": number,
                 "started_at": header.get("started_at"),
-                "summary": _text(meta[0]) if meta[0] else "",
-                "ended_at": _text(meta[1]) if meta[1] else None,
+                "summary": text(meta[0]) if meta[0] else "",
+                "ended_at": text(meta[1]) if meta[1] else None,
             }
         return snap
 

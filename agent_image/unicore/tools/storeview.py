@@ -19,14 +19,13 @@ from pydantic import BaseModel
 
 from unicore.errors import TaskNotFound
 from unicore.schema import Limits
+from unicore.state.codec import text
 from unicore.state.keys import TaskKeys
 
 if TYPE_CHECKING:
     from unicore.state.store import TaskStore
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _json(value: Any, default: Any) -> Any:
@@ -42,14 +41,14 @@ def _json(value: Any, default: Any) -> Any:
 
 def _int(value: Any) -> int:
     try:
-        return int(float(_text(value)))
+        return int(float(text(value)))
     except (TypeError, ValueError):
         return 0
 
 
 def _float(value: Any) -> float:
     try:
-        return float(_text(value))
+        return float(text(value))
     except (TypeError, ValueError):
         return 0.0
 
@@ -105,24 +104,24 @@ class TaskView:
 
 def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
     """Parse a task record hash (``uc:{T}:task``, bytes or str) or a dict of record fields."""
-    fields = {_text(k): v for k, v in data.items()}
+    fields = {text(k): v for k, v in data.items()}
     parent = fields.get("parent")
-    parent_id = _text(parent) if parent not in (None, "", b"") else None
-    task_id = _text(fields.get("id", ""))
+    parent_id = text(parent) if parent not in (None, "", b"") else None
+    task_id = text(fields.get("id", ""))
     root = fields.get("root")
     script = _json(fields.get("script"), None)
     return TaskView(
         id=task_id,
         parent=parent_id,
-        root=_text(root) if root not in (None, "", b"") else "",
+        root=text(root) if root not in (None, "", b"") else "",
         depth=_int(fields.get("depth", 0)),
-        model=_text(fields.get("model", "scripted")),
-        system_prompt=_text(fields.get("system_prompt", "")),
+        model=text(fields.get("model", "scripted")),
+        system_prompt=text(fields.get("system_prompt", "")),
         tools=_names(fields.get("tools")),
         child_tools=_names(fields.get("child_tools")),
         limits=_limits(fields.get("limits")),
         script=script if isinstance(script, dict) else None,
-        status=_text(fields.get("status", "idle")),
+        status=text(fields.get("status", "idle")),
         turns=_int(fields.get("turns", 0)),
         iterations=_int(fields.get("iterations", 0)),
         tool_iterations=_int(fields.get("tool_iterations", 0)),
@@ -130,7 +129,7 @@ def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
         tree_total_tokens=_int(fields.get("tree_total_tokens", 0)),
         created_at=_float(fields.get("created_at", 0)),
         updated_at=_float(fields.get("updated_at", 0)),
-        last_response=_text(fields.get("last_response", "") or ""),
+        last_response=text(fields.get("last_response", "") or ""),
         model_call_started_at=_float(fields.get("model_call_started_at", 0)),
     )
 
@@ -168,7 +167,7 @@ def get_view(store: TaskStore | Any, task_id: str) -> TaskView | None:
 
 
 def _view(task_id: str, data: Mapping[Any, Any]) -> TaskView:
-    return view_from_mapping({"id": task_id, **{_text(k): v for k, v in data.items()}})
+    return view_from_mapping({"id": task_id, **{text(k): v for k, v in data.items()}})
 
 
 def read_views(client: redis.Redis, task_ids: Sequence[str]) -> list[TaskView | None]:
@@ -205,7 +204,7 @@ def descendants(
         next_frontier: list[str] = []
         for parent, children in zip(frontier, pipe.execute(), strict=True):
             for raw in children:
-                child = _text(raw)
+                child = text(raw)
                 if child in seen:
                     continue
                 seen.add(child)

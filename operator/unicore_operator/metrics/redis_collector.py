@@ -15,19 +15,16 @@ import redis
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+from unicore.state.codec import text
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _float(value: Any) -> float | None:
     try:
-        return float(_text(value))
+        return float(text(value))
     except (TypeError, ValueError):
         return None
 
@@ -67,7 +64,7 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         return families[short]
 
     for raw_field, raw_value in counters.items():
-        parts, value = _split(_text(raw_field)), _float(raw_value)
+        parts, value = _split(text(raw_field)), _float(raw_value)
         if parts is None or value is None:
             continue
         short, labels = parts
@@ -75,7 +72,7 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         fam.add_sample(fam.name + "_total", parse_labels(labels), value)
 
     for raw_field, raw_value in gauges.items():
-        parts, value = _split(_text(raw_field)), _float(raw_value)
+        parts, value = _split(text(raw_field)), _float(raw_value)
         if parts is None or value is None:
             continue
         short, labels = parts
@@ -84,8 +81,8 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
 
     series: dict[tuple[str, str], dict[str, float]] = {}
     for raw_field, raw_value in histograms.items():
-        text, value = _text(raw_field), _float(raw_value)
-        pieces = text.split("|")
+        field, value = text(raw_field), _float(raw_value)
+        pieces = field.split("|")
         if len(pieces) != 3 or value is None:
             continue
         short, labels, part = pieces

@@ -16,6 +16,7 @@ import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from unicore import contract
+from unicore.state.codec import text
 from unicore.state.keys import TaskKeys
 
 from unicore_operator.log import logger
@@ -54,7 +55,7 @@ def inbox_depths(client: redis.Redis, task_ids: list[str]) -> dict[str, int]:
     depths: dict[str, int] = {}
     for chunk_no, rows in enumerate(pipe.execute()):
         for raw in rows:
-            idx, length = (raw.decode() if isinstance(raw, bytes) else str(raw)).split(":")
+            idx, length = text(raw).split(":")
             depths[task_ids[chunk_no * CHUNK + int(idx) - 1]] = int(length)
     return depths
 

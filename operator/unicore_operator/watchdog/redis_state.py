@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import redis
+from unicore.state.codec import text
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 
 from unicore_operator.watchdog.scan import RedisPlan, Thresholds
@@ -97,10 +98,6 @@ def _float(raw: object) -> float | None:
         return None
 
 
-def _text(raw: object) -> str:
-    if raw is None:
-        return ""
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 @dataclass
@@ -149,7 +146,7 @@ def _heartbeat_index(client: redis.Redis, checks: list[str], stale_cutoff: float
             script(keys=[HEARTBEATS_INDEX], args=args, client=pipe)
         replies = pipe.execute()
         entries, positions = replies[0], (replies[1] if checks else [])
-    stale = {_text(member): float(score) for member, score in entries}
+    stale = {text(member): float(score) for member, score in entries}
     return stale, [checks[int(i) - 1] for i in positions]
 
 
@@ -176,8 +173,8 @@ def read_not_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, 
     ids = list(task_ids)
     states: dict[str, RedisTaskState] = {}
     for task_id, (status, released_at) in zip(ids, _task_fields(client, ids, "status", "released_at"), strict=True):
-        if _text(status) != "running":
-            states[task_id] = RedisTaskState(status=_text(status), released_at=_float(released_at))
+        if text(status) != "running":
+            states[task_id] = RedisTaskState(status=text(status), released_at=_float(released_at))
     return states
 
 
@@ -196,10 +193,10 @@ def _is_cluster(client: redis.Redis) -> bool:
 
 
 def _row_state(row: list[str]) -> RedisTaskState:
-    status, updated = _text(row[1]), _float(row[2])
+    status, updated = text(row[1]), _float(row[2])
     return RedisTaskState(status=status, updated_at=updated, heartbeat_at=_float(row[3]),
-                          lease_holder=_text(row[4]), lease_token=_text(row[5]), lease_acquired_at=_float(row[6]),
-                          turn_holder=_text(row[7]))
+                          lease_holder=text(row[4]), lease_token=text(row[5]), lease_acquired_at=_float(row[6]),
+                          turn_holder=text(row[7]))
 
 
 def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
@@ -215,7 +212,7 @@ def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTas
     for chunk_no, rows in enumerate(pipe.execute()):
         offset = chunk_no * SCRIPT_CHUNK - 1
         for raw in rows:
-            row = _text(raw).split("\x1f")
+            row = text(raw).split("\x1f")
             states[ids[offset + int(row[0])]] = _row_state(row)
     return states
 
@@ -225,9 +222,9 @@ def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisT
     running: list[str] = []
     fields = _task_fields(client, ids, "status", "updated_at", "lease_holder")
     for task_id, (status, updated_at, turn_holder) in zip(ids, fields, strict=True):
-        if _text(status) == "running":
+        if text(status) == "running":
             states[task_id] = RedisTaskState(status="running", updated_at=_float(updated_at),
-                                             turn_holder=_text(turn_holder))
+                                             turn_holder=text(turn_holder))
             running.append(task_id)
     if running:
         pipe = client.pipeline(transaction=False)
@@ -241,7 +238,7 @@ def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisT
             base = states[task_id]
             states[task_id] = RedisTaskState(
                 status=base.status, updated_at=base.updated_at, heartbeat_at=_float(beat),
-                lease_holder=_text(holder), lease_token=_text(token), lease_acquired_at=_float(acquired),
+                lease_holder=text(holder), lease_token=text(token), lease_acquired_at=_float(acquired),
                 turn_holder=base.turn_holder,
             )
     return states

@@ -1,0 +1,22 @@
+"""Decoding what Redis returns: clients made with ``decode_responses=False`` (the operator's asyncio client, the
+metrics collectors' pipelines) get bytes, the others str; every reader goes through these two functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def text(value: Any) -> str:
+    """``value`` as str: bytes decoded as UTF-8, None as ""."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def text_hash(raw: Mapping[Any, Any] | None) -> dict[str, str]:
+    """A hash reply with keys and values as str."""
+    return {text(key): text(value) for key, value in (raw or {}).items()}
+
+
+__all__ = ["text", "text_hash"]
