@@ -1,43 +1,27 @@
-"""OperatorSettings: every knob of the operator, read once from the environment at startup (docs/CONTRACT.md)."""
+"""OperatorSettings: every knob of the operator, read once from the environment at startup (docs/CONTRACT.md).
+
+Each field ``name`` is set by the environment variable ``UNICORE_<NAME>`` (pydantic-settings' ``env_prefix``), except
+``redis_url``, which is ``REDIS_URL`` as in the runtime. :func:`env_var` gives a field's variable.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 from unicore.errors import ConfigError
 
-# field name -> environment variable
-ENV_VARS: dict[str, str] = {
-    "redis_url": "REDIS_URL",
-    "namespaces": "UNICORE_NAMESPACES",
-    "agent_image": "UNICORE_AGENT_IMAGE",
-    "agent_image_pull_policy": "UNICORE_AGENT_IMAGE_PULL_POLICY",
-    "agent_service_account": "UNICORE_AGENT_SERVICE_ACCOUNT",
-    "agent_redis_secret": "UNICORE_AGENT_REDIS_SECRET",
-    "agent_env_secret": "UNICORE_AGENT_ENV_SECRET",
-    "default_gpus": "UNICORE_DEFAULT_GPUS",
-    "gpu_resource": "UNICORE_GPU_RESOURCE",
-    "gpu_toleration": "UNICORE_GPU_TOLERATION",
-    "job_ttl_seconds": "UNICORE_JOB_TTL_SECONDS",
-    "max_turn_retries": "UNICORE_MAX_TURN_RETRIES",
-    "turn_retry_backoff_seconds": "UNICORE_TURN_RETRY_BACKOFF_SECONDS",
-    "default_turn_timeout_seconds": "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS",
-    "resync_seconds": "UNICORE_RESYNC_SECONDS",
-    "redis_retention_seconds": "UNICORE_REDIS_RETENTION_SECONDS",
-    "http_port": "UNICORE_HTTP_PORT",
-    "heartbeat_timeout_seconds": "UNICORE_HEARTBEAT_TIMEOUT_SECONDS",
-    "pending_timeout_seconds": "UNICORE_PENDING_TIMEOUT_SECONDS",
-    "max_reaps": "UNICORE_MAX_REAPS",
-    "watchdog_interval_seconds": "UNICORE_WATCHDOG_INTERVAL_SECONDS",
-    "stall_seconds": "UNICORE_STALL_SECONDS",
-    "agent_extra_env": "UNICORE_AGENT_EXTRA_ENV",
-    "workspace_claim": "UNICORE_WORKSPACE_CLAIM",
-    "pod_create_retry_seconds": "UNICORE_POD_CREATE_RETRY_SECONDS",
-}
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
     "REDIS_URL", "UNICORE_TASK_ID", "UNICORE_SPAWNER", "UNICORE_NAMESPACE", "UNICORE_WORKSPACE", "HOME",
@@ -48,13 +32,18 @@ ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class OperatorSettings(BaseModel):
-    """Immutable operator configuration; built by :func:`load_settings` and put on Kopf's ``memo``."""
+class OperatorSettings(BaseSettings):
+    """Immutable operator configuration; built by :func:`load_settings` and put on Kopf's ``memo``.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Only :func:`load_settings` reads the environment: constructing the model directly (as tests do) takes the given
+    values and the defaults, nothing else.
+    """
 
-    redis_url: str = Field(min_length=1)
-    namespaces: tuple[str, ...] = ()  # empty = cluster-wide
+    model_config = SettingsConfigDict(env_prefix="UNICORE_", frozen=True, extra="forbid", populate_by_name=True)
+
+    redis_url: str = Field(min_length=1, validation_alias="REDIS_URL")
+    # A comma list (not JSON, hence NoDecode); empty = cluster-wide.
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
     agent_image: str = "unicore-agent:latest"
     agent_image_pull_policy: str = "IfNotPresent"
     agent_service_account: str = "unicore-agent"
@@ -74,10 +63,14 @@ class OperatorSettings(BaseModel):
     pending_timeout_seconds: float = Field(300.0, gt=0)
     max_reaps: int = Field(3, ge=1)
     watchdog_interval_seconds: float = Field(15.0, gt=0)
+    # How long an object must be missing from a cache, and how long a Job may overrun its deadline, before the
+    # watchdog acts.
+    watchdog_grace_seconds: float = Field(30.0, ge=0)
     # Turn pods: UNICORE_STALL_SECONDS (unset = the runtime's default, 900) and extra env (a JSON object of
     # name -> value, e.g. {"UNICORE_EXTRA_TOOLS": "my_tools:TOOLS"}).
     stall_seconds: float | None = Field(None, gt=0)
-    agent_extra_env: dict[str, str] = Field(default_factory=dict)
+    # A JSON object, parsed (with clear errors) by its validator rather than by pydantic-settings, hence NoDecode.
+    agent_extra_env: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     # A PersistentVolumeClaim (ReadWriteMany on multi-node clusters) that exists in every namespace where AgentTasks
     # run: turn pods mount it at /workspace with subPath = the task tree's root, so every turn and every child of a
     # tree shares one folder that outlives the pods. None = an emptyDir per turn pod (files live for one turn).
@@ -141,17 +134,47 @@ class OperatorSettings(BaseModel):
     def cluster_wide(self) -> bool:
         return not self.namespaces
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The keyword arguments only: load_settings reads the environment (or the mapping it is given) itself.
+        return (init_settings,)
+
+
+def env_var(field: str) -> str:
+    """The environment variable that sets the field ``field`` of :class:`OperatorSettings`."""
+    alias = OperatorSettings.model_fields[field].validation_alias
+    if isinstance(alias, str):
+        return alias
+    return f"{OperatorSettings.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _env_var_of(loc: object) -> str:
+    name = str(loc)
+    return env_var(name) if name in OperatorSettings.model_fields else name
+
 
 def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
-    """Read :class:`OperatorSettings` from ``environ`` (default ``os.environ``); a bad value raises ConfigError."""
-    env = os.environ if environ is None else environ
-    raw = {field: env[var] for field, var in ENV_VARS.items() if var in env}
-    if "redis_url" not in raw:
+    """Read :class:`OperatorSettings` from ``environ`` (default ``os.environ``); a bad value raises ConfigError.
+
+    Variable names are matched as pydantic-settings does by default, ignoring case.
+    """
+    source = EnvSettingsSource(OperatorSettings)
+    if environ is not None:
+        source.env_vars = parse_env_vars(
+            environ, source.case_sensitive, source.env_ignore_empty, source.env_parse_none_str
+        )
+    values = source()
+    if "REDIS_URL" not in values:
         raise ConfigError("REDIS_URL is required (e.g. redis://redis:6379/0)")
     try:
-        return OperatorSettings.model_validate(raw)
+        return OperatorSettings(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{ENV_VARS.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{_env_var_of(err['loc'][0])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid operator settings: {problems}") from exc

@@ -5,15 +5,11 @@ per kind, shared by every index), it shares the operator's per-task locks with t
 failure accounting, so a reap and a failed turn are counted by one counter. The composition root
 (``unicore_operator.composition``) imports this module (which registers the indexes and a startup handler that
 captures them) and adds ``start_watchdog`` to the start-up hooks: it starts the loop with the operator's context.
-
-Extra knob (not in OperatorSettings): ``UNICORE_WATCHDOG_GRACE_SECONDS`` (30): how long an object must be missing
-from a cache, and how long a Job may overrun its deadline, before the watchdog acts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -21,6 +17,7 @@ import kopf
 from unicore import contract
 
 from unicore_operator.metrics import observe_watchdog_scan
+from unicore_operator.settings import OperatorSettings
 from unicore_operator.watchdog.log import logger
 from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.redis_state import read_states
@@ -29,7 +26,6 @@ from unicore_operator.watchdog.snapshot import build_snapshot, with_redis
 from unicore_operator.watchdog.views import job_view, pod_view, task_view
 
 MANAGED = {contract.MANAGED_BY_LABEL: contract.MANAGED_BY}
-GRACE_ENV = "UNICORE_WATCHDOG_GRACE_SECONDS"
 
 _indexes: dict[str, Any] = {}
 
@@ -57,8 +53,8 @@ async def capture_watchdog_indexes(watchdog_task_index: kopf.Index, watchdog_job
     _indexes.update(tasks=watchdog_task_index, jobs=watchdog_job_index, pods=watchdog_pod_index)
 
 
-def thresholds_from(settings: Any) -> Thresholds:
-    grace = float(os.environ.get(GRACE_ENV, "30"))
+def thresholds_from(settings: OperatorSettings) -> Thresholds:
+    grace = settings.watchdog_grace_seconds
     return Thresholds(
         heartbeat_timeout=settings.heartbeat_timeout_seconds, pending_timeout=settings.pending_timeout_seconds,
         max_reaps=settings.max_reaps, deadline_grace=grace, absence_grace=grace,

@@ -1,0 +1,144 @@
+"""The operator's environment variables: every documented name sets its OperatorSettings field, and nothing else.
+
+The names come from pydantic-settings' ``env_prefix`` rule, so renaming a field would silently rename (and so break) a
+documented variable; these tests pin the names to docs/CONTRACT.md, the README and the chart.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from unicore.errors import ConfigError
+from unicore.state import client as redis_client
+from unicore_operator.settings import OperatorSettings, env_var, load_settings
+from unicore_operator.watchdog.adapter import thresholds_from
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_NAME = re.compile(r"`((?:UNICORE_[A-Z0-9_]+)|REDIS_URL)`")
+
+# documented variable -> (a value to set, the field it sets, the value the field then has, which is not its default)
+SAMPLES: dict[str, tuple[str, str, Any]] = {
+    "REDIS_URL": ("redis://elsewhere:6379/2", "redis_url", "redis://elsewhere:6379/2"),
+    "UNICORE_NAMESPACES": ("a, b,", "namespaces", ("a", "b")),
+    "UNICORE_AGENT_IMAGE": ("example/agent:2", "agent_image", "example/agent:2"),
+    "UNICORE_AGENT_IMAGE_PULL_POLICY": ("Always", "agent_image_pull_policy", "Always"),
+    "UNICORE_AGENT_SERVICE_ACCOUNT": ("robots", "agent_service_account", "robots"),
+    "UNICORE_AGENT_REDIS_SECRET": ("redis-creds", "agent_redis_secret", "redis-creds"),
+    "UNICORE_AGENT_ENV_SECRET": ("model-creds", "agent_env_secret", "model-creds"),
+    "UNICORE_DEFAULT_GPUS": ("2", "default_gpus", 2),
+    "UNICORE_GPU_RESOURCE": ("amd.com/gpu", "gpu_resource", "amd.com/gpu"),
+    "UNICORE_GPU_TOLERATION": ("false", "gpu_toleration", False),
+    "UNICORE_JOB_TTL_SECONDS": ("30", "job_ttl_seconds", 30),
+    "UNICORE_MAX_TURN_RETRIES": ("7", "max_turn_retries", 7),
+    "UNICORE_TURN_RETRY_BACKOFF_SECONDS": ("0.5", "turn_retry_backoff_seconds", 0.5),
+    "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS": ("120", "default_turn_timeout_seconds", 120),
+    "UNICORE_POD_CREATE_RETRY_SECONDS": ("5", "pod_create_retry_seconds", 5.0),
+    "UNICORE_RESYNC_SECONDS": ("3", "resync_seconds", 3.0),
+    "UNICORE_REDIS_RETENTION_SECONDS": ("600", "redis_retention_seconds", 600),
+    "UNICORE_HTTP_PORT": ("0", "http_port", 0),
+    "UNICORE_HEARTBEAT_TIMEOUT_SECONDS": ("45", "heartbeat_timeout_seconds", 45.0),
+    "UNICORE_PENDING_TIMEOUT_SECONDS": ("90", "pending_timeout_seconds", 90.0),
+    "UNICORE_MAX_REAPS": ("1", "max_reaps", 1),
+    "UNICORE_WATCHDOG_INTERVAL_SECONDS": ("2.5", "watchdog_interval_seconds", 2.5),
+    "UNICORE_WATCHDOG_GRACE_SECONDS": ("5", "watchdog_grace_seconds", 5.0),
+    "UNICORE_STALL_SECONDS": ("120", "stall_seconds", 120.0),
+    "UNICORE_AGENT_EXTRA_ENV": ('{"PYTHONPATH": "/opt/tools"}', "agent_extra_env", {"PYTHONPATH": "/opt/tools"}),
+    "UNICORE_WORKSPACE_CLAIM": ("ws.team-a", "workspace_claim", "ws.team-a"),
+}
+# Read by modules the operator shares with the runtime, not by OperatorSettings.
+SHARED_RUNTIME_VARS = {redis_client.RETRY_SECONDS_ENV, redis_client.SOCKET_TIMEOUT_ENV, "UNICORE_LOG_LEVEL"}
+
+
+def contract_operator_vars() -> set[str]:
+    """The variables the "Process:" item of docs/CONTRACT.md's operator contract lists."""
+    text = (ROOT / "docs" / "CONTRACT.md").read_text()
+    item = re.search(r"^- Process: .*?(?=^- )", text, re.MULTILINE | re.DOTALL)
+    assert item is not None, "docs/CONTRACT.md has no '- Process:' item"
+    return set(ENV_NAME.findall(item.group(0)))
+
+
+def readme_operator_vars() -> set[str]:
+    """The variables of the README's configuration table whose 'where' column names the operator."""
+    found: set[str] = set()
+    for line in (ROOT / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and "operator" in cells[1]:
+            found |= set(ENV_NAME.findall(cells[0]))
+    return found
+
+
+def chart_operator_vars() -> set[str]:
+    """The variables the chart's ``unicore.operatorEnv`` template gives the operator."""
+    text = (ROOT / "helm" / "unicore" / "templates" / "_helpers.tpl").read_text()
+    block = re.search(r'define "unicore.operatorEnv".*?end \}\}', text, re.DOTALL)
+    assert block is not None, "the chart has no unicore.operatorEnv template"
+    return set(re.findall(r'"(UNICORE_[A-Z0-9_]+)"', block.group(0)))
+
+
+def test_the_contract_lists_exactly_the_settings_variables() -> None:
+    assert contract_operator_vars() == {env_var(field) for field in OperatorSettings.model_fields}
+
+
+def test_every_field_has_a_sample() -> None:
+    assert {field for _, field, _ in SAMPLES.values()} == set(OperatorSettings.model_fields)
+
+
+@pytest.mark.parametrize("var", sorted(SAMPLES))
+def test_each_documented_variable_sets_its_field(var: str) -> None:
+    raw, field, expected = SAMPLES[var]
+    default = getattr(OperatorSettings(redis_url="redis://r"), field)
+    assert expected != default, f"the sample for {var} must differ from the default"
+    settings = load_settings({"REDIS_URL": "redis://r", var: raw})
+    assert getattr(settings, field) == expected
+    assert env_var(field) == var
+
+
+def test_readme_and_chart_variables_are_all_read() -> None:
+    settings_vars = set(SAMPLES)
+    readme = readme_operator_vars()
+    assert {"REDIS_URL", "UNICORE_AGENT_EXTRA_ENV", "UNICORE_WORKSPACE_CLAIM"} <= readme  # the parser found the rows
+    assert readme <= settings_vars | SHARED_RUNTIME_VARS
+    chart = chart_operator_vars()
+    assert "UNICORE_NAMESPACES" in chart
+    assert chart <= settings_vars | SHARED_RUNTIME_VARS
+
+
+def test_only_the_given_mapping_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UNICORE_DEFAULT_GPUS", "5")
+    monkeypatch.setenv("REDIS_URL", "redis://from-process:6379/0")
+    assert load_settings({"REDIS_URL": "redis://r"}).default_gpus == 1
+    assert OperatorSettings(redis_url="redis://r").default_gpus == 1
+    from_process = load_settings()
+    assert from_process.default_gpus == 5 and from_process.redis_url == "redis://from-process:6379/0"
+
+
+def test_unknown_variables_with_the_prefix_are_ignored() -> None:
+    settings = load_settings({"REDIS_URL": "redis://r", "UNICORE_LOG_LEVEL": "DEBUG", "UNICORE_NO_SUCH_KNOB": "1"})
+    assert settings == OperatorSettings(redis_url="redis://r")
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({}, "REDIS_URL is required"),
+        ({"REDIS_URL": ""}, "REDIS_URL: String should have at least 1 character"),
+        ({"REDIS_URL": "redis://r", "UNICORE_HTTP_PORT": "http"}, "UNICORE_HTTP_PORT: Input should be a valid integer"),
+        ({"REDIS_URL": "redis://r", "UNICORE_WATCHDOG_GRACE_SECONDS": "-1"}, "UNICORE_WATCHDOG_GRACE_SECONDS: "),
+        ({"REDIS_URL": "redis://r", "UNICORE_NAMESPACES": 'not ["json"]'}, None),
+    ],
+)
+def test_errors_name_the_variable(environ: dict[str, str], message: str | None) -> None:
+    if message is None:  # a comma list is not parsed as JSON
+        assert load_settings(environ).namespaces == ('not ["json"]',)
+        return
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(environ)
+
+
+def test_watchdog_grace_comes_from_the_settings() -> None:
+    thresholds = thresholds_from(load_settings({"REDIS_URL": "redis://r", "UNICORE_WATCHDOG_GRACE_SECONDS": "7"}))
+    assert thresholds.deadline_grace == 7 and thresholds.absence_grace == 7
+    assert thresholds_from(OperatorSettings(redis_url="redis://r")).deadline_grace == 30
