@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.schema import Limits, TaskSpec
 
@@ -21,50 +22,50 @@ class SpecInvalid(UniCoreError):
     """The AgentTask spec cannot be run; the message says why."""
 
 
-class LimitsSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class CamelModel(BaseModel):
+    """A part of the spec: camelCase keys in YAML (``maxIterations``), snake_case attributes (``max_iterations``)."""
 
-    max_iterations: int | None = Field(default=None, alias="maxIterations", ge=1)
-    max_depth: int | None = Field(default=None, alias="maxDepth", ge=0)
-    max_children: int | None = Field(default=None, alias="maxChildren", ge=0)
-    max_descendants: int | None = Field(default=None, alias="maxDescendants", ge=0)
-    token_budget: int | None = Field(default=None, alias="tokenBudget", ge=0)
-    turn_timeout_seconds: int | None = Field(default=None, alias="turnTimeoutSeconds", ge=1)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class LimitsSpec(CamelModel):
+    max_iterations: int | None = Field(default=None, ge=1)
+    max_depth: int | None = Field(default=None, ge=0)
+    max_children: int | None = Field(default=None, ge=0)
+    max_descendants: int | None = Field(default=None, ge=0)
+    token_budget: int | None = Field(default=None, ge=0)
+    turn_timeout_seconds: int | None = Field(default=None, ge=1)
     recursion: bool | None = None
-    summarize_turns: bool | None = Field(default=None, alias="summarizeTurns")
+    summarize_turns: bool | None = None
 
     def set_fields(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
 
 
-class ParentRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ParentRef(CamelModel):
     name: str
     uid: str | None = None
 
 
-class AgentTaskSpec(BaseModel):
-    """``spec`` of an AgentTask (camelCase in YAML)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class AgentTaskSpec(CamelModel):
+    """``spec`` of an AgentTask."""
 
     prompt: str | None = None
-    system_prompt: str | None = Field(None, alias="systemPrompt")
+    system_prompt: str | None = None
     model: str | None = None
     script: dict[str, Any] | None = None
     tools: list[str] | None = None
-    child_tools: list[str] | None = Field(None, alias="childTools")
+    child_tools: list[str] | None = None
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
-    parent_ref: ParentRef | None = Field(None, alias="parentRef")
+    parent_ref: ParentRef | None = None
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
     resources: dict[str, Any] | None = None
-    node_selector: dict[str, str] | None = Field(None, alias="nodeSelector")
+    node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, Any]] | None = None
-    priority_class_name: str | None = Field(None, alias="priorityClassName")
-    runtime_class_name: str | None = Field(None, alias="runtimeClassName")
-    queue_name: str | None = Field(None, alias="queueName")
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+    queue_name: str | None = None
 
 
 def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
