@@ -123,9 +123,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if running:
         os.environ.setdefault("KUBECONFIG", state["kubeconfig"])
-        from kubernetes import client, config
+        from kubernetes import client
+        from unicore.kube_config import load_api_client
 
-        api = config.new_client_from_config(config_file=state["kubeconfig"])
+        api = load_api_client(state["kubeconfig"])
         try:
             core: Any = client.CoreV1Api(api)
             for node in core.list_node().items:

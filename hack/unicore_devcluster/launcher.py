@@ -63,9 +63,9 @@ class ControlPlane:
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient`` authenticated as the cluster admin (system:masters)."""
-        from kubernetes import config
+        from unicore.kube_config import load_api_client
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        return load_api_client(str(self.kubeconfig))
 
     def pids(self) -> dict[str, int]:
         return {name: child.pid for name, child in self.children.items()}

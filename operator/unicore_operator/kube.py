@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import datetime
-import os
 import socket
 from dataclasses import dataclass
 from typing import Any, cast
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from unicore_operator import names
 from unicore_operator.log import logger
-
-
-def load_api_client() -> client.ApiClient:
-    """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 def _now() -> str:

@@ -14,8 +14,8 @@ connection reset) is looked up before it is reported as failed. A Redis record w
 older version) is completed by the next spawn of that name, which creates the missing AgentTask.
 An existing child gets the prompt as a new inbox message and an activation (seed 000 "resuming child tasks").
 
-Credentials: the pod's ServiceAccount (KUBECONFIG set by the local pod runner, else in-cluster config); the agents'
-Role allows create/get/list/watch on agenttasks and nothing else.
+Credentials: ``unicore.kube_config.load_api_client`` (in a turn pod its ServiceAccount; the local pod runner sets
+KUBECONFIG); the agents' Role allows create/get/list/watch on agenttasks and nothing else.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from unicore.contract import (
     label_value,
 )
 from unicore.errors import ConfigError, MessageTooLarge, ToolError
+from unicore.kube_config import load_api_client
 from unicore.launch.local_spawner import check_message_size, reserve_child_slots
 from unicore.log import get_logger
 from unicore.schema import InboxMessage, task_name
@@ -59,18 +60,10 @@ LIMIT_FIELDS = {
 
 
 def load_custom_objects_api() -> Any:
-    """CustomObjectsApi with the pod's credentials (KUBECONFIG if set, else in-cluster)."""
-    from kubernetes import client, config
+    """CustomObjectsApi with the turn's credentials (``unicore.kube_config``; a ConfigError if there are none)."""
+    from kubernetes import client
 
-    try:
-        if os.environ.get("KUBECONFIG"):
-            api_client = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
-        else:
-            config.load_incluster_config()
-            api_client = client.ApiClient()
-    except Exception as exc:  # the kubernetes client raises several unrelated types here
-        raise ConfigError(f"cannot load Kubernetes credentials for the spawner: {exc}") from exc
-    return client.CustomObjectsApi(api_client)
+    return client.CustomObjectsApi(load_api_client())
 
 
 def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str],

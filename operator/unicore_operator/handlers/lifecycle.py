@@ -7,11 +7,12 @@ import logging
 from typing import Any
 
 import kopf
+from unicore.kube_config import load_api_client
 from unicore.state.store import TaskStore
 
 from unicore_operator import activation, http_server, job_events, names
 from unicore_operator.context import OperatorContext
-from unicore_operator.kube import KubeClients, load_api_client
+from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings, load_settings

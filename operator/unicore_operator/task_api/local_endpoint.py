@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from unicore import contract
+from unicore.kube_config import load_api_client
 
 SERVICE = "unicore-operator"
 PORT_NAME = "http"
@@ -138,11 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", default="unicore-system")
     parser.add_argument("--port", type=int, default=8080, help="the port the host operator listens on")
     parser.add_argument("--ip", help="the address to publish (default: this machine's non-loopback IPv4)")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else ~/.kube/config")
     args = parser.parse_args(argv)
-    from kubernetes import config
-
-    api_client = config.new_client_from_config(config_file=args.kubeconfig)
+    api_client = load_api_client(args.kubeconfig)
     ip = expose(api_client, args.namespace, args.port, args.ip)
     print(f"service {args.namespace}/{SERVICE}:{PORT_NAME} -> {ip}:{args.port}")
     return 0
