@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
+
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -452,3 +457,79 @@ def test_schema_rejects_bad_values(bad: list[str]) -> None:
     assert proc.returncode != 0 and (
         "values don't meet the specifications" in proc.stderr or "not allowed" in proc.stderr
     ), proc.stderr
+
+
+
+class _RedisForProbes:
+    """A real redis-server with a password on a unix socket in ``directory`` (also its data directory), and the
+    environment in which the chart's probe commands reach it as they reach the bundled Redis in its pod: ``redis-cli``
+    on PATH (a shim first on PATH adds ``-s <socket>`` to the real one) and ``REDISCLI_AUTH`` set."""
+
+    PASSWORD = "probe-s3cret"
+
+    def __init__(self, directory: Path, *extra: str) -> None:
+        server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if server is None or cli is None:
+            pytest.skip("redis-server and redis-cli are needed (hack/bootstrap.sh installs them)")
+        self.socket = directory / "redis.sock"
+        shim = directory / "bin" / "redis-cli"
+        shim.parent.mkdir()
+        shim.write_text(f'#!/bin/sh\nexec {cli} -s {self.socket} "$@"\n')
+        shim.chmod(0o755)
+        self.env = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "REDISCLI_AUTH": self.PASSWORD}
+        self.proc = subprocess.Popen(
+            [server, "--port", "0", "--unixsocket", str(self.socket), "--dir", str(directory), "--save", "",
+             "--appendonly", "no", "--requirepass", self.PASSWORD, *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=str(self.socket), password=self.PASSWORD, decode_responses=True)
+
+    def loading(self) -> bool:
+        return bool(int(self.client().info("persistence")["loading"]))
+
+    def probe(self, probe: dict[str, Any]) -> int:
+        """Run a probe's exec command as the kubelet would: its exit code, within the probe's timeout."""
+        return subprocess.run(probe["exec"]["command"], env=self.env, capture_output=True,
+                              timeout=probe["timeoutSeconds"]).returncode
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_redis_readiness_fails_while_redis_loads_its_data_and_liveness_does_not(tmp_path: Path) -> None:
+    """issue 11: both probes were `redis-cli ping`, which exits 0 on "LOADING Redis is loading the dataset in memory",
+    so a Redis still reading its data was Ready. The rendered probes run against real redis-servers: one serving, one
+    loading a dump (slowed down per key with Redis's test-only `key-load-delay`, and answering while it loads with
+    `loading-process-events-interval-bytes`, so the load lasts seconds and is observed, not raced)."""
+    container = one(render(), "StatefulSet", "unicore-redis")["spec"]["template"]["spec"]["containers"][0]
+    liveness, readiness = container["livenessProbe"], container["readinessProbe"]
+    assert liveness["exec"]["command"] == ["redis-cli", "ping"]  # cheap, and tolerates LOADING
+    assert "REDISCLI_AUTH" in {e["name"] for e in container["env"]}
+
+    (tmp_path / "serving").mkdir()
+    serving = _RedisForProbes(tmp_path / "serving")
+    try:
+        wait_for(lambda: serving.client().ping(), timeout=20, what="the serving redis-server")
+        pipe = serving.client().pipeline(transaction=False)
+        for n in range(20_000):
+            pipe.set(f"key:{n}", "x" * 100)
+        pipe.execute()
+        assert (serving.probe(liveness), serving.probe(readiness)) == (0, 0)
+        serving.client().save()  # the dump the next server loads
+    finally:
+        serving.stop()
+
+    (tmp_path / "loading").mkdir()
+    shutil.copy(tmp_path / "serving" / "dump.rdb", tmp_path / "loading" / "dump.rdb")
+    loading = _RedisForProbes(tmp_path / "loading", "--key-load-delay", "500",
+                              "--loading-process-events-interval-bytes", "1024")
+    try:
+        wait_for(loading.loading, timeout=20, what="the redis-server to be loading its dump")
+        assert loading.probe(liveness) == 0, "liveness must tolerate LOADING (a long load is not a dead Redis)"
+        assert loading.probe(readiness) != 0, "readiness must fail while Redis answers LOADING"
+        assert loading.loading(), "the load ended before the probes ran: the test proved nothing"
+    finally:
+        loading.stop()
