@@ -55,7 +55,7 @@ fi
 #    reach it through the API server's service proxy (the API server refuses loopback endpoints: see docs/kubectl.md).
 OP_NS=unicore-system
 kubectl create namespace "$OP_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-"$BIN/python" -m unicore_operator.task_api.local_endpoint --namespace "$OP_NS" --port "${UNICORE_HTTP_PORT:-18080}" >/dev/null
+"$BIN/python" -m unicore_devcluster.operator_endpoint --namespace "$OP_NS" --port "${UNICORE_HTTP_PORT:-18080}" >/dev/null
 
 # 6. The demo tree (re-created from scratch on every run).
 if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then

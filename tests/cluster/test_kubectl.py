@@ -18,7 +18,7 @@ import redis
 import yaml
 from kubernetes import client
 from unicore.state.store import TaskStore
-from unicore_operator.task_api.local_endpoint import expose
+from unicore_devcluster.operator_endpoint import expose
 
 from tests.cluster.operator_harness import (
     REPO,

@@ -16,10 +16,12 @@ from typing import Any
 
 import redis
 from unicore.faults import ENV, LOG_KEY
-from unicore.history import INTERRUPTED_TEXT, build_request_messages, converse_problems
+from unicore.history import INTERRUPTED_TEXT, build_request_messages
 from unicore.launch.local import LocalSupervisor, SettleReport
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore, history_messages
+
+from tests.converse_check import converse_problems
 
 COMPLETION_RE = re.compile(r"^\[SYSTEM\] Child task (\S+) has (completed successfully|FAILED)")
 

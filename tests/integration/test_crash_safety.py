@@ -19,11 +19,12 @@ import time
 from typing import Any
 
 import pytest
-from unicore.history import INTERRUPTED_TEXT, converse_problems
+from unicore.history import INTERRUPTED_TEXT
 from unicore.schema import TaskSpec
 from unicore.state.store import TaskStore, connect
 from unicore.turn import run_turn
 
+from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, TurnRunner
 from tests.waiting import wait_for
 

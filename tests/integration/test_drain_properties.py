@@ -49,7 +49,6 @@ from unicore.history import (
     INTERRUPTED_TEXT,
     ConverseMessage,
     build_request_messages,
-    converse_problems,
     tool_use_ids,
 )
 from unicore.schema import ContentBlock, InboxMessage, Message, TaskSpec, is_turn_ending, tool_result_block
@@ -57,6 +56,7 @@ from unicore.state.records import Lease
 from unicore.state.store import TaskStore, history_messages
 from unicore.turn import EXIT_OK
 
+from tests.converse_check import converse_problems
 from tests.integration.conftest import TurnRunner
 from tests.waiting import wait_for
 

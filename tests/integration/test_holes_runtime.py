@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.history import INTERRUPTED_TEXT, converse_problems
+from unicore.history import INTERRUPTED_TEXT
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.providers.base import ModelRequest, ModelResponse
 from unicore.schema import Limits, TaskSpec, Usage
@@ -22,6 +22,7 @@ from unicore.state.store import TaskStore, connect
 from unicore.tools import policy
 from unicore.turn import EXIT_CANCELLED, EXIT_OK
 
+from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, RecordingModel, TurnRunner
 from tests.unit.test_openai import FakeEndpoint, completion, make_model
 from tests.waiting import wait_for

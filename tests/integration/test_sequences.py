@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from unicore.history import converse_problems
 from unicore.schema import InboxMessage, TaskSpec, tool_result_block
 from unicore.state.keys import ACTIVATIONS_STREAM
+
+from tests.converse_check import converse_problems
 
 
 def texts(message):

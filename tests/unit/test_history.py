@@ -6,11 +6,12 @@ from unicore.history import (
     INTERRUPTED_TEXT,
     build_request_messages,
     cleanup_conversation_history,
-    converse_problems,
     latest_user_text,
     shape_converse_messages,
 )
 from unicore.schema import Message, tool_result_block
+
+from tests.converse_check import converse_problems
 
 
 def user(*blocks):

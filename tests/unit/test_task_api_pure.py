@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from unicore_operator.task_api import transcript as pages
@@ -149,11 +149,20 @@ def test_dispatch_turns_errors_into_kubernetes_status_bodies() -> None:
 
 
 def test_unwatched_namespaces_are_not_found_with_the_reason() -> None:
-    from unicore_operator.task_api.lookup import restricted, static_lookup
+    from unicore_operator.context import OperatorContext
+    from unicore_operator.settings import OperatorSettings
+    from unicore_operator.task_api.operator_routes import context_lookup
     from unicore_operator.task_api.service import TaskApi
 
-    objects = [{"metadata": {"namespace": "other", "name": "demo"}}]
-    lookup = restricted(static_lookup(lambda: objects), ["team-a"])
+    objects = {("other", "demo"): {"metadata": {"namespace": "other", "name": "demo"}}}
+
+    class Kube:  # the GET the operator falls back to when its index does not hold the task
+        def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return objects.get((namespace, name))
+
+    settings = OperatorSettings(redis_url="redis://unused:6379/0", namespaces=("team-a",))
+    ctx = OperatorContext(settings=settings, redis=cast(Any, None), kube=cast(Any, Kube()), store=None)
+    lookup = context_lookup(ctx)
     api = TaskApi(store=type("Store", (), {"message_cap_bytes": 1024})(), lookup=lookup)  # type: ignore[arg-type]
     response = dispatch(api, "GET", "/v1/namespaces/other/agenttasks/demo")
     assert response.status == 404
@@ -161,3 +170,5 @@ def test_unwatched_namespaces_are_not_found_with_the_reason() -> None:
         'agenttask "other/demo" not found (namespace other is not watched by this operator)'
     )
     assert lookup("team-a", "demo") is None
+    objects[("team-a", "demo")] = {"metadata": {"namespace": "team-a", "name": "demo"}}
+    assert lookup("team-a", "demo") == objects[("team-a", "demo")]

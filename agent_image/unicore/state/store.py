@@ -33,7 +33,6 @@ from unicore.schema import (
     Role,
     TaskSpec,
     Usage,
-    is_turn_ending,
     prompt_message_id,
     task_name,
     text_block,
@@ -565,12 +564,6 @@ class TaskStore:
     def message_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).messages))
 
-    def turn_count(self, task_id: str) -> int:
-        return int(self.redis.llen(self.keys(task_id).turns))
-
-    def assistant_message_count(self, task_id: str) -> int:
-        return int(self.redis.hget(self.keys(task_id).task, "iterations") or 0)
-
     def turn_meta(self, task_id: str, turn_number: int) -> dict[str, str]:
         prefix = f"{turn_number}:"
         meta = self.redis.hgetall(self.keys(task_id).turnmeta)
@@ -592,9 +585,6 @@ class TaskStore:
             return True
         last = int(turns or 0) - 1
         return last >= 0 and not self.redis.hexists(keys.turnmeta, f"{last}:ended_at")
-
-    def usage_totals(self, task_id: str) -> Usage:
-        return self.get_task(task_id).usage
 
 
 def assemble_history(
@@ -631,10 +621,3 @@ def assemble_history(
 
 def history_messages(turns: Iterable[Turn]) -> list[Message]:
     return [message for turn in turns for message in turn.messages]
-
-
-def last_is_turn_ending(turns: Sequence[Turn]) -> bool:
-    for turn in reversed(turns):
-        if turn.messages:
-            return is_turn_ending(turn.messages[-1])
-    return False

@@ -4,7 +4,7 @@ proxy so Kubernetes RBAC on ``services/proxy`` decides who may read and who may 
 from __future__ import annotations
 
 from unicore_operator.task_api.errors import ApiError
-from unicore_operator.task_api.lookup import TaskLookup, kubernetes_lookup, restricted
+from unicore_operator.task_api.lookup import TaskLookup
 from unicore_operator.task_api.routes import ROUTES, ApiResponse, dispatch, handles
 from unicore_operator.task_api.service import TaskApi
 
@@ -16,7 +16,5 @@ __all__ = [
     "TaskLookup",
     "dispatch",
     "handles",
-    "kubernetes_lookup",
-    "restricted",
 ]
 

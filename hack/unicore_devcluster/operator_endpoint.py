@@ -11,7 +11,7 @@ So this module creates: a selector-less Service ``unicore-operator`` (port ``htt
 never runs (a scheduling gate keeps it unscheduled) whose status claims the host's non-loopback IP, and an
 Endpoints object pointing at that IP with a targetRef to the placeholder. The operator must listen on 0.0.0.0.
 
-    python -m unicore_operator.task_api.local_endpoint --namespace unicore-system --port 8080
+    python -m unicore_devcluster.operator_endpoint --namespace unicore-system --port 8080
 """
 
 from __future__ import annotations
