@@ -1,15 +1,13 @@
 """``unicore`` (local mode and inspection) and ``unicore-turn`` (one turn; the Kubernetes Job entrypoint).
 
-``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print
-the answer
+``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print the answer
 ``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
 ``unicore show TASK [--json]``                                      the transcript, turn by turn
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
 ``unicore.cli_input`` before anything is written). ``unicore-turn``: see ``unicore.turn``.
-``REDIS_URL`` selects Redis; unset, a private redis-server is started in
-``${UNICORE_HOME:-~/.unicore}/redis``.
+``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``.
 """
 
 from __future__ import annotations

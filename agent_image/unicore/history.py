@@ -1,13 +1,10 @@
 """Pure functions from stored messages to what a provider accepts. Stored history is never rewritten.
 
-``cleanup_conversation_history`` (seed 000): a toolUse with no result gets a synthetic error result,
-consecutive
-assistant messages are repaired with a synthetic user message of error results, results for unknown (or
-already
+``cleanup_conversation_history`` (seed 000): a toolUse with no result gets a synthetic error result, consecutive
+assistant messages are repaired with a synthetic user message of error results, results for unknown (or already
 answered) toolUse ids are dropped.
 
-``shape_converse_messages`` (Bedrock Converse): strict user/assistant alternation starting with a user
-message;
+``shape_converse_messages`` (Bedrock Converse): strict user/assistant alternation starting with a user message;
 consecutive messages of one role are merged at request-build time, toolResult blocks first.
 """
 
@@ -87,8 +84,7 @@ def _non_empty(block: ContentBlock) -> ContentBlock:
 
 
 def shape_converse_messages(messages: Sequence[ConverseMessage]) -> list[ConverseMessage]:
-    """Strict alternation for Bedrock Converse: merge runs of one role; in user messages toolResult "
-    "blocks first."""
+    """Strict alternation for Bedrock Converse: merge runs of one role; in user messages toolResult blocks first."""
     shaped: list[ConverseMessage] = []
     for message in messages:
         content = [_non_empty(block) for block in message["content"]]

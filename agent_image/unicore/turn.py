@@ -1,5 +1,4 @@
-"""One agent turn, then exit: lease -> drain -> (model -> tools -> drain)* -> summary -> notify parent "
-"-> release.
+"""One agent turn, then exit: lease -> drain -> (model -> tools -> drain)* -> summary -> notify parent -> release.
 
 Exit codes of ``unicore-turn`` (``TurnOutcome.exit_code``):
   0   the turn ended (text-only answer, max_iterations or token budget), or there was nothing to do

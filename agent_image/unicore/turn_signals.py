@@ -1,5 +1,4 @@
-"""Signals of the one-turn process: SIGTERM/SIGINT set the turn's cancel event (stop at the next safe "
-"point)."""
+"""Signals of the one-turn process: SIGTERM/SIGINT set the turn's cancel event (stop at the next safe point)."""
 
 from __future__ import annotations
 

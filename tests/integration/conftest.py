@@ -1,5 +1,4 @@
-"""Fixtures for the runtime's integration tests: a TaskStore on the real Redis and an in-process turn "
-"runner."""
+"""Fixtures for the runtime's integration tests: a TaskStore on the real Redis and an in-process turn runner."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """kill -9 a turn process at many points of drain and iteration: nothing lost or duplicated, and the next turn
 gives the model synthetic error results for the tool calls that never got one.
 
-The turn runs in a forked process whose Redis connection SIGKILLs the process right after sending its Nth
-command
-(the server executes it; the process never sees the reply), for every N of a clean run; plus kills after
-random
+The turn runs in a forked process whose Redis connection SIGKILLs the process right after sending its Nth command
+(the server executes it; the process never sees the reply), for every N of a clean run; plus kills after random
 delays. Each crashed task is then recovered by running turns until it settles.
 """
 

@@ -1,5 +1,4 @@
-"""10 producer processes x 100 messages while turns drain: each delivered exactly once, per-producer "
-"order kept."""
+"""10 producer processes x 100 messages while turns drain: each delivered exactly once, per-producer order kept."""
 
 from __future__ import annotations
 

@@ -235,8 +235,7 @@ def test_three_processes_sharing_a_limiter_never_exceed_its_rate(
     # 1. admissions (Redis server clock, ms): no window of the configured length holds more than the limit
     admitted = [r["admitted_ms"] / 1000 for r in records]
     assert max_in_window(admitted, window) == per_window
-    # 2. the calls themselves (client clock): shrink the window by the spread of admission->call latency,
-    # which
+    # 2. the calls themselves (client clock): shrink the window by the spread of admission->call latency, which
     #    keeps the check exact: calls in [t, t + window - spread) were all admitted within one window
     latency = [r["called_at"] - r["admitted_ms"] / 1000 for r in records]
     spread = max(latency) - min(latency)

@@ -1,5 +1,4 @@
-"""Bad input and edge cases of a turn: malformed scripts, unknown models, oversized messages, invalid "
-"tool input,
+"""Bad input and edge cases of a turn: malformed scripts, unknown models, oversized messages, invalid tool input,
 unknown tools, model errors, max_iterations, SIGTERM-style cancellation, turn summaries and telemetry."""
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Local mode (seed 000's process-per-task model): run a task tree on this machine until it settles.
 
-The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the
-tree as a
-safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an
-unfinished turn
-whose process died), no live lease, no process of ours already running it. Children run in parallel. It
-returns
+The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as
+a safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an unfinished turn
+whose process died), no live lease, no process of ours already running it. Children run in parallel. It returns
 when every task of the tree is idle with an empty inbox and no process is left.
 
 Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
-while other children of it are still busy, so it reads their answers together in one turn instead of one
-turn per
+while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
 child. Any other message (user, tool result) starts the parent at once.
 """
 

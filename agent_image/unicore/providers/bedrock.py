@@ -4,12 +4,9 @@ Configuration (``BedrockSettings.from_env``): ``AWS_REGION`` / ``AWS_DEFAULT_REG
 credential boto3 finds: env keys, IRSA / Pod Identity on Kubernetes), and
 ``UNICORE_BEDROCK_ENDPOINT_URL``, ``UNICORE_BEDROCK_READ_TIMEOUT`` (s, default 300),
 ``UNICORE_BEDROCK_MAX_ATTEMPTS`` (default 8), ``UNICORE_BEDROCK_RPM`` / ``UNICORE_BEDROCK_TPM`` (proactive
-limits
-per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model,
-keyed by
-short name or id, e.g. ``{"claude-sonnet-4": {"max_requests": 50, "max_tokens": 400000}}``),
-``UNICORE_BEDROCK_MODEL_CACHE_TTL`` (s, default 21600), ``UNICORE_BEDROCK_DISCOVERY`` (``0`` disables
-discovery).
+limits per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model,
+keyed by short name or id, e.g. ``{"claude-sonnet-4": {"max_requests": 50, "max_tokens": 400000}}``),
+``UNICORE_BEDROCK_MODEL_CACHE_TTL`` (s, default 21600), ``UNICORE_BEDROCK_DISCOVERY`` (``0`` disables discovery).
 
 botocore's own retries are switched off: ``unicore.providers.retry`` is the one retry policy.
 """

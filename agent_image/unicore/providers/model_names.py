@@ -9,15 +9,11 @@ Resolution order for ``bedrock:<name>``:
 3. the built-in FALLBACK table below, used when discovery is not permitted / fails or does not know the name.
 
 The fallback table is only a convenience snapshot of common models; ids change as AWS releases models, so
-discovery
-(or a full id) is the reliable path. Short names are derived from ids: provider and geography prefixes,
-release
-dates, ``-instruct`` and version suffixes are dropped (``us.anthropic.claude-sonnet-4-20250514-v1:0`` ->
-``claude-sonnet-4``). When several ids share a short name, an on-demand foundation model in the region wins
-over an
-inference profile of the region's geography (``us.``/``eu.``/``apac.``), which wins over other profiles;
-ties go to
-the newest release.
+discovery (or a full id) is the reliable path. Short names are derived from ids: provider and geography prefixes,
+release dates, ``-instruct`` and version suffixes are dropped (``us.anthropic.claude-sonnet-4-20250514-v1:0`` ->
+``claude-sonnet-4``). When several ids share a short name, an on-demand foundation model in the region wins over
+an inference profile of the region's geography (``us.``/``eu.``/``apac.``), which wins over other profiles; ties
+go to the newest release.
 """
 
 from __future__ import annotations

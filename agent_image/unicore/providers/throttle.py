@@ -2,23 +2,17 @@
 
 Two mechanisms, both keyed by the model (all keys share the hash tag ``{<model key>}``):
 
-* **Proactive limiter**: a sliding window log. ``uc:throttle:{M}:win`` (zset: admission id -> admission
-  time in ms)
-  and ``uc:throttle:{M}:tok`` (hash: admission id -> tokens). A call is admitted only if, within the last
-  ``window_seconds``, fewer than ``max_requests / multiplier`` calls were admitted and the tokens of those
-  calls
-  plus this call's estimate stay within ``max_tokens / multiplier``. Otherwise the Lua script returns how
-  long to
+* **Proactive limiter**: a sliding window log. ``uc:throttle:{M}:win`` (zset: admission id -> admission time in
+  ms) and ``uc:throttle:{M}:tok`` (hash: admission id -> tokens). A call is admitted only if, within the last
+  ``window_seconds``, fewer than ``max_requests / multiplier`` calls were admitted and the tokens of those calls
+  plus this call's estimate stay within ``max_tokens / multiplier``. Otherwise the Lua script returns how long to
   wait until enough old entries leave the window; the caller sleeps that long and asks again. The estimate is
-  replaced by the real token count once the call returns (``commit``). Time is the Redis server's clock
-  (ms), so
+  replaced by the real token count once the call returns (``commit``). Time is the Redis server's clock (ms), so
   pods on different nodes agree.
 * **Shared multiplier** (``uc:throttle:{M}:state`` field ``mult``, 1.0 .. ``max_multiplier``): multiplied by
-  ``throttle_factor`` whenever any process is throttled, decays by ``decay`` (~10 %) on each success. It
-  divides the
-  limits above, spaces calls by ``cooldown_seconds * (mult - 1)`` even when no limits are configured, and a
-  throttled
-  process also sets ``pause_until`` so every process waits out its backoff (mandatory shared backoff).
+  ``throttle_factor`` whenever any process is throttled, decays by ``decay`` (~10 %) on each success. It divides
+  the limits above, spaces calls by ``cooldown_seconds * (mult - 1)`` even when no limits are configured, and a
+  throttled process also sets ``pause_until`` so every process waits out its backoff (mandatory shared backoff).
 
 Redis trouble never blocks a model call: the coordinator logs it and lets the call through.
 """

@@ -1,7 +1,6 @@
 """The Lua scripts behind every multi-step write. Each runs atomically on one task's keys (one hash tag).
 
-Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write
-nothing
+Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write nothing
 unless the lease still holds that token (error reply ``UC_LEASE_LOST``).
 
 Messages and turn headers are built by string concatenation around JSON produced in Python, so content blocks
@@ -120,8 +119,7 @@ return 1
 # ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, write id,
 #       then per message: content_json, inbox_ids_json
 # (the ids of the `user` inbox entries the message holds, stored as its "inbox_ids" unless the list is empty)
-# Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the
-# task
+# Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the task
 # was stopped (first drain of the process) and the last message is turn-ending (text-only assistant).
 DRAIN = (
     _FENCE

@@ -83,8 +83,7 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
 
 
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
-    """Seed 000 batching: all tool results first, in ONE user message; then one user message per text "
-    "entry."""
+    """Seed 000 batching: all tool results first, in ONE user message; then one user message per text entry."""
     return [content for content, _ids in build_drain_batch(raw_entries)]
 
 
@@ -246,9 +245,8 @@ class TaskStore:
         return encoded
 
     def queue_message(self, task_id: str, message: InboxMessage) -> bool:
-        """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing "
-        "nothing)
-        if that id was already accepted. Raises MessageTooLarge / TaskNotFound, writing nothing."""
+        """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing nothing) if
+        that id was already accepted. Raises MessageTooLarge / TaskNotFound, writing nothing."""
         encoded = self._encode_entry(message)
         keys = self.keys(task_id)
         result = int(
@@ -286,8 +284,7 @@ class TaskStore:
         return self.queue_message(task_id, message)
 
     def activate(self, task_id: str, reason: str) -> str:
-        """Signal that the task has work (at-least-once stream consumed by the operator / local "
-        "supervisor)."""
+        """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor)."""
         return str(
             self.redis.xadd(
                 ACTIVATIONS_STREAM,
@@ -394,8 +391,8 @@ class TaskStore:
         """Move every inbox entry into the conversation (seed 000 rules), atomically.
 
         One read of the inbox, then ONE fenced script that re-checks the drained entries are still the inbox's
-        head, creates the turn if needed, appends the user messages and trims exactly those entries.
-        Producers only RPUSH, so entries pushed meanwhile stay for the next drain.
+        head, creates the turn if needed, appends the user messages and trims exactly those entries. Producers
+        only RPUSH, so entries pushed meanwhile stay for the next drain.
         """
         keys = self.keys(lease.task_id)
         for _ in range(_DRAIN_RETRIES):
@@ -511,9 +508,9 @@ class TaskStore:
         extra: dict[str, str] | None = None,
         report: tuple[str, str] | None = None,
     ) -> None:
-        """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last "
-        "response; ``report`` = (message id, text) owed to the parent, stored atomically with the end (delivered
-        by ``unicore.reports.deliver_report``)."""
+        """Record the turn's end (turnmeta ``<n>:ended_at|summary|iterations|note``) and the task's last response;
+        ``report`` = (message id, text) owed to the parent, stored atomically with the end (delivered by
+        ``unicore.reports.deliver_report``)."""
         keys = self.keys(lease.task_id)
         now = _now()
         meta: dict[str, str] = {
@@ -542,8 +539,7 @@ class TaskStore:
     # ------------------------------------------------------------------ reads of the conversation
 
     def load_history(self, task_id: str) -> list[Turn]:
-        """All turns with their messages: one round trip (LRANGE turns + LRANGE messages + HGETALL "
-        "turnmeta)."""
+        """All turns with their messages: one round trip (LRANGE turns + LRANGE messages + HGETALL turnmeta)."""
         keys = self.keys(task_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(keys.turns, 0, -1)
