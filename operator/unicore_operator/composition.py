@@ -29,7 +29,7 @@ def metrics_routes(app: Any, _ctx: Any) -> None:
 
 
 async def start_metrics(ctx: Any) -> None:
-    attach_collectors(ctx.redis.sync, ctx.agenttasks)
+    attach_collectors(ctx.redis.sync, ctx.agenttasks, watched=ctx.settings.namespaces)
 
 
 def compose() -> None:

@@ -132,3 +132,58 @@ def test_names_outside_the_catalog_are_reported() -> None:
     assert metric_names('sum(rate(unicore_made_up_total{namespace=~"$namespace"}[$__rate_interval]))') == {
         "unicore_made_up_total"}
     assert "unicore_made_up_total" not in known_series()
+
+
+def _sampled_names(exposition: str) -> set[str]:
+    """Names that have at least one sample (a family with only its # HELP / # TYPE lines shows "No data")."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {sample.name for family in text_string_to_metric_families(exposition) for sample in family.samples}
+
+
+def test_every_dashboard_metric_has_a_series_from_the_start(redis_url: str) -> None:
+    """issue 11: metrics the dashboards use were missing from /metrics until their first event (a failed turn, a
+    reap, a throttle...), so a fresh install showed "No data". The operator's start-up hook attaches the exporters to
+    the registry /metrics serves; on an empty Redis, with no AgentTask yet, every metric a dashboard queries has a
+    series (at 0, or a gauge's resting value), except those whose every series names a model or a task tree: no value
+    of those labels is known before the first model call or the first tree. Once one model has been called once and
+    one task exists, every metric of every dashboard has a series, although nothing failed, was reaped or throttled."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import redis
+    from unicore.state.telemetry import Telemetry
+    from unicore_operator import composition
+    from unicore_operator.metrics import http as metrics_http
+    from unicore_operator.metrics.catalog import CATALOG
+
+    used = all_dashboard_metrics()
+    spec_of = {series: spec for spec in CATALOG for series in spec.series_names}
+    needs_a_value = {name for name in used if {"model", "provider", "root"} & set(spec_of[name].labels)}
+    assert {spec_of[name].name for name in needs_a_value} == {
+        "unicore_model_calls_total", "unicore_model_call_duration_seconds", "unicore_model_tokens_total",
+        "unicore_throttle_events_total", "unicore_throttle_wait_seconds_total", "unicore_throttle_multiplier",
+        "unicore_tree_tasks", "unicore_tree_tokens", "unicore_tree_turns", "unicore_tree_inbox_messages",
+        "unicore_tree_active_jobs"}
+
+    client = redis.Redis.from_url(redis_url)
+    tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    ctx = SimpleNamespace(redis=SimpleNamespace(sync=client), agenttasks=tasks,
+                          settings=SimpleNamespace(namespaces=("team-a",)))
+    try:
+        asyncio.run(composition.start_metrics(ctx))  # type: ignore[arg-type]
+        fresh = _sampled_names(metrics_http.render().decode())
+        missing = sorted(set(used) - needs_a_value - fresh)
+        assert not missing, f"dashboard metrics without a series on a fresh install: {missing}"
+
+        # the first ordinary events: one task (a tree), one successful model call (as the runtime records it)
+        tasks[("team-a", "demo")] = [{"metadata": {"namespace": "team-a", "name": "demo"}, "status": {"phase": "Idle"}}]
+        Telemetry(client).incr("model_calls_total", {"model": "m1", "provider": "bedrock", "outcome": "ok"})
+        later = _sampled_names(metrics_http.render().decode())
+        missing = sorted(set(used) - later)
+        assert not missing, f"dashboard metrics still without a series: {missing}"
+    finally:
+        for collector in metrics_http._attached.values():  # leave the shared registry as other tests expect it
+            metrics_http.REGISTRY.unregister(collector)
+        metrics_http._attached.clear()
+        client.close()

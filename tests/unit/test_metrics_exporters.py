@@ -5,7 +5,15 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-from unicore_operator.metrics.catalog import CATALOG, known_series
+from unicore_operator.metrics.catalog import (
+    CATALOG,
+    JOB_FAILURE_REASONS,
+    MODEL_CALL_OUTCOMES,
+    REAP_REASONS,
+    TASK_PHASES,
+    TURN_FAILURE_REASONS,
+    known_series,
+)
 from unicore_operator.metrics.redis_collector import families_from_hashes
 from unicore_operator.metrics.state_collector import task_families
 
@@ -91,3 +99,77 @@ def test_catalog_series_names() -> None:
     series = known_series()
     assert {"unicore_turn_duration_seconds_bucket", "unicore_turns_finished_total", "unicore_build_info",
             "unicore_jobs_reaped_total", "unicore_tasks"} <= series
+
+
+def test_every_known_label_set_has_a_resting_series_and_real_values_win() -> None:
+    """issue 11: a series exists before its first event. Label-free metrics and every failure reason from the start;
+    for each model a turn has used, every outcome, token kind and throttle series (the multiplier at rest is 1)."""
+    fresh = scrape(families_from_hashes({}, {}, {}))
+    assert fresh[("unicore_turns_started_total", ())] == 0
+    assert fresh[("unicore_turns_finished_total", ())] == 0
+    for reason in TURN_FAILURE_REASONS:
+        assert fresh[("unicore_turns_failed_total", (("reason", reason),))] == 0
+    assert fresh[("unicore_turn_duration_seconds_bucket", (("le", "+Inf"),))] == 0
+    assert fresh[("unicore_turn_duration_seconds_bucket", (("le", "0.05"),))] == 0
+    assert fresh[("unicore_turn_duration_seconds_count", ())] == 0
+    assert not any(name.startswith(("unicore_model_", "unicore_throttle_")) for name, _ in fresh)  # no model yet
+
+    counters = {"turns_failed_total|reason=failed": "2",
+                "model_calls_total|model=m1,outcome=ok,provider=bedrock": "5",
+                "throttle_events_total|model=m2": "1"}
+    samples = scrape(families_from_hashes(counters, {}, {"throttle_multiplier|model=m2": "3.5"}))
+    assert samples[("unicore_turns_failed_total", (("reason", "failed"),))] == 2  # the real value, not a 0
+    assert samples[("unicore_turns_failed_total", (("reason", "lease_lost"),))] == 0
+    m1 = (("model", "m1"), ("provider", "bedrock"))
+    assert samples[("unicore_model_calls_total", (m1[0], ("outcome", "ok"), m1[1]))] == 5
+    for outcome in ("throttled", "unavailable", "error"):
+        assert samples[("unicore_model_calls_total", (m1[0], ("outcome", outcome), m1[1]))] == 0
+    for kind in ("input", "output"):
+        assert samples[("unicore_model_tokens_total", (("kind", kind), *m1))] == 0
+    assert samples[("unicore_model_call_duration_seconds_bucket", (("le", "+Inf"), *m1))] == 0
+    assert samples[("unicore_throttle_events_total", (("model", "m1"),))] == 0
+    assert samples[("unicore_throttle_wait_seconds_total", (("model", "m1"),))] == 0
+    assert samples[("unicore_throttle_multiplier", (("model", "m1"),))] == 1.0  # no back-off yet
+    assert samples[("unicore_throttle_events_total", (("model", "m2"),))] == 1
+    assert samples[("unicore_throttle_multiplier", (("model", "m2"),))] == 3.5
+    # a model known only from throttling has no provider label: no model_calls series is invented for it
+    assert not any(dict(labels).get("model") == "m2" for name, labels in samples if name.startswith("unicore_model_"))
+
+
+def test_operator_counters_have_every_known_reason_from_the_start() -> None:
+    from unicore_operator.metrics import REGISTRY
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))) for fam in text_string_to_metric_families(
+        generate_latest(REGISTRY).decode()) for s in fam.samples}
+    for reason in JOB_FAILURE_REASONS:
+        assert ("unicore_jobs_failed_total", (("reason", reason),)) in samples
+    for reason in REAP_REASONS:
+        assert ("unicore_jobs_reaped_total", (("reason", reason),)) in samples
+
+
+def test_watched_namespaces_have_task_series_before_any_task() -> None:
+    samples = scrape(task_families([], {}, max_trees=10, watched=("team-a",)))
+    assert samples[("unicore_tasks", (("namespace", "team-a"), ("phase", "Failed")))] == 0
+    assert samples[("unicore_inbox_messages", (("namespace", "team-a"),))] == 0
+
+
+def test_the_catalogs_closed_label_sets_are_the_codes() -> None:
+    """The known values are declared in the catalog; each must be what the code that records the metric uses."""
+    from unicore import turn
+    from unicore_operator.phases import Phase
+    from unicore_operator.watchdog.scan import ReapReason
+
+    assert set(REAP_REASONS) == {reason.value for reason in ReapReason}
+    assert set(TASK_PHASES) == {str(phase) for phase in Phase}
+    exit_codes = (turn.EXIT_FAILED, turn.EXIT_LEASE_LOST, turn.EXIT_CANCELLED)
+    assert {turn._exit_reason(code) for code in exit_codes} == set(TURN_FAILURE_REASONS)
+    # every outcome the runtime records (outcome="..." / "outcome": "..." / the throttled-or-unavailable choice)
+    import inspect
+    import re
+
+    from unicore.providers import calling
+
+    code = inspect.getsource(turn) + inspect.getsource(calling)
+    recorded = set(re.findall(r'outcome(?:=|": )"(\w+)"', code)) | set(re.findall(r'what = "(\w+)" if .* else "(\w+)"',
+                                                                                     code)[0])
+    assert recorded == set(MODEL_CALL_OUTCOMES)

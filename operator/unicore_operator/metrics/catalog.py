@@ -2,6 +2,13 @@
 
 ``runtime`` metrics are written to Redis by turn Jobs (``unicore.state.telemetry``) and exported by the operator's
 Redis collector; ``operator`` metrics are measured in the operator process. The dashboards may only use these.
+
+``known`` lists the closed set of values of a label (a failure reason, an outcome, a phase). Prometheus practice is
+to export every known label set at 0 from the start, so a panel shows 0 rather than "No data" until the first
+failure, reap or throttle: the exporters do (``operator_metrics``, ``redis_collector.families_from_hashes``,
+``state_collector``). Labels without a closed set (``model``, ``provider``, ``root``, and ``namespace`` when the
+operator watches every namespace) get their values from the first series that carries them; from then on every known
+label set of that model or tree is exported too.
 """
 
 from __future__ import annotations
@@ -18,6 +25,17 @@ class MetricSpec:
     help: str
     source: str  # runtime | operator
     labels: tuple[str, ...] = ()
+    known: tuple[tuple[str, tuple[str, ...]], ...] = ()  # label -> every value it can take
+    initial: float = 0.0  # the value of a series nothing has measured yet (a gauge's resting value)
+
+    @property
+    def known_values(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.known)
+
+    @property
+    def open_labels(self) -> tuple[str, ...]:
+        """The labels whose values are not known in advance (learned from the series that carry them)."""
+        return tuple(label for label in self.labels if label not in self.known_values)
 
     @property
     def series_names(self) -> tuple[str, ...]:
@@ -31,32 +49,42 @@ class MetricSpec:
         return (self.name,)
 
 
+# Closed label value sets (tests/unit/test_metrics_exporters.py checks each against the code that produces it).
+TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn._exit_reason
+MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.turn, unicore.providers.calling
+# The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
+# attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
+REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "heartbeat_stale", "lease_holder_gone",
+                "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
+TASK_PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")  # unicore_operator.phases.Phase
+
 CATALOG: tuple[MetricSpec, ...] = (
     # --- measured by turn Jobs, exported from Redis
     MetricSpec("unicore_turns_started_total", "counter", "Turns started by turn processes.", "runtime"),
     MetricSpec("unicore_turns_finished_total", "counter", "Turns that ended normally.", "runtime"),
     MetricSpec("unicore_turns_failed_total", "counter", "Turns that ended with an error, by reason.", "runtime",
-               ("reason",)),
+               ("reason",), known=(("reason", TURN_FAILURE_REASONS),)),
     MetricSpec("unicore_turn_duration_seconds", "histogram", "Wall time of one turn.", "runtime"),
     MetricSpec("unicore_model_calls_total", "counter", "Model calls by model, provider and outcome.", "runtime",
-               ("model", "provider", "outcome")),
+               ("model", "provider", "outcome"), known=(("outcome", MODEL_CALL_OUTCOMES),)),
     MetricSpec("unicore_model_call_duration_seconds", "histogram", "Latency of successful model calls.", "runtime",
                ("model", "provider")),
     MetricSpec("unicore_model_tokens_total", "counter", "Tokens by model, provider and kind (input/output).",
-               "runtime", ("model", "provider", "kind")),
+               "runtime", ("model", "provider", "kind"), known=(("kind", ("input", "output")),)),
     MetricSpec("unicore_throttle_events_total", "counter", "Throttling responses from model providers.", "runtime",
                ("model",)),
     MetricSpec("unicore_throttle_wait_seconds_total", "counter", "Time spent waiting because of throttling.",
                "runtime", ("model",)),
     MetricSpec("unicore_throttle_multiplier", "gauge", "Current shared throttle back-off multiplier per model.",
-               "runtime", ("model",)),
+               "runtime", ("model",), initial=1.0),  # 1 = no back-off, the multiplier's value until a throttle
     # --- measured by the operator
     MetricSpec("unicore_tasks", "gauge", "AgentTasks by namespace and phase (from the operator's cache).",
-               "operator", ("namespace", "phase")),
+               "operator", ("namespace", "phase"), known=(("phase", TASK_PHASES),)),
     MetricSpec("unicore_inbox_messages", "gauge", "Messages waiting in task inboxes, by namespace.", "operator",
                ("namespace",)),
     MetricSpec("unicore_tree_tasks", "gauge", "AgentTasks of a task tree by phase (bounded set of roots).",
-               "operator", ("namespace", "root", "phase")),
+               "operator", ("namespace", "root", "phase"), known=(("phase", TASK_PHASES),)),
     MetricSpec("unicore_tree_tokens", "gauge", "Tokens used by a task tree (sum of status.tokens).", "operator",
                ("namespace", "root")),
     MetricSpec("unicore_tree_turns", "gauge", "Turns run by a task tree (sum of status.turns).", "operator",
@@ -67,9 +95,9 @@ CATALOG: tuple[MetricSpec, ...] = (
                ("namespace", "root")),
     MetricSpec("unicore_jobs_created_total", "counter", "Turn Jobs created by the operator.", "operator"),
     MetricSpec("unicore_jobs_failed_total", "counter", "Turn Jobs that failed, by reason.", "operator",
-               ("reason",)),
+               ("reason",), known=(("reason", JOB_FAILURE_REASONS),)),
     MetricSpec("unicore_jobs_reaped_total", "counter", "Stuck turn work reaped by the watchdog, by reason.",
-               "operator", ("reason",)),
+               "operator", ("reason",), known=(("reason", REAP_REASONS),)),
     MetricSpec("unicore_activation_latency_seconds", "histogram",
                "Activation (stream entry) to turn Job created.", "operator"),
     MetricSpec("unicore_watchdog_scan_duration_seconds", "histogram",

@@ -17,16 +17,17 @@ _attached: dict[str, Any] = {}
 
 
 def attach_collectors(client: redis.Redis, tasks: Any = None, *, registry: CollectorRegistry = REGISTRY,
-                      max_trees: int = 100) -> None:
+                      max_trees: int = 100, watched: Iterable[str] = ()) -> None:
     """Register the Redis telemetry collector and the task-state collector (once per process).
 
-    ``tasks`` is a callable returning compact AgentTask bodies, or a kopf index of them (values are stores).
+    ``tasks`` is a callable returning compact AgentTask bodies, or a kopf index of them (values are stores);
+    ``watched``: the namespaces the operator watches (empty = all), exported at 0 before any task exists there.
     """
     for old in _attached.values():
         registry.unregister(old)
     _attached.clear()
     _attached["redis"] = RedisTelemetryCollector(client)
-    _attached["tasks"] = TaskStateCollector(_task_source(tasks), client, max_trees=max_trees)
+    _attached["tasks"] = TaskStateCollector(_task_source(tasks), client, max_trees=max_trees, watched=watched)
     for collector in _attached.values():
         registry.register(collector)
 

@@ -1,18 +1,21 @@
 """Metrics measured inside the operator process, and the functions other operator modules call to record them.
 
 All live on :data:`REGISTRY` (not prometheus-client's global one), which /metrics serves together with the
-Redis telemetry and task-state collectors.
+Redis telemetry and task-state collectors. Every known label set (the catalog's ``known`` values, e.g. each reap
+reason) is exported at 0 from the moment the registry is built, so dashboards show 0, not "No data", until the
+first failure or reap.
 """
 
 from __future__ import annotations
 
 import time
 from importlib import metadata
+from itertools import product
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.process_collector import ProcessCollector
 
-from unicore_operator.metrics.catalog import BY_NAME
+from unicore_operator.metrics.catalog import BY_NAME, MetricSpec
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 ProcessCollector(registry=REGISTRY, namespace="unicore_operator")
@@ -35,6 +38,19 @@ WATCHDOG_SCAN = Histogram("unicore_watchdog_scan_duration_seconds",
 WATCHDOG_LAST_SCAN = Gauge("unicore_watchdog_last_scan_timestamp_seconds",
                            _help("unicore_watchdog_last_scan_timestamp_seconds"), registry=REGISTRY)
 BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
+
+
+def declare_known(metric: Counter, spec: MetricSpec) -> None:
+    """Create the child of every known label set of ``metric`` (at 0): a labelled counter has no series at all
+    until its first ``labels(...)`` call otherwise."""
+    known = spec.known_values
+    assert spec.labels and set(spec.labels) == set(known), f"{spec.name}: every label needs its known values"
+    for values in product(*(known[label] for label in spec.labels)):
+        metric.labels(*values)
+
+
+declare_known(JOBS_FAILED, BY_NAME["unicore_jobs_failed_total"])
+declare_known(JOBS_REAPED, BY_NAME["unicore_jobs_reaped_total"])
 
 FAILURE_REASON_MAX = 40
 

@@ -3,12 +3,18 @@
 Three hashes, read in one pipelined round trip per scrape: counters (``<name>|<labels>`` -> value), histograms
 (``<name>|<labels>|le=<bound>`` cumulative counts, ``|sum``, ``|count``) and gauges. ``families_from_hashes`` is
 pure (unit-tested); :class:`RedisTelemetryCollector` does the read.
+
+Every known label set is exported from the first scrape, at its resting value (0, a gauge's ``initial``) until a
+turn writes it: the metrics without labels, every failure reason, and for each model a turn has used (a ``model`` /
+``provider`` seen on any series) every call outcome, token kind and throttle series. A panel then shows 0 instead of
+"No data" until the first failure or throttle.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import product
 from typing import Any
 
 import redis
@@ -16,10 +22,10 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from unicore.state.codec import text
-from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
+from unicore.state.telemetry import COUNTERS_KEY, DEFAULT_BUCKETS, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
 
 from unicore_operator.log import logger
-from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME
+from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME, MetricSpec
 
 
 def _float(value: Any) -> float | None:
@@ -49,12 +55,42 @@ def _le_value(text: str) -> float:
     return math.inf if text in ("+Inf", "inf", "Inf") else float(text)
 
 
+def known_label_sets(spec: MetricSpec, seen: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Every label set of ``spec`` that can be named now: each combination of its known values, for each
+    combination of its open labels (``model``, ``provider``) found on a series in ``seen`` (none without labels)."""
+    opened = spec.open_labels
+    combos = {tuple(labels[name] for name in opened) for labels in seen if all(name in labels for name in opened)}
+    known = spec.known_values
+    out = []
+    for combo in sorted(combos) if opened else [()]:
+        fixed = dict(zip(opened, combo, strict=True))
+        for values in product(*(known[name] for name in spec.labels if name in known)):
+            closed = dict(zip((name for name in spec.labels if name in known), values, strict=True))
+            out.append({name: {**fixed, **closed}[name] for name in spec.labels})
+    return out
+
+
+def _add_resting_series(fam: Metric, spec: MetricSpec, labels: dict[str, str]) -> None:
+    """The samples of a series nothing has written yet: a counter or gauge at ``spec.initial``, a histogram with
+    every bucket (the runtime's ``DEFAULT_BUCKETS``), its count and its sum at 0."""
+    if spec.kind == "counter":
+        fam.add_sample(fam.name + "_total", labels, spec.initial)
+    elif spec.kind == "gauge":
+        fam.add_sample(fam.name, labels, spec.initial)
+    elif spec.kind == "histogram":
+        for bound in (*DEFAULT_BUCKETS, math.inf):
+            fam.add_sample(fam.name + "_bucket", {**labels, "le": floatToGoString(bound)}, 0.0)
+        fam.add_sample(fam.name + "_count", labels, 0.0)
+        fam.add_sample(fam.name + "_sum", labels, 0.0)
+
+
 def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, Any],
                          gauges: Mapping[Any, Any], *, empty_known: bool = True) -> list[Metric]:
     """Prometheus families from the three telemetry hashes.
 
-    With ``empty_known`` every runtime metric of the catalog is present (without samples until some turn
-    writes it), so /metrics always names the same metric set.
+    With ``empty_known`` every runtime metric of the catalog is present, and every label set it can name
+    (:func:`known_label_sets`) has a series from the start: at rest (:func:`_add_resting_series`) until some turn
+    writes it. So /metrics always names the same metric set, and a dashboard query finds a series.
     """
     families: dict[str, Metric] = {}
 
@@ -104,8 +140,14 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         fam.add_sample(fam.name + "_sum", label_map, points.get("sum", 0.0))
 
     if empty_known:
+        seen = [sample.labels for short, fam in families.items() if short in RUNTIME_BY_SHORT_NAME
+                for sample in fam.samples]
         for short, spec in RUNTIME_BY_SHORT_NAME.items():
-            family(short, spec.kind)
+            fam = family(short, spec.kind)
+            written = {frozenset((k, v) for k, v in sample.labels.items() if k != "le") for sample in fam.samples}
+            for label_set in known_label_sets(spec, seen):
+                if frozenset(label_set.items()) not in written:
+                    _add_resting_series(fam, spec, label_set)
     return [families[k] for k in sorted(families)]
 
 

@@ -1,7 +1,9 @@
 """Gauges computed at scrape time from the operator's AgentTask cache and one Redis read of inbox depths.
 
-- ``unicore_tasks{namespace,phase}``: every phase of the CRD is always present (0 when empty);
-- ``unicore_inbox_messages{namespace}``: sum of inbox lengths (one server-side script call per 1,000 tasks);
+- ``unicore_tasks{namespace,phase}``: every phase of the CRD is always present (0 when empty), for every namespace
+  the operator watches (known from the start) and every namespace a task is in;
+- ``unicore_inbox_messages{namespace}``: sum of inbox lengths (one server-side script call per 1,000 tasks), 0 for a
+  watched namespace without tasks;
 - ``unicore_tree_*{namespace,root}``: per task tree, for at most ``max_trees`` roots (the ones with the most
   tasks), so the label stays bounded however many trees exist.
 """
@@ -20,9 +22,9 @@ from unicore.state.codec import text
 from unicore.state.keys import TaskKeys
 
 from unicore_operator.log import logger
-from unicore_operator.metrics.catalog import BY_NAME
+from unicore_operator.metrics.catalog import BY_NAME, TASK_PHASES
 
-PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")
+PHASES = TASK_PHASES
 ROOT_LABEL = contract.ROOT_LABEL
 CHUNK = 1000
 
@@ -60,10 +62,12 @@ def inbox_depths(client: redis.Redis, task_ids: list[str]) -> dict[str, int]:
     return depths
 
 
-def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int], max_trees: int) -> list[Metric]:
-    """Pure: the families above from compact AgentTask bodies and inbox depths by task id."""
+def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int], max_trees: int,
+                  watched: Iterable[str] = ()) -> list[Metric]:
+    """Pure: the families above from compact AgentTask bodies and inbox depths by task id; ``watched``: the
+    namespaces the operator watches (empty when it watches all), whose series exist with or without tasks."""
     by_phase: Counter[tuple[str, str]] = Counter()
-    namespaces: set[str] = set()
+    namespaces: set[str] = set(watched)
     inbox_by_ns: Counter[str] = Counter()
     tree_phase: Counter[tuple[str, str, str]] = Counter()
     tree_size: Counter[tuple[str, str]] = Counter()
@@ -110,10 +114,12 @@ def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int],
 
 
 class TaskStateCollector(Collector):
-    def __init__(self, tasks: TaskSource, client: redis.Redis | None, *, max_trees: int = 100) -> None:
+    def __init__(self, tasks: TaskSource, client: redis.Redis | None, *, max_trees: int = 100,
+                 watched: Iterable[str] = ()) -> None:
         self._tasks = tasks
         self._redis = client
         self._max_trees = max_trees
+        self._watched = tuple(watched)
 
     def describe(self) -> list[Metric]:
         return []
@@ -128,4 +134,4 @@ class TaskStateCollector(Collector):
                 depths = inbox_depths(self._redis, ids)
             except redis.RedisError as exc:
                 logger.warning("metrics: cannot read inbox depths: %s", exc)
-        yield from task_families(bodies, depths, self._max_trees)
+        yield from task_families(bodies, depths, self._max_trees, self._watched)
