@@ -6,13 +6,14 @@ the task phase Failed with a clear message; the object and anything queued stay 
 
 from __future__ import annotations
 
-import importlib
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
+from unicore.providers.registry import parse_model_spec
+from unicore.providers.scripted import load_script
 from unicore.schema import Limits, TaskSpec
 
 from unicore_operator import names
@@ -86,17 +87,7 @@ def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
     return parsed
 
 
-def _optional_attr(module: str, attr: str) -> Any:
-    try:
-        return getattr(importlib.import_module(module), attr, None)
-    except ImportError:
-        return None
-
-
 def check_model(model: str) -> None:
-    parse_model_spec = _optional_attr("unicore.providers.registry", "parse_model_spec")
-    if parse_model_spec is None:
-        return
     try:
         parse_model_spec(model)
     except (UniCoreError, ValueError) as exc:
@@ -104,13 +95,8 @@ def check_model(model: str) -> None:
 
 
 def check_script(script: dict[str, Any]) -> None:
-    loader = _optional_attr("unicore.providers.scripted", "load_script") or _optional_attr(
-        "unicore.providers.scripted", "parse_script"
-    )
-    if loader is None:
-        return
     try:
-        loader(script)
+        load_script(script)
     except (UniCoreError, ValueError, TypeError) as exc:
         raise SpecInvalid(f"spec.script: {exc}") from exc
 
