@@ -20,6 +20,7 @@ from unicore.state import lua
 from unicore.state.client import build_async_client, build_client
 from unicore.state.codec import text, text_hash
 from unicore.state.keys import TaskKeys
+from unicore.state.records import TurnMeta, turn_meta_field
 
 # Lua: account one ended turn attempt exactly once (its Job's name is remembered in a set), whoever records it first:
 # the Job's outcome (source 'job') or the watchdog's reap (source 'watchdog', also remembered in uc:{T}:opreaped, so
@@ -148,14 +149,15 @@ class RedisState:
             except ValueError:
                 header = {}
             number = _int(header.get("turn_number"))
-            meta = await self.aio.hmget(
-                TaskKeys(task_id).turnmeta, [f"{number}:summary", f"{number}:ended_at"]
-            )
+            wanted = [turn_meta_field(number, "summary"), turn_meta_field(number, "ended_at")]
+            values = await self.aio.hmget(TaskKeys(task_id).turnmeta, wanted)
+            end = TurnMeta.of({field: text(value) for field, value in zip(wanted, values, strict=True) if value},
+                              number)
             snap.last_turn = {
                 "number": number,
                 "started_at": header.get("started_at"),
-                "summary": text(meta[0]) if meta[0] else "",
-                "ended_at": text(meta[1]) if meta[1] else None,
+                "summary": end.summary,
+                "ended_at": repr(end.ended_at) if end.ended_at is not None else None,
             }
         return snap
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from pathlib import Path
 
@@ -63,5 +64,19 @@ def test_no_shared_label_or_annotation_literal_outside_the_contract_module() -> 
         for path in sorted(package.rglob("*.py"))
         if path != CONTRACT
         for line, literal in key_literals(path.read_text(), SHARED_PREFIXES)
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_turn_meta_format_is_parsed_only_in_the_state_package() -> None:
+    """``<n>:ended_at`` and its siblings are read through ``unicore.state.records.TurnMeta`` (one parser)."""
+    pattern = re.compile(r"""[}"']:(ended_at|summary|iterations|note)["']""")
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        if OWNER not in path.parents
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
     ]
     assert offenders == [], "\n".join(offenders)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -122,3 +123,30 @@ class Lease:
     task_id: str
     token: int
     holder: str
+
+
+def turn_meta_field(turn_number: int, name: str) -> str:
+    """The ``uc:{T}:turnmeta`` hash field of ``name`` (ended_at, summary, iterations, note, ...) of a turn."""
+    return f"{turn_number}:{name}"
+
+
+@dataclass(frozen=True)
+class TurnMeta:
+    """What a turn's end recorded (``uc:{T}:turnmeta`` fields ``<n>:<name>``); the one parser of that format."""
+
+    ended_at: float | None = None
+    summary: str = ""
+    iterations: int | None = None
+    note: str = ""
+
+    @classmethod
+    def of(cls, meta: Mapping[str, str], turn_number: int) -> TurnMeta:
+        ended = meta.get(turn_meta_field(turn_number, "ended_at"))
+        iterations = meta.get(turn_meta_field(turn_number, "iterations"))
+        return cls(
+            ended_at=float(ended) if ended else None,
+            summary=meta.get(turn_meta_field(turn_number, "summary"), "") or "",
+            iterations=int(iterations) if iterations else None,
+            note=meta.get(turn_meta_field(turn_number, "note"), "") or "",
+        )
+

@@ -40,7 +40,7 @@ from unicore.schema import (
 from unicore.state import lua
 from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
-from unicore.state.records import DrainResult, Lease, TaskRecord, Turn
+from unicore.state.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
 
 log = get_logger("state")
 
@@ -561,7 +561,7 @@ class TaskStore:
         return int(self.redis.llen(self.keys(task_id).messages))
 
     def turn_meta(self, task_id: str, turn_number: int) -> dict[str, str]:
-        prefix = f"{turn_number}:"
+        prefix = turn_meta_field(turn_number, "")
         meta = self.redis.hgetall(self.keys(task_id).turnmeta)
         return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
 
@@ -580,7 +580,7 @@ class TaskStore:
         if pending or status == "running" or report_id:
             return True
         last = int(turns or 0) - 1
-        return last >= 0 and not self.redis.hexists(keys.turnmeta, f"{last}:ended_at")
+        return last >= 0 and not self.redis.hexists(keys.turnmeta, turn_meta_field(last, "ended_at"))
 
 
 def assemble_history(
@@ -590,17 +590,16 @@ def assemble_history(
     for raw in raw_turns:
         header = json.loads(raw)
         n = header["turn_number"]
-        ended = meta.get(f"{n}:ended_at")
-        iterations = meta.get(f"{n}:iterations")
+        end = TurnMeta.of(meta, n)
         turns.append(
             Turn(
                 turn_number=n,
                 started_at=header["started_at"],
                 first_seq=header["first_seq"],
-                summary=meta.get(f"{n}:summary", ""),
-                ended_at=float(ended) if ended else None,
-                iterations=int(iterations) if iterations else None,
-                note=meta.get(f"{n}:note", ""),
+                summary=end.summary,
+                ended_at=end.ended_at,
+                iterations=end.iterations,
+                note=end.note,
             )
         )
     by_number = {turn.turn_number: turn for turn in turns}

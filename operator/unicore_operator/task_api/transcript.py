@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.answers import load_message
+from unicore.state.records import TurnMeta
 from unicore.turn_numbers import shown_turn
 
 DEFAULT_LIMIT = 100
@@ -111,17 +112,16 @@ def shape_message(raw: str, tools: bool) -> dict[str, Any]:
 
 def turn_info(header: TurnHeader, next_first_seq: int, meta: Mapping[str, str]) -> dict[str, Any]:
     n = header.number
-    ended = meta.get(f"{n}:ended_at")
-    iterations = meta.get(f"{n}:iterations")
+    end = TurnMeta.of(meta, n)
     return {
         "number": shown_turn(n),
         "startedAt": header.started_at,
-        "endedAt": float(ended) if ended else None,
+        "endedAt": end.ended_at,
         "firstSeq": header.first_seq,
         "messageCount": max(0, next_first_seq - header.first_seq),
-        "iterations": int(iterations) if iterations else None,
-        "summary": clip_text(meta.get(f"{n}:summary", ""), 4096),
-        "note": meta.get(f"{n}:note", ""),
+        "iterations": end.iterations,
+        "summary": clip_text(end.summary, 4096),
+        "note": end.note,
     }
 
 
