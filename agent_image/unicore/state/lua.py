@@ -106,14 +106,23 @@ return 1
 """
 )
 
+# Marking a task idle when no turn holds it any more (a released, broken or reaped lease): one definition.
+# KEYS[2] = the task hash; ``now`` and ``extra`` (more field/value pairs) are Lua expressions.
+def mark_idle(now: str, extra: str = "") -> str:
+    more = f", {extra}" if extra else ""
+    return f"redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', {now}{more})\n"
+
+
 # KEYS: lease, task   ARGV: token, now
-RELEASE_LEASE = """
+# released_at: when the last turn let go (the watchdog gives its pod that long + the heartbeat timeout to exit)
+RELEASE_LEASE = (
+    """
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
--- released_at: when the last turn let go (the watchdog gives its pod that long + the heartbeat timeout to exit)
-redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2], 'released_at', ARGV[2])
-return 1
 """
+    + mark_idle("ARGV[2]", "'released_at', ARGV[2]")
+    + "return 1\n"
+)
 
 # KEYS: lease, task, inbox, turns, messages
 # ARGV: token, n_entries, last_entry_raw, first_drain ('1'|'0'), now, write id,
@@ -267,7 +276,24 @@ elseif string.sub(holder, 1, string.len(ARGV[1])) ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if redis.call('HGET', KEYS[2], 'lease_holder') == holder then
-  redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2])
+  """ + mark_idle("ARGV[2]") + """end
+return 1
+"""
+
+# KEYS: lease, task   ARGV: token ('' = only if no lease), now, reason
+# The watchdog's reset of a reaped turn: release the lease only if it still holds the reaped turn's token (or nobody
+# holds it), then mark the task idle and count the reap. A zombie turn that wakes up later finds the lease gone and
+# every fenced write refused (LeaseLost).
+REAP_RESET = (
+    """
+local current = redis.call('HGET', KEYS[1], 'token')
+if current and current ~= ARGV[1] then return 0 end
+if current then redis.call('DEL', KEYS[1]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  """
+    + mark_idle("ARGV[2]", "'last_reap_reason', ARGV[3], 'last_reap_at', ARGV[2]")
+    + """  redis.call('HINCRBY', KEYS[2], 'reaps', 1)
 end
 return 1
 """
+)

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import redis
+from unicore.state import lua
 from unicore.state.codec import text
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 
@@ -72,21 +73,6 @@ end
 return out
 """
 SCRIPT_CHUNK = 1000  # tasks per script call: bounds how long one call keeps Redis busy (about 1 ms per 1,000)
-
-# Release the lease only if it still holds the reaped turn's token (or nobody holds it), then mark the task idle.
-# A zombie turn that wakes up later finds the lease gone and every fenced write refused (LeaseLost).
-# KEYS: lease, task   ARGV: token ('' = only if no lease), now, reason
-_RESET_SCRIPT = """
-local current = redis.call('HGET', KEYS[1], 'token')
-if current and current ~= ARGV[1] then return 0 end
-if current then redis.call('DEL', KEYS[1]) end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('HSET', KEYS[2], 'status', 'idle', 'lease_holder', '', 'updated_at', ARGV[2],
-             'last_reap_reason', ARGV[3], 'last_reap_at', ARGV[2])
-  redis.call('HINCRBY', KEYS[2], 'reaps', 1)
-end
-return 1
-"""
 
 
 def _float(raw: object) -> float | None:
@@ -249,7 +235,7 @@ class TurnReset:
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        self._script = client.register_script(_RESET_SCRIPT)
+        self._script = client.register_script(lua.REAP_RESET)
 
     def __call__(self, task_id: str, token: str, now: float, reason: str) -> bool:
         keys = TaskKeys(task_id)
