@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import uuid
@@ -36,6 +35,7 @@ from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreEr
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
+from unicore.settings import RuntimeSettings
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     args = build_parser().parse_args(argv)
-    unicore_log.configure(os.environ.get("UNICORE_LOG_LEVEL", "WARNING"))
+    unicore_log.configure(RuntimeSettings.from_env(only={"log_level"}).log_level or "WARNING")
     try:
         code = int(args.func(args))
     except UsageError as exc:
@@ -322,23 +322,27 @@ def turn_main(argv: Sequence[str] | None = None) -> int:
     from unicore.turn import run_turn
     from unicore.turn_signals import install_cancel_handlers
 
+    try:
+        settings = RuntimeSettings.from_env()  # the one read of the turn process's variables
+    except ConfigError as exc:
+        return _fail(str(exc), TURN_FAILED)
     parser = _Parser(prog="unicore-turn", description="Run one agent turn of a task, then exit.")
     parser.add_argument(
         "task",
         nargs="?",
-        default=os.environ.get("UNICORE_TASK_ID"),
+        default=settings.task_id,
         help="task id (default: $UNICORE_TASK_ID)",
     )
     args = parser.parse_args(argv)
     if not args.task:
         parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
-    unicore_log.configure()
+    unicore_log.configure(settings.log_level)
     cancel = threading.Event()
     install_cancel_handlers(cancel)
     try:
-        client = connect(redis_url())
-        spawner = _spawner_from_env(client)
-        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel)
+        client = connect(redis_url(settings))
+        spawner = _spawner_from_env(client, settings)
+        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings)
         code = outcome.exit_code
         if outcome.error:
             print(f"unicore-turn: {args.task}: {printable(outcome.error)}", file=sys.stderr)
@@ -347,19 +351,19 @@ def turn_main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _spawner_from_env(client: redis.Redis) -> Any:
-    kind = os.environ.get("UNICORE_SPAWNER", "local")
-    if kind == "local":
+def _spawner_from_env(client: redis.Redis, settings: RuntimeSettings) -> Any:
+    """The spawner ``$UNICORE_SPAWNER`` names (RuntimeSettings only allows local or kubernetes)."""
+    if settings.spawner == "local":
         return None  # run_turn's default: the local spawner
-    if kind == "kubernetes":
+    if settings.spawner == "kubernetes":
         try:
             from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
         except ImportError as exc:
             raise ConfigError(
                 f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}"
             ) from None
-        return KubernetesSpawner.from_env(TaskStore(client))
-    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {kind!r}")
+        return KubernetesSpawner.from_env(TaskStore(client), settings)
+    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {settings.spawner!r}")
 
 
 __all__ = ["main", "turn_main", "message_text"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from unicore.settings import RuntimeSettings
 
 logger = logging.getLogger("unicore")
 
@@ -15,7 +16,7 @@ def get_logger(name: str) -> logging.Logger:
 
 def configure(level: str | None = None) -> None:
     """Configure logging for a console entrypoint (level from ``UNICORE_LOG_LEVEL``, default INFO)."""
-    chosen = (level or os.environ.get("UNICORE_LOG_LEVEL", "INFO")).upper()
+    chosen = (level or RuntimeSettings.from_env(only={"log_level"}).log_level or "INFO").upper()
     logging.basicConfig(
         level=chosen,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

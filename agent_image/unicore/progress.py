@@ -10,29 +10,19 @@ reaps the Job.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 
-from unicore.errors import ConfigError
+from unicore.settings import RuntimeSettings
 
-STALL_ENV = "UNICORE_STALL_SECONDS"
-DEFAULT_STALL_SECONDS = 900.0
+STALL_ENV = RuntimeSettings.env_var("stall_seconds")
+DEFAULT_STALL_SECONDS = float(RuntimeSettings.model_fields["stall_seconds"].default)
 
 
 def stall_seconds_from_env(environ: Mapping[str, str] | None = None) -> float:
     """``$UNICORE_STALL_SECONDS`` (default 900); ConfigError unless it is a positive number."""
-    raw = (os.environ if environ is None else environ).get(STALL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_STALL_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{STALL_ENV} must be a number of seconds, not {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{STALL_ENV} must be a positive number of seconds, not {raw!r}")
-    return value
+    return RuntimeSettings.from_env(environ, only={"stall_seconds"}).stall_seconds
 
 
 class Progress:

@@ -15,7 +15,6 @@ most ``UNICORE_STALL_SECONDS`` (``unicore.progress``); a hung turn stops beating
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,12 +37,13 @@ from unicore.errors import (
 from unicore.faults import fault_point, set_scope
 from unicore.history import CANCELLED_TEXT, build_request_messages, message_text
 from unicore.log import get_logger
-from unicore.progress import Progress, stall_seconds_from_env
+from unicore.progress import Progress
 from unicore.prompts import build_system_prompt
 from unicore.providers.base import Model, ModelRequest, ModelResponse
 from unicore.providers.registry import resolve_model
 from unicore.reports import completion_message, completion_report, deliver_report
 from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, text_block, tool_result_block
+from unicore.settings import RuntimeSettings
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
 from unicore.state.telemetry import Telemetry
@@ -101,14 +101,19 @@ def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
     return build_system_prompt(store, record)
 
 
-def default_workspace(task_id: str) -> Path:
+# The RuntimeSettings fields a turn uses (run_turn reads just these when it is not given settings).
+TURN_SETTINGS = frozenset({"stall_seconds", "summarize_turns", "workspace", "home"})
+
+
+def default_workspace(task_id: str, settings: RuntimeSettings | None = None) -> Path:
     """The workspace folder of a task tree (pass the ROOT id: a tree shares one workspace, so children with
-    read-only tools can read what their parent and siblings wrote)."""
-    base = os.environ.get("UNICORE_WORKSPACE")
-    if base:
-        return Path(base)
-    home = Path(os.environ.get("UNICORE_HOME", Path.home() / ".unicore"))
-    return home / "workspaces" / task_id.replace("/", "__")
+    read-only tools can read what their parent and siblings wrote): ``$UNICORE_WORKSPACE``, else
+    ``$UNICORE_HOME/workspaces/<root>`` (``settings`` None: read from the environment now)."""
+    if settings is None:
+        settings = RuntimeSettings.from_env(only={"workspace", "home"})
+    if settings.workspace is not None:
+        return settings.workspace
+    return settings.home / "workspaces" / task_id.replace("/", "__")
 
 
 def _label(value: str) -> str:
@@ -134,6 +139,7 @@ class _Turn:
         summarize: bool | None,
         system_prompt_builder: SystemPromptBuilder,
         stall_seconds: float,
+        settings: RuntimeSettings,
     ) -> None:
         self.task_id = task_id
         self.redis = client
@@ -147,6 +153,7 @@ class _Turn:
         self.holder = holder
         self.lease_ttl_ms = lease_ttl_ms
         self.summarize = summarize
+        self.settings = settings
         self.system_prompt_builder = system_prompt_builder
         self.lease: Lease | None = None
         self.lease_lost = threading.Event()
@@ -288,7 +295,7 @@ class _Turn:
             model.set_cancel_event(self.cancel)
         tools = list(self.toolset_factory(record))
         specs = tool_specs(tools)
-        workspace = self.workspace or default_workspace(record.root or self.task_id)
+        workspace = self.workspace or default_workspace(record.root or self.task_id, self.settings)
         workspace.mkdir(parents=True, exist_ok=True)
         ctx = ToolContext(
             task_id=self.task_id,
@@ -479,7 +486,7 @@ class _Turn:
     def _summary(self, model: Model, record: TaskRecord, turn: Turn) -> str:
         enabled = self.summarize
         if enabled is None:
-            enabled = record.limits.summarize_turns and os.environ.get("UNICORE_SUMMARIZE_TURNS", "1") != "0"
+            enabled = record.limits.summarize_turns and self.settings.summarize_turns
         if not enabled or not turn.messages:
             return ""
         messages = build_request_messages(turn.messages)
@@ -532,6 +539,7 @@ def run_turn(
     summarize: bool | None = None,
     system_prompt_builder: SystemPromptBuilder | None = None,
     stall_seconds: float | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> TurnOutcome:
     """Run exactly one turn of ``task_id`` and return its outcome (``exit_code`` as documented above).
 
@@ -539,8 +547,11 @@ def run_turn(
     ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
     ``stall_seconds`` None = ``$UNICORE_STALL_SECONDS`` (default 900; ConfigError if malformed): a step
     running longer stops the heartbeat, so the lease expires and the watchdog reaps the hung turn.
+    ``settings`` None = the turn's variables (:data:`TURN_SETTINGS`) read from the environment now.
     """
-    stall = stall_seconds_from_env() if stall_seconds is None else stall_seconds
+    if settings is None:
+        settings = RuntimeSettings.from_env(only=TURN_SETTINGS)
+    stall = settings.stall_seconds if stall_seconds is None else stall_seconds
     if spawner is None:
         from unicore.launch.local_spawner import LocalSpawner
 
@@ -558,6 +569,7 @@ def run_turn(
         summarize=summarize,
         system_prompt_builder=system_prompt_builder or default_system_prompt,
         stall_seconds=stall,
+        settings=settings,
     ).run()
 
 

@@ -7,7 +7,6 @@ running there is reused, so ``unicore send/show/tree`` after ``unicore run`` see
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
 import time
@@ -17,12 +16,14 @@ import redis
 
 from unicore.errors import ConfigError
 from unicore.log import get_logger
+from unicore.settings import RuntimeSettings
 
 log = get_logger("launch.redis")
 
 
 def unicore_home() -> Path:
-    return Path(os.environ.get("UNICORE_HOME") or Path.home() / ".unicore").expanduser()
+    """``$UNICORE_HOME`` (default ``~/.unicore``), read now."""
+    return RuntimeSettings.from_env(only={"home"}).home
 
 
 def data_dir() -> Path:
@@ -104,6 +105,8 @@ def stop_embedded_redis(directory: Path | None = None) -> bool:
     return True
 
 
-def redis_url() -> str:
-    """``$REDIS_URL``, or the embedded server's URL (started if needed)."""
-    return os.environ.get("REDIS_URL") or ensure_embedded_redis()
+def redis_url(settings: RuntimeSettings | None = None) -> str:
+    """``$REDIS_URL`` (from ``settings``, else read now), or the embedded server's URL (started if needed)."""
+    if settings is None:
+        settings = RuntimeSettings.from_env(only={"redis_url"})
+    return settings.redis_url or ensure_embedded_redis()

@@ -20,7 +20,6 @@ KUBECONFIG); the agents' Role allows create/get/list/watch on agenttasks and not
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -41,6 +40,7 @@ from unicore.kube_config import load_api_client
 from unicore.launch.local_spawner import check_message_size, reserve_child_slots
 from unicore.log import get_logger
 from unicore.schema import InboxMessage, task_name
+from unicore.settings import RuntimeSettings
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 
@@ -114,10 +114,14 @@ class KubernetesSpawner:
         self.namespace = namespace
 
     @classmethod
-    def from_env(cls, store: Any) -> KubernetesSpawner:
-        namespace = os.environ.get("UNICORE_NAMESPACE")
+    def from_env(cls, store: Any, settings: RuntimeSettings | None = None) -> KubernetesSpawner:
+        """The spawner of a turn pod: ``$UNICORE_NAMESPACE``, else the namespace of ``$UNICORE_TASK_ID``
+        (``settings`` None: read now)."""
+        if settings is None:
+            settings = RuntimeSettings.from_env(only={"namespace", "task_id"})
+        namespace = settings.namespace
         if not namespace:
-            task_id = os.environ.get("UNICORE_TASK_ID", "")
+            task_id = settings.task_id or ""
             namespace = task_id.split("/", 1)[0] if "/" in task_id else ""
         if not namespace:
             raise ConfigError("UNICORE_NAMESPACE is not set (the operator sets it on every turn pod)")

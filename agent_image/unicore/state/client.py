@@ -25,7 +25,6 @@ arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes tha
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -40,17 +39,15 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from unicore.errors import ConfigError
 from unicore.log import get_logger
+from unicore.settings import RedisClientSettings
 
 log = get_logger("state.client")
 
 T = TypeVar("T")
 
-RETRY_SECONDS_ENV = "UNICORE_REDIS_RETRY_SECONDS"
-SOCKET_TIMEOUT_ENV = "UNICORE_REDIS_SOCKET_TIMEOUT"
-DEFAULT_RETRY_SECONDS = 30.0
-DEFAULT_SOCKET_TIMEOUT = 15.0
+RETRY_SECONDS_ENV = RedisClientSettings.env_var("retry_seconds")
+SOCKET_TIMEOUT_ENV = RedisClientSettings.env_var("socket_timeout")
 CONNECT_TIMEOUT = 5.0
 HEALTH_CHECK_INTERVAL = 15
 BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
@@ -62,22 +59,9 @@ RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeout
 _window: ContextVar[_Window | None] = ContextVar("unicore_redis_retry_window", default=None)
 
 
-def _seconds_from_env(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise ConfigError(f"{name}={raw!r} must be >= 0")
-    return value
-
-
 def retry_seconds() -> float:
     """How long a Redis command keeps retrying through connection failures (``UNICORE_REDIS_RETRY_SECONDS``)."""
-    return _seconds_from_env(RETRY_SECONDS_ENV, DEFAULT_RETRY_SECONDS)
+    return RedisClientSettings.from_env(only={"retry_seconds"}).retry_seconds
 
 
 def _backoff() -> AbstractBackoff:
@@ -227,7 +211,7 @@ def client_options(
     """
     seconds = retry_seconds() if retry_for is None else retry_for
     options: dict[str, Any] = {
-        "socket_timeout": _seconds_from_env(SOCKET_TIMEOUT_ENV, DEFAULT_SOCKET_TIMEOUT) or None,
+        "socket_timeout": RedisClientSettings.from_env(only={"socket_timeout"}).socket_timeout or None,
         "socket_connect_timeout": CONNECT_TIMEOUT,
         "health_check_interval": HEALTH_CHECK_INTERVAL if health_check_interval is None else health_check_interval,
         "retry": AsyncBoundedRetry(seconds) if is_async else BoundedRetry(seconds),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -24,6 +23,7 @@ from unicore.errors import ConfigError, ToolError
 from unicore.log import get_logger
 from unicore.providers.base import ToolSpec
 from unicore.schema import ContentBlock
+from unicore.settings import RuntimeSettings
 from unicore.tools import policy
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.storeview import view_of
@@ -37,7 +37,7 @@ ALL_TOOLS: dict[str, Tool] = {
     for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
 }
 MAX_RESULT_CHARS = 100_000
-EXTRA_TOOLS_ENV = "UNICORE_EXTRA_TOOLS"
+EXTRA_TOOLS_ENV = RuntimeSettings.env_var("extra_tools")
 
 
 def _tool_classes(spec: str, value: Any) -> list[type[Tool]]:
@@ -78,7 +78,7 @@ def load_extra_tools(specs: str) -> dict[str, Tool]:
 
 def known_tools() -> dict[str, Tool]:
     """The built-in tools plus the custom tools of ``$UNICORE_EXTRA_TOOLS`` (ConfigError for a bad spec)."""
-    extra = load_extra_tools(os.environ.get(EXTRA_TOOLS_ENV, "").strip())
+    extra = load_extra_tools(RuntimeSettings.from_env(only={"extra_tools"}).extra_tools)
     return {**ALL_TOOLS, **extra} if extra else ALL_TOOLS
 
 
