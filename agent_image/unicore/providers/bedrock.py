@@ -1,8 +1,8 @@
 """Amazon Bedrock through boto3 ``bedrock-runtime`` Converse.
 
-Configuration (``BedrockSettings.from_env``): ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` (or any
-credential boto3 finds: env keys, IRSA / Pod Identity on Kubernetes), and
-``UNICORE_BEDROCK_ENDPOINT_URL``, ``UNICORE_BEDROCK_READ_TIMEOUT`` (s, default 300),
+Configuration (``BedrockSettings.from_env``, the variables of ``BedrockEnvironment``): ``AWS_REGION`` /
+``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` (or any credential boto3 finds: env keys, IRSA / Pod Identity on
+Kubernetes), and ``UNICORE_BEDROCK_ENDPOINT_URL``, ``UNICORE_BEDROCK_READ_TIMEOUT`` (s, default 300),
 ``UNICORE_BEDROCK_MAX_ATTEMPTS`` (default 8), ``UNICORE_BEDROCK_RPM`` / ``UNICORE_BEDROCK_TPM`` (proactive
 limits per model per minute, shared through Redis; unset = none), ``UNICORE_BEDROCK_LIMITS`` (JSON: per model,
 keyed by short name or id, e.g. ``{"claude-sonnet-4": {"max_requests": 50, "max_tokens": 400000}}``),
@@ -14,10 +14,9 @@ botocore's own retries are switched off: ``unicore.providers.retry`` is the one 
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import boto3
 import redis
@@ -30,7 +29,8 @@ from botocore.exceptions import (
     PartialCredentialsError,
     ProfileNotFound,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import NoDecode
 
 from unicore.errors import ConfigError, ModelError
 from unicore.log import get_logger
@@ -45,6 +45,7 @@ from unicore.providers.model_names import (
 from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, is_retryable, real_sleep
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits
 from unicore.schema import Usage
+from unicore.settings import EnvSettings, Flag
 
 log = get_logger("bedrock")
 
@@ -70,30 +71,8 @@ class BedrockSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BedrockSettings:
-        env = os.environ if env is None else env
-        try:
-            limits = ThrottleLimits(
-                max_requests=_int(env.get("UNICORE_BEDROCK_RPM")),
-                max_tokens=_int(env.get("UNICORE_BEDROCK_TPM")),
-            )
-            per_model_raw = json.loads(env.get("UNICORE_BEDROCK_LIMITS") or "{}")
-            if not isinstance(per_model_raw, dict):
-                raise ValueError("UNICORE_BEDROCK_LIMITS must be a JSON object")
-            per_model = {k: _model_limits(limits, v) for k, v in per_model_raw.items()}
-            return cls(
-                region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-                profile=env.get("AWS_PROFILE") or None,
-                endpoint_url=env.get("UNICORE_BEDROCK_ENDPOINT_URL") or None,
-                read_timeout=float(env.get("UNICORE_BEDROCK_READ_TIMEOUT") or 300),
-                retry=RetryPolicy(max_attempts=int(env.get("UNICORE_BEDROCK_MAX_ATTEMPTS") or 8)),
-                limits=limits,
-                model_limits=per_model,
-                model_cache_ttl=int(env.get("UNICORE_BEDROCK_MODEL_CACHE_TTL") or 6 * 3600),
-                discover_models=(env.get("UNICORE_BEDROCK_DISCOVERY") or "1").lower()
-                not in ("0", "false", "no"),
-            )
-        except (ValueError, TypeError, ValidationError) as exc:
-            raise ConfigError(f"invalid Bedrock settings in the environment: {exc}") from exc
+        """The settings :class:`BedrockEnvironment` reads from ``env`` (default ``os.environ``)."""
+        return BedrockEnvironment.from_env(env).settings()
 
     def limits_for(self, name: str, model_id: str) -> ThrottleLimits:
         for key in (name, model_id, short_name(model_id)):
@@ -117,8 +96,61 @@ class BedrockSettings(BaseModel):
             raise ConfigError(aws_credentials_hint(exc)) from exc
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
+class BedrockEnvironment(EnvSettings):
+    """The bedrock provider's environment variables (README "Configuration"); :meth:`settings` builds
+    :class:`BedrockSettings` from them. boto3 reads its credentials itself."""
+
+    what: ClassVar[str] = "Bedrock settings in the environment"
+
+    region: str | None = Field(None, validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"))
+    profile: str | None = Field(None, validation_alias="AWS_PROFILE")
+    endpoint_url: str | None = Field(None, validation_alias="UNICORE_BEDROCK_ENDPOINT_URL")
+    read_timeout: float = Field(300.0, gt=0, validation_alias="UNICORE_BEDROCK_READ_TIMEOUT")
+    max_attempts: int = Field(8, ge=1, le=50, validation_alias="UNICORE_BEDROCK_MAX_ATTEMPTS")
+    rpm: int | None = Field(None, ge=0, validation_alias="UNICORE_BEDROCK_RPM")
+    tpm: int | None = Field(None, ge=0, validation_alias="UNICORE_BEDROCK_TPM")
+    # Per model (keyed by short name or id): a JSON object of ThrottleLimits fields (rpm / tpm allowed), parsed by
+    # settings() on top of rpm / tpm, hence NoDecode.
+    limits: Annotated[dict[str, Any], NoDecode] = Field(default_factory=dict, validation_alias="UNICORE_BEDROCK_LIMITS")
+    model_cache_ttl: int = Field(6 * 3600, ge=0, validation_alias="UNICORE_BEDROCK_MODEL_CACHE_TTL")
+    discovery: Flag = Field(True, validation_alias="UNICORE_BEDROCK_DISCOVERY")
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _json_object(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise ValueError("must be a JSON object")
+        return value
+
+    def settings(self) -> BedrockSettings:
+        limits = ThrottleLimits(max_requests=self.rpm, max_tokens=self.tpm)
+        per_model: dict[str, ThrottleLimits] = {}
+        for name, raw in self.limits.items():
+            try:
+                per_model[name] = _model_limits(limits, raw)
+            except ValidationError as exc:
+                problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            except (ValueError, TypeError) as exc:
+                problem = str(exc)
+            else:
+                continue
+            raise ConfigError(f"invalid {self.what}: UNICORE_BEDROCK_LIMITS[{name!r}]: {problem}")
+        return BedrockSettings(
+            region=self.region,
+            profile=self.profile,
+            endpoint_url=self.endpoint_url,
+            read_timeout=self.read_timeout,
+            retry=RetryPolicy(max_attempts=self.max_attempts),
+            limits=limits,
+            model_limits=per_model,
+            model_cache_ttl=self.model_cache_ttl,
+            discover_models=self.discovery,
+        )
 
 
 def _model_limits(base: ThrottleLimits, raw: Any) -> ThrottleLimits:

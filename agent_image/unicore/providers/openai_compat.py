@@ -1,9 +1,10 @@
 """An OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server, TGI, OpenAI itself), stdlib HTTP
 only.
 
-Configuration (``OpenAISettings.from_env``): ``OPENAI_BASE_URL`` (required, e.g. ``http://vllm:8000/v1``),
-``OPENAI_API_KEY`` (optional; vLLM usually needs none), ``UNICORE_OPENAI_TIMEOUT`` (s, default 600),
-``UNICORE_OPENAI_MAX_ATTEMPTS`` (default 8), ``UNICORE_OPENAI_RPM`` / ``UNICORE_OPENAI_TPM`` (shared limits).
+Configuration (``OpenAISettings.from_env``, the variables of ``OpenAIEnvironment``): ``OPENAI_BASE_URL``
+(required, e.g. ``http://vllm:8000/v1``), ``OPENAI_API_KEY`` (optional; vLLM usually needs none),
+``UNICORE_OPENAI_TIMEOUT`` (s, default 600), ``UNICORE_OPENAI_MAX_ATTEMPTS`` (default 8), ``UNICORE_OPENAI_RPM`` /
+``UNICORE_OPENAI_TPM`` (shared limits).
 
 Conversations stay in Bedrock Converse shape everywhere else; this module translates at the edge:
 assistant ``toolUse`` blocks <-> ``tool_calls``, user ``toolResult`` blocks -> ``role: tool`` messages (placed
@@ -13,15 +14,14 @@ before the user's text, as the chat-completions format requires).
 from __future__ import annotations
 
 import json
-import os
 import random
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from unicore.errors import ConfigError, ModelError
 from unicore.log import get_logger
@@ -30,6 +30,7 @@ from unicore.providers.calling import CallRunner, Retryable, tool_result_text
 from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, is_retryable, real_sleep
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits
 from unicore.schema import Usage
+from unicore.settings import EnvSettings
 
 log = get_logger("openai")
 
@@ -55,26 +56,37 @@ class OpenAISettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OpenAISettings:
-        env = os.environ if env is None else env
-        base_url = (env.get("OPENAI_BASE_URL") or "").strip()
+        """The settings :class:`OpenAIEnvironment` reads from ``env`` (default ``os.environ``)."""
+        return OpenAIEnvironment.from_env(env).settings()
+
+
+class OpenAIEnvironment(EnvSettings):
+    """The openai provider's environment variables (README "Configuration"); :meth:`settings` builds
+    :class:`OpenAISettings` from them."""
+
+    what: ClassVar[str] = "OpenAI-compatible settings in the environment"
+
+    base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")  # required by settings()
+    api_key: str | None = Field(None, repr=False, validation_alias="OPENAI_API_KEY")
+    timeout: float = Field(600.0, gt=0, validation_alias="UNICORE_OPENAI_TIMEOUT")
+    max_attempts: int = Field(8, ge=1, le=50, validation_alias="UNICORE_OPENAI_MAX_ATTEMPTS")
+    rpm: int | None = Field(None, ge=0, validation_alias="UNICORE_OPENAI_RPM")
+    tpm: int | None = Field(None, ge=0, validation_alias="UNICORE_OPENAI_TPM")
+
+    def settings(self) -> OpenAISettings:
+        base_url = (self.base_url or "").strip()
         if not base_url:
             raise ConfigError(
                 "the openai provider needs OPENAI_BASE_URL (e.g. http://vllm.default.svc:8000/v1); "
                 "OPENAI_API_KEY is optional"
             )
-        try:
-            return cls(
-                base_url=base_url.rstrip("/"),
-                api_key=env.get("OPENAI_API_KEY") or None,
-                timeout=float(env.get("UNICORE_OPENAI_TIMEOUT") or 600),
-                retry=RetryPolicy(max_attempts=int(env.get("UNICORE_OPENAI_MAX_ATTEMPTS") or 8)),
-                limits=ThrottleLimits(
-                    max_requests=int(env["UNICORE_OPENAI_RPM"]) if env.get("UNICORE_OPENAI_RPM") else None,
-                    max_tokens=int(env["UNICORE_OPENAI_TPM"]) if env.get("UNICORE_OPENAI_TPM") else None,
-                ),
-            )
-        except (ValueError, ValidationError) as exc:
-            raise ConfigError(f"invalid OpenAI-compatible settings in the environment: {exc}") from exc
+        return OpenAISettings(
+            base_url=base_url.rstrip("/"),
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retry=RetryPolicy(max_attempts=self.max_attempts),
+            limits=ThrottleLimits(max_requests=self.rpm, max_tokens=self.tpm),
+        )
 
 
 # translation ----------
