@@ -9,7 +9,10 @@ The first of these that applies wins:
 4. ``~/.kube/config``.
 
 So the operator and turn pods in a cluster use their ServiceAccount, the same code on a laptop uses the user's
-kubeconfig, and a test or the dev cluster points ``KUBECONFIG`` at its own. Each call returns a new ``ApiClient``
+kubeconfig, and a test or the dev cluster points ``KUBECONFIG`` at its own. With ``in_cluster_last=True`` rules 3
+and 4 swap, which is kubectl's order (a kubeconfig whenever there is one, the ServiceAccount only without one): the
+kubectl plugin uses it, since it acts for the user who runs it. Kubeconfigs are only read: refreshed credentials
+are never written back. Each call returns a new ``ApiClient``
 with its own configuration: the Kubernetes client's global default configuration is never changed.
 """
 
@@ -44,31 +47,45 @@ class CredentialSource:
         return f"{self.kind} {self.path} ({self.why})"
 
 
-def choose_source(config_file: str | None = None, environ: Mapping[str, str] | None = None) -> CredentialSource:
-    """The source :func:`load_api_client` uses (the precedence in this module's docstring); ConfigError if none."""
+def choose_source(
+    config_file: str | None = None, environ: Mapping[str, str] | None = None, *, in_cluster_last: bool = False
+) -> CredentialSource:
+    """The source :func:`load_api_client` uses (the precedence in this module's docstring); ConfigError if none.
+
+    ``in_cluster_last``: kubectl's order, ``~/.kube/config`` before the pod's ServiceAccount.
+    """
     env = os.environ if environ is None else environ
     if config_file:
         return CredentialSource("kubeconfig", config_file, "given by the caller")
     if env.get(KUBECONFIG_ENV):
         return CredentialSource("kubeconfig", env[KUBECONFIG_ENV], f"${KUBECONFIG_ENV}")
     token = SERVICE_ACCOUNT_DIR / "token"
-    if env.get(SERVICE_HOST_ENV) and token.is_file():
-        return CredentialSource("in-cluster", str(SERVICE_ACCOUNT_DIR), f"${SERVICE_HOST_ENV} is set")
+    in_cluster = CredentialSource("in-cluster", str(SERVICE_ACCOUNT_DIR), f"${SERVICE_HOST_ENV} is set")
+    in_pod = bool(env.get(SERVICE_HOST_ENV)) and token.is_file()
+    if in_pod and not in_cluster_last:
+        return in_cluster
     home_config = Path(env.get("HOME") or Path.home()) / ".kube" / "config"
     if home_config.is_file():
         return CredentialSource("kubeconfig", str(home_config), "the default kubeconfig")
-    in_pod = f"${SERVICE_HOST_ENV} is set but {token} does not exist" if env.get(SERVICE_HOST_ENV) else (
+    if in_pod:
+        return in_cluster
+    pod_note = f"${SERVICE_HOST_ENV} is set but {token} does not exist" if env.get(SERVICE_HOST_ENV) else (
         f"not in a pod (${SERVICE_HOST_ENV} is not set)"
     )
     raise ConfigError(
-        f"no Kubernetes credentials: ${KUBECONFIG_ENV} is not set, {in_pod}, and {home_config} does not exist"
+        f"no Kubernetes credentials: ${KUBECONFIG_ENV} is not set, {pod_note}, and {home_config} does not exist"
     )
 
 
 def load_api_client(
-    config_file: str | None = None, *, context: str | None = None, environ: Mapping[str, str] | None = None
+    config_file: str | None = None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    in_cluster_last: bool = False,
 ) -> ApiClient:
-    """A new ``kubernetes.client.ApiClient`` with the credentials :func:`choose_source` picks.
+    """A new ``kubernetes.client.ApiClient`` with the credentials :func:`choose_source` picks (``in_cluster_last``:
+    kubectl's order, as there).
 
     ``context`` selects a kubeconfig context (default: the kubeconfig's current one). Credentials that cannot be
     loaded (a missing or malformed kubeconfig, an unknown context) raise ConfigError naming the source.
@@ -76,7 +93,7 @@ def load_api_client(
     from kubernetes import client, config
     from kubernetes.config.incluster_config import InClusterConfigLoader
 
-    source = choose_source(config_file, environ)
+    source = choose_source(config_file, environ, in_cluster_last=in_cluster_last)
     try:
         if source.kind == "in-cluster":
             configuration = client.Configuration()
@@ -86,6 +103,6 @@ def load_api_client(
                 environ=os.environ if environ is None else environ,
             ).load_and_set(configuration)
             return client.ApiClient(configuration)
-        return config.new_client_from_config(config_file=source.path, context=context)
+        return config.new_client_from_config(config_file=source.path, context=context, persist_config=False)
     except Exception as exc:  # the Kubernetes client raises several unrelated types (ConfigException, OSError, YAML)
         raise ConfigError(f"cannot load Kubernetes credentials from {source.describe()}: {exc}") from exc

@@ -118,3 +118,60 @@ def test_the_spawner_uses_the_loader(places: dict[str, str], monkeypatch: pytest
     for name, value in IN_CLUSTER.items():
         monkeypatch.setenv(name, value)
     assert load_custom_objects_api().api_client.configuration.host == "https://10.96.0.1:443"
+
+
+def test_kubectl_order_puts_the_home_kubeconfig_before_the_service_account(
+    places: dict[str, str], tmp_path: Path
+) -> None:
+    in_pod = {"HOME": places["home"], **IN_CLUSTER}
+    assert choose_source(None, in_pod, in_cluster_last=True).why == "the default kubeconfig"
+    assert load_api_client(environ=in_pod, in_cluster_last=True).configuration.host == "https://home.example:6443"
+    # a given file and $KUBECONFIG still come first
+    assert load_api_client(places["given"], environ=in_pod, in_cluster_last=True).configuration.host == (
+        "https://given.example:6443"
+    )
+    with_env = {**in_pod, "KUBECONFIG": places["env"]}
+    assert load_api_client(environ=with_env, in_cluster_last=True).configuration.host == "https://env.example:6443"
+    # without a kubeconfig, the ServiceAccount
+    no_home = {"HOME": str(tmp_path / "nobody"), **IN_CLUSTER}
+    assert choose_source(None, no_home, in_cluster_last=True).kind == "in-cluster"
+    assert load_api_client(environ=no_home, in_cluster_last=True).configuration.host == "https://10.96.0.1:443"
+
+
+def test_the_kubectl_plugin_uses_the_loader_in_kubectls_order(
+    places: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from unicore_operator.kubectl_plugin.errors import PluginError
+    from unicore_operator.kubectl_plugin.kube import connect
+
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", places["home"])
+    for name, value in IN_CLUSTER.items():
+        monkeypatch.setenv(name, value)
+    home = connect()
+    assert home.api_client.configuration.host == "https://home.example:6443"
+    assert (home.namespace, home.user) == ("default", "me")
+    assert connect(kubeconfig=places["given"]).api_client.configuration.host == "https://given.example:6443"
+    monkeypatch.setenv("KUBECONFIG", places["env"])
+    assert connect(namespace="team").api_client.configuration.host == "https://env.example:6443"
+    assert connect(namespace="team").namespace == "team"
+    other = write_kubeconfig(tmp_path / "two.yaml", "https://main.example", extra_context=("other", "https://other"))
+    assert connect(kubeconfig=other, context="other").api_client.configuration.host == "https://other"
+    with pytest.raises(PluginError, match="context 'nope' not found"):
+        connect(kubeconfig=other, context="nope")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("clusters: [")
+    with pytest.raises(PluginError, match=f"cannot load the kubeconfig {broken}"):
+        connect(kubeconfig=str(broken))
+    # in a pod without a kubeconfig: the ServiceAccount and the pod's namespace
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))
+    (kube_config.SERVICE_ACCOUNT_DIR / "namespace").write_text("agents\n")
+    pod = connect()
+    assert pod.api_client.configuration.host == "https://10.96.0.1:443"
+    assert (pod.namespace, pod.user) == ("agents", "serviceaccount")
+    # nowhere at all: one line saying what was tried
+    for name in IN_CLUSTER:
+        monkeypatch.delenv(name)
+    with pytest.raises(PluginError, match=r"no Kubernetes credentials: \$KUBECONFIG is not set"):
+        connect()

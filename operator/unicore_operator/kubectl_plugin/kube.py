@@ -1,12 +1,17 @@
 """Kubernetes access with the user's own kubeconfig: ``--kubeconfig``, else ``$KUBECONFIG`` (several paths
-allowed), else ``~/.kube/config``, else the in-cluster ServiceAccount; ``--context``; ``-n`` else the
-context's namespace else ``default``."""
+allowed), else ``~/.kube/config``, else the in-cluster ServiceAccount (``unicore.kube_config.load_api_client`` with
+kubectl's order, ``in_cluster_last``); ``--context``; ``-n`` else the context's namespace (in a pod: the pod's) else
+``default``."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from unicore import kube_config
+from unicore.errors import ConfigError
 
 from unicore_operator.kubectl_plugin.errors import PluginError
 
@@ -58,31 +63,23 @@ def connect(
     namespace: str | None = None,
     operator_namespace: str | None = None,
 ) -> KubeContext:
-    from kubernetes import config
-
     operator_ns = operator_namespace or os.environ.get(OPERATOR_NAMESPACE_ENV) or DEFAULT_OPERATOR_NAMESPACE
-    config_file = kubeconfig or None
-    has_file = bool(
-        config_file or os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
-    )
-    if not has_file and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        from kubernetes import client
-
-        try:
-            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as handle:
-                pod_ns = handle.read().strip()
-        except OSError:
-            pod_ns = "default"
-        return KubeContext(client.ApiClient(), namespace or pod_ns, operator_ns, "serviceaccount")
     try:
-        context_ns, user = _kubeconfig_namespace_and_user(config_file, context)
-        api_client = config.new_client_from_config(
-            config_file=config_file, context=context, persist_config=False
-        )
-    except PluginError:
-        raise
-    except Exception as exc:  # ConfigException, missing file, bad YAML
-        where = config_file or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise PluginError(f"cannot load the kubeconfig {where}: {exc}") from None
+        source = kube_config.choose_source(kubeconfig or None, in_cluster_last=True)
+        if source.kind == "in-cluster":
+            api_client = kube_config.load_api_client(in_cluster_last=True)
+            try:
+                pod_ns = (Path(source.path) / "namespace").read_text().strip() or "default"
+            except OSError:
+                pod_ns = "default"
+            return KubeContext(api_client, namespace or pod_ns, operator_ns, "serviceaccount")
+        try:
+            context_ns, user = _kubeconfig_namespace_and_user(source.path, context)
+        except PluginError:
+            raise
+        except Exception as exc:  # ConfigException, missing file, bad YAML
+            raise PluginError(f"cannot load the kubeconfig {source.path}: {exc}") from None
+        api_client = kube_config.load_api_client(source.path, context=context)
+    except ConfigError as exc:
+        raise PluginError(str(exc)) from None
     return KubeContext(api_client, namespace or context_ns or "default", operator_ns, user)
