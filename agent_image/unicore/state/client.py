@@ -28,12 +28,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -53,6 +55,8 @@ HEALTH_CHECK_INTERVAL = 15
 BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
 BACKOFF_CAP = 2.0
 RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
+# REDIS_URL schemes that name a Redis Cluster (build_client / build_async_client return cluster clients for them).
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 # The window of the outermost retrying call in progress in this thread / asyncio task (None: none is). A context
 # copied while one was open (a task or thread started from inside a call) sees it closed once that call has ended.
@@ -222,12 +226,23 @@ def client_options(
     return options
 
 
+def cluster_seed_url(url: str) -> str | None:
+    """For a URL naming a Redis Cluster (``redis+cluster://[user:password@]host:port`` or ``rediss+cluster://...``
+    for TLS: any one node; the client discovers the rest), the plain URL of that node; None for any other URL."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower()) if sep else None
+    return f"{plain}://{rest}" if plain else None
+
+
 def build_client(
     url: str, *, decode_responses: bool = True, retry_for: float | None = None,
     health_check_interval: float | None = None,
 ) -> redis.Redis:
     """A synchronous client for ``url`` that rides out connection blips (see the module doc)."""
     options = client_options(url, retry_for=retry_for, health_check_interval=health_check_interval)
+    seed = cluster_seed_url(url)
+    if seed is not None:  # same command API; redis-py's sync cluster client ignores health_check_interval
+        return cast(redis.Redis, RedisCluster.from_url(seed, decode_responses=decode_responses, **options))
     pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # type: ignore[attr-defined]  # close() also closes the pool
@@ -240,6 +255,9 @@ def build_async_client(
 ) -> aioredis.Redis:
     """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks."""
     options = client_options(url, retry_for=retry_for, is_async=True, health_check_interval=health_check_interval)
+    seed = cluster_seed_url(url)
+    if seed is not None:
+        return cast(aioredis.Redis, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
     pool = AsyncRetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from unicore.answers import load_message
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
@@ -115,7 +116,7 @@ class TaskStore:
     """All task state operations. ``client`` must decode responses (``connect()`` makes such a client)."""
 
     def __init__(self, client: redis.Redis, *, message_cap_bytes: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
-        if not client.connection_pool.connection_kwargs.get("decode_responses"):
+        if not client.get_encoder().decode_responses:  # Redis and RedisCluster alike (the latter has no pool)
             raise ConfigError("TaskStore needs a Redis client created with decode_responses=True")
         self.redis = client
         self.message_cap_bytes = message_cap_bytes
@@ -222,7 +223,8 @@ class TaskStore:
         """Remove every key of the task and its index entries (its children are not deleted)."""
         parent, root = self.redis.hmget(self.keys(task_id).task, ["parent", "root"])
         pipe = self.redis.pipeline(transaction=False)
-        pipe.delete(*self.keys(task_id).all())
+        for key in self.keys(task_id).all():  # one DEL per key: a cluster pipeline has no multi-key DEL
+            pipe.delete(key)
         pipe.zrem(TASKS_INDEX, task_id)
         pipe.zrem(HEARTBEATS_INDEX, task_id)  # a task deleted while a turn runs leaves no member behind
         if parent:
@@ -337,7 +339,10 @@ class TaskStore:
         keys = self.keys(lease.task_id)
         now = _now()
         pipe = self.redis.pipeline(transaction=False)
-        self._renew(keys=[keys.lease, keys.heartbeat], args=[lease.token, ttl_ms, now], client=pipe)
+        if isinstance(self.redis, RedisCluster):  # a cluster pipeline runs no scripts: the script goes alone, first
+            self._fenced(self._renew, [keys.lease, keys.heartbeat], [lease.token, ttl_ms, now])
+        else:
+            self._renew(keys=[keys.lease, keys.heartbeat], args=[lease.token, ttl_ms, now], client=pipe)
         pipe.zadd(HEARTBEATS_INDEX, {lease.task_id: float(now)})
         try:
             pipe.execute()

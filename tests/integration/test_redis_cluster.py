@@ -1,0 +1,270 @@
+"""The Redis-facing integration tests on a real 3-master Redis Cluster (``REDIS_URL=redis+cluster://host:port``).
+
+A session fixture starts the cluster (``tests.redis_cluster``); this module overrides ``redis_url`` and
+``redis_client`` so that the shared ``store`` and ``turn`` fixtures (tests/integration/conftest.py) run on a
+``redis.cluster.RedisCluster`` built by ``unicore.state.client.build_client``. Existing single-Redis tests are
+re-collected here by importing them (store, drain, fencing and leases, the seed sequences with full in-process
+turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads); the rest are cluster-only checks
+(activations consumer groups, telemetry, slots, the operator's RedisState, the async client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+from unicore.launch.local_spawner import LocalSpawner
+from unicore.schema import TaskSpec
+from unicore.state.client import build_async_client, build_client, cluster_seed_url
+from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.slots import SpawnSlots
+from unicore.state.store import TaskStore
+from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore_operator import names
+from unicore_operator.metrics.state_collector import inbox_depths
+from unicore_operator.redis_state import RedisState
+from unicore_operator.watchdog import redis_state
+
+# Re-collected on the cluster (pytest runs every test function found in this module's namespace).
+from tests.integration.test_fencing import (  # noqa: F401
+    test_a_live_lease_refuses_a_second_turn,
+    test_a_turn_reaped_during_its_model_call_writes_nothing_afterwards,
+    test_a_zombie_turn_cannot_write_after_its_lease_expired_and_was_taken,
+)
+from tests.integration.test_sequences import (
+    test_bug_1_tool_results_reach_the_conversation,  # noqa: F401
+    test_bug_2_recreating_an_existing_task_never_overwrites_its_conversation,  # noqa: F401
+    test_bug_3_messages_go_to_the_turn_just_created,  # noqa: F401
+    test_bug_4_no_new_turn_while_the_task_is_running,  # noqa: F401
+    test_sequence_1_new_task_creation,  # noqa: F401
+    test_sequence_2_continuing_conversation_starts_a_new_turn_and_keeps_history,  # noqa: F401
+    test_sequence_3_tool_results_stay_in_the_current_turn_batched_in_one_message,  # noqa: F401
+)
+from tests.integration.test_sequences import (
+    test_sequence_4_parent_spawns_child_which_sees_the_parent_and_reports_back as _sequence_4,
+)
+from tests.integration.test_sequences import (
+    test_sequence_5_child_completing_while_parent_runs_joins_the_current_turn as _sequence_5,
+)
+from tests.integration.test_sequences import (
+    test_sequence_6_child_completing_while_parent_is_stopped_starts_a_new_turn as _sequence_6,
+)
+from tests.integration.test_sequences import (
+    test_sequence_7_simultaneous_completions_land_in_one_new_turn_as_separate_messages as _sequence_7,
+)
+from tests.integration.test_throttle import (  # noqa: F401
+    test_acquire_waits_with_the_injected_sleeper,
+    test_keys_share_one_hash_tag_and_expire,
+    test_multiplier_rises_on_throttling_decays_on_success,
+    test_multiplier_spaces_calls_without_limits,
+    test_request_limit_sliding_window,
+    test_token_limit_uses_estimates_then_real_usage,
+)
+from tests.integration.test_tools_tasks import test_message_task_reaches_a_descendant as _message_descendant
+from tests.integration.test_tools_tasks import test_spawn_creates_a_child_with_inherited_settings as _spawn_child
+from tests.integration.test_tools_tasks import test_spawning_an_existing_child_sends_it_a_message as _spawn_again
+from tests.integration.test_tools_tasks import test_task_status_on_a_small_tree as _status_tree
+from tests.integration.test_watchdog_heartbeats import (  # noqa: F401
+    test_a_stale_entry_refreshed_meanwhile_is_kept,
+    test_deleting_a_running_task_and_reaping_a_turn_remove_the_entry,
+    test_only_stale_missing_and_flagged_tasks_are_read_and_the_reaps_match_a_full_read,
+    test_the_turn_keeps_its_heartbeat_entry_from_acquire_to_release,
+)
+from tests.redis_cluster import RedisClusterServer
+
+# Spawning on a cluster fails today: unicore.tools.storeview.redis_of looks for a ``redis.Redis`` on the store and a
+# RedisCluster is not one (TypeError: cannot find the Redis client of TaskStore, from policy.tree_counts in
+# LocalSpawner.spawn). Strict: once redis_of accepts a RedisCluster these pass and the marker must go.
+SPAWN_FINDING = "unicore.tools.storeview.redis_of rejects a RedisCluster (spawn_task fails on a cluster)"
+
+
+def _known_failure(test: Callable[..., Any]) -> Callable[..., Any]:
+    """``test`` re-collected here under strict xfail, through a wrapper (the original keeps no marker)."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return test(*args, **kwargs)
+
+    return pytest.mark.xfail(strict=True, reason=SPAWN_FINDING)(wrapper)
+
+
+test_sequence_4_on_the_cluster = _known_failure(_sequence_4)
+test_sequence_5_on_the_cluster = _known_failure(_sequence_5)
+test_sequence_6_on_the_cluster = _known_failure(_sequence_6)
+test_sequence_7_on_the_cluster = _known_failure(_sequence_7)
+test_message_task_reaches_a_descendant_on_the_cluster = _known_failure(_message_descendant)
+test_spawn_creates_a_child_on_the_cluster = _known_failure(_spawn_child)
+test_spawning_an_existing_child_on_the_cluster = _known_failure(_spawn_again)
+test_task_status_on_a_small_tree_on_the_cluster = _known_failure(_status_tree)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    cluster = RedisClusterServer()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def redis_url(redis_cluster: RedisClusterServer) -> str:
+    """Overrides tests/conftest.py's: the cluster's REDIS_URL, every master flushed."""
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """Overrides tests/conftest.py's: what ``REDIS_URL`` gives the runtime (a RedisCluster decoding to str)."""
+    client = build_client(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def test_redis_url_names_a_cluster_by_its_scheme(redis_client: redis.Redis, redis_cluster: RedisClusterServer) -> None:
+    assert isinstance(redis_client, RedisCluster)
+    assert len(redis_client.get_primaries()) == 3
+    assert cluster_seed_url("redis+cluster://u:p@h:7000") == "redis://u:p@h:7000"
+    assert cluster_seed_url("rediss+cluster://h:7000") == "rediss://h:7000"
+    assert cluster_seed_url("redis://h:6379/0") is None and cluster_seed_url("unix:///tmp/r.sock") is None
+    assert not isinstance(build_client(redis_cluster.seed_url), RedisCluster)  # a plain URL: one node
+
+
+def test_a_tasks_keys_share_one_slot_and_tasks_spread_over_the_masters(redis_client: RedisCluster) -> None:
+    slots = {redis_client.keyslot(key) for key in TaskKeys("ns/one").all()}
+    assert len(slots) == 1
+    nodes = {redis_client.nodes_manager.get_node_from_slot(redis_client.keyslot(TaskKeys(f"ns/t{i}").task)).name
+             for i in range(30)}
+    assert len(nodes) == 3  # the scenarios below really cross masters
+
+
+def test_store_round_trip_leases_and_delete(store: TaskStore, redis_client: redis.Redis) -> None:
+    assert store.create_task(TaskSpec(id="ns/root", prompt="hello"))
+    assert store.create_task(TaskSpec(id="ns/kid", parent="ns/root", prompt="hi"))
+    assert store.list_tasks() == ["ns/root", "ns/kid"] and store.children("ns/root") == ["ns/kid"]
+    lease = store.acquire_lease("ns/root", holder="pod-a:1")
+    store.renew_lease(lease)
+    assert redis_client.zscore(HEARTBEATS_INDEX, "ns/root") is not None
+    drained = store.drain(lease, first_drain=True)
+    assert drained.drained == 1 and drained.new_turn
+    store.append_message(lease, "assistant", [{"text": "hello back"}])
+    store.end_turn(lease, drained.turn_number, last_response="hello back")
+    (turn,) = store.load_history("ns/root")
+    assert [m.role for m in turn.messages] == ["user", "assistant"] and turn.ended_at is not None
+    assert store.release_lease(lease)
+    assert redis_client.zscore(HEARTBEATS_INDEX, "ns/root") is None
+    other = store.acquire_lease("ns/root", holder="pod-b:7")
+    assert store.break_lease("ns/root", "pod-b:", exact=False)
+    assert store.lease_holder("ns/root") is None and other.token > lease.token
+    store.delete_task("ns/kid")
+    assert not store.exists("ns/kid") and store.children("ns/root") == []
+    assert redis_client.zrange(TASKS_INDEX, 0, -1) == ["ns/root"]
+    assert not list(redis_client.scan_iter(match=TaskKeys("ns/kid").pattern()))
+
+
+def test_activations_reach_sync_and_async_consumer_groups(store: TaskStore, redis_client: redis.Redis,
+                                                          redis_url: str) -> None:
+    redis_client.xgroup_create(ACTIVATIONS_STREAM, "local", id="$", mkstream=True)  # the local supervisor's calls
+    store.activate("ns/a", "test")
+    reply = redis_client.xreadgroup("local", "me", {ACTIVATIONS_STREAM: ">"}, count=100, block=100)
+    ((_stream, entries),) = reply
+    assert [fields["task"] for _, fields in entries] == ["ns/a"]
+    assert redis_client.xack(ACTIVATIONS_STREAM, "local", *[entry_id for entry_id, _ in entries]) == 1
+
+    async def operator_side() -> list[bytes]:  # unicore_operator.activation's calls, on the async cluster client
+        client = build_async_client(redis_url)
+        assert isinstance(client, AsyncRedisCluster)
+        try:
+            await client.xgroup_create(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, id="0", mkstream=True)
+            response = await client.xreadgroup(names.OPERATOR_CONSUMER_GROUP, "op-1", {ACTIVATIONS_STREAM: "0"},
+                                               count=10)
+            assert [entries for _stream, entries in response] == [[]]
+            response = await client.xreadgroup(names.OPERATOR_CONSUMER_GROUP, "op-1", {ACTIVATIONS_STREAM: ">"},
+                                               count=10, block=100)
+            ids = [entry_id for _stream, batch in response for entry_id, _ in batch]
+            claimed = await client.xautoclaim(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, "op-2", 0, "0-0",
+                                              count=10)
+            assert [entry_id for entry_id, _ in claimed[1]] == ids
+            await client.xack(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, *ids)
+            return ids
+        finally:
+            await client.aclose()
+
+    assert len(asyncio.run(operator_side())) == 1
+
+
+def test_telemetry_writes_its_global_hashes(redis_client: redis.Redis) -> None:
+    telemetry = Telemetry(redis_client, buckets=(1, 5))
+    telemetry.incr("model_calls_total", {"model": "m"})
+    telemetry.set_gauge("queue_depth", 3)
+    telemetry.observe("turn_seconds", 2.0, {"outcome": "ok"})
+    assert redis_client.hgetall(COUNTERS_KEY) == {"model_calls_total|model=m": "1"}
+    assert redis_client.hgetall(GAUGES_KEY) == {"queue_depth|": "3"}
+    assert redis_client.hgetall(HISTOGRAMS_KEY) == {
+        "turn_seconds|outcome=ok|le=5": "1", "turn_seconds|outcome=ok|le=+Inf": "1",
+        "turn_seconds|outcome=ok|sum": "2", "turn_seconds|outcome=ok|count": "1",
+    }
+
+
+def test_spawn_slots_reserve_on_the_parent_and_root_tags(store: TaskStore) -> None:
+    slots = SpawnSlots(store.redis)
+    slots.reserve(parent_id="ns/p", root_id="ns/r", child_id="ns/p-a", max_children=1, max_descendants=5)
+    assert slots.held("ns/p")["children"] == 1 and slots.held("ns/r")["descendants"] == 1
+    slots.release(parent_id="ns/p", root_id="ns/r", child_id="ns/p-a")
+    assert slots.held("ns/p") == {"children": 0, "descendants": 0} and slots.held("ns/r")["descendants"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason=SPAWN_FINDING)
+def test_local_spawner_reserves_the_slots_on_the_cluster(store: TaskStore) -> None:
+    store.create_task(TaskSpec(id="ns/boss", prompt="go"))
+    child, created = LocalSpawner(store).spawn("ns/boss", "kid", "work", None)
+    assert created and store.get_task(child).parent == "ns/boss"
+    assert SpawnSlots(store.redis).held("ns/boss") == {"children": 1, "descendants": 1}
+
+
+def test_the_watchdog_pipeline_fallback_on_the_cluster(store: TaskStore, redis_client: redis.Redis) -> None:
+    store.create_task(TaskSpec(id="team/run", prompt=None))
+    store.create_task(TaskSpec(id="team/idle", prompt=None))
+    lease = store.acquire_lease("team/run", holder="run-t1-x:1")
+    ids = ["team/run", "team/idle", "team/gone"]
+    states = redis_state._read_running(redis_client, ids)  # the cluster path: plain reads, no cross-slot script
+    assert list(states) == ["team/run"] and states["team/run"].lease_token == str(lease.token)
+    assert redis_state.read_not_running(redis_client, ids)["team/gone"].status == ""
+    assert redis_state.TurnReset(redis_client)("team/run", str(lease.token), time.time(), "test")
+    assert redis_client.zscore(HEARTBEATS_INDEX, "team/run") is None
+
+
+def test_the_operators_redis_state(store: TaskStore, redis_url: str) -> None:
+    store.create_task(TaskSpec(id="team/op", prompt="hi"))
+    store.acquire_lease("team/op", holder="op-t1-x:1")
+
+    async def check() -> None:
+        state = RedisState(redis_url)
+        try:
+            assert isinstance(state.aio, aioredis.RedisCluster)
+            snap = await state.snapshot("team/op", ended_jobs=["op-t1"])
+            assert snap.exists and snap.pending == 1 and snap.lease_held and snap.unrecorded_jobs == ("op-t1",)
+            assert state.account_job_end("team/op", "op-t1", 1, "failed", "boom") == 1
+            assert state.account_job_end("team/op", "op-t1", 1, "failed", "boom") == -1
+            assert state.break_lease("team/op", "op-t1-x")
+            assert set(state.task_keys("team/op")) >= {TaskKeys("team/op").task, TaskKeys("team/op").operator}
+        finally:
+            await state.close()
+
+    asyncio.run(check())
+
+
+@pytest.mark.xfail(strict=True, raises=RedisClusterException,  # "pipelined function evalsha is blocked"
+                   reason="state_collector.inbox_depths runs one script over many tasks' inboxes in a pipeline")
+def test_the_operators_inbox_depth_gauge_on_the_cluster(store: TaskStore, redis_client: redis.Redis) -> None:
+    for name in ("a", "b", "c"):
+        store.create_task(TaskSpec(id=f"team/{name}", prompt="hi"))
+    assert inbox_depths(redis_client, ["team/a", "team/b", "team/c"]) == {"team/a": 1, "team/b": 1, "team/c": 1}
