@@ -48,9 +48,9 @@ def set_scope(scope: str) -> None:
 def _redis():  # type: ignore[no-untyped-def]
     global _client
     if _client is None:
-        import redis
+        from unicore.state.client import build_client
 
-        _client = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+        _client = build_client(os.environ["REDIS_URL"])
     return _client
 
 

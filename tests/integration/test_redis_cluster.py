@@ -11,10 +11,8 @@ turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads); the re
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -81,30 +79,14 @@ from tests.integration.test_watchdog_heartbeats import (  # noqa: F401
 )
 from tests.redis_cluster import RedisClusterServer
 
-# Spawning on a cluster fails today: unicore.tools.storeview.redis_of looks for a ``redis.Redis`` on the store and a
-# RedisCluster is not one (TypeError: cannot find the Redis client of TaskStore, from policy.tree_counts in
-# LocalSpawner.spawn). Strict: once redis_of accepts a RedisCluster these pass and the marker must go.
-SPAWN_FINDING = "unicore.tools.storeview.redis_of rejects a RedisCluster (spawn_task fails on a cluster)"
-
-
-def _known_failure(test: Callable[..., Any]) -> Callable[..., Any]:
-    """``test`` re-collected here under strict xfail, through a wrapper (the original keeps no marker)."""
-
-    @functools.wraps(test)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return test(*args, **kwargs)
-
-    return pytest.mark.xfail(strict=True, reason=SPAWN_FINDING)(wrapper)
-
-
-test_sequence_4_on_the_cluster = _known_failure(_sequence_4)
-test_sequence_5_on_the_cluster = _known_failure(_sequence_5)
-test_sequence_6_on_the_cluster = _known_failure(_sequence_6)
-test_sequence_7_on_the_cluster = _known_failure(_sequence_7)
-test_message_task_reaches_a_descendant_on_the_cluster = _known_failure(_message_descendant)
-test_spawn_creates_a_child_on_the_cluster = _known_failure(_spawn_child)
-test_spawning_an_existing_child_on_the_cluster = _known_failure(_spawn_again)
-test_task_status_on_a_small_tree_on_the_cluster = _known_failure(_status_tree)
+test_sequence_4_on_the_cluster = _sequence_4
+test_sequence_5_on_the_cluster = _sequence_5
+test_sequence_6_on_the_cluster = _sequence_6
+test_sequence_7_on_the_cluster = _sequence_7
+test_message_task_reaches_a_descendant_on_the_cluster = _message_descendant
+test_spawn_creates_a_child_on_the_cluster = _spawn_child
+test_spawning_an_existing_child_on_the_cluster = _spawn_again
+test_task_status_on_a_small_tree_on_the_cluster = _status_tree
 
 
 @pytest.fixture(scope="session")
@@ -222,7 +204,6 @@ def test_spawn_slots_reserve_on_the_parent_and_root_tags(store: TaskStore) -> No
     assert slots.held("ns/p") == {"children": 0, "descendants": 0} and slots.held("ns/r")["descendants"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=SPAWN_FINDING)
 def test_local_spawner_reserves_the_slots_on_the_cluster(store: TaskStore) -> None:
     store.create_task(TaskSpec(id="ns/boss", prompt="go"))
     child, created = LocalSpawner(store).spawn("ns/boss", "kid", "work", None)

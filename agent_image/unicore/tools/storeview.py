@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from pydantic import BaseModel
+from redis.cluster import RedisCluster
 
 from unicore.errors import TaskNotFound
 from unicore.schema import Limits
@@ -147,11 +148,11 @@ def view_of(record: Any) -> TaskView:
 
 
 def redis_of(store: TaskStore | Any) -> redis.Redis:
-    """The store's Redis client (the contract: ``TaskStore(redis)``)."""
+    """The store's Redis client (the contract: ``TaskStore(redis)``; a ``RedisCluster`` on a Redis Cluster)."""
     for name in ("redis", "client", "r", "_redis"):
         client = getattr(store, name, None)
-        if isinstance(client, redis.Redis):
-            return client
+        if isinstance(client, redis.Redis | RedisCluster):
+            return client  # type: ignore[return-value]  # RedisCluster has the commands the views use
     raise TypeError(f"cannot find the Redis client of {type(store).__name__}")
 
 
