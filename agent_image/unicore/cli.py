@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -316,57 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def turn_main(argv: Sequence[str] | None = None) -> int:
-    """``unicore-turn TASK``: run exactly one turn of TASK and exit with its code (see ``unicore.turn``)."""
-    from unicore.turn import EXIT_FAILED as TURN_FAILED
-    from unicore.turn import run_turn
-    from unicore.turn_signals import install_cancel_handlers
-
-    try:
-        settings = RuntimeSettings.from_env()  # the one read of the turn process's variables
-    except ConfigError as exc:
-        return _fail(str(exc), TURN_FAILED)
-    parser = _Parser(prog="unicore-turn", description="Run one agent turn of a task, then exit.")
-    parser.add_argument(
-        "task",
-        nargs="?",
-        default=settings.task_id,
-        help="task id (default: $UNICORE_TASK_ID)",
-    )
-    args = parser.parse_args(argv)
-    if not args.task:
-        parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
-    unicore_log.configure(settings.log_level)
-    cancel = threading.Event()
-    install_cancel_handlers(cancel)
-    try:
-        client = connect(redis_url(settings))
-        spawner = _spawner_from_env(client, settings)
-        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings)
-        code = outcome.exit_code
-        if outcome.error:
-            print(f"unicore-turn: {args.task}: {printable(outcome.error)}", file=sys.stderr)
-    except (ConfigError, redis.RedisError) as exc:
-        code = _fail(str(exc), TURN_FAILED)
-    return code
-
-
-def _spawner_from_env(client: redis.Redis, settings: RuntimeSettings) -> Any:
-    """The spawner ``$UNICORE_SPAWNER`` names (RuntimeSettings only allows local or kubernetes)."""
-    if settings.spawner == "local":
-        return None  # run_turn's default: the local spawner
-    if settings.spawner == "kubernetes":
-        try:
-            from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ConfigError(
-                f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}"
-            ) from None
-        return KubernetesSpawner.from_env(TaskStore(client), settings)
-    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {settings.spawner!r}")
-
-
-__all__ = ["main", "turn_main", "message_text"]
+__all__ = ["main", "message_text"]
 
 if __name__ == "__main__":
     sys.exit(main())

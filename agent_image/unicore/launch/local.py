@@ -80,7 +80,7 @@ def turn_command(task_id: str) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from unicore.cli import turn_main; sys.exit(turn_main())",
+        "import sys; from unicore.turn_entry import main; sys.exit(main())",
         task_id,
     ]
 
