@@ -1,10 +1,14 @@
-"""Kopf in-memory indexes of AgentTasks and turn Jobs: the activation path, the status refresh, the resync and the
-watchdog read these instead of calling the API server (one watch per resource kind feeds them).
+"""The operator's Kopf in-memory indexes of AgentTasks, turn Jobs and turn pods: the activation path, the status
+refresh, the resync and the watchdog all read these instead of calling the API server (one watch per resource kind
+feeds them). They are the only indexes the operator registers; each holds a small value per object, never a body.
 
 ``agenttask_index``  (namespace, name)        -> compact AgentTask (metadata, spec, status)
-``children_index``   (namespace, parent name) -> {"name", "phase"} of each child
-``turnjob_index``    (namespace, task name)   -> JobSummary dict of each turn Job of the task
-``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (scheduling state)
+``children_index``   (namespace, parent name) -> {"name", "phase"} of each child (the reverse map of parentRef)
+``turnjob_index``    (namespace, task name)   -> JobView of each turn Job of the task (``views.job_view``)
+``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (``views.pod_view``)
+
+The watchdog scans these same indexes (``watchdog.adapter``): the Job and pod views as they are, the AgentTasks as
+``TaskView``s it derives from the compact bodies.
 """
 
 from __future__ import annotations
@@ -15,26 +19,14 @@ from typing import Any
 import kopf
 
 from unicore_operator import names
-from unicore_operator.watchdog.views import PodView, pod_view
+from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
+
+__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agenttask_index", "children_index", "compact_task", "first",
+           "job_outcome", "job_task_key", "job_view", "turnjob_index", "turnpod_index"]
 
 JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
 
 TaskKey = tuple[str, str]
-
-
-def job_outcome(job_status: Mapping[str, Any] | None) -> tuple[str, str]:
-    """("running" | "succeeded" | "failed", reason) from a Job's status (pure)."""
-    status = job_status or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("status") != "True":
-            continue
-        if cond.get("type") == "Complete":
-            return "succeeded", ""
-        if cond.get("type") == "Failed":
-            reason = cond.get("reason") or "Failed"
-            message = cond.get("message") or ""
-            return "failed", f"{reason}: {message}" if message else reason
-    return "running", ""
 
 
 def compact_task(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,26 +45,6 @@ def compact_task(body: Mapping[str, Any]) -> dict[str, Any]:
         },
         "spec": dict(body.get("spec") or {}),
         "status": dict(body.get("status") or {}),
-    }
-
-
-def job_summary(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = body.get("metadata", {})
-    labels = meta.get("labels") or {}
-    outcome, reason = job_outcome(body.get("status"))
-    status = body.get("status") or {}
-    return {
-        "name": meta.get("name"),
-        "turn": int(labels.get(names.TURN_LABEL, 0) or 0),
-        "attempt": int(labels.get(names.ATTEMPT_LABEL, 0) or 0),
-        "outcome": outcome,
-        "reason": reason,
-        "deleting": bool(meta.get("deletionTimestamp")),
-        "suspended": bool((body.get("spec") or {}).get("suspend")),
-        "ready": int(status.get("ready") or 0),
-        "startTime": status.get("startTime"),
-        "completionTime": status.get("completionTime"),
-        "created": meta.get("creationTimestamp"),
     }
 
 
@@ -103,11 +75,11 @@ def children_index(*, spec: kopf.Spec, status: kopf.Status, namespace: str | Non
 
 
 @kopf.index("batch", "v1", "jobs", labels=JOB_SELECTOR)
-def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
+def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, JobView] | None:
     task_key = job_task_key(body)
     if task_key is None:
         return None
-    return {task_key: job_summary(body)}
+    return {task_key: job_view(body)}
 
 
 @kopf.index("", "v1", "pods", labels=JOB_SELECTOR)
@@ -124,9 +96,9 @@ def first(values: Iterable[Any] | None) -> Any:
     return None
 
 
-def active_job(jobs: Iterable[Mapping[str, Any]] | None) -> dict[str, Any] | None:
+def active_job(jobs: Iterable[JobView] | None) -> JobView | None:
     """The task's running turn Job (one at most, by construction), ignoring Jobs being deleted."""
     for job in jobs or ():
-        if job.get("outcome") == "running" and not job.get("deleting"):
-            return dict(job)
+        if job.outcome == "running" and not job.deleting:
+            return job
     return None

@@ -16,7 +16,7 @@ from unicore.reports import deliver_report, report_failure
 from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec
-from unicore_operator.indexes import TaskKey, active_job, first, job_outcome, job_summary, job_task_key
+from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.log import logger
 from unicore_operator.phases import (
@@ -31,7 +31,7 @@ from unicore_operator.phases import (
 )
 from unicore_operator.redis_state import TaskSnapshot
 from unicore_operator.turn_ends import existing_job_state, give_up_pod_creation, record_end_locked, record_job_end
-from unicore_operator.watchdog.views import PodView
+from unicore_operator.watchdog.views import JobView, PodView
 
 LEASE_RECHECK_SECONDS = 2.0
 JOB_GONE_RECHECK_SECONDS = 1.0  # a Job of the wanted name is being deleted: try again after this long
@@ -74,8 +74,8 @@ def children_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, str]]:
     return sorted(({"name": c["name"], "phase": c["phase"]} for c in entries or ()), key=lambda c: c["name"])
 
 
-def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, Any]]:
-    return [dict(job) for job in (ctx.turnjobs.get(key) or ())] if ctx.turnjobs is not None else []
+def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[JobView]:
+    return list(ctx.turnjobs.get(key) or ()) if ctx.turnjobs is not None else []
 
 
 def pods_of(ctx: OperatorContext, key: TaskKey, job: str) -> list[PodView]:
@@ -149,15 +149,15 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
     jobs = jobs_of(ctx, key)
     running = active_job(jobs)
     inflight = ctx.inflight_jobs.get(key)
-    if inflight and any(job["name"] == inflight for job in jobs):
+    if inflight and any(job.name == inflight for job in jobs):
         ctx.inflight_jobs.pop(key, None)  # the watch caught up
         inflight = None
     waiting: tuple[str, str] | None = None
     failure = ctx.create_failures.get(key)
-    if failure is not None and failure.job != ((running or {}).get("name") or inflight):
+    if failure is not None and failure.job != ((running.name if running else None) or inflight):
         ctx.create_failures.pop(key, None)  # that Job ended or is gone: its outcome speaks for it
     elif failure is not None:
-        left = await give_up_pod_creation(ctx, key, failure, int((running or {}).get("turn") or 0))
+        left = await give_up_pod_creation(ctx, key, failure, running.turn if running else 0)
         if left is None:  # the attempt was recorded as failed and its Job deleted
             running, inflight = None, None
             ctx.inflight_jobs.pop(key, None)
@@ -165,22 +165,22 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             waiting = ("FailedCreate", failure.message)
             schedule_recheck(ctx, key, left, "failed-create-budget")
     if waiting is None and running is not None:
-        waiting = scheduling_wait(bool(running.get("suspended")), pods_of(ctx, key, str(running["name"])))
-    snap = await ctx.redis.snapshot(tid, [job["name"] for job in jobs if job.get("outcome") != "running"])
+        waiting = scheduling_wait(running.suspended, pods_of(ctx, key, running.name))
+    snap = await ctx.redis.snapshot(tid, [job.name for job in jobs if job.outcome != "running"])
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is
     if snap.unrecorded_jobs:  # ended while their event could not be recorded (Redis down): record them now
-        by_name = {job["name"]: job for job in jobs}
+        by_name = {job.name: job for job in jobs}
         for name in snap.unrecorded_jobs:
-            job = by_name[name]
-            await record_end_locked(ctx, key, name, int(job["turn"]), str(job["outcome"]), str(job["reason"]))
+            ended = by_name[name]
+            await record_end_locked(ctx, key, name, ended.turn, ended.outcome, ended.reason)
         snap = await ctx.redis.snapshot(tid)
     if snap.record.get("report_id") and not snap.lease_held:
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid)
         snap.record["report_id"] = ""
     children = children_of(ctx, key)
-    active_name = (running or {}).get("name") or inflight
+    active_name = (running.name if running else None) or inflight
     obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None
     if wants_turn_job(obs):
@@ -217,9 +217,8 @@ async def _job_exists_and_runs(ctx: OperatorContext, key: TaskKey, job_name: str
     if state == "running":
         return True
     if state == "ended" and existing is not None:
-        outcome, failure = job_outcome(existing.get("status"))
-        turn = int(((existing.get("metadata") or {}).get("labels") or {}).get(names.TURN_LABEL) or 0)
-        await record_end_locked(ctx, key, job_name, turn, outcome, failure)
+        ended = job_view(existing)
+        await record_end_locked(ctx, key, job_name, ended.turn, ended.outcome, ended.reason)
     logger.info("turn Job %s/%s exists but is %s; reconciling again", key[0], job_name, state)
     schedule_recheck(ctx, key, JOB_GONE_RECHECK_SECONDS if state != "ended" else 0.05, f"job-{state}")
     return False
@@ -251,7 +250,7 @@ async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str
     key = job_task_key(job)
     if key is None or not ctx.watches(key[0]):
         return
-    name = job_summary(job)["name"]
+    name = job_view(job).name
     if ctx.inflight_jobs.get(key) == name:
         ctx.inflight_jobs.pop(key, None)
     try:

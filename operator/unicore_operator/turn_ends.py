@@ -19,7 +19,7 @@ from typing import Any
 
 from unicore_operator import events, metrics, names
 from unicore_operator.context import CreateFailure, OperatorContext
-from unicore_operator.indexes import TaskKey, first, job_outcome, job_summary, job_task_key
+from unicore_operator.indexes import TaskKey, first, job_task_key, job_view
 from unicore_operator.log import logger
 from unicore_operator.phases import retry_delay
 from unicore_operator.watchdog.views import PodView
@@ -91,7 +91,7 @@ def existing_job_state(job: Mapping[str, Any] | None) -> str:
         return "gone"
     if (job.get("metadata") or {}).get("deletionTimestamp"):
         return "deleting"
-    return "running" if job_outcome(job.get("status"))[0] == "running" else "ended"
+    return "running" if job_view(job).outcome == "running" else "ended"
 
 
 async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: bool) -> str | None:
@@ -100,13 +100,13 @@ async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: 
     key = job_task_key(job)
     if key is None:
         return None
-    summary = job_summary(job)
-    outcome, failure = job_outcome(job.get("status"))
+    summary = job_view(job)
+    outcome, failure = summary.outcome, summary.reason
     if outcome == "running" and not deleted:
         return None
     outcome = outcome if outcome != "running" else "deleted"
     async with ctx.locks[key]:
-        await record_end_locked(ctx, key, summary["name"], summary["turn"], outcome, failure)
+        await record_end_locked(ctx, key, summary.name, summary.turn, outcome, failure)
     return outcome
 
 

@@ -23,7 +23,7 @@ from unicore.schema import TaskSpec, text_block
 from unicore.state.store import TaskStore
 from unicore_operator import reconcile
 from unicore_operator.context import OperatorContext
-from unicore_operator.indexes import job_summary
+from unicore_operator.indexes import job_view
 from unicore_operator.kubectl_plugin import cli, commands
 from unicore_operator.kubectl_plugin.describe_view import render_describe
 from unicore_operator.kubectl_plugin.errors import NotFound
@@ -102,10 +102,10 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
             created = await reconcile.reconcile_task(ctx, NS, NAME, "test")
             assert created is not None
             job = kube.jobs[created]
-            ctx.turnjobs[KEY] = [job_summary(job)]
+            ctx.turnjobs[KEY] = [job_view(job)]
             run_turn(store, answer)
             job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-            ctx.turnjobs[KEY] = [job_summary(job)]
+            ctx.turnjobs[KEY] = [job_view(job)]
             await reconcile.job_changed(ctx, job, "MODIFIED")  # records the end (TurnEnded), reconciles
         await asyncio.gather(*ctx.background)
     finally:

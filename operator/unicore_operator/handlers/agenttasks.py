@@ -90,7 +90,7 @@ async def suspend_changed(*, old: Any, new: Any, body: kopf.Body, namespace: str
     if new:
         async with ctx.locks[key]:
             running = active_job(jobs_of(ctx, key))
-            doomed = {job for job in ((running or {}).get("name"), ctx.inflight_jobs.pop(key, None)) if job}
+            doomed = {job for job in (running.name if running else None, ctx.inflight_jobs.pop(key, None)) if job}
             for job_name in doomed:
                 # Background propagation: the Job goes at once, the pod gets SIGTERM and stops gracefully.
                 await asyncio.to_thread(ctx.kube.delete_job, namespace, job_name, "Background")

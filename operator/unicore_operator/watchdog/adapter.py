@@ -1,21 +1,23 @@
-"""Kopf wiring of the watchdog: three indexes of small views, and a background loop inside the operator process.
+"""The watchdog's loop inside the operator process, scanning the operator's own Kopf indexes.
 
-Why inside the operator: the watch caches it needs (AgentTasks, turn Jobs, their pods) are already there (one watch
-per kind, shared by every index), it shares the operator's per-task locks with the reconciler, and it shares the
-failure accounting, so a reap and a failed turn are counted by one counter. The composition root
-(``unicore_operator.composition``) imports this module (which registers the indexes and a startup handler that
-captures them) and adds ``start_watchdog`` to the start-up hooks: it starts the loop with the operator's context.
+Why inside the operator: the watch caches it needs (AgentTasks, turn Jobs, their pods) are already there: it scans
+the operator's indexes (``unicore_operator.indexes``: the JobView and PodView values as they are, TaskViews derived
+from the compact AgentTasks, see ``TaskViews``) and registers none of its own; it shares the operator's per-task
+locks with the reconciler, and it shares the failure accounting, so a reap and a failed turn are counted by one
+counter. The composition root (``unicore_operator.composition``) adds ``start_watchdog`` to the start-up hooks: it
+starts the loop with the operator's context, whose ``agenttasks``/``turnjobs``/``turnpods`` are those indexes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import kopf
 from unicore import contract
 
+from unicore_operator.indexes import first
 from unicore_operator.metrics import observe_watchdog_scan
 from unicore_operator.settings import OperatorSettings
 from unicore_operator.watchdog.log import logger
@@ -23,34 +25,30 @@ from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import ReapAction, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import build_snapshot, with_redis
-from unicore_operator.watchdog.views import job_view, pod_view, task_view
-
-MANAGED = {contract.MANAGED_BY_LABEL: contract.MANAGED_BY}
-
-_indexes: dict[str, Any] = {}
+from unicore_operator.watchdog.views import TaskView, task_view
 
 
-@kopf.index(contract.GROUP, contract.VERSION, contract.PLURAL)
-def watchdog_task_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
-    return {contract.task_id(namespace or "", name): task_view(body)}
+class TaskViews:
+    """The watchdog's ``TaskView``s, derived from the operator's AgentTask index (compact bodies keyed by
+    (namespace, name)). Kopf replaces an object's index value on every watch event, so a view is rebuilt only when
+    its compact body is a new object: a scan parses the tasks that changed since the last scan, not every task."""
 
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str], tuple[Any, TaskView]] = {}
 
-@kopf.index("batch", "v1", "jobs", labels=MANAGED)
-def watchdog_job_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
-    return {f"{namespace}/{name}": job_view(body)}
-
-
-@kopf.index("", "v1", "pods", labels=MANAGED)
-def watchdog_pod_index(*, body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
-    return {f"{namespace}/{name}": pod_view(body)}
-
-
-# kopf passes each index as a keyword argument named after its function; its ActivityFn protocol can only take them
-# through **kwargs (and is not public, so there is nothing to cast to).
-@kopf.on.startup()  # type: ignore[arg-type]
-async def capture_watchdog_indexes(watchdog_task_index: kopf.Index, watchdog_job_index: kopf.Index,
-                                   watchdog_pod_index: kopf.Index, **_: Any) -> None:
-    _indexes.update(tasks=watchdog_task_index, jobs=watchdog_job_index, pods=watchdog_pod_index)
+    def __call__(self, index: Mapping[tuple[str, str], Iterable[Any]]) -> dict[str, tuple[TaskView]]:
+        cache: dict[tuple[str, str], tuple[Any, TaskView]] = {}
+        out: dict[str, tuple[TaskView]] = {}
+        for key, store in index.items():
+            body = first(store)
+            if body is None:
+                continue
+            cached = self._cache.get(key)
+            view = cached[1] if cached is not None and cached[0] is body else task_view(body)
+            cache[key] = (body, view)
+            out[contract.task_id(*key)] = (view,)
+        self._cache = cache
+        return out
 
 
 def thresholds_from(settings: OperatorSettings) -> Thresholds:
@@ -64,16 +62,17 @@ def thresholds_from(settings: OperatorSettings) -> Thresholds:
 class Watchdog:
     """One scan = snapshot of the indexes + the Redis reads the caches call for + pure scan; then the reaper acts."""
 
-    def __init__(self, ctx: Any, indexes: dict[str, Any], thresholds: Thresholds) -> None:
-        self.ctx = ctx
-        self.indexes = indexes
+    def __init__(self, ctx: Any, thresholds: Thresholds) -> None:
+        self.ctx = ctx  # its agenttasks / turnjobs / turnpods are the operator's indexes (``indexes.py``)
+        self.task_views = TaskViews()
         self.thresholds = thresholds
         self.reaper = Reaper(ctx, max_reaps=thresholds.max_reaps)
 
     async def scan_once(self) -> list[ReapAction]:
         started = time.perf_counter()
         now = time.time()
-        snapshot = build_snapshot(self.indexes["tasks"], self.indexes["jobs"], self.indexes["pods"], {})
+        snapshot = build_snapshot(self.task_views(self.ctx.agenttasks or {}), self.ctx.turnjobs or {},
+                                  self.ctx.turnpods or {}, {})
         plan = plan_redis_reads(snapshot, now, self.thresholds)
         read = await asyncio.to_thread(read_states, self.ctx.redis.sync, plan, now, self.thresholds)
         if read.forgotten:
@@ -105,19 +104,9 @@ class Watchdog:
                 logger.exception("watchdog scan failed; retrying in %.0fs", interval)
 
 
-async def _wait_for_indexes() -> dict[str, Any]:
-    while len(_indexes) < 3:
-        await asyncio.sleep(0.1)  # the capture handler runs among the other startup handlers
-    return _indexes
-
-
 async def start_watchdog(ctx: Any) -> None:
     """Startup hook: start the watchdog loop as one of the operator's background tasks."""
 
-    async def run() -> None:
-        indexes = await _wait_for_indexes()
-        ctx.watchdog = Watchdog(ctx, indexes, thresholds_from(ctx.settings))
-        await ctx.watchdog.run_forever()
-
-    ctx.background.append(asyncio.get_running_loop().create_task(run(), name="unicore-watchdog"))
+    ctx.watchdog = Watchdog(ctx, thresholds_from(ctx.settings))
+    ctx.background.append(asyncio.get_running_loop().create_task(ctx.watchdog.run_forever(), name="unicore-watchdog"))
 

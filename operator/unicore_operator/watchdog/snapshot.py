@@ -1,4 +1,4 @@
-"""Assemble a :class:`Snapshot` from the watchdog's Kopf indexes (any ``Mapping[key, Iterable[view]]``).
+"""Assemble a :class:`Snapshot` from the operator's Kopf indexes (any ``Mapping[key, Iterable[view]]``).
 
 Kopf's ``Index`` maps each key to a ``Store`` (an iterable of the values indexed under it); a plain
 ``dict[str, list]`` has the same shape, which is what the unit tests and the benchmark use.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Set
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from unicore_operator.watchdog.scan import Snapshot
 from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
@@ -25,7 +25,7 @@ def _first_by_key(index: Mapping[str, Iterable[V]]) -> dict[str, V]:
     return out
 
 
-def _values(index: Mapping[str, Iterable[V]]) -> list[V]:
+def _values(index: Mapping[Any, Iterable[V]]) -> list[V]:
     return [value for store in index.values() for value in store]
 
 
@@ -35,8 +35,8 @@ def task_views(index: Mapping[str, Iterable[TaskView]]) -> dict[str, TaskView]:
 
 def build_snapshot(
     tasks: Mapping[str, Iterable[TaskView]],
-    jobs: Mapping[str, Iterable[JobView]],
-    pods: Mapping[str, Iterable[PodView]],
+    jobs: Mapping[Any, Iterable[JobView]],
+    pods: Mapping[Any, Iterable[PodView]],
     redis_states: Mapping[str, RedisTaskState],
 ) -> Snapshot:
     return Snapshot(tasks=_first_by_key(tasks), jobs=_values(jobs), pods=_values(pods), redis=redis_states)

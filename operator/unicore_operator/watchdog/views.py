@@ -1,7 +1,10 @@
-"""Small, immutable views of the objects the watchdog looks at, built once per watch event (not per scan).
+"""Small, immutable views of turn Jobs and pods (built once per watch event, not per scan) and of AgentTasks.
 
-The kopf index functions in :mod:`adapter` turn raw bodies into these views, so a scan only walks plain
-dataclasses. Every converter here is pure: body (a mapping shaped like the Kubernetes object) in, view out.
+The operator's Kopf indexes (:mod:`unicore_operator.indexes`) hold a :class:`JobView` per turn Job and a
+:class:`PodView` per turn pod; the watchdog reads those same values, and derives a :class:`TaskView` from the
+AgentTask index's compact body when that body changes (``adapter.TaskViews``). ``job_view`` is the one parser of a
+Job's fields (labels, annotations, conditions, deadlines) for the reconciler and the watchdog alike. Every converter
+here is pure: body (a mapping shaped like the Kubernetes object) in, view out.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class JobView:
     deleting: bool = False  # deletionTimestamp set
     suspended: bool = False  # spec.suspend (e.g. held by Kueue): not stuck, just queued
     turn: int = 0  # label unicore.dev/turn
+    attempt: int = 0  # label unicore.dev/attempt
+    outcome: str = "running"  # "running" | "succeeded" | "failed" (``job_outcome``)
+    reason: str = ""  # "<reason>: <message>" of a Failed condition
+    ready: int = 0  # status.ready
 
     @property
     def key(self) -> str:
@@ -165,12 +172,26 @@ def _task_id_of(meta: Mapping[str, Any]) -> str:
     return contract.task_id(str(meta.get("namespace") or ""), str(labels.get(TASK_LABEL) or ""))
 
 
+def job_outcome(job_status: Mapping[str, Any] | None) -> tuple[str, str]:
+    """("running" | "succeeded" | "failed", reason) from a Job's status conditions (pure)."""
+    status = job_status or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            return "succeeded", ""
+        if cond.get("type") == "Failed":
+            reason = cond.get("reason") or "Failed"
+            message = cond.get("message") or ""
+            return "failed", f"{reason}: {message}" if message else reason
+    return "running", ""
+
+
 def job_view(body: Mapping[str, Any]) -> JobView:
+    """The one parser of a turn Job (the operator's Job index, its 409 and end paths, and the watchdog use it)."""
     meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
-    conditions = status.get("conditions") or []
-    finished = any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
-    )
+    labels = meta.get("labels") or {}
+    outcome, reason = job_outcome(status)
     deadline = spec.get("activeDeadlineSeconds")
     return JobView(
         namespace=str(meta.get("namespace") or ""),
@@ -180,10 +201,14 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
         start_time=parse_time(status.get("startTime")),
         active_deadline_seconds=int(deadline) if deadline is not None else None,
-        finished=finished,
+        finished=outcome != "running",
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=bool(spec.get("suspend")),
-        turn=_int((meta.get("labels") or {}).get(TURN_LABEL)),
+        turn=_int(labels.get(TURN_LABEL)),
+        attempt=_int(labels.get(contract.ATTEMPT_LABEL)),
+        outcome=outcome,
+        reason=reason,
+        ready=_int(status.get("ready")),
     )
 
 
