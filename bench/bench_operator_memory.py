@@ -1,0 +1,195 @@
+"""Operator resident memory with N AgentTasks and N turn Jobs vs a no-op Kopf operator (bench/noop_operator.py)
+watching the same objects, on the same control plane, in the same run.
+
+Set-up: N AgentTasks, children of a Redis-only parent without a prompt (they go straight to Idle, no turn runs),
+created from 8 API clients; a first operator initialises them (all Idle), then N Jobs are created: for each task
+the Job build_turn_job_spec makes for its turn 1, with ``suspend: true`` (no pod ever runs). That operator is
+stopped. Then, one at a time, a fresh ``unicore-operator`` and a fresh no-op operator are started; each is measured
+once it has listed everything and gone quiet (the no-op operator logs counts; both: CPU time of the process grows
+by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from /proc/<pid>/status. The same two
+measurements with no objects at all come first.
+
+    KUBEBUILDER_ASSETS=... .venv/bin/python bench/bench_operator_memory.py [--tasks 1000[,5000]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kubernetes import client  # noqa: E402
+from unicore.schema import TaskSpec  # noqa: E402
+from unicore.state.store import TaskStore, connect  # noqa: E402
+from unicore_devcluster.cluster import DevCluster  # noqa: E402
+from unicore_operator.job_builder import build_turn_job_spec  # noqa: E402
+from unicore_operator.settings import load_settings  # noqa: E402
+
+from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(pid: int, minimum: float = 10.0, timeout: float = 300.0) -> float:
+    """Seconds until the process has run ``minimum`` s and then used < 0.05 s CPU in 3 s."""
+    began = time.monotonic()
+    time.sleep(minimum)
+    while time.monotonic() - began < timeout:
+        before = cpu_seconds(pid)
+        time.sleep(3)
+        if cpu_seconds(pid) - before < 0.05:
+            return time.monotonic() - began
+    raise TimeoutError(f"pid {pid} never went quiet")
+
+
+def measure(proc: subprocess.Popen[bytes], ready: Any = None) -> tuple[int, int, float]:
+    if ready is not None:
+        wait_for(ready, timeout=300, interval=0.5, what="listing done")
+    took = wait_quiet(proc.pid)
+    return status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM"), took
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def parallel(fn: Any, items: list[Any], cluster: DevCluster, namespace: str, workers: int = 8) -> None:
+    local = threading.local()
+
+    def one(item: Any) -> None:
+        if not hasattr(local, "tasks"):
+            local.tasks = Tasks(cluster.api_client(), namespace)
+        fn(local.tasks, item)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, items))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", default="1000", help="comma-separated totals, ascending (e.g. 1000,5000)")
+    args = parser.parse_args()
+    totals = [int(t) for t in args.tasks.split(",")]
+    data = Path(tempfile.mkdtemp(prefix="unicore-bench-memory-"))
+    cluster = DevCluster(data / "cluster").start()
+    (data / "redis").mkdir()
+    redis_server = RedisServer(data / "redis")
+    running: list[subprocess.Popen[bytes]] = []
+    try:
+        install_crd(cluster.kubeconfig)
+        api = cluster.api_client()
+        namespace = "bench"
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        wait_for(lambda: client.CoreV1Api(api).read_namespaced_service_account("default", namespace), timeout=30)
+        install_agent_rbac(cluster.kubeconfig, namespace)
+        store = TaskStore(connect(redis_server.url))
+        store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
+        tasks = Tasks(api, namespace)
+        spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
+        op_env = OperatorProcess(cluster.kubeconfig, redis_server.url, namespace, data / "x.log",
+                                 UNICORE_RESYNC_SECONDS="30").env
+        settings = load_settings(op_env)
+
+        def start(kind: str, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+            log_path = data / f"{kind}-{tag}.log"
+            argv = ([str(VENV_BIN / "unicore-operator")] if kind == "operator"
+                    else [sys.executable, str(HERE / "noop_operator.py")])
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(argv, env=op_env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            running.append(proc)
+            return proc, log_path
+
+        def noop_ready(log_path: Path, n: int) -> Any:
+            want = f"seen tasks={n} jobs={n} "
+            return lambda: want in log_path.read_text(errors="replace")
+
+        rows: list[tuple[int, int, int, int, int, float, float]] = []
+
+        def measure_pair(n: int) -> None:
+            op, _ = start("operator", str(n))
+            op_rss, op_hwm, op_t = measure(op)
+            stop(op)
+            noop, log_path = start("noop", str(n))
+            noop_rss, noop_hwm, noop_t = measure(noop, noop_ready(log_path, n) if n else None)
+            stop(noop)
+            rows.append((n, op_rss, op_hwm, noop_rss, noop_hwm, op_t, noop_t))
+            print(f"{n}: operator RSS {op_rss} KiB (HWM {op_hwm}, quiet after {op_t:.0f}s); no-op RSS {noop_rss} "
+                  f"KiB (HWM {noop_hwm}, {noop_t:.0f}s); ratio {op_rss / noop_rss:.2f}", flush=True)
+
+        measure_pair(0)
+        existing = 0
+        for total in totals:
+            names_ = [f"s{i:05d}" for i in range(existing, total)]
+            began = time.monotonic()
+            parallel(lambda t, n: t.create(n, spec), names_, cluster, namespace)
+            init, _ = start("operator", f"init-{total}")
+            wait_for(lambda: sum(p == "Idle" for p in tasks.all_phases().values()) >= total,  # noqa: B023
+                     timeout=1200, interval=1.0, what=f"{total} Idle")
+            made_tasks = time.monotonic() - began
+            objs = {o["metadata"]["name"]: o for o in tasks.all()}
+
+            def make_job(t: Tasks, name: str) -> None:
+                job = build_turn_job_spec(objs[name], 1, settings)  # noqa: B023 (used before the loop moves on)
+                job["spec"]["suspend"] = True
+                t.batch.create_namespaced_job(namespace, job)
+
+            began = time.monotonic()
+            parallel(make_job, names_, cluster, namespace)
+            made_jobs = time.monotonic() - began
+            time.sleep(5)
+            stop(init)
+            existing = total
+            print(f"{total}: AgentTasks created and Idle in {made_tasks:.0f}s, {len(names_)} Jobs in "
+                  f"{made_jobs:.0f}s", flush=True)
+            measure_pair(total)
+
+        print(f"\n{'AgentTasks+Jobs':>15} {'operator RSS MiB':>16} {'no-op RSS MiB':>13} {'ratio':>6} "
+              f"{'operator HWM MiB':>16} {'no-op HWM MiB':>13} {'ratio':>6}")
+        for n, op_rss, op_hwm, noop_rss, noop_hwm, _, _ in rows:
+            print(f"{n:>15} {op_rss / 1024:>16.1f} {noop_rss / 1024:>13.1f} {op_rss / noop_rss:>6.2f} "
+                  f"{op_hwm / 1024:>16.1f} {noop_hwm / 1024:>13.1f} {op_hwm / noop_hwm:>6.2f}")
+        base_op, base_noop = rows[0][1], rows[0][3]
+        for n, op_rss, _, noop_rss, _, _, _ in rows[1:]:
+            print(f"{n}: growth over the empty start operator {(op_rss - base_op) / 1024:.1f} MiB, no-op "
+                  f"{(noop_rss - base_noop) / 1024:.1f} MiB")
+        return 0
+    finally:
+        for proc in running:
+            stop(proc)
+        cluster.stop()
+        redis_server.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
