@@ -18,25 +18,13 @@ import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from unicore import contract
-from unicore.state.codec import text
-from unicore.state.keys import TaskKeys
+from unicore.state.reads import inbox_lengths
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import BY_NAME, TASK_PHASES
 
 PHASES = TASK_PHASES
 ROOT_LABEL = contract.ROOT_LABEL
-CHUNK = 1000
-
-# KEYS: inbox keys. Returns "index:length" for non-empty inboxes only.
-_INBOX_SCRIPT = """
-local out = {}
-for i = 1, #KEYS do
-  local n = redis.call('LLEN', KEYS[i])
-  if n > 0 then out[#out + 1] = i .. ':' .. n end
-end
-return out
-"""
 
 TaskSource = Callable[[], Iterable[Mapping[str, Any]]]
 
@@ -47,19 +35,8 @@ def _gauge(name: str) -> GaugeMetricFamily:
 
 
 def inbox_depths(client: redis.Redis, task_ids: list[str]) -> dict[str, int]:
-    """Inbox length of every task with a non-empty inbox: one pipelined round trip."""
-    if not task_ids:
-        return {}
-    script = client.register_script(_INBOX_SCRIPT)
-    pipe = client.pipeline(transaction=False)
-    for start in range(0, len(task_ids), CHUNK):
-        script(keys=[TaskKeys(t).inbox for t in task_ids[start:start + CHUNK]], client=pipe)
-    depths: dict[str, int] = {}
-    for chunk_no, rows in enumerate(pipe.execute()):
-        for raw in rows:
-            idx, length = text(raw).split(":")
-            depths[task_ids[chunk_no * CHUNK + int(idx) - 1]] = int(length)
-    return depths
+    """Inbox length of every task with a non-empty inbox (``unicore.state.reads.inbox_lengths``)."""
+    return inbox_lengths(client, task_ids)
 
 
 def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int], max_trees: int,
