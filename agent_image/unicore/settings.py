@@ -67,14 +67,9 @@ def _alias_names(alias: str | AliasPath | AliasChoices | None) -> list[str]:
     return [name for choice in alias.choices for name in _alias_names(choice)]
 
 
-class EnvSettings(BaseSettings):
-    """Base of the runtime's settings models: see the module docstring."""
-
-    model_config = SettingsConfigDict(
-        frozen=True, extra="ignore", populate_by_name=True, case_sensitive=True, env_ignore_empty=True
-    )
-    # What the error message calls these settings.
-    what: ClassVar[str] = "settings"
+class KeywordOnlySettings(BaseSettings):
+    """A settings model that takes its values from keyword arguments only: its ``from_env``/``load_settings`` reads
+    the environment (or the mapping it is given) itself. Shared by the runtime's and the operator's settings."""
 
     @classmethod
     def settings_customise_sources(
@@ -85,8 +80,17 @@ class EnvSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The keyword arguments only: from_env reads the environment (or the mapping it is given) itself.
         return (init_settings,)
+
+
+class EnvSettings(KeywordOnlySettings):
+    """Base of the runtime's settings models: see the module docstring."""
+
+    model_config = SettingsConfigDict(
+        frozen=True, extra="ignore", populate_by_name=True, case_sensitive=True, env_ignore_empty=True
+    )
+    # What the error message calls these settings.
+    what: ClassVar[str] = "settings"
 
     @classmethod
     def env_var(cls, field: str) -> str:

@@ -13,14 +13,13 @@ from typing import Annotated
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
-    BaseSettings,
     EnvSettingsSource,
     NoDecode,
-    PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 from pydantic_settings.sources.utils import parse_env_vars
 from unicore.errors import ConfigError
+from unicore.settings import KeywordOnlySettings
 
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
@@ -32,7 +31,7 @@ ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class OperatorSettings(BaseSettings):
+class OperatorSettings(KeywordOnlySettings):
     """Immutable operator configuration; built by :func:`load_settings` and put on Kopf's ``memo``.
 
     Only :func:`load_settings` reads the environment: constructing the model directly (as tests do) takes the given
@@ -134,17 +133,6 @@ class OperatorSettings(BaseSettings):
     def cluster_wide(self) -> bool:
         return not self.namespaces
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The keyword arguments only: load_settings reads the environment (or the mapping it is given) itself.
-        return (init_settings,)
 
 
 def env_var(field: str) -> str:
