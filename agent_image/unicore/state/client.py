@@ -3,7 +3,7 @@
 Every client made here retries a command that fails with ``ConnectionError`` / ``TimeoutError`` (a reset
 connection, a restarted server, a failover) with exponential backoff and jitter, for a bounded total time
 (``UNICORE_REDIS_RETRY_SECONDS``, default 30 s; 0 = fail at once), reconnecting as needed. It uses redis-py's own
-machinery (``Retry``, ``EqualJitterBackoff``, ``retry_on_error``) with two additions redis-py 5 lacks:
+machinery (``Retry``, ``EqualJitterBackoff``, ``retry_on_error``) with two additions redis-py 6 lacks:
 
 - the bound is a time, not a count, and one call has one retry loop: redis-py nests retrying calls in one another
   (a command's retry reconnects, whose own retry wraps the socket connect; a health-check PING's retry reconnects,
@@ -226,6 +226,22 @@ def client_options(
     return options
 
 
+def cluster_retries(seconds: float) -> int:
+    """The retry count a Redis Cluster client gets for a window of ``seconds``.
+
+    redis-py's cluster clients retry a whole command (re-reading the slot map between attempts) a number of times
+    (``Retry.get_retries()``: a negative count would mean no attempt at all) and give each node connection no retries
+    of its own, so the time-bounded ``BoundedRetry`` cannot be theirs. This is the number of backoffs
+    (``BACKOFF_BASE`` doubling, capped at ``BACKOFF_CAP``, jitter up to half of each) whose full lengths add up to
+    ``seconds``: about the same window, ended by a count rather than a clock."""
+    retries, total, delay = 0, 0.0, BACKOFF_BASE
+    while total < seconds:
+        delay = min(delay * 2, BACKOFF_CAP)
+        total += delay
+        retries += 1
+    return retries
+
+
 def cluster_seed_url(url: str) -> str | None:
     """For a URL naming a Redis Cluster (``redis+cluster://[user:password@]host:port`` or ``rediss+cluster://...``
     for TLS: any one node; the client discovers the rest), the plain URL of that node; None for any other URL."""
@@ -242,6 +258,7 @@ def build_client(
     options = client_options(url, retry_for=retry_for, health_check_interval=health_check_interval)
     seed = cluster_seed_url(url)
     if seed is not None:  # same command API; redis-py's sync cluster client ignores health_check_interval
+        options["retry"] = Retry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
         return cast(redis.Redis, RedisCluster.from_url(seed, decode_responses=decode_responses, **options))
     pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
@@ -257,6 +274,7 @@ def build_async_client(
     options = client_options(url, retry_for=retry_for, is_async=True, health_check_interval=health_check_interval)
     seed = cluster_seed_url(url)
     if seed is not None:
+        options["retry"] = AsyncRetry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
         return cast(aioredis.Redis, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
     pool = AsyncRetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = aioredis.Redis(connection_pool=pool)
