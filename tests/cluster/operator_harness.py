@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,39 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+StartOperator = Callable[..., OperatorProcess]
+
+
+@contextmanager
+def operator_factory(control_plane: Any, namespace: str, redis_url: str, tmp_path: Path, *,
+                     env: Mapping[str, str] | None = None, agent_rbac: bool = True, log_lines: int = 300,
+                     pod_logs: bool = False) -> Iterator[StartOperator]:
+    """A ``start(**extra_env)`` that starts an operator for ``namespace`` with ``env`` + ``extra_env`` (``extra_env``
+    wins); for a test fixture to yield. ``agent_rbac`` installs the agents' ServiceAccount and RBAC first. At the
+    end every operator started is stopped and the last ``log_lines`` of their log (one file, appended to by each) are
+    printed, with the namespace's turn pod logs when ``pod_logs``."""
+    if agent_rbac:
+        install_agent_rbac(control_plane.kubeconfig, namespace)
+    started: list[OperatorProcess] = []
+
+    def start(**extra_env: str) -> OperatorProcess:
+        proc = OperatorProcess(control_plane.kubeconfig, redis_url, namespace, tmp_path / "operator.log",
+                               **{**(env or {}), **extra_env}).start()
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.stop()
+        if started:
+            print(f"--- operator log ({started[0].log_path}):\n{started[0].log(log_lines)}")
+            if pod_logs:
+                for log in sorted((control_plane.data_dir / "pods").glob(f"{namespace}_*/*.log")):
+                    print(f"--- turn pod log ({log}):\n{log.read_text(errors='replace')[-6000:]}")
 
 
 class Tasks:

@@ -5,36 +5,31 @@ budget the attempt counts as a failed turn."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, kubectl, task_events
+from tests.cluster.operator_harness import (
+    StartOperator,
+    Tasks,
+    install_agent_rbac,
+    kubectl,
+    operator_factory,
+    task_events,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-StartOperator = Callable[..., OperatorProcess]
 
 
 @pytest.fixture
 def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[StartOperator]:
     """The operator, without installing the agents' ServiceAccount (each test sets the namespace up itself)."""
-    started: list[OperatorProcess] = []
-
-    def start(**extra: str) -> OperatorProcess:
-        proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
-                               UNICORE_DEFAULT_GPUS="0", **extra).start()
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.stop()
-    if started:
-        print(f"--- operator log ({started[0].log_path}):\n{started[0].log(200)}")
+    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env={"UNICORE_DEFAULT_GPUS": "0"},
+                          agent_rbac=False, log_lines=200) as start:
+        yield start
 
 
 def ready(tasks: Tasks, name: str) -> dict[str, Any]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, long_script, task_events
+from tests.cluster.operator_harness import StartOperator, Tasks, long_script, operator_factory, task_events
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -29,29 +29,22 @@ WATCHDOG_ENV = {
     "UNICORE_MAX_REAPS": "2",
     "UNICORE_DEFAULT_GPUS": "0",
 }
-StartOperator = Callable[..., OperatorProcess]
 
 
 @pytest.fixture
 def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[StartOperator]:
-    install_agent_rbac(crd.kubeconfig, k8s_namespace)
-    started: list[OperatorProcess] = []
-
-    def start(**extra: str) -> OperatorProcess:
-        proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
-                               **{**WATCHDOG_ENV, **extra}).start()
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.stop()
-    if started:
-        print(f"--- operator log ({started[0].log_path}):\n{started[0].log(300)}")
+    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=WATCHDOG_ENV) as start:
+        yield start
 
 
 def lease(client: redis.Redis, task_id: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in client.hgetall(f"uc:{{{task_id}}}:lease").items()}
+
+
+def settled(tasks: Tasks, name: str) -> dict[str, Any] | None:
+    """The task's status once it is Idle or Failed."""
+    status = (tasks.get(name) or {}).get("status") or {}
+    return status if status.get("phase") in ("Idle", "Failed") else None
 
 
 def kill_turn_process(client: redis.Redis, task_id: str, older_than: float = 0.0) -> dict[str, str]:
@@ -79,11 +72,7 @@ def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
     # older than the watchdog's grace, so the watchdog may reap the dead holder's lease too
     kill_turn_process(redis_client, task_id, older_than=6)
 
-    def settled() -> dict[str, Any] | None:
-        status = (tasks.get("crashy") or {}).get("status") or {}
-        return status if status.get("phase") in ("Idle", "Failed") else None
-
-    status = wait_for(settled, timeout=120, what="the task to settle after the crash")
+    status = wait_for(lambda: settled(tasks, "crashy"), timeout=120, what="the task to settle after the crash")
     assert status["phase"] == "Idle" and status["turns"] == 1, status
     assert status["lastResponse"] == "Slow answer."
     jobs = sorted(job.metadata.name for job in tasks.jobs())
@@ -115,11 +104,7 @@ def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_eve
                          what="a TurnJobDeleted Event")
     assert "quick-t1-r1 was deleted before it finished" in deleted.message, deleted.message
 
-    def settled() -> dict[str, Any] | None:
-        status = (tasks.get("quick") or {}).get("status") or {}
-        return status if status.get("phase") in ("Idle", "Failed") else None
-
-    status = wait_for(settled, timeout=120, what="the task to settle")
+    status = wait_for(lambda: settled(tasks, "quick"), timeout=120, what="the task to settle")
     assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
     assert len(task_events(tasks, "quick", "TurnFailed")) == 1
 
@@ -170,10 +155,6 @@ def test_a_job_that_ends_while_redis_is_down_is_counted_when_redis_is_back(
                         what="the failure recorded once Redis is back (Event TurnFailed)")
     assert "outage-t1 failed" in failed.message, failed.message
 
-    def settled() -> dict[str, Any] | None:
-        status = (tasks.get("outage") or {}).get("status") or {}
-        return status if status.get("phase") in ("Idle", "Failed") else None
-
-    status = wait_for(settled, timeout=120, what=f"the task to settle ({tasks.get('outage')})")
+    status = wait_for(lambda: settled(tasks, "outage"), timeout=120, what=f"the task to settle ({tasks.get('outage')})")
     assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
     assert sorted(job.metadata.name for job in tasks.jobs()) == ["outage-t1", "outage-t1-r1"]

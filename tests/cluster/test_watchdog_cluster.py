@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import socket
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,10 @@ from unicore_devcluster.fixture_tools import SPEC as SLOW_TOOLS
 
 from tests.cluster.operator_harness import (
     OperatorProcess,
+    StartOperator,
     Tasks,
-    install_agent_rbac,
     long_script,
+    operator_factory,
     running_pods,
     stored_messages,
     task_events,
@@ -53,7 +54,6 @@ HANG_ENV = {
     "UNICORE_STALL_SECONDS": "3",
     "UNICORE_AGENT_EXTRA_ENV": json.dumps({"UNICORE_EXTRA_TOOLS": SLOW_TOOLS}),
 }
-StartOperator = Callable[..., OperatorProcess]
 
 
 def free_port() -> int:
@@ -70,23 +70,11 @@ def port() -> int:
 @pytest.fixture
 def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path, port: int,
                    ) -> Iterator[StartOperator]:
-    """Start the operator (WATCHDOG_ENV + ``extra``); stopped and its log printed at teardown."""
-    install_agent_rbac(crd.kubeconfig, k8s_namespace)
-    started: list[OperatorProcess] = []
-
-    def start(**extra: str) -> OperatorProcess:
-        proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
-                               UNICORE_HTTP_PORT=str(port), **{**WATCHDOG_ENV, **extra}).start()
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.stop()
-    if started:
-        print(f"--- operator log ({started[0].log_path}):\n{started[0].log(300)}")
-        for log in sorted((crd.data_dir / "pods").glob(f"{k8s_namespace}_*/*.log")):
-            print(f"--- turn pod log ({log}):\n{log.read_text(errors='replace')[-6000:]}")
+    """Start the operator (WATCHDOG_ENV + ``extra``, /metrics on ``port``); stopped and its log and the turn pods'
+    logs printed at teardown."""
+    env = {"UNICORE_HTTP_PORT": str(port), **WATCHDOG_ENV}
+    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=env, pod_logs=True) as start:
+        yield start
 
 
 @pytest.fixture
