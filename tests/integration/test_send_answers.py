@@ -28,6 +28,11 @@ def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
+def unicore(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``unicore ARGS``, run to its end with its output captured."""
+    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
 def send(task: str, text: str, message_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [UNICORE, "send", "--quiet", "--id", message_id, task, text],
@@ -47,14 +52,7 @@ def test_interleaved_sends_each_print_the_answer_to_their_own_message(
 ) -> None:
     script = tmp_path / "echo.json"
     script.write_text(json.dumps({"tasks": {"chat": [{"echo": True}] * 5}}))
-    run = subprocess.run(
-        [UNICORE, "run", "--quiet", "--no-summary", "--script", str(script), "--name", "chat", "hello"],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = unicore("run", "--quiet", "--no-summary", "--script", str(script), "--name", "chat", "hello", env=cli_env)
     assert run.returncode == 0 and run.stdout == "hello\n", run.stderr
 
     store = TaskStore(connect(redis_url))
@@ -79,13 +77,7 @@ def test_interleaved_sends_each_print_the_answer_to_their_own_message(
     assert len(turns) == 3  # each message had its own turn
     assert [m.inbox_ids for m in turns[1].messages] == [["m-first"], []]
 
-    repeat = subprocess.run(  # a repeated id is accepted once and still prints that message's answer
-        [UNICORE, "send", "--quiet", "--id", "m-first", "chat", "first question, again"],
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    # a repeated id is accepted once and still prints that message's answer
+    repeat = unicore("send", "--quiet", "--id", "m-first", "chat", "first question, again", env=cli_env)
     assert repeat.returncode == 0 and repeat.stdout == "first question\n", repeat.stderr
     assert len(store.load_history("chat")) == 3
