@@ -15,6 +15,7 @@ from tests.cluster.operator_harness import (
     OperatorProcess,
     Tasks,
     kubectl,
+    stored_messages,
 )
 from tests.waiting import wait_for
 
@@ -27,26 +28,10 @@ def demo_spec() -> dict[str, Any]:
     return copy.deepcopy(yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())["spec"])
 
 
-def assistant_texts(client: redis.Redis, task_id: str) -> list[str]:
-    import json
-
-    texts = []
-    for raw in client.lrange(f"uc:{{{task_id}}}:messages", 0, -1):
-        message = json.loads(raw)
-        if message["role"] == "assistant":
-            texts += [block["text"] for block in message["content"] if "text" in block]
-    return texts
-
-
-def user_texts(client: redis.Redis, task_id: str) -> list[str]:
-    import json
-
-    texts = []
-    for raw in client.lrange(f"uc:{{{task_id}}}:messages", 0, -1):
-        message = json.loads(raw)
-        if message["role"] == "user":
-            texts += [block["text"] for block in message["content"] if "text" in block]
-    return texts
+def role_texts(client: redis.Redis, task_id: str, role: str) -> list[str]:
+    """The text blocks of the task's stored ``role`` messages, in order."""
+    return [block["text"] for message in stored_messages(client, task_id) if message["role"] == role
+            for block in message["content"] if "text" in block]
 
 
 def settled(tasks: Tasks, expected: int) -> dict[str, str | None] | None:
@@ -82,7 +67,7 @@ def test_root_spawns_three_children_on_gpu_jobs_and_answers_with_their_results(
     assert len(pods) == len(jobs)
     assert {pod.spec.node_name for pod in pods} == {"unicore-gpu-0"}
 
-    root_answers = "\n".join(assistant_texts(redis_client, f"{k8s_namespace}/demo")[1:])
+    root_answers = "\n".join(role_texts(redis_client, f"{k8s_namespace}/demo", "assistant")[1:])
     for fact in ("water boils at 100 C", "water freezes at 0 C", "densest at 4 C"):
         assert root_answers.count(fact) == 1, root_answers
 
@@ -115,7 +100,7 @@ def test_four_children_completing_together_reach_the_parent_exactly_once(
     }}
     tasks.create("seven", {"prompt": "fan out to four", "gpus": 0, "script": script})
     wait_for(lambda: settled(tasks, 5), timeout=SETTLE, what=f"5 Idle tasks (have {tasks.all_phases()})")
-    delivered = "\n".join(user_texts(redis_client, f"{k8s_namespace}/seven"))
+    delivered = "\n".join(role_texts(redis_client, f"{k8s_namespace}/seven", "user"))
     for name in "wxyz":
         assert delivered.count(f"Child task {k8s_namespace}/seven-{name} has completed") == 1, delivered
     assert redis_client.llen(f"uc:{{{k8s_namespace}/seven}}:inbox") == 0
