@@ -12,7 +12,7 @@ import redis
 from unicore.prompts import build_system_prompt
 from unicore.schema import Limits, TaskSpec
 from unicore.state.store import TaskStore
-from unicore.turn import run_turn
+from unicore.turn import TurnOutcome, run_turn
 
 SCRIPT: dict[str, Any] = {
     "default": "Done.",
@@ -67,13 +67,13 @@ def test_root_spawns_children_through_a_real_turn(
         prompts[record.id] = build_system_prompt(st, record)
         return prompts[record.id]
 
-    outcome = run_turn(
-        "demo",
-        redis=redis_client,
-        workspace=tmp_path / "demo",
-        summarize=False,
-        system_prompt_builder=capture,
-    )
+    def turn(task_id: str) -> TurnOutcome:
+        """One turn of ``task_id`` in workspace ``tmp_path/task_id``, its system prompt captured."""
+        return run_turn(
+            task_id, redis=redis_client, workspace=tmp_path / task_id, summarize=False, system_prompt_builder=capture
+        )
+
+    outcome = turn("demo")
     assert outcome.exit_code == 0, outcome
     assert outcome.final_text == "Waiting for my researchers."
 
@@ -94,13 +94,7 @@ def test_root_spawns_children_through_a_real_turn(
     assert child.depth == 1 and child.script == SCRIPT
     (tmp_path / "demo-a").mkdir()
     (tmp_path / "demo-a" / "plan.md").write_text("child copy")
-    outcome = run_turn(
-        "demo-a",
-        redis=redis_client,
-        workspace=tmp_path / "demo-a",
-        summarize=False,
-        system_prompt_builder=capture,
-    )
+    outcome = turn("demo-a")
     assert outcome.exit_code == 0, outcome
     assert outcome.final_text == "Result from a child."
     child_results = list(tool_results(store, "demo-a").values())
