@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.schema import TaskSpec
+from unicore.state import heartbeats
 from unicore.state.client import build_async_client, build_client, cluster_seed_url
 from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.slots import SpawnSlots
@@ -29,7 +30,6 @@ from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Te
 from unicore_operator import names
 from unicore_operator.metrics.state_collector import inbox_depths
 from unicore_operator.redis_state import RedisState
-from unicore_operator.watchdog import redis_state
 
 # Re-collected on the cluster (pytest runs every test function found in this module's namespace).
 from tests.integration.test_fencing import (  # noqa: F401
@@ -215,15 +215,16 @@ def test_the_watchdog_pipeline_fallback_on_the_cluster(store: TaskStore, redis_c
     store.create_task(TaskSpec(id="team/idle", prompt=None))
     lease = store.acquire_lease("team/run", holder="run-t1-x:1")
     ids = ["team/run", "team/idle", "team/gone"]
-    states = redis_state._read_running(redis_client, ids)  # the cluster path: plain reads, no cross-slot script
+    states = heartbeats._read_running(redis_client, ids)  # the cluster path: plain reads, no cross-slot script
     assert list(states) == ["team/run"] and states["team/run"].lease_token == str(lease.token)
-    assert redis_state.read_not_running(redis_client, ids)["team/gone"].status == ""
-    assert redis_state.TurnReset(redis_client)("team/run", str(lease.token), time.time(), "test")
+    assert heartbeats.read_not_running(redis_client, ids)["team/gone"].status == ""
+    assert heartbeats.TurnReset(redis_client)("team/run", str(lease.token), time.time(), "test")
     assert redis_client.zscore(HEARTBEATS_INDEX, "team/run") is None
 
 
 def test_the_operators_redis_state(store: TaskStore, redis_url: str) -> None:
     store.create_task(TaskSpec(id="team/op", prompt="hi"))
+    store.create_task(TaskSpec(id="team/op-kid", parent="team/op", prompt=None))
     store.acquire_lease("team/op", holder="op-t1-x:1")
 
     async def check() -> None:
@@ -232,6 +233,7 @@ def test_the_operators_redis_state(store: TaskStore, redis_url: str) -> None:
             assert isinstance(state.aio, aioredis.RedisCluster)
             snap = await state.snapshot("team/op", ended_jobs=["op-t1"])
             assert snap.exists and snap.pending == 1 and snap.lease_held and snap.unrecorded_jobs == ("op-t1",)
+            assert snap.children == ("team/op-kid",)  # read in the same round trip (reconcile.children_of)
             assert state.account_job_end("team/op", "op-t1", 1, "failed", "boom") == 1
             assert state.account_job_end("team/op", "op-t1", 1, "failed", "boom") == -1
             assert state.break_lease("team/op", "op-t1-x")

@@ -11,10 +11,11 @@ import redis
 import unicore.state.store as store_module
 from unicore.errors import LeaseLost
 from unicore.schema import TaskSpec
+from unicore.state import heartbeats
+from unicore.state.heartbeats import TurnReset, _read_running, read_not_running
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.store import TaskStore
-from unicore_operator.watchdog import redis_state
-from unicore_operator.watchdog.redis_state import TurnReset, _read_running, read_not_running, read_states
+from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis
 from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
@@ -186,7 +187,7 @@ def test_a_stale_entry_refreshed_meanwhile_is_kept(store: TaskStore, redis_clien
         store.acquire_lease(task_id, holder="pod:1")  # a new turn starts between the read and the clean-up
         return states
 
-    monkeypatch.setattr("unicore_operator.watchdog.redis_state._read_running", read_then_new_turn)
+    monkeypatch.setattr(heartbeats, "_read_running", read_then_new_turn)
     result = read_states(redis_client, plan_redis_reads(snapshot, now, T), now, T)
     assert result.forgotten == 0
     assert redis_client.zscore(HEARTBEATS_INDEX, task_id) == pytest.approx(now)
@@ -202,11 +203,11 @@ def test_the_redis_cluster_fallback_reads_what_the_script_reads(store: TaskStore
     released = create(store, "released")
     assert store.release_lease(store.acquire_lease(released, holder="released-t1-x:1"))
     ids = [running, released, create(store, "idle"), f"{NS}/gone"]
-    by_script = redis_state._read_with_script(redis_client, ids)
-    assert by_script == redis_state._read_with_pipeline(redis_client, ids)
+    by_script = heartbeats._read_with_script(redis_client, ids)
+    assert by_script == heartbeats._read_with_pipeline(redis_client, ids)
     assert list(by_script) == [running] and by_script[running].lease_token == str(lease.token)
     assert by_script[running].heartbeat_at == pytest.approx(now - 30)
-    assert redis_state.read_not_running(redis_client, ids) == {
+    assert heartbeats.read_not_running(redis_client, ids) == {
         released: RedisTaskState(status="idle", released_at=pytest.approx(now - 30)),
         f"{NS}/idle": RedisTaskState(status="idle"),
         f"{NS}/gone": RedisTaskState(status=""),

@@ -297,3 +297,25 @@ end
 return 1
 """
 )
+
+# KEYS: operator, opjobs, opreaped   ARGV: job name, turn, failed (0/1/2 = succeeded/failed/deleted), reason,
+# retry_at, source
+# The operator's accounting of one ended turn attempt, exactly once (its Job's name is remembered in a set), whoever
+# records it first: the Job's outcome (source 'job') or the watchdog's reap (source 'watchdog', also remembered in
+# uc:{T}:opreaped, so the Job's own outcome, when it shows later, is told apart from a repeat: -2 once, then -1).
+ACCOUNT_JOB_END = """
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
+  if ARGV[6] == 'job' and redis.call('SREM', KEYS[3], ARGV[1]) == 1 then return -2 end
+  return -1
+end
+if ARGV[6] == 'watchdog' then redis.call('SADD', KEYS[3], ARGV[1]) end
+redis.call('HINCRBY', KEYS[1], 'ended:' .. ARGV[2], 1)
+if ARGV[3] == '1' then
+  local n = redis.call('HINCRBY', KEYS[1], 'failed', 1)
+  redis.call('HSET', KEYS[1], 'last_failure', ARGV[4], 'retry_at', ARGV[5])
+  return n
+elseif ARGV[3] == '0' then
+  redis.call('HSET', KEYS[1], 'failed', 0, 'retry_at', 0)
+end
+return 0
+"""

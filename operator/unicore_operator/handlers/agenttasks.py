@@ -9,7 +9,6 @@ from typing import Any
 import kopf
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
-from unicore.state.keys import HEARTBEATS_INDEX
 
 from unicore_operator import events, names
 from unicore_operator.context import OperatorContext
@@ -117,17 +116,13 @@ async def cleanup_task(*, namespace: str | None, name: str, memo: kopf.Memo, **_
     if retention > 0:
         keys = await asyncio.to_thread(ctx.redis.task_keys, tid)
         if keys:
-            pipe = ctx.redis.aio.pipeline(transaction=False)
-            for redis_key in keys:
-                pipe.expire(redis_key, retention)
-            pipe.zrem(HEARTBEATS_INDEX, tid)  # a global key: the task's pattern does not find it
-            await pipe.execute()
+            await ctx.redis.expire_task_keys(tid, keys, retention)
         logger.info("task %s deleted; its Redis keys expire in %ds", tid, retention)
         return
     await asyncio.to_thread(ctx.store.delete_task, tid)
     leftovers = await asyncio.to_thread(ctx.redis.task_keys, tid)
     if leftovers:
-        await ctx.redis.aio.delete(*leftovers)
+        await ctx.redis.delete_keys(leftovers)
     logger.info("task %s deleted with its Redis keys", tid)
 
 

@@ -25,11 +25,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from unicore import contract
 from unicore.schema import InboxMessage
-from unicore.state.keys import TaskKeys
+from unicore.state.heartbeats import TurnReset
 
 from unicore_operator.metrics import job_reaped
 from unicore_operator.watchdog.log import logger
-from unicore_operator.watchdog.redis_state import TurnReset
 from unicore_operator.watchdog.scan import ReapAction, ReapReason
 
 EVENT_REASON = "PodReaped"
@@ -100,7 +99,7 @@ class Reaper:
                 except ApiException as exc:
                     return exc.status == 404
             if action.reason is ReapReason.LEASE_HOLDER_GONE:
-                holder = self.ctx.redis.sync.hget(TaskKeys(action.task_id).lease, "holder") or ""
+                holder = self.ctx.store.lease_holder(action.task_id) or ""
                 pod_name = str(holder).split(":", 1)[0]
                 try:
                     pod = self._core.read_namespaced_pod(pod_name, namespace)
@@ -133,9 +132,8 @@ class Reaper:
         if fail:
             # The operator fails a task when failed > UNICORE_MAX_TURN_RETRIES; make the reap limit count too.
             ceiling = max(failures, ctx.settings.max_turn_retries + 1)
-            ctx.redis.sync.hset(TaskKeys(tid).operator, mapping={
-                "failed": ceiling, "last_failure": f"reaped {failures} times in a row "
-                                                   f"(UNICORE_MAX_REAPS={self.max_reaps}); last: {reason}"})
+            ctx.redis.set_failures(tid, ceiling, f"reaped {failures} times in a row "
+                                                 f"(UNICORE_MAX_REAPS={self.max_reaps}); last: {reason}")
         elif action.activate:
             note = InboxMessage(id=f"reap-{job_ref}", type="user", content=interruption_note(action),
                                 sender="watchdog")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore import contract
+from unicore.state.heartbeats import RedisTaskState as RedisTaskState  # what Redis says of a turn
 
 TASK_LABEL = contract.TASK_LABEL
 TURN_LABEL = contract.TURN_LABEL
@@ -100,26 +101,6 @@ class PodView:
     @property
     def terminated(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True, slots=True)
-class RedisTaskState:
-    """What Redis says about one task's turn (read only for the tasks the scan needs: see ``redis_state``)."""
-
-    status: str = ""  # "running" / "idle" / "" (no record)
-    updated_at: float | None = None
-    heartbeat_at: float | None = None
-    lease_holder: str = ""
-    lease_token: str = ""
-    lease_acquired_at: float | None = None
-    released_at: float | None = None  # when the last turn released the lease (read only for tasks not running)
-    # The record's ``lease_holder`` (``<pod name>:<pid>`` of the turn that last took the lease; kept when the lease
-    # hash expires with a dead holder): names the turn attempt a ``running_without_job`` reap counts as failed.
-    turn_holder: str = ""
-
-    @property
-    def leased(self) -> bool:
-        return bool(self.lease_token or self.lease_holder)
 
 
 def parse_time(value: Any) -> float | None:

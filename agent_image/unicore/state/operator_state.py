@@ -1,0 +1,211 @@
+"""The operator's side of the Redis layout: one pipelined read per task, and its own small records of each task.
+
+``read_snapshot`` reads what a reconcile needs in a single round trip (two when the last turn has a header): the task
+record, the inbox length, whether a lease is held, the operator hash, the last turn header, the child ids and,
+optionally, which ended Jobs the accounting has not seen yet.
+
+The operator owns one small hash per task, ``uc:{T}:operator``: how many Jobs ended per turn (so a retried turn gets
+a new deterministic Job name), consecutive failures, the last failure and the earliest retry time; plus two sets of
+Job names (``opjobs``: ends recorded, ``opreaped``: reaps recorded first). :class:`OperatorRecords` writes them.
+
+Sync calls take the operator's ``decode_responses=True`` client, async ones its ``redis.asyncio`` client (bytes);
+the caller passes the client (this package knows nothing of the operator).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from unicore.state import lua
+from unicore.state.codec import text, text_hash
+from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
+from unicore.state.records import TurnMeta, turn_meta_field
+
+_ENDED_PREFIX = "ended:"  # operator hash field ``ended:<turn>``: Jobs of that turn that ended
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(float(text(value)))
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(text(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+@dataclass
+class TaskSnapshot:
+    """What the operator needs to know about one task in Redis."""
+
+    exists: bool
+    record: dict[str, str] = field(default_factory=dict)
+    pending: int = 0
+    lease_held: bool = False
+    turns: int = 0
+    failed_attempts: int = 0
+    last_failure: str = ""
+    retry_at: float = 0.0
+    ended_jobs_by_turn: dict[int, int] = field(default_factory=dict)
+    last_turn: dict[str, Any] | None = None
+    unrecorded_jobs: tuple[str, ...] = ()  # of the ended Jobs asked about, those whose end is not recorded yet
+    children: tuple[str, ...] = ()  # child task ids (``uc:{T}:children``), oldest first
+
+    @property
+    def parent(self) -> str:
+        return self.record.get("parent", "")
+
+    @property
+    def depth(self) -> int | None:
+        """The record's depth; None when the record does not say."""
+        raw = self.record.get("depth")
+        return int(raw or 0) if raw else None
+
+    @property
+    def owes_report(self) -> bool:
+        """A turn ended with a report for the parent that has not reached the parent's inbox yet."""
+        return bool(self.record.get("report_id"))
+
+    def report_delivered(self) -> None:
+        """Forget the owed report in this snapshot (``unicore.reports.deliver_report`` cleared it in Redis)."""
+        self.record["report_id"] = ""
+
+    def unfinished_turn(self) -> bool:
+        """A turn started but never ended (its process was stopped or died) and nobody runs it now."""
+        if self.lease_held:
+            return False
+        if self.record.get("status") == "running":
+            return True
+        return self.last_turn is not None and not self.last_turn.get("ended_at")
+
+    def next_turn(self) -> int:
+        """The turn the next Job runs: an interrupted turn continues under its own number."""
+        return self.turns if self.turns and self.unfinished_turn() else self.turns + 1
+
+    def next_attempt(self) -> int:
+        return self.ended_jobs_by_turn.get(self.next_turn(), 0)
+
+
+async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequence[str] = ()) -> TaskSnapshot:
+    """The task's state in one round trip (two when its last turn has a header); ``ended_jobs``: names of ended
+    turn Jobs to check against the accounting (``unrecorded_jobs``)."""
+    keys = TaskKeys(task_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.task)
+    pipe.llen(keys.inbox)
+    pipe.exists(keys.lease)
+    pipe.hgetall(keys.operator)
+    pipe.lindex(keys.turns, -1)
+    pipe.zrange(keys.children, 0, -1)
+    if ended_jobs:
+        pipe.smismember(keys.operator_jobs, list(ended_jobs))
+    replies = await pipe.execute()
+    record_raw, pending, lease, op_raw, last_header, children = replies[:6]
+    recorded = replies[6] if ended_jobs else []
+    record = text_hash(record_raw)
+    op = text_hash(op_raw)
+    ended = {
+        _int(name.split(":", 1)[1], -1): _int(value)
+        for name, value in op.items()
+        if name.startswith(_ENDED_PREFIX)
+    }
+    snap = TaskSnapshot(
+        exists=bool(record),
+        record=record,
+        pending=int(pending or 0),
+        lease_held=bool(lease),
+        turns=_int(record.get("turns")),
+        failed_attempts=_int(op.get("failed")),
+        last_failure=op.get("last_failure", ""),
+        retry_at=_float(op.get("retry_at")),
+        ended_jobs_by_turn=ended,
+        unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
+        children=tuple(text(child) for child in children or ()),
+    )
+    if last_header:
+        try:
+            header = json.loads(text(last_header))
+        except ValueError:
+            header = {}
+        number = _int(header.get("turn_number"))
+        wanted = [turn_meta_field(number, "summary"), turn_meta_field(number, "ended_at")]
+        values = await client.hmget(keys.turnmeta, wanted)
+        end = TurnMeta.of({name: text(value) for name, value in zip(wanted, values, strict=True) if value}, number)
+        snap.last_turn = {
+            "number": number,
+            "started_at": header.get("started_at"),
+            "summary": end.summary,
+            "ended_at": repr(end.ended_at) if end.ended_at is not None else None,
+        }
+    return snap
+
+
+class OperatorRecords:
+    """The operator's writes to its per-task records, on a sync ``decode_responses=True`` client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self._account = client.register_script(lua.ACCOUNT_JOB_END)
+        self._break = client.register_script(lua.BREAK_LEASE)
+
+    def account_job_end(self, task_id: str, job_name: str, turn: int, outcome: str, reason: str = "",
+                        retry_delay: float = 0.0, source: str = "job") -> int:
+        """Record that turn attempt (Job) ``job_name`` ended (``outcome``: succeeded, failed or deleted), once.
+
+        ``source``: "job" (the Job's own outcome) or "watchdog" (a reap). Returns the consecutive failure count after
+        a failure, 0 after another outcome, -1 when already recorded, -2 when a reap recorded it and this is the
+        first outcome of its Job (``source`` "job").
+        """
+        keys = TaskKeys(task_id)
+        flag = {"failed": "1", "succeeded": "0"}.get(outcome, "2")
+        result = self._account(
+            keys=[keys.operator, keys.operator_jobs, keys.operator_reaped],
+            args=[job_name, turn, flag, reason[:512], time.time() + retry_delay, source],
+        )
+        return int(result)
+
+    def break_lease(self, task_id: str, pod_name: str) -> bool:
+        """Delete the task's lease if its holder is a process of pod ``pod_name`` (which has terminated)."""
+        keys = TaskKeys(task_id)
+        return bool(self._break(keys=[keys.lease, keys.task], args=[f"{pod_name}:", repr(time.time()), "0"]))
+
+    def reset_failures(self, task_id: str) -> None:
+        """Forget the consecutive failures (a resumed task starts over)."""
+        self.redis.hset(TaskKeys(task_id).operator, mapping={"failed": 0, "retry_at": 0, "last_failure": ""})
+
+    def set_failures(self, task_id: str, failed: int, last_failure: str) -> None:
+        """Set the consecutive failure count and the last failure (the watchdog's reap limit)."""
+        self.redis.hset(TaskKeys(task_id).operator, mapping={"failed": failed, "last_failure": last_failure})
+
+    def task_keys(self, task_id: str) -> list[str]:
+        """Every key of the task (the hash tag makes the pattern exact; SCAN stays on one slot's worth of keys)."""
+        return list(self.redis.scan_iter(match=TaskKeys(task_id).pattern(), count=500))
+
+
+async def expire_task_keys(client: aioredis.Redis, task_id: str, keys: Sequence[str], seconds: int) -> None:
+    """EXPIRE ``keys`` (the task's, from ``task_keys``) after ``seconds`` and drop the task from the global
+    heartbeat index (the task's pattern does not find that key), in one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.expire(key, seconds)
+    pipe.zrem(HEARTBEATS_INDEX, task_id)
+    await pipe.execute()
+
+
+async def delete_keys(client: aioredis.Redis, keys: Sequence[str]) -> None:
+    """DEL ``keys`` (leftovers of a deleted task, from ``task_keys``)."""
+    await client.delete(*keys)
+
+
+__all__ = ["OperatorRecords", "TaskSnapshot", "delete_keys", "expire_task_keys", "read_snapshot"]
