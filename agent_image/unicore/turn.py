@@ -44,6 +44,7 @@ from unicore.providers.registry import resolve_model
 from unicore.reports import completion_message, completion_report, deliver_report
 from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, text_block, tool_result_block
 from unicore.settings import RuntimeSettings
+from unicore.state.reads import tree_budget_use
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
 from unicore.state.telemetry import Telemetry
@@ -404,16 +405,10 @@ class _Turn:
         self._end_turn(model, record, turns[-1], final_text, note, self.outcome.iterations)
 
     def _budget_exhausted(self, record: TaskRecord) -> str:
-        root_key = self.store.keys(record.root).task
-        raw_budget = self.redis.hget(root_key, "limits")
-        if not raw_budget:
+        spent = tree_budget_use(self.redis, record.root)
+        if spent is None:
             return ""
-        from unicore.schema import Limits
-
-        budget = Limits.model_validate_json(raw_budget).token_budget
-        if budget <= 0:
-            return ""
-        used = int(self.redis.hget(root_key, "tree_total_tokens") or 0)
+        budget, used = spent
         if used >= budget:
             return f"stopped: the token budget of the tree ({budget} tokens) is used up ({used} used)"
         return ""

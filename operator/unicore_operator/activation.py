@@ -1,9 +1,10 @@
 """Background loops: the activation stream consumer (consumer group ``operator``) and the periodic resync.
 
-The consumer reads ``uc:activations`` with XREADGROUP, reconciles each named task and XACKs afterwards
-(at-least-once: entries read but not acknowledged before a crash are read again from this consumer's pending list
-at the next start). A stream or group that does not exist yet is created. The resync reconciles every AgentTask in
-the index every ``UNICORE_RESYNC_SECONDS``: a lost activation delays a turn, it never loses it.
+The consumer reads ``uc:activations`` (through ``unicore.state.activations``), reconciles each named task and
+acknowledges afterwards (at-least-once: entries read but not acknowledged before a crash are read again from this
+consumer's pending list at the next start). A stream or group that does not exist yet is created. The resync
+reconciles every AgentTask in the index every ``UNICORE_RESYNC_SECONDS``: a lost activation delays a turn, it never
+loses it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from unicore.state.codec import text
+from unicore.state.activations import Activation, AsyncActivationConsumer, missing_group
 
 from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext
@@ -34,33 +33,24 @@ def consumer_name() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-async def ensure_group(client: aioredis.Redis) -> None:
-    try:
-        await client.xgroup_create(names.ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+def consumer(ctx: OperatorContext) -> AsyncActivationConsumer:
+    """This operator process as a consumer of the activation stream (consumer group ``operator``)."""
+    return AsyncActivationConsumer(ctx.redis.aio, names.OPERATOR_CONSUMER_GROUP, consumer_name())
 
 
-
-
-async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any, Any]]]) -> None:
+async def handle_entries(ctx: OperatorContext, entries: list[Activation]) -> None:
     """Reconcile every task named in ``entries`` (each task once per batch), then acknowledge them all."""
     tasks: dict[tuple[str, str], str] = {}
     earliest: dict[tuple[str, str], float] = {}
-    for _entry_id, fields in entries:
-        decoded = {text(k): text(v) for k, v in (fields or {}).items()}
-        task_id = decoded.get("task", "")
-        if "/" not in task_id:
+    for entry in entries:
+        if "/" not in entry.task_id:
             continue  # a local-mode task id: not ours
-        namespace, name = task_id.split("/", 1)
+        namespace, name = entry.task_id.split("/", 1)
         if ctx.watches(namespace):
-            tasks.setdefault((namespace, name), decoded.get("reason") or "activation")
-            try:
-                ts = float(decoded.get("ts", ""))
-            except ValueError:
+            tasks.setdefault((namespace, name), entry.reason or "activation")
+            if entry.ts is None:
                 continue
-            earliest[(namespace, name)] = min(ts, earliest.get((namespace, name), ts))
+            earliest[(namespace, name)] = min(entry.ts, earliest.get((namespace, name), entry.ts))
     if tasks:
         created = await asyncio.gather(
             *(reconcile_task(ctx, ns, name, reason) for (ns, name), reason in tasks.items())
@@ -68,25 +58,18 @@ async def handle_entries(ctx: OperatorContext, entries: list[tuple[Any, dict[Any
         for key, job_name in zip(tasks, created, strict=True):
             if job_name and key in earliest:
                 metrics.observe_activation(earliest[key])
-    ids = [entry_id for entry_id, _ in entries]
-    if ids:
-        await ctx.redis.aio.xack(names.ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, *ids)
+    await consumer(ctx).ack(entries)
 
 
 async def consume_activations(ctx: OperatorContext) -> None:
-    client = ctx.redis.aio
-    consumer = consumer_name()
+    stream = consumer(ctx)
     start_id = "0"  # first our own pending entries (read before a crash, never acknowledged), then new ones
     backoff = 0.5
     while True:
         try:
-            await ensure_group(client)
+            await stream.ensure_group()
             while True:
-                response = await client.xreadgroup(
-                    names.OPERATOR_CONSUMER_GROUP, consumer, {names.ACTIVATIONS_STREAM: start_id},
-                    count=BATCH, block=None if start_id == "0" else BLOCK_MS,
-                )
-                entries = [entry for _stream, batch in response or [] for entry in batch]
+                entries = await stream.read(start_id, count=BATCH, block=None if start_id == "0" else BLOCK_MS)
                 if start_id == "0" and not entries:
                     start_id = ">"
                     continue
@@ -96,7 +79,7 @@ async def consume_activations(ctx: OperatorContext) -> None:
         except asyncio.CancelledError:
             raise
         except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if not missing_group(exc):
                 logger.warning("activation stream error: %s", exc)
             start_id = "0"
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
@@ -109,14 +92,7 @@ async def consume_activations(ctx: OperatorContext) -> None:
 
 async def claim_abandoned(ctx: OperatorContext) -> None:
     """Take over entries another consumer read but never acknowledged (e.g. an operator pod that was replaced)."""
-    try:
-        result = await ctx.redis.aio.xautoclaim(
-            names.ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, consumer_name(), CLAIM_IDLE_MS, "0-0",
-            count=BATCH,
-        )
-    except ResponseError:
-        return
-    entries = [entry for entry in (result[1] if result and len(result) > 1 else []) if entry and entry[1]]
+    entries = await consumer(ctx).claim(CLAIM_IDLE_MS, count=BATCH)
     if entries:
         await handle_entries(ctx, entries)
 

@@ -28,7 +28,8 @@ import redis
 
 from unicore.log import get_logger
 from unicore.reports import report_failure
-from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.state.activations import ActivationConsumer, missing_group
+from unicore.state.reads import busy, last_error
 from unicore.state.store import TaskStore
 
 log = get_logger("launch.local")
@@ -116,14 +117,8 @@ class LocalSupervisor:
         self.failed: dict[str, int] = {}
         self.max_crash_restarts = max_crash_restarts
         self.crashes: dict[str, int] = {}  # task id -> turns in a row killed by a signal
-        self._ensure_group()
-
-    def _ensure_group(self) -> None:
-        try:
-            self.redis.xgroup_create(ACTIVATIONS_STREAM, CONSUMER_GROUP, id="$", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        self.activations = ActivationConsumer(client, CONSUMER_GROUP, self.consumer)
+        self.activations.ensure_group()
 
     # ---- scope
 
@@ -184,7 +179,7 @@ class LocalSupervisor:
                 where = f"; log: {run.log_path}" if run.log_path else ""
                 self.on_event(f"turn FAILED: {task_id} (exit {code}){where}")
                 if code == 1:  # the turn failed (not cancelled, not a lost lease): its parent is told why
-                    reason = self.redis.hget(self.store.keys(task_id).task, "last_error") or f"exit code {code}"
+                    reason = last_error(self.redis, task_id) or f"exit code {code}"
                     report_failure(self.store, task_id, reason)
 
     def _may_restart(self, task_id: str) -> bool:
@@ -227,13 +222,7 @@ class LocalSupervisor:
 
     def _busy(self, task_id: str) -> bool:
         """Pending inbox, a live lease, or a turn not finished (status running)."""
-        keys = self.store.keys(task_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.llen(keys.inbox)
-        pipe.exists(keys.lease)
-        pipe.hget(keys.task, "status")
-        pending, leased, status = pipe.execute()
-        return bool(pending) or bool(leased) or status == "running"
+        return busy(self.redis, task_id)
 
     def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
         if task_id in self.running or task_id in self.failed:
@@ -245,24 +234,14 @@ class LocalSupervisor:
 
     def _read_activations(self, block_ms: int) -> list[str]:
         try:
-            reply = self.redis.xreadgroup(
-                CONSUMER_GROUP, self.consumer, {ACTIVATIONS_STREAM: ">"}, count=100, block=block_ms
-            )
+            entries = self.activations.read(count=100, block=block_ms)
         except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc):
-                self._ensure_group()
+            if missing_group(exc):
+                self.activations.ensure_group()
                 return []
             raise
-        task_ids: list[str] = []
-        for _stream, entries in reply or []:
-            ids = []
-            for entry_id, fields in entries:
-                ids.append(entry_id)
-                if fields.get("task"):
-                    task_ids.append(fields["task"])
-            if ids:
-                self.redis.xack(ACTIVATIONS_STREAM, CONSUMER_GROUP, *ids)
-        return task_ids
+        self.activations.ack(entries)
+        return [entry.task_id for entry in entries if entry.task_id]
 
     # ---- the loop
 

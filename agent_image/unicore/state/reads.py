@@ -1,9 +1,12 @@
-"""Multi-task reads for the operator's gauges (the Redis layout's owner answers them, not the operator)."""
+"""Pipelined reads that span several keys (of one task or many), for the operator's gauges and task API, a turn's
+budget check and the local supervisor: the Redis layout's owner answers them, not the callers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from unicore.schema import Limits
 from unicore.state.keys import TaskKeys
 
 CHUNK = 1000  # commands per pipeline flush: bounds one reply's size
@@ -26,4 +29,65 @@ def inbox_lengths(client: Any, task_ids: list[str]) -> dict[str, int]:
     return lengths
 
 
-__all__ = ["inbox_lengths"]
+@dataclass(frozen=True)
+class TranscriptHead:
+    """What a transcript page needs before it reads its slice of messages (``read_transcript_head``)."""
+
+    raw_turns: list[str]  # the turn headers as stored (JSON), in turn order
+    meta: dict[str, str]  # the turnmeta hash (``records.TurnMeta`` reads it)
+    total: int  # messages stored
+    status: str | None  # the record's status; None when the task has no record (not initialised)
+    pending: int  # inbox entries waiting
+
+
+def read_transcript_head(client: Any, task_id: str) -> TranscriptHead:
+    """Turn headers, turn metadata, message count, status and inbox length of a task: one round trip."""
+    keys = TaskKeys(task_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.lrange(keys.turns, 0, -1)
+    pipe.hgetall(keys.turnmeta)
+    pipe.llen(keys.messages)
+    pipe.hmget(keys.task, ["status", "turns"])
+    pipe.llen(keys.inbox)
+    raw_turns, meta, total, (status, _turns), pending = pipe.execute()
+    return TranscriptHead(raw_turns=list(raw_turns), meta=dict(meta), total=int(total), status=status,
+                          pending=int(pending))
+
+
+def read_message_slice(client: Any, task_id: str, start: int, stop: int) -> list[str]:
+    """The stored messages with ``start <= seq < stop`` (as stored: JSON); no read for an empty range."""
+    return list(client.lrange(TaskKeys(task_id).messages, start, stop - 1)) if stop > start else []
+
+
+def tree_budget_use(client: Any, root_id: str) -> tuple[int, int] | None:
+    """(token budget of the tree, tokens the tree used) from its root's record; None when the tree has no budget
+    (the used count is read only when there is one)."""
+    key = TaskKeys(root_id).task
+    raw_limits = client.hget(key, "limits")
+    if not raw_limits:
+        return None
+    budget = Limits.model_validate_json(raw_limits).token_budget
+    if budget <= 0:
+        return None
+    return budget, int(client.hget(key, "tree_total_tokens") or 0)
+
+
+def last_error(client: Any, task_id: str) -> str | None:
+    """The ``last_error`` of the task's record (None or "" when there is none)."""
+    value = client.hget(TaskKeys(task_id).task, "last_error")
+    return None if value is None else str(value)
+
+
+def busy(client: Any, task_id: str) -> bool:
+    """Pending inbox entries, a live lease, or a turn not finished (status running): one round trip."""
+    keys = TaskKeys(task_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(keys.inbox)
+    pipe.exists(keys.lease)
+    pipe.hget(keys.task, "status")
+    pending, leased, status = pipe.execute()
+    return bool(pending) or bool(leased) or status == "running"
+
+
+__all__ = ["TranscriptHead", "busy", "inbox_lengths", "last_error", "read_message_slice", "read_transcript_head",
+           "tree_budget_use"]

@@ -39,6 +39,7 @@ from unicore.schema import (
     text_block,
 )
 from unicore.state import lua
+from unicore.state.activations import entry_fields
 from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
@@ -290,7 +291,7 @@ class TaskStore:
         return str(
             self.redis.xadd(
                 ACTIVATIONS_STREAM,
-                {"task": task_id, "reason": reason, "ts": _now()},
+                entry_fields(task_id, reason, _now()),
                 maxlen=ACTIVATIONS_MAXLEN,
                 approximate=True,
             )
@@ -554,9 +555,7 @@ class TaskStore:
         return assemble_history(raw_turns, raw_messages, meta)
 
     def messages(self, task_id: str) -> list[Message]:
-        return [
-            load_message(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)
-        ]
+        return [load_message(raw) for raw in self.redis.lrange(self.keys(task_id).messages, 0, -1)]
 
     def last_message(self, task_id: str) -> Message | None:
         raw = self.redis.lindex(self.keys(task_id).messages, -1)

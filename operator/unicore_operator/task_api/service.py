@@ -17,6 +17,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
+from unicore.state.reads import read_message_slice, read_transcript_head
 from unicore.state.store import TaskStore
 from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 
@@ -155,17 +156,10 @@ class TaskApi:
         tools = _bool_param(params, "tools")
         self._require_task(namespace, name)
         task_id = f"{namespace}/{name}"
-        keys = self.store.keys(task_id)
         try:
-            pipe = self.store.redis.pipeline(transaction=False)
-            pipe.lrange(keys.turns, 0, -1)
-            pipe.hgetall(keys.turnmeta)
-            pipe.llen(keys.messages)
-            pipe.hmget(keys.task, ["status", "turns"])
-            pipe.llen(keys.inbox)
-            raw_turns, meta, total, (status, _turns), pending = pipe.execute()
-            headers = pages.parse_turn_headers(raw_turns)
-            window = pages.page_window(headers, int(total), since=since, limit=limit, turn=turn)
+            head = read_transcript_head(self.store.redis, task_id)
+            headers = pages.parse_turn_headers(head.raw_turns)
+            window = pages.page_window(headers, head.total, since=since, limit=limit, turn=turn)
             if window is None:
                 raise ApiError(
                     404,
@@ -175,13 +169,13 @@ class TaskApi:
                     details={"name": name, "group": "unicore.dev", "kind": "turns"},
                 )
             start, stop = window
-            raw_messages = self.store.redis.lrange(keys.messages, start, stop - 1) if stop > start else []
+            raw_messages = read_message_slice(self.store.redis, task_id, start, stop)
         except redis.RedisError as exc:
             raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
         page = pages.build_page(
             headers=headers,
-            meta=meta,
-            total=int(total),
+            meta=head.meta,
+            total=head.total,
             start=start,
             raw_messages=raw_messages,
             tools=tools,
@@ -191,9 +185,9 @@ class TaskApi:
             "kind": "TranscriptPage",
             "task": task_id,
             "state": {
-                "status": status or "unknown",
-                "pending": int(pending),
-                "initialised": status is not None,
+                "status": head.status or "unknown",
+                "pending": head.pending,
+                "initialised": head.status is not None,
             },
             **page,
         }

@@ -1,0 +1,127 @@
+"""Consumers of the activation stream ``uc:activations`` (written by ``TaskStore.activate``): a consumer group per
+kind of consumer (the operator's, the local supervisor's), read with XREADGROUP and acknowledged with XACK after the
+work is done (at-least-once). ``Activation`` is the one parser of a stream entry.
+
+``ActivationConsumer`` takes a sync client (the local supervisor), ``AsyncActivationConsumer`` a ``redis.asyncio``
+one (the operator, whose client returns bytes); either way entries come back as ``Activation``s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from unicore.state.codec import text
+from unicore.state.keys import ACTIVATIONS_STREAM
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One stream entry: ``task`` (the task id), ``reason``, ``ts`` (unix time of the activation)."""
+
+    entry_id: Any  # the stream entry id as the client returned it (what ``ack`` takes back)
+    task_id: str
+    reason: str
+    ts: float | None  # None when missing or unreadable
+
+    @classmethod
+    def of(cls, entry_id: Any, fields: Any) -> Activation:
+        decoded = {text(k): text(v) for k, v in (fields or {}).items()}
+        try:
+            ts: float | None = float(decoded.get("ts", ""))
+        except ValueError:
+            ts = None
+        return cls(entry_id=entry_id, task_id=decoded.get("task", ""), reason=decoded.get("reason", ""), ts=ts)
+
+
+def entry_fields(task_id: str, reason: str, ts: str) -> dict[str, str]:
+    """The fields of the stream entry that activates ``task_id`` (``TaskStore.activate`` writes them)."""
+    return {"task": task_id, "reason": reason, "ts": ts}
+
+
+def _busy_group(exc: redis.ResponseError) -> bool:
+    return "BUSYGROUP" in str(exc)
+
+
+def missing_group(exc: redis.ResponseError) -> bool:
+    """The stream or the consumer group does not exist (it was deleted, or Redis restarted empty)."""
+    return "NOGROUP" in str(exc)
+
+
+def _activations(reply: Any) -> list[Activation]:
+    """The entries of an XREADGROUP reply (one stream)."""
+    return [Activation.of(entry_id, fields) for _stream, batch in reply or [] for entry_id, fields in batch]
+
+
+class ActivationConsumer:
+    """A consumer of ``uc:activations`` in consumer group ``group`` (sync client)."""
+
+    def __init__(self, client: redis.Redis, group: str, consumer: str) -> None:
+        self.redis = client
+        self.group = group
+        self.consumer = consumer
+
+    def ensure_group(self, start_id: str = "$") -> None:
+        """Create the group (and the stream) unless it exists; a new group starts after ``start_id``."""
+        try:
+            self.redis.xgroup_create(ACTIVATIONS_STREAM, self.group, id=start_id, mkstream=True)
+        except redis.ResponseError as exc:
+            if not _busy_group(exc):
+                raise
+
+    def read(self, start_id: str = ">", *, count: int, block: int | None) -> list[Activation]:
+        """Up to ``count`` entries: new ones (``>``), or this consumer's pending ones (``0``)."""
+        reply = self.redis.xreadgroup(self.group, self.consumer, {ACTIVATIONS_STREAM: start_id}, count=count,
+                                      block=block)
+        return _activations(reply)
+
+    def ack(self, activations: Iterable[Activation]) -> None:
+        ids = [activation.entry_id for activation in activations]
+        if ids:
+            self.redis.xack(ACTIVATIONS_STREAM, self.group, *ids)
+
+
+class AsyncActivationConsumer:
+    """A consumer of ``uc:activations`` in consumer group ``group`` (``redis.asyncio`` client)."""
+
+    def __init__(self, client: aioredis.Redis, group: str, consumer: str) -> None:
+        self.redis = client
+        self.group = group
+        self.consumer = consumer
+
+    async def ensure_group(self, start_id: str = "0") -> None:
+        """Create the group (and the stream) unless it exists; a new group reads from ``start_id`` on."""
+        try:
+            await self.redis.xgroup_create(ACTIVATIONS_STREAM, self.group, id=start_id, mkstream=True)
+        except redis.ResponseError as exc:
+            if not _busy_group(exc):
+                raise
+
+    async def read(self, start_id: str = ">", *, count: int, block: int | None) -> list[Activation]:
+        """Up to ``count`` entries: new ones (``>``), or this consumer's pending ones (``0``)."""
+        reply = await self.redis.xreadgroup(self.group, self.consumer, {ACTIVATIONS_STREAM: start_id}, count=count,
+                                            block=block)
+        return _activations(reply)
+
+    async def ack(self, activations: Sequence[Activation]) -> None:
+        ids = [activation.entry_id for activation in activations]
+        if ids:
+            await self.redis.xack(ACTIVATIONS_STREAM, self.group, *ids)
+
+    async def claim(self, min_idle_ms: int, *, count: int) -> list[Activation]:
+        """Take over entries another consumer of the group read but did not acknowledge for ``min_idle_ms`` (e.g.
+        an operator pod that was replaced); [] when the group does not exist. Deleted entries are left out."""
+        try:
+            result = await self.redis.xautoclaim(ACTIVATIONS_STREAM, self.group, self.consumer, min_idle_ms, "0-0",
+                                                 count=count)
+        except redis.ResponseError:
+            return []
+        entries = [entry for entry in (result[1] if result and len(result) > 1 else []) if entry and entry[1]]
+        return [Activation.of(entry_id, fields) for entry_id, fields in entries]
+
+
+__all__ = ["Activation", "ActivationConsumer", "AsyncActivationConsumer", "entry_fields", "missing_group"]
