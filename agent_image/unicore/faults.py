@@ -20,7 +20,8 @@ import hashlib
 import os
 import signal
 
-from unicore.state.keys import FAULTS_LOG, FAULTS_PREFIX
+from unicore.state.faults import claim_kill
+from unicore.state.keys import FAULTS_LOG
 
 ENV = "UNICORE_FAULTS"
 LOG_KEY = FAULTS_LOG
@@ -67,9 +68,7 @@ def fault_point(step: str) -> None:
         digest = hashlib.sha256(f"{seed}|{point}".encode()).digest()
         if digest[0] * 100 >= int(percent) * 256:
             return
-        client = _redis()
-        if client.set(f"{FAULTS_PREFIX}{point}", "1", nx=True):
-            client.rpush(LOG_KEY, point)
+        if claim_kill(_redis(), point):
             os.kill(os.getpid(), signal.SIGKILL)
 
 

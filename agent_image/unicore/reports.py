@@ -18,8 +18,8 @@ from typing import Any
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, task_name
-from unicore.state import lua
 from unicore.state.records import TaskRecord
+from unicore.state.reports import clear_report, owed_report
 
 log = get_logger("reports")
 
@@ -84,22 +84,20 @@ def deliver_report(store: Any, task_id: str) -> bool:
     """Queue the report ``task_id`` owes its parent, if any; True when one was owed.
 
     Idempotent (same message id), so the next turn, the operator and the supervisor may all call it."""
-    client = store.redis
-    keys = store.keys(task_id)
-    parent, report_id, report = client.hmget(keys.task, ["parent", "report_id", "report"])
-    if not report_id:
+    owed = owed_report(store.redis, task_id)
+    if owed is None:
         return False
-    if parent:
-        message = InboxMessage(id=report_id, type="completion", content=report or "", sender=task_id)
+    if owed.parent:
+        message = InboxMessage(id=owed.report_id, type="completion", content=owed.text, sender=task_id)
         try:
-            if store.queue_message(parent, message):
-                log.info("task %s: report %s queued for %s", task_id, report_id, parent)
-            store.activate(parent, f"completion:{task_id}")
+            if store.queue_message(owed.parent, message):
+                log.info("task %s: report %s queued for %s", task_id, owed.report_id, owed.parent)
+            store.activate(owed.parent, f"completion:{task_id}")
         except TaskNotFound:
-            log.warning("task %s: parent %s is gone; report %s dropped", task_id, parent, report_id)
+            log.warning("task %s: parent %s is gone; report %s dropped", task_id, owed.parent, owed.report_id)
         except MessageTooLarge:
-            log.error("task %s: report %s is over the inbox cap; dropped", task_id, report_id)
-    client.eval(lua.CLEAR_REPORT, 1, keys.task, report_id)
+            log.error("task %s: report %s is over the inbox cap; dropped", task_id, owed.report_id)
+    clear_report(store.redis, task_id, owed.report_id)
     return True
 
 

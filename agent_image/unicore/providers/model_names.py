@@ -18,7 +18,6 @@ go to the newest release.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -29,6 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from unicore.errors import ConfigError
 from unicore.log import get_logger
 from unicore.state.keys import BEDROCK_MODELS_CACHE
+from unicore.state.model_cache import model_cache_key, read_model_names, write_model_names
 
 log = get_logger("bedrock.models")
 
@@ -156,7 +156,7 @@ class ModelNameResolver:
 
     @property
     def cache_key(self) -> str:
-        return CACHE_KEY.format(region=self.region)
+        return model_cache_key(self.region)
 
     def resolve(self, name: str) -> str:
         name = name.strip()
@@ -187,17 +187,10 @@ class ModelNameResolver:
         if self._redis is None:
             return None
         try:
-            raw = self._redis.get(self.cache_key)
+            return read_model_names(self._redis, self.region)
         except redis.RedisError as exc:
             log.warning("model name cache unavailable: %s", exc)
             return None
-        if not raw:
-            return None
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
 
     def _discovered(self) -> dict[str, str] | None:
         if not self._discover:
@@ -221,7 +214,7 @@ class ModelNameResolver:
         mapping = build_name_map(models, profiles, self.region)
         if self._redis is not None and mapping:
             try:
-                self._redis.set(self.cache_key, json.dumps(mapping, sort_keys=True), ex=self._ttl)
+                write_model_names(self._redis, self.region, mapping, self._ttl)
             except redis.RedisError as exc:
                 log.warning("could not cache Bedrock model names: %s", exc)
         return mapping

@@ -10,6 +10,7 @@ Names follow Prometheus conventions without the exporter's ``unicore_`` prefix (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import redis
 
@@ -67,3 +68,21 @@ class Telemetry:
             pipe.execute()
         except redis.RedisError:
             pass
+
+
+class TelemetryHashes(NamedTuple):
+    """The three telemetry hashes as read (fields and values as the client returns them: bytes or str)."""
+
+    counters: Mapping[Any, Any]
+    histograms: Mapping[Any, Any]
+    gauges: Mapping[Any, Any]
+
+
+def read_telemetry(client: Any) -> TelemetryHashes:
+    """Counters, histograms and gauges in one pipelined round trip (the exporter's read; raises RedisError)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(COUNTERS_KEY)
+    pipe.hgetall(HISTOGRAMS_KEY)
+    pipe.hgetall(GAUGES_KEY)
+    counters, histograms, gauges = pipe.execute()
+    return TelemetryHashes(counters, histograms, gauges)

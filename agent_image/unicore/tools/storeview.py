@@ -1,8 +1,8 @@
 """The one place the tools, policy, prompts and local spawner READ task state.
 
-Everything here is read-only and pipelined. It uses ``TaskStore.get_task`` for single records and the
-contract's Redis keys (docs/CONTRACT.md, schema version 1; ``unicore.state.keys``) for multi-task reads
-done in one round trip, so the coupling to ``unicore.state`` is confined to this module.
+Everything here is read-only and pipelined. It uses ``TaskStore.get_task`` for single records and the multi-task
+reads of ``unicore.state.tree_reads`` (one round trip each; ``TreeNode``, ``descendants``, ``child_count``,
+``tree_tokens`` and ``tail_messages`` are re-exported from there), and turns records into ``TaskView``s.
 Writes (create_task, queue_message, activate) always go through ``TaskStore``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +20,15 @@ from redis.cluster import RedisCluster
 
 from unicore.errors import TaskNotFound
 from unicore.schema import Limits
+from unicore.state import tree_reads
 from unicore.state.codec import text
-from unicore.state.keys import TaskKeys
+from unicore.state.tree_reads import TreeNode, child_count, descendants, tail_messages, tree_tokens
 
 if TYPE_CHECKING:
     from unicore.state.store import TaskStore
 
-
+__all__ = ["Activity", "TaskView", "TreeNode", "child_count", "descendants", "get_view", "now", "read_activity",
+           "read_views", "redis_of", "tail_messages", "tree_tokens", "view_from_mapping", "view_of"]
 
 
 def _json(value: Any, default: Any) -> Any:
@@ -173,77 +175,8 @@ def _view(task_id: str, data: Mapping[Any, Any]) -> TaskView:
 
 def read_views(client: redis.Redis, task_ids: Sequence[str]) -> list[TaskView | None]:
     """Records of many tasks in one round trip (None for a missing task)."""
-    pipe = client.pipeline(transaction=False)
-    for task_id in task_ids:
-        pipe.hgetall(TaskKeys(task_id).task)
-    views: list[TaskView | None] = []
-    for task_id, data in zip(task_ids, pipe.execute(), strict=True):
-        views.append(_view(task_id, data) if data else None)
-    return views
-
-
-@dataclass(frozen=True)
-class TreeNode:
-    id: str
-    parent: str
-    level: int  # 1 = direct child of the tree's top
-
-
-def descendants(
-    client: redis.Redis, top: str, *, max_levels: int = 64, limit: int = 100_000
-) -> list[TreeNode]:
-    """Breadth-first descendants of ``top`` (not ``top`` itself): one pipelined round trip per tree level."""
-    found: list[TreeNode] = []
-    frontier = [top]
-    level = 0
-    seen = {top}
-    while frontier and level < max_levels and len(found) < limit:
-        level += 1
-        pipe = client.pipeline(transaction=False)
-        for task_id in frontier:
-            pipe.zrange(TaskKeys(task_id).children, 0, -1)
-        next_frontier: list[str] = []
-        for parent, children in zip(frontier, pipe.execute(), strict=True):
-            for raw in children:
-                child = text(raw)
-                if child in seen:
-                    continue
-                seen.add(child)
-                found.append(TreeNode(child, parent, level))
-                next_frontier.append(child)
-                if len(found) >= limit:
-                    return found
-        frontier = next_frontier
-    return found
-
-
-def child_count(client: redis.Redis, task_id: str) -> int:
-    return int(client.zcard(TaskKeys(task_id).children))
-
-
-def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
-    """Sum of ``total_tokens`` of the given tasks (one round trip)."""
-    ids = list(task_ids)
-    if not ids:
-        return 0
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        pipe.hget(TaskKeys(task_id).task, "total_tokens")
-    return sum(_int(value) for value in pipe.execute() if value is not None)
-
-
-def _message(raw: Any) -> dict[str, Any] | None:
-    value = _json(raw, None)
-    return value if isinstance(value, dict) else None
-
-
-def tail_messages(client: redis.Redis, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
-    """The last ``count`` stored messages (oldest first) and the total number stored."""
-    pipe = client.pipeline(transaction=False)
-    pipe.llen(TaskKeys(task_id).messages)
-    pipe.lrange(TaskKeys(task_id).messages, -count, -1)
-    total, raws = pipe.execute()
-    return [m for m in (_message(raw) for raw in raws) if m is not None], int(total)
+    return [_view(task_id, data) if data else None
+            for task_id, data in zip(task_ids, tree_reads.task_hashes(client, task_ids), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -259,31 +192,12 @@ class Activity:
 
 def read_activity(client: redis.Redis, task_ids: Sequence[str], *, tail: int = 3) -> list[Activity | None]:
     """Record, heartbeat, lease, inbox length and last messages of many tasks in ONE round trip."""
-    pipe = client.pipeline(transaction=False)
-    for task_id in task_ids:
-        pipe.hgetall(TaskKeys(task_id).task)
-        pipe.get(TaskKeys(task_id).heartbeat)
-        pipe.exists(TaskKeys(task_id).lease)
-        pipe.llen(TaskKeys(task_id).inbox)
-        pipe.lrange(TaskKeys(task_id).messages, -tail, -1)
-    results = pipe.execute()
-    activities: list[Activity | None] = []
-    for index, task_id in enumerate(task_ids):
-        data, beat, lease, pending, raws = results[index * 5 : index * 5 + 5]
-        if not data:
-            activities.append(None)
-            continue
-        view = _view(task_id, data)
-        activities.append(
-            Activity(
-                view=view,
-                heartbeat=_float(beat) if beat is not None else None,
-                lease_held=bool(lease),
-                pending=int(pending),
-                last_messages=[m for m in (_message(raw) for raw in raws) if m is not None],
-            )
-        )
-    return activities
+    return [
+        None if found is None else Activity(view=_view(task_id, found.record), heartbeat=found.heartbeat,
+                                            lease_held=found.lease_held, pending=found.pending,
+                                            last_messages=found.last_messages)
+        for task_id, found in zip(task_ids, tree_reads.read_activity(client, task_ids, tail=tail), strict=True)
+    ]
 
 
 def now() -> float:

@@ -22,7 +22,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from unicore.state.codec import text
-from unicore.state.telemetry import COUNTERS_KEY, DEFAULT_BUCKETS, GAUGES_KEY, HISTOGRAMS_KEY, parse_labels
+from unicore.state.telemetry import DEFAULT_BUCKETS, parse_labels, read_telemetry
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME, MetricSpec
@@ -162,11 +162,7 @@ class RedisTelemetryCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.hgetall(COUNTERS_KEY)
-            pipe.hgetall(HISTOGRAMS_KEY)
-            pipe.hgetall(GAUGES_KEY)
-            counters, histograms, gauges = pipe.execute()
+            counters, histograms, gauges = read_telemetry(self._redis)
         except redis.RedisError as exc:
             logger.warning("metrics: cannot read runtime telemetry from Redis: %s", exc)
             counters = histograms = gauges = {}
