@@ -47,6 +47,12 @@ def task_id(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def split_task_id(task_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of the AgentTask whose task id is ``task_id``; None for a local task's bare name."""
+    namespace, slash, name = task_id.partition("/")
+    return (namespace, name) if slash else None
+
+
 def label_value(text: str) -> str:
     """``text`` as a valid label value: unchanged when it fits, else truncated with a hash suffix."""
     if len(text) <= LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):

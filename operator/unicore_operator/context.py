@@ -31,7 +31,6 @@ class OperatorContext:
     store: Any  # unicore.state.store.TaskStore (sync; called through asyncio.to_thread)
     # Live kopf indexes (kopf.Index mappings), captured in the startup handler.
     agenttasks: Any = None
-    children: Any = None
     turnjobs: Any = None
     turnpods: Any = None
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))

@@ -3,9 +3,11 @@ refresh, the resync and the watchdog all read these instead of calling the API s
 feeds them). They are the only indexes the operator registers; each holds a small value per object, never a body.
 
 ``agenttask_index``  (namespace, name)        -> compact AgentTask (metadata, spec, status)
-``children_index``   (namespace, parent name) -> {"name", "phase"} of each child (the reverse map of parentRef)
 ``turnjob_index``    (namespace, task name)   -> JobView of each turn Job of the task (``views.job_view``)
 ``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (``views.pod_view``)
+
+One index per object kind: a task's children are the ids in its Redis children set (read with its snapshot), each
+looked up in ``agenttask_index`` for its phase (``reconcile.children_of``); no reverse map of ``parentRef``.
 
 The watchdog scans these same indexes (``watchdog.adapter``): the Job and pod views as they are, the AgentTasks as
 ``TaskView``s it derives from the compact bodies.
@@ -21,7 +23,7 @@ import kopf
 from unicore_operator import names
 from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
 
-__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agenttask_index", "children_index", "compact_task", "first",
+__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agenttask_index", "compact_task", "first",
            "job_outcome", "job_task_key", "job_view", "turnjob_index", "turnpod_index"]
 
 JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
@@ -63,15 +65,6 @@ def agenttask_index(*, body: kopf.Body, namespace: str | None, name: str,
     if namespace is None:  # AgentTasks are namespaced; kopf's signature allows None for cluster-scoped kinds
         return None
     return {(namespace, name): compact_task(body)}
-
-
-@kopf.index(names.GROUP, names.VERSION, names.PLURAL)
-def children_index(*, spec: kopf.Spec, status: kopf.Status, namespace: str | None, name: str,
-                   **_: Any) -> dict[TaskKey, dict[str, str]] | None:
-    parent = (spec.get("parentRef") or {}).get("name")
-    if not parent or namespace is None:  # AgentTasks are namespaced: namespace is None only in kopf's signature
-        return None
-    return {(namespace, parent): {"name": name, "phase": str(status.get("phase") or "Pending")}}
 
 
 @kopf.index("batch", "v1", "jobs", labels=JOB_SELECTOR)

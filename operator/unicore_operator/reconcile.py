@@ -11,7 +11,9 @@ import datetime
 import time
 from typing import Any
 
+from unicore import contract
 from unicore.reports import deliver_report, report_failure
+from unicore.state.operator_state import TaskSnapshot
 
 from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext
@@ -29,7 +31,6 @@ from unicore_operator.phases import (
     status_changed,
     wants_turn_job,
 )
-from unicore_operator.redis_state import TaskSnapshot
 from unicore_operator.turn_ends import existing_job_state, give_up_pod_creation, record_end_locked, record_job_end
 from unicore_operator.watchdog.views import JobView, PodView
 
@@ -69,9 +70,18 @@ async def task_body(ctx: OperatorContext, key: TaskKey) -> dict[str, Any] | None
     return compact_task(fetched)
 
 
-def children_of(ctx: OperatorContext, key: TaskKey) -> list[dict[str, str]]:
-    entries = ctx.children.get(key) if ctx.children is not None else None
-    return sorted(({"name": c["name"], "phase": c["phase"]} for c in entries or ()), key=lambda c: c["name"])
+def children_of(ctx: OperatorContext, snap: TaskSnapshot) -> list[dict[str, str]]:
+    """The task's children (its Redis children set, read with the snapshot) by name, each with its phase from the
+    AgentTask index ("Pending" until its status has one). A child whose AgentTask the index does not hold (deleted,
+    or not created yet by the spawner that reserved it) is left out."""
+    children: list[dict[str, str]] = []
+    for child_id in snap.children:
+        key = contract.split_task_id(child_id)
+        body = first(ctx.agenttasks.get(key)) if key is not None and ctx.agenttasks is not None else None
+        if key is None or body is None:
+            continue
+        children.append({"name": key[1], "phase": str((body.get("status") or {}).get("phase") or "Pending")})
+    return sorted(children, key=lambda c: c["name"])
 
 
 def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[JobView]:
@@ -175,11 +185,11 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             ended = by_name[name]
             await record_end_locked(ctx, key, name, ended.turn, ended.outcome, ended.reason)
         snap = await ctx.redis.snapshot(tid)
-    if snap.record.get("report_id") and not snap.lease_held:
+    if snap.owes_report and not snap.lease_held:
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid)
-        snap.record["report_id"] = ""
-    children = children_of(ctx, key)
+        snap.report_delivered()
+    children = children_of(ctx, snap)
     active_name = (running.name if running else None) or inflight
     obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None
@@ -229,13 +239,13 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
     phase, message = decide_phase(obs)
     meta = body["metadata"]
     previous = body.get("status") or {}
-    depth = int(snap.record.get("depth") or 0) if snap.record.get("depth") else tree_path(ctx, body).count("/")
+    depth = snap.depth if snap.depth is not None else tree_path(ctx, body).count("/")
     status = build_status(
         phase=phase, message=message, record=snap.record, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs),
     )
-    if phase is Phase.FAILED and snap.record.get("parent"):
+    if phase is Phase.FAILED and snap.parent:
         # Before the status: a crash in between repeats this, and the message id makes the repeat harmless.
         await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message)
     if status_changed(previous, status):

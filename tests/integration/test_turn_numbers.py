@@ -92,7 +92,7 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
     kube = RecordingKube(body)
     settings = OperatorSettings.model_validate({"redis_url": redis_url, "namespaces": (NS,)})
     ctx = OperatorContext(settings=settings, redis=RedisState(redis_url), kube=cast(Any, kube), store=store,
-                          agenttasks={KEY: [body]}, children={}, turnjobs={}, turnpods={})
+                          agenttasks={KEY: [body]}, turnjobs={}, turnpods={})
     try:
         for index, answer in enumerate(ANSWERS):
             if index:  # the user's next message, through the task API as `kubectl agenttask send` posts it

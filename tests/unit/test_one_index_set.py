@@ -4,10 +4,13 @@ watchdog's views built from the operator's index values equal the views it build
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import kopf
+from unicore.state.operator_state import TaskSnapshot
 from unicore_operator import composition, indexes
+from unicore_operator.reconcile import children_of
 from unicore_operator.watchdog.adapter import TaskViews
 from unicore_operator.watchdog.views import job_view, pod_view, task_view
 
@@ -48,10 +51,11 @@ def _index_functions() -> dict[str, tuple[str, str]]:
             for h in registry._indexing.get_all_handlers()}
 
 
-def test_one_index_per_object_kind_and_a_children_reverse_map() -> None:
+def test_one_index_per_object_kind() -> None:
+    """No second index over AgentTasks: a task's children come from its Redis children set (``children_of``)."""
     found = _index_functions()
-    assert set(found) == {"agenttask_index", "children_index", "turnjob_index", "turnpod_index"}
-    kinds = Counter(kind for name, kind in found.items() if name != "children_index")
+    assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index"}
+    kinds = Counter(found.values())
     assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 1, ("", "pods"): 1}
 
 
@@ -79,3 +83,15 @@ def test_task_views_are_rebuilt_only_for_changed_bodies() -> None:
     changed = indexes.compact_task({**TASK, "status": {"phase": "Idle"}})
     assert views({(NS, "demo"): [changed]})[f"{NS}/demo"][0].phase == "Idle"
     assert views({}) == {}
+
+
+def test_children_are_the_redis_children_set_with_phases_from_the_agenttask_index() -> None:
+    def child(name: str, status: dict[str, Any]) -> dict[str, Any]:
+        return indexes.compact_task({"metadata": {"namespace": NS, "name": name}, "spec": {"parentRef": {"name": "p"}},
+                                     "status": status})
+
+    ctx = SimpleNamespace(agenttasks={(NS, "p-b"): [child("p-b", {"phase": "Running"})],
+                                      (NS, "p-a"): [child("p-a", {})]})
+    snap = TaskSnapshot(exists=True, children=(f"{NS}/p-b", f"{NS}/p-a", f"{NS}/p-deleted", "local-child"))
+    assert children_of(cast(Any, ctx), snap) == [{"name": "p-a", "phase": "Pending"},
+                                                 {"name": "p-b", "phase": "Running"}]

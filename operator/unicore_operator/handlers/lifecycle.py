@@ -41,8 +41,7 @@ def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
 # protocol cannot declare (and kopf does not export it to cast to): hence the one targeted ignore.
 @kopf.on.startup()  # type: ignore[arg-type]
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_index: kopf.Index,
-                  children_index: kopf.Index, turnjob_index: kopf.Index, turnpod_index: kopf.Index,
-                  **_: Any) -> None:
+                  turnjob_index: kopf.Index, turnpod_index: kopf.Index, **_: Any) -> None:
     op = load_settings()
     tune_kopf(settings, op)
     state = RedisState(op.redis_url)
@@ -53,8 +52,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
         raise kopf.TemporaryError(f"Redis at REDIS_URL is not reachable: {exc}", delay=2) from exc
     kube = KubeClients(load_api_client())
     ctx = OperatorContext(settings=op, redis=state, kube=kube, store=TaskStore(state.sync),
-                          agenttasks=agenttask_index, children=children_index, turnjobs=turnjob_index,
-                          turnpods=turnpod_index)
+                          agenttasks=agenttask_index, turnjobs=turnjob_index, turnpods=turnpod_index)
     memo["ctx"] = ctx
     loop = asyncio.get_running_loop()
     ctx.background.append(loop.create_task(activation.consume_activations(ctx), name="unicore-activations"))
