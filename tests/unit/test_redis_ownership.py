@@ -1,0 +1,88 @@
+"""One owner for the Redis layout: no Redis command is called outside ``unicore/state`` (issue 11).
+
+The operator, the watchdog, the task API, the metrics exporter, the tools and the launchers read and write Redis
+through typed functions of ``unicore.state`` (``operator_state``, ``heartbeats``, ``activations``, ``reads``,
+``tree_reads``, ...), so key names, hash fields, scripts and pipelining live in one package.
+
+Every ``.py`` file of the production packages outside ``unicore/state`` is parsed with ``ast``; an attribute call
+whose method is a Redis command is flagged. Command names that are also common Python methods (``get``, ``set``,
+``delete``, ``exists``, ``incr``, ...) are flagged only on a receiver that names a Redis client or pipeline
+(``self.redis.get``, ``ctx.redis.aio.delete``, ``pipe.exists``), so ``dict.get``, ``Path.exists`` and
+``Telemetry.incr`` pass."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = [REPO / "agent_image" / "unicore", REPO / "operator" / "unicore_operator",
+            REPO / "hack" / "unicore_devcluster"]
+OWNER = REPO / "agent_image" / "unicore" / "state"
+
+# Names no other library of this code base uses for a method: flagged on any receiver.
+REDIS_COMMANDS = frozenset("""
+    hget hgetall hmget hset hsetnx hdel hexists hincrby hincrbyfloat hkeys hvals hlen hscan_iter
+    lrange llen lindex lpush rpush lpop rpop ltrim lrem lset blpop brpop
+    zadd zrem zrange zrangebyscore zrevrange zrevrangebyscore zcard zscore zmscore zincrby zremrangebyscore zcount
+    smembers sadd srem sismember smismember scard sscan_iter scan_iter
+    pipeline eval evalsha register_script script_load
+    xadd xread xreadgroup xack xautoclaim xclaim xgroup_create xpending xrange xrevrange xlen xtrim xdel
+    expire pexpire expireat persist ttl pttl mget mset setnx getdel incrby decrby
+""".split())
+# Also ordinary method names: flagged only when the receiver names a Redis client or pipeline.
+GENERIC_COMMANDS = frozenset({"get", "set", "delete", "exists", "incr", "decr", "keys", "scan", "unlink", "type"})
+REDIS_RECEIVERS = frozenset({"redis", "_redis", "redis_client", "aio", "sync", "pipe"})
+
+
+def _receiver_name(node: ast.expr) -> str:
+    """The last name of a call's receiver: ``ctx.redis.aio`` -> ``aio``, ``pipe`` -> ``pipe``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def redis_calls(source: str) -> list[tuple[int, str]]:
+    """(line, ``<receiver>.<command>``) of every Redis command call in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, receiver = node.func.attr, _receiver_name(node.func.value)
+        if method in REDIS_COMMANDS or (method in GENERIC_COMMANDS and receiver in REDIS_RECEIVERS):
+            found.append((node.lineno, f"{receiver or '...'}.{method}"))
+    return found
+
+
+def test_no_redis_command_outside_the_state_package() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {call}()"
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        if OWNER not in path.parents
+        for line, call in redis_calls(path.read_text())
+    ]
+    assert offenders == [], "Redis commands outside unicore/state (move them there):\n" + "\n".join(offenders)
+
+
+def test_the_check_sees_commands_and_spares_ordinary_methods() -> None:
+    planted = """
+pipe = ctx.redis.aio.pipeline(transaction=False)
+pipe.hgetall(key)
+status = self.redis.hget(key, "status")
+await ctx.redis.aio.delete(*keys)
+beat = pipe.get(heartbeat_key)
+client.xreadgroup(group, consumer, streams)
+script = client.register_script(SOURCE)
+value = options.get("a")
+if path.exists():
+    store.delete_task(task_id)
+telemetry.incr("turns_total")
+store.exists(task_id)
+"""
+    assert sorted(redis_calls(planted)) == [
+        (2, "aio.pipeline"), (3, "pipe.hgetall"), (4, "redis.hget"), (5, "aio.delete"), (6, "pipe.get"),
+        (7, "client.xreadgroup"), (8, "client.register_script"),
+    ]
