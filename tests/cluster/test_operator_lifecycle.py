@@ -13,7 +13,7 @@ from tests.cluster.operator_harness import (
     long_script,
     running_pods,
 )
-from tests.cluster.test_operator import assistant_texts, settled, user_texts
+from tests.cluster.test_operator import role_texts, settled
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -43,9 +43,9 @@ def test_suspend_during_a_long_turn_then_resume(
 
     tasks.patch("slow", {"suspend": False})
     wait_for(lambda: tasks.phase("slow") == "Idle", timeout=SETTLE, what="the resumed turn to finish")
-    assert "take your time" in "\n".join(user_texts(redis_client, tid))
-    assert user_texts(redis_client, tid).count("take your time") == 1
-    assert assistant_texts(redis_client, tid)[-1] == "Slow answer."
+    assert "take your time" in "\n".join(role_texts(redis_client, tid, "user"))
+    assert role_texts(redis_client, tid, "user").count("take your time") == 1
+    assert role_texts(redis_client, tid, "assistant")[-1] == "Slow answer."
     assert redis_client.llen(f"uc:{{{tid}}}:inbox") == 0
 
 
@@ -54,7 +54,7 @@ def test_operator_sigkill_mid_turn_and_restart(
 ) -> None:
     tid = f"{k8s_namespace}/steady"
     tasks.create("steady", {"prompt": "count to three", "gpus": 0, "script": long_script("steady", 6)})
-    wait_for(lambda: running_pods(tasks) and user_texts(redis_client, tid) == ["count to three"], timeout=60,
+    wait_for(lambda: running_pods(tasks) and role_texts(redis_client, tid, "user") == ["count to three"], timeout=60,
              what="the first turn to have drained its prompt")
     operator.kill()
     store = TaskStore(redis_client)  # a follow-up arrives while the operator is down (activation included)
@@ -70,9 +70,9 @@ def test_operator_sigkill_mid_turn_and_restart(
     assert jobs == ["steady-t1", "steady-t2"]
     status = tasks.get("steady")["status"]  # type: ignore[index]
     assert status["turns"] == 2 and status["activeJob"] == "" and status["failedAttempts"] == 0
-    texts = user_texts(redis_client, tid)
+    texts = role_texts(redis_client, tid, "user")
     assert texts.count("count to three") == 1 and texts.count("and now to four") == 1
-    assert assistant_texts(redis_client, tid) == ["Slow answer.", "and now to four"]
+    assert role_texts(redis_client, tid, "assistant") == ["Slow answer.", "and now to four"]
 
 
 def test_delete_the_root_removes_the_whole_tree(
