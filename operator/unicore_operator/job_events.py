@@ -20,7 +20,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from unicore_operator.context import CreateFailure, OperatorContext
@@ -68,7 +67,7 @@ class FailedCreateWatch:
     def __init__(self, ctx: OperatorContext, loop: asyncio.AbstractEventLoop) -> None:
         self.ctx = ctx
         self.loop = loop
-        self.core = client.CoreV1Api(ctx.kube.api)
+        self.core = ctx.kube.core
         self.stopped = threading.Event()
         namespaces: list[str | None] = list(ctx.settings.namespaces) or [None]
         self.threads = [threading.Thread(target=self._run, args=(ns,), daemon=True,
@@ -85,21 +84,15 @@ class FailedCreateWatch:
     def _run(self, namespace: str | None) -> None:
         resource_version: str | None = None
         while not self.stopped.is_set():
-            stream = watch.Watch()
-            args: tuple[Any, ...] = (namespace,) if namespace else ()
-            func = self.core.list_namespaced_event if namespace else self.core.list_event_for_all_namespaces
-            options: dict[str, Any] = {"field_selector": FIELD_SELECTOR, "timeout_seconds": WATCH_SECONDS,
-                                       "_request_timeout": WATCH_SECONDS + 30}
-            if resource_version:
-                options["resource_version"] = resource_version
             try:
-                for item in stream.stream(func, *args, **options):
+                for event in self.core.watch_events(namespace, field_selector=FIELD_SELECTOR,
+                                                    resource_version=resource_version,
+                                                    timeout_seconds=WATCH_SECONDS):
                     if self.stopped.is_set():
-                        stream.stop()
                         return
-                    raw = item.get("raw_object") or {}
+                    raw = event.get("object") or {}
                     resource_version = (raw.get("metadata") or {}).get("resourceVersion") or resource_version
-                    if item.get("type") in ("ADDED", "MODIFIED"):
+                    if event.get("type") in ("ADDED", "MODIFIED"):
                         self._dispatch(raw)
             except ApiException as exc:
                 if exc.status == 410:  # too old: list again from now (replayed Events are handled idempotently)

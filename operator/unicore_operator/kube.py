@@ -11,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from unicore_operator import names
+from unicore_operator.core_calls import CoreCalls
 from unicore_operator.log import logger
 
 
@@ -25,7 +26,7 @@ class KubeClients:
     def __post_init__(self) -> None:
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
+        self.core = CoreCalls(self.api)  # not client.CoreV1Api: see core_calls
 
     def create_job(self, job: dict[str, Any]) -> bool:
         """Create the Job; False when it already exists (a duplicate activation)."""
@@ -103,7 +104,6 @@ class KubeClients:
             "count": 1,
         }
         try:
-            # A plain dict body is serialised as it is; the annotation only names the model class.
-            self.core.create_namespaced_event(meta["namespace"], cast(client.CoreV1Event, body))
+            self.core.create_event(meta["namespace"], body)
         except Exception as exc:  # an event is a courtesy; never break a handler for it
             logger.debug("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)

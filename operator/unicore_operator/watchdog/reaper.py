@@ -53,7 +53,6 @@ class Reaper:
         self.max_reaps = max_reaps
         self._reset = TurnReset(ctx.redis.sync)
         self._batch = k8s.BatchV1Api(ctx.kube.api)
-        self._core = k8s.CoreV1Api(ctx.kube.api)
         self.done: dict[str, float] = {}  # action keys carried out recently (caches catch up meanwhile)
 
     @staticmethod
@@ -101,11 +100,8 @@ class Reaper:
             if action.reason is ReapReason.LEASE_HOLDER_GONE:
                 holder = self.ctx.store.lease_holder(action.task_id) or ""
                 pod_name = str(holder).split(":", 1)[0]
-                try:
-                    pod = self._core.read_namespaced_pod(pod_name, namespace)
-                    return pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
-                except ApiException as exc:
-                    return exc.status == 404
+                pod = self.ctx.kube.core.read_pod(namespace, pod_name)  # None: gone
+                return pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             if action.reason is ReapReason.RUNNING_WITHOUT_JOB:
                 jobs = self._batch.list_namespaced_job(
                     namespace, label_selector=f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")
