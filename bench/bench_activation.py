@@ -15,7 +15,6 @@ import copy
 import queue
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -27,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, watch  # noqa: E402
 from unicore.schema import InboxMessage, TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
+from unicore.state.store import TaskStore  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from bench.bench_cluster import BenchCluster  # noqa: E402
+from tests.cluster.operator_harness import OperatorProcess, Tasks  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 
 VERBOSE = False
@@ -164,53 +163,43 @@ def main() -> int:
     args = parser.parse_args()
     global VERBOSE
     VERBOSE = args.verbose
-    data = Path(tempfile.mkdtemp(prefix="unicore-bench-activation-"))
-    cluster = DevCluster(data / "cluster").start()
-    (data / "redis").mkdir()
-    redis_server = RedisServer(data / "redis")
-    operator: OperatorProcess | None = None
-    try:
-        install_crd(cluster.kubeconfig)
-        api = cluster.api_client()
-        namespace = "bench"
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        wait_for(lambda: client.CoreV1Api(api).read_namespaced_service_account("default", namespace), timeout=30)
-        install_agent_rbac(cluster.kubeconfig, namespace)
-        store = TaskStore(connect(redis_server.url))
-        store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
-        operator = OperatorProcess(cluster.kubeconfig, redis_server.url, namespace, data / "operator.log",
+    with BenchCluster("activation") as bench:
+        bench.store.create_task(TaskSpec(id=f"{bench.namespace}/parent", prompt=None))
+        operator = OperatorProcess(bench.kubeconfig, bench.redis_url, bench.namespace, bench.data / "operator.log",
                                    UNICORE_RESYNC_SECONDS="30").start()
-        tasks = Tasks(api, namespace)
-        jobs = JobWatch(tasks.batch, namespace)
-        spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
-        rows = []
-        turns_of: dict[str, int] = {}  # task -> turns its last sampled Job ran (carried from row to row)
-        existing: list[str] = []
-        for total in (1, args.tasks):
-            new = [f"s{i:05d}" for i in range(len(existing), total)]
-            began = time.monotonic()
-            create_tasks(cluster, namespace, new, spec)
-            existing.extend(new)
-            want = len(existing)
-            wait_for(lambda: sum(p == "Idle" for p in tasks.all_phases().values()) >= want,  # noqa: B023
-                     timeout=1200, interval=1.0, what=f"{total} Idle sample tasks")
-            print(f"{total} task(s) created and Idle in {time.monotonic() - began:.1f}s", flush=True)
-            op, raw = measure(tasks, store, jobs, namespace, existing[:max(1, args.samples)], args.samples,
-                             turns_of)
-            rows.append((total, op, raw))
-        print(f"{'tasks':>6} {'op p50 ms':>10} {'raw p50 ms':>11} {'ratio':>6} {'op p99 ms':>10} "
-              f"{'raw p99 ms':>11} {'ratio':>6}")
-        for total, op, raw in rows:
-            print(f"{total:>6} {statistics.median(op):>10.1f} {statistics.median(raw):>11.1f} "
-                  f"{statistics.median(op) / statistics.median(raw):>6.2f} {pct(op, 99):>10.1f} "
-                  f"{pct(raw, 99):>11.1f} {pct(op, 99) / pct(raw, 99):>6.2f}")
-        return 0
-    finally:
-        if operator is not None:
+        try:
+            rows = run(bench, args.tasks, args.samples)
+        finally:
             operator.stop()
-        cluster.stop()
-        redis_server.stop()
+    print(f"{'tasks':>6} {'op p50 ms':>10} {'raw p50 ms':>11} {'ratio':>6} {'op p99 ms':>10} "
+          f"{'raw p99 ms':>11} {'ratio':>6}")
+    for total, op, raw in rows:
+        print(f"{total:>6} {statistics.median(op):>10.1f} {statistics.median(raw):>11.1f} "
+              f"{statistics.median(op) / statistics.median(raw):>6.2f} {pct(op, 99):>10.1f} "
+              f"{pct(raw, 99):>11.1f} {pct(op, 99) / pct(raw, 99):>6.2f}")
+    return 0
 
+
+def run(bench: BenchCluster, tasks_total: int, samples: int) -> list[tuple[int, list[float], list[float]]]:
+    """Activation latencies (operator, raw) sampled with 1 and then ``tasks_total`` Idle AgentTasks."""
+    tasks, namespace = bench.tasks, bench.namespace
+    jobs = JobWatch(tasks.batch, namespace)
+    spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
+    rows = []
+    turns_of: dict[str, int] = {}  # task -> turns its last sampled Job ran (carried from row to row)
+    existing: list[str] = []
+    for total in (1, tasks_total):
+        new = [f"s{i:05d}" for i in range(len(existing), total)]
+        began = time.monotonic()
+        create_tasks(bench.cluster, namespace, new, spec)
+        existing.extend(new)
+        want = len(existing)
+        wait_for(lambda: sum(p == "Idle" for p in tasks.all_phases().values()) >= want,  # noqa: B023
+                 timeout=1200, interval=1.0, what=f"{total} Idle sample tasks")
+        print(f"{total} task(s) created and Idle in {time.monotonic() - began:.1f}s", flush=True)
+        op, raw = measure(tasks, bench.store, jobs, namespace, existing[:max(1, samples)], samples, turns_of)
+        rows.append((total, op, raw))
+    return rows
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,10 +6,11 @@ created from 8 API clients; a first operator initialises them (all Idle), then N
 the Job build_turn_job_spec makes for its turn 1, with ``suspend: true`` (no pod ever runs). That operator is
 stopped. Then, one at a time, a fresh ``unicore-operator`` and a fresh no-op operator are started; each is measured
 once it has listed everything and gone quiet (the no-op operator logs counts; both: CPU time of the process grows
-by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from /proc/<pid>/status. The same two
-measurements with no objects at all come first.
+by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from /proc/<pid>/status. Each pair is
+measured ``--repeat`` times, alternating (resident memory after the same start-up varies by several MiB from run to
+run), and the table shows the means. The same measurements with no objects at all come first.
 
-    KUBEBUILDER_ASSETS=... .venv/bin/python bench/bench_operator_memory.py [--tasks 1000[,5000]]
+    KUBEBUILDER_ASSETS=... .venv/bin/python bench/bench_operator_memory.py [--tasks 1000[,5000]] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,15 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubernetes import client  # noqa: E402
 from unicore.schema import TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 from unicore_operator.job_builder import build_turn_job_spec  # noqa: E402
 from unicore_operator.settings import load_settings  # noqa: E402
 
-from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from bench.bench_cluster import BenchCluster  # noqa: E402
+from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -98,64 +97,71 @@ def parallel(fn: Any, items: list[Any], cluster: DevCluster, namespace: str, wor
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", default="1000", help="comma-separated totals, ascending (e.g. 1000,5000)")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="operator/no-op pairs measured per total, alternating (RSS varies run to run)")
     args = parser.parse_args()
     totals = [int(t) for t in args.tasks.split(",")]
-    data = Path(tempfile.mkdtemp(prefix="unicore-bench-memory-"))
-    cluster = DevCluster(data / "cluster").start()
-    (data / "redis").mkdir()
-    redis_server = RedisServer(data / "redis")
+    with BenchCluster("memory") as bench:
+        rows = run(bench, totals, args.repeat)
+    print(f"\n{'AgentTasks+Jobs':>15} {'operator RSS MiB':>16} {'no-op RSS MiB':>13} {'ratio':>6} "
+          f"{'operator HWM MiB':>16} {'no-op HWM MiB':>13} {'ratio':>6}")
+    for n, op_rss, op_hwm, noop_rss, noop_hwm in rows:
+        print(f"{n:>15} {op_rss / 1024:>16.1f} {noop_rss / 1024:>13.1f} {op_rss / noop_rss:>6.2f} "
+              f"{op_hwm / 1024:>16.1f} {noop_hwm / 1024:>13.1f} {op_hwm / noop_hwm:>6.2f}")
+    return 0
+
+
+def run(bench: BenchCluster, totals: list[int], repeat: int) -> list[tuple[int, int, int, int, int]]:
+    """(N, operator RSS, operator HWM, no-op RSS, no-op HWM) in KiB, each the mean of ``repeat`` runs."""
+    namespace, tasks, data = bench.namespace, bench.tasks, bench.data
+    bench.store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
+    spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
+    op_env = OperatorProcess(bench.kubeconfig, bench.redis_url, namespace, data / "x.log",
+                             UNICORE_RESYNC_SECONDS="30").env
+    settings = load_settings(op_env)
     running: list[subprocess.Popen[bytes]] = []
-    try:
-        install_crd(cluster.kubeconfig)
-        api = cluster.api_client()
-        namespace = "bench"
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        wait_for(lambda: client.CoreV1Api(api).read_namespaced_service_account("default", namespace), timeout=30)
-        install_agent_rbac(cluster.kubeconfig, namespace)
-        store = TaskStore(connect(redis_server.url))
-        store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
-        tasks = Tasks(api, namespace)
-        spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
-        op_env = OperatorProcess(cluster.kubeconfig, redis_server.url, namespace, data / "x.log",
-                                 UNICORE_RESYNC_SECONDS="30").env
-        settings = load_settings(op_env)
 
-        def start(kind: str, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
-            log_path = data / f"{kind}-{tag}.log"
-            argv = ([str(VENV_BIN / "unicore-operator")] if kind == "operator"
-                    else [sys.executable, str(HERE / "noop_operator.py")])
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(argv, env=op_env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-            running.append(proc)
-            return proc, log_path
+    def start(kind: str, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log_path = data / f"{kind}-{tag}.log"
+        argv = ([str(VENV_BIN / "unicore-operator")] if kind == "operator"
+                else [sys.executable, str(HERE / "noop_operator.py")])
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, env=op_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        running.append(proc)
+        return proc, log_path
 
-        def noop_ready(log_path: Path, n: int) -> Any:
-            want = f"seen tasks={n} jobs={n} "
-            return lambda: want in log_path.read_text(errors="replace")
+    def noop_ready(log_path: Path, n: int) -> Any:
+        want = f"seen tasks={n} jobs={n} "
+        return lambda: want in log_path.read_text(errors="replace")
 
-        rows: list[tuple[int, int, int, int, int, float, float]] = []
+    rows: list[tuple[int, int, int, int, int]] = []
 
-        def measure_pair(n: int) -> None:
-            op, _ = start("operator", str(n))
+    def measure_pairs(n: int) -> None:
+        samples: list[tuple[int, int, int, int]] = []
+        for attempt in range(repeat):
+            op, _ = start("operator", f"{n}-{attempt}")
             op_rss, op_hwm, op_t = measure(op)
             stop(op)
-            noop, log_path = start("noop", str(n))
+            noop, log_path = start("noop", f"{n}-{attempt}")
             noop_rss, noop_hwm, noop_t = measure(noop, noop_ready(log_path, n) if n else None)
             stop(noop)
-            rows.append((n, op_rss, op_hwm, noop_rss, noop_hwm, op_t, noop_t))
-            print(f"{n}: operator RSS {op_rss} KiB (HWM {op_hwm}, quiet after {op_t:.0f}s); no-op RSS {noop_rss} "
-                  f"KiB (HWM {noop_hwm}, {noop_t:.0f}s); ratio {op_rss / noop_rss:.2f}", flush=True)
+            samples.append((op_rss, op_hwm, noop_rss, noop_hwm))
+            print(f"{n} (run {attempt + 1}): operator RSS {op_rss} KiB (HWM {op_hwm}, quiet after {op_t:.0f}s); "
+                  f"no-op RSS {noop_rss} KiB (HWM {noop_hwm}, {noop_t:.0f}s); ratio {op_rss / noop_rss:.2f}",
+                  flush=True)
+        means = [round(statistics.mean(column)) for column in zip(*samples, strict=True)]
+        rows.append((n, means[0], means[1], means[2], means[3]))
 
-        measure_pair(0)
+    try:
+        measure_pairs(0)
         existing = 0
         for total in totals:
             names_ = [f"s{i:05d}" for i in range(existing, total)]
             began = time.monotonic()
-            parallel(lambda t, n: t.create(n, spec), names_, cluster, namespace)
+            parallel(lambda t, n: t.create(n, spec), names_, bench.cluster, namespace)
             init, _ = start("operator", f"init-{total}")
             wait_for(lambda: sum(p == "Idle" for p in tasks.all_phases().values()) >= total,  # noqa: B023
-                     timeout=1200, interval=1.0, what=f"{total} Idle")
+                     timeout=1800, interval=2.0, what=f"{total} Idle")
             made_tasks = time.monotonic() - began
             objs = {o["metadata"]["name"]: o for o in tasks.all()}
 
@@ -165,31 +171,17 @@ def main() -> int:
                 t.batch.create_namespaced_job(namespace, job)
 
             began = time.monotonic()
-            parallel(make_job, names_, cluster, namespace)
+            parallel(make_job, names_, bench.cluster, namespace)
             made_jobs = time.monotonic() - began
-            time.sleep(5)
             stop(init)
             existing = total
             print(f"{total}: AgentTasks created and Idle in {made_tasks:.0f}s, {len(names_)} Jobs in "
                   f"{made_jobs:.0f}s", flush=True)
-            measure_pair(total)
-
-        print(f"\n{'AgentTasks+Jobs':>15} {'operator RSS MiB':>16} {'no-op RSS MiB':>13} {'ratio':>6} "
-              f"{'operator HWM MiB':>16} {'no-op HWM MiB':>13} {'ratio':>6}")
-        for n, op_rss, op_hwm, noop_rss, noop_hwm, _, _ in rows:
-            print(f"{n:>15} {op_rss / 1024:>16.1f} {noop_rss / 1024:>13.1f} {op_rss / noop_rss:>6.2f} "
-                  f"{op_hwm / 1024:>16.1f} {noop_hwm / 1024:>13.1f} {op_hwm / noop_hwm:>6.2f}")
-        base_op, base_noop = rows[0][1], rows[0][3]
-        for n, op_rss, _, noop_rss, _, _, _ in rows[1:]:
-            print(f"{n}: growth over the empty start operator {(op_rss - base_op) / 1024:.1f} MiB, no-op "
-                  f"{(noop_rss - base_noop) / 1024:.1f} MiB")
-        return 0
+            measure_pairs(total)
     finally:
         for proc in running:
             stop(proc)
-        cluster.stop()
-        redis_server.stop()
-
+    return rows
 
 if __name__ == "__main__":
     raise SystemExit(main())
