@@ -7,6 +7,7 @@ import json
 from typing import Any, cast
 
 import pytest
+from unicore.state.records import parse_turn_headers
 from unicore_operator.task_api import transcript as pages
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.http import read_body
@@ -31,7 +32,7 @@ def message(seq: int, turn: int, role: str, *blocks: dict[str, Any]) -> str:
 
 
 def test_windows_follow_since_limit_and_turn() -> None:
-    headers = pages.parse_turn_headers(headers_json((1, 3), (0, 0), (2, 7)))
+    headers = parse_turn_headers(headers_json((1, 3), (0, 0), (2, 7)))
     assert [h.number for h in headers] == [0, 1, 2]
     assert pages.page_window(headers, 9, since=0, limit=4, turn=None) == (0, 4)
     assert pages.page_window(headers, 9, since=8, limit=4, turn=None) == (8, 9)
@@ -64,7 +65,7 @@ def test_tool_details_only_when_asked_and_blocks_clipped() -> None:
 
 
 def test_page_respects_the_byte_budget_but_always_moves_forward() -> None:
-    headers = pages.parse_turn_headers(headers_json((0, 0)))
+    headers = parse_turn_headers(headers_json((0, 0)))
     raw = [message(i, 0, "user", {"text": "z" * 1000}) for i in range(5)]
     page = pages.build_page(
         headers=headers,

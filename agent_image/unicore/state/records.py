@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -150,3 +150,22 @@ class TurnMeta:
             note=meta.get(turn_meta_field(turn_number, "note"), "") or "",
         )
 
+
+@dataclass(frozen=True)
+class TurnHeader:
+    """A turn's header in ``uc:{T}:turns`` (written by ``lua.py`` when a turn starts)."""
+
+    number: int  # as Redis stores it (from 0)
+    started_at: float
+    first_seq: int
+
+
+def parse_turn_headers(raw: Sequence[str]) -> list[TurnHeader]:
+    """The stored turn headers, oldest first."""
+    headers: list[TurnHeader] = []
+    for item in raw:
+        data = json.loads(item)
+        headers.append(
+            TurnHeader(int(data["turn_number"]), float(data["started_at"]), int(data["first_seq"]))
+        )
+    return sorted(headers, key=lambda h: h.first_seq)

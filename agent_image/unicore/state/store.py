@@ -22,7 +22,6 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from unicore.answers import load_message
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
 from unicore.schema import (
@@ -42,6 +41,7 @@ from unicore.state import lua
 from unicore.state.activations import entry_fields
 from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.messages import load_message
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
 
 log = get_logger("state")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.reads import read_message_slice, read_transcript_head
+from unicore.state.records import parse_turn_headers
 from unicore.state.store import TaskStore
 from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 
@@ -158,7 +159,7 @@ class TaskApi:
         task_id = f"{namespace}/{name}"
         try:
             head = read_transcript_head(self.store.redis, task_id)
-            headers = pages.parse_turn_headers(head.raw_turns)
+            headers = parse_turn_headers(head.raw_turns)
             window = pages.page_window(headers, head.total, since=since, limit=limit, turn=turn)
             if window is None:
                 raise ApiError(

@@ -11,34 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from unicore.answers import load_message
-from unicore.state.records import TurnMeta
+from unicore.state.messages import load_message
+from unicore.state.records import TurnHeader, TurnMeta
 from unicore.turn_numbers import shown_turn
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 PAGE_BYTE_BUDGET = 1024 * 1024
 BLOCK_CHARS = 64 * 1024
-
-
-@dataclass(frozen=True)
-class TurnHeader:
-    number: int  # as Redis stores it (from 0)
-    started_at: float
-    first_seq: int
-
-
-def parse_turn_headers(raw: Sequence[str]) -> list[TurnHeader]:
-    headers: list[TurnHeader] = []
-    for item in raw:
-        data = json.loads(item)
-        headers.append(
-            TurnHeader(int(data["turn_number"]), float(data["started_at"]), int(data["first_seq"]))
-        )
-    return sorted(headers, key=lambda h: h.first_seq)
 
 
 def turn_range(headers: Sequence[TurnHeader], turn: int, total: int) -> tuple[int, int] | None:
