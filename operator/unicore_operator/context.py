@@ -23,6 +23,17 @@ class CreateFailure:
     since: float
 
 
+@dataclass(frozen=True)
+class WrittenStatus:
+    """A status this process patched onto AgentTask ``uid`` (``status``: the object's status after the merge patch)
+    and the indexed status it replaced (``over``): while the index still shows ``over``, the watch event of the
+    patch is on its way and the object's status is ``status`` (see ``reconcile.known_status``)."""
+
+    uid: str
+    over: dict[str, Any]
+    status: dict[str, Any]
+
+
 @dataclass
 class OperatorContext:
     settings: OperatorSettings
@@ -41,6 +52,8 @@ class OperatorContext:
     # Pending delayed re-checks (retry backoff, lease still held), one per task.
     rechecks: dict[TaskKey, asyncio.TimerHandle] = field(default_factory=dict)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    # Status patches whose watch event the AgentTask index has not shown yet, by task (dropped when it has).
+    written_status: dict[TaskKey, WrittenStatus] = field(default_factory=dict)
     # Threads for the turn Job POST only: the activation path never queues behind the status patches, Event
     # posts and Redis calls that share asyncio.to_thread's default executor (a resync, a burst of creations).
     job_executor: ThreadPoolExecutor = field(

@@ -16,7 +16,7 @@ from unicore.reports import deliver_report, report_failure
 from unicore.state.operator_state import TaskSnapshot
 
 from unicore_operator import events, metrics, names
-from unicore_operator.context import OperatorContext
+from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec
@@ -234,11 +234,38 @@ async def _job_exists_and_runs(ctx: OperatorContext, key: TaskKey, job_name: str
     return False
 
 
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``target`` after a JSON merge patch (RFC 7386) with ``patch`` (pure)."""
+    merged = dict(target)
+    for name, value in patch.items():
+        if value is None:
+            merged.pop(name, None)
+        elif isinstance(value, dict) and isinstance(merged.get(name), dict):
+            merged[name] = merge_patch(merged[name], value)
+        else:
+            merged[name] = value
+    return merged
+
+
+def known_status(ctx: OperatorContext, key: TaskKey, body: dict[str, Any]) -> dict[str, Any]:
+    """The task's status as the API server has it: the index's, or, while the index still shows the status that a
+    patch of ours replaced (the patch's watch event is on its way), what that patch made of it. A Job's events
+    arrive within milliseconds of the status patch its creation caused: compared with the index alone, each of
+    their reconciles patched the same status again (and each patch was one more AgentTask event to process)."""
+    indexed: dict[str, Any] = body.get("status") or {}
+    written = ctx.written_status.get(key)
+    if written is not None and written.uid == body["metadata"].get("uid") and written.over == indexed:
+        return written.status
+    ctx.written_status.pop(key, None)  # the index caught up (or someone else wrote): it speaks for itself
+    return indexed
+
+
 async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, obs: TaskObservation,
                          children: list[dict[str, str]]) -> None:
     phase, message = decide_phase(obs)
     meta = body["metadata"]
-    previous = body.get("status") or {}
+    key = (meta["namespace"], meta["name"])
+    previous = known_status(ctx, key, body)
     depth = snap.depth if snap.depth is not None else tree_path(ctx, body).count("/")
     status = build_status(
         phase=phase, message=message, record=snap.record, last_turn=snap.last_turn, active_job=obs.active_job,
@@ -250,6 +277,8 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message)
     if status_changed(previous, status):
         await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
+        ctx.written_status[key] = WrittenStatus(str(meta.get("uid")), body.get("status") or {},
+                                                merge_patch(previous, status))
         if phase is Phase.FAILED and previous.get("phase") != Phase.FAILED:
             _post(ctx, body, events.WARNING, events.RETRIES_EXHAUSTED if snap.failed_attempts else events.INVALID_SPEC,
                   message)

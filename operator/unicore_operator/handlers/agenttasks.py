@@ -112,6 +112,7 @@ async def cleanup_task(*, namespace: str | None, name: str, memo: kopf.Memo, **_
     if handle is not None:
         handle.cancel()
     ctx.inflight_jobs.pop(key, None)
+    ctx.written_status.pop(key, None)
     retention = ctx.settings.redis_retention_seconds
     if retention > 0:
         keys = await asyncio.to_thread(ctx.redis.task_keys, tid)
