@@ -6,6 +6,9 @@ feeds them). They are the only indexes the operator registers; each holds a smal
 ``turnjob_index``    (namespace, task name)   -> JobView of each turn Job of the task (``views.job_view``)
 ``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (``views.pod_view``)
 
+The index functions are coroutines (pure and quick, they await nothing): Kopf runs a plain function in its thread
+pool, a hop to a worker thread and back for every watch event of every AgentTask, turn Job and turn pod.
+
 One index per object kind: a task's children are the ids in its Redis children set (read with its snapshot), each
 looked up in ``agenttask_index`` for its phase (``reconcile.children_of``); no reverse map of ``parentRef``.
 
@@ -60,7 +63,7 @@ def job_task_key(body: Mapping[str, Any]) -> TaskKey | None:
 
 
 @kopf.index(names.GROUP, names.VERSION, names.PLURAL)
-def agenttask_index(*, body: kopf.Body, namespace: str | None, name: str,
+async def agenttask_index(*, body: kopf.Body, namespace: str | None, name: str,
                     **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
     if namespace is None:  # AgentTasks are namespaced; kopf's signature allows None for cluster-scoped kinds
         return None
@@ -68,7 +71,7 @@ def agenttask_index(*, body: kopf.Body, namespace: str | None, name: str,
 
 
 @kopf.index("batch", "v1", "jobs", labels=JOB_SELECTOR)
-def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, JobView] | None:
+async def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, JobView] | None:
     task_key = job_task_key(body)
     if task_key is None:
         return None
@@ -76,7 +79,7 @@ def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, JobView] | None:
 
 
 @kopf.index("", "v1", "pods", labels=JOB_SELECTOR)
-def turnpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, PodView] | None:
+async def turnpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, PodView] | None:
     task_key = job_task_key(body)  # the pod template carries the task-id annotation
     if task_key is None:
         return None

@@ -3,6 +3,7 @@ watchdog's views built from the operator's index values equal the views it build
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any, cast
@@ -60,9 +61,9 @@ def test_one_index_per_object_kind() -> None:
 
 
 def test_the_watchdog_views_from_the_index_values_equal_those_from_the_bodies() -> None:
-    job_entry = indexes.turnjob_index(body=JOB)  # type: ignore[arg-type]
-    pod_entry = indexes.turnpod_index(body=POD)  # type: ignore[arg-type]
-    task_entry = indexes.agenttask_index(body=TASK, namespace=NS, name="demo")  # type: ignore[arg-type]
+    job_entry = asyncio.run(indexes.turnjob_index(body=JOB))  # type: ignore[arg-type]
+    pod_entry = asyncio.run(indexes.turnpod_index(body=POD))  # type: ignore[arg-type]
+    task_entry = asyncio.run(indexes.agenttask_index(body=TASK, namespace=NS, name="demo"))  # type: ignore[arg-type]
     assert job_entry == {(NS, "demo"): job_view(JOB)}
     assert pod_entry == {(NS, "demo"): pod_view(POD)}
     assert task_entry is not None
