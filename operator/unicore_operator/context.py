@@ -54,6 +54,8 @@ class OperatorContext:
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     # Status patches whose watch event the AgentTask index has not shown yet, by task (dropped when it has).
     written_status: dict[TaskKey, WrittenStatus] = field(default_factory=dict)
+    # What the last reconciled event of each turn Job (namespace, name, uid) showed: (outcome, deleting, suspended).
+    job_states: dict[tuple[str, str, str], tuple[str, bool, bool]] = field(default_factory=dict)
     # Threads for the turn Job POST only: the activation path never queues behind the status patches, Event
     # posts and Redis calls that share asyncio.to_thread's default executor (a resync, a burst of creations).
     job_executor: ThreadPoolExecutor = field(

@@ -285,17 +285,28 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
 
 
 async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str | None) -> None:
-    """A turn Job was added, changed or deleted: record its end once (with its Event), then reconcile its task."""
+    """A turn Job was added, changed or deleted: record its end once (with its Event), then reconcile its task.
+    A change of nothing the reconcile reads of a Job (its start time, ready and pod counts: most of a running
+    Job's events) is not reconciled again."""
     key = job_task_key(job)
     if key is None or not ctx.watches(key[0]):
         return
-    name = job_view(job).name
+    view = job_view(job)
+    name = view.name
     if ctx.inflight_jobs.get(key) == name:
         ctx.inflight_jobs.pop(key, None)
+    seen_as, state = (view.namespace, name, view.uid), (view.outcome, view.deleting, view.suspended)
+    deleted = event_type == "DELETED"
+    if deleted:
+        ctx.job_states.pop(seen_as, None)
+    elif ctx.job_states.get(seen_as) == state:
+        return
     try:
-        outcome = await record_job_end(ctx, job, event_type == "DELETED")
+        outcome = await record_job_end(ctx, job, deleted)
     except Exception as exc:  # Redis unreachable: the Job stays in the index, and reconcile records its end later
         logger.warning("could not record the end of turn Job %s/%s (%s); a later reconcile records it", key[0], name,
                        exc)
         outcome = "unrecorded"
+    if not deleted and outcome != "unrecorded":
+        ctx.job_states[seen_as] = state
     await reconcile_task(ctx, key[0], key[1], f"job-{outcome or 'running'}")
