@@ -56,6 +56,8 @@ class OperatorContext:
     written_status: dict[TaskKey, WrittenStatus] = field(default_factory=dict)
     # What the last reconciled event of each turn Job (namespace, name, uid) showed: (outcome, deleting, suspended).
     job_states: dict[tuple[str, str, str], tuple[str, bool, bool]] = field(default_factory=dict)
+    # Turn pods (uid) whose end was seen and their lease checked: their later events need no lease check.
+    ended_pods: set[str] = field(default_factory=set)
     # Threads for the turn Job POST only: the activation path never queues behind the status patches, Event
     # posts and Redis calls that share asyncio.to_thread's default executor (a resync, a burst of creations).
     job_executor: ThreadPoolExecutor = field(

@@ -10,7 +10,7 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import JOB_SELECTOR
 from unicore_operator.log import logger
 from unicore_operator.reconcile import job_changed, reconcile_task
-from unicore_operator.turn_ends import break_dead_lease, pod_job, pod_moves_phase
+from unicore_operator.turn_ends import break_dead_lease, ended_turn_pod, pod_job, pod_moves_phase
 from unicore_operator.watchdog.views import pod_view
 
 
@@ -40,10 +40,17 @@ async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
             await reconcile_task(ctx, namespace, name, "turn-pod-created")
         elif task is not None and pod_moves_phase(pod_view(body), task.get("status") or {}):
             await reconcile_task(ctx, namespace, name, "turn-pod-scheduling")
+    uid, event_type = str(body.get("metadata", {}).get("uid") or ""), event.get("type")
+    if uid in ctx.ended_pods:  # its end was seen and its lease checked: no process of it can hold the lease since
+        if event_type == "DELETED":
+            ctx.ended_pods.discard(uid)
+        return
     try:
-        key = await break_dead_lease(ctx, dict(body), event.get("type"))
+        key = await break_dead_lease(ctx, dict(body), event_type)
     except Exception as exc:  # Redis unreachable: the lease expires on its TTL, the watchdog covers the rest
         logger.warning("could not break the lease of ended turn pod %s: %s", body.get("metadata", {}).get("name"), exc)
         return
+    if uid and event_type != "DELETED" and ended_turn_pod(body, event_type) is not None:
+        ctx.ended_pods.add(uid)
     if key is not None:
         await reconcile_task(ctx, key[0], key[1], "turn-pod-ended")
