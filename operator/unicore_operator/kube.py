@@ -31,8 +31,12 @@ class KubeClients:
     def create_job(self, job: dict[str, Any]) -> bool:
         """Create the Job; False when it already exists (a duplicate activation)."""
         try:
-            # The client serialises a plain dict body as it is; its annotation only names the model class.
-            self.batch.create_namespaced_job(job["metadata"]["namespace"], cast(client.V1Job, job))
+            # The client serialises a plain dict body as it is; its annotation only names the model class. The
+            # answer (the whole Job) is read and dropped, not deserialised into V1Job models nobody looks at.
+            response: Any = self.batch.create_namespaced_job(  # the urllib3 response (typed as the V1Job)
+                job["metadata"]["namespace"], cast(client.V1Job, job), _preload_content=False)
+            response.read()
+            response.release_conn()
             return True
         except ApiException as exc:
             if exc.status == 409:
