@@ -12,6 +12,7 @@ from unicore.state.store import TaskStore
 
 from unicore_operator import activation, http_server, job_events, names
 from unicore_operator.context import OperatorContext
+from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.redis_state import RedisState
@@ -24,8 +25,9 @@ startup_hooks: list[StartupHook] = []
 
 def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
     settings.persistence.finalizer = names.FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # Kopf's annotation storages, without its deep copies of every watched object (see kopf_storage).
+    settings.persistence.progress_storage = LeanProgressStorage(prefix=names.ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = LeanDiffBaseStorage(
         prefix=names.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING  # our own Events are posted explicitly (kube.post_event)

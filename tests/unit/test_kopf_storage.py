@@ -1,0 +1,73 @@
+"""The operator's lean Kopf storages make the same essences as Kopf's own, without deep-copying whole bodies."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kopf
+import pytest
+from unicore_operator import names
+from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
+
+PREFIX = names.ANNOTATION_PREFIX
+MANAGED = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:status": {"f:active": {}}}}]
+TASK = {
+    "apiVersion": "unicore.dev/v1alpha1", "kind": "AgentTask",
+    "metadata": {"name": "demo", "namespace": "ns", "uid": "u1", "generation": 2, "resourceVersion": "7",
+                 "labels": {"team": "a"}, "finalizers": [names.FINALIZER], "managedFields": MANAGED,
+                 "annotations": {f"{PREFIX}/last-handled-configuration": json.dumps({"spec": {"prompt": "hi"}}),
+                                 f"{PREFIX}/initialise": json.dumps({"started": "2026-01-01T00:00:00"}),
+                                 "kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "kept"}},
+    "spec": {"prompt": "hi", "suspend": True, "script": {"default": "done"}},
+    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
+}
+JOB = {
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "demo-t1", "namespace": "ns", "uid": "j1", "managedFields": MANAGED,
+                 "labels": {"app.kubernetes.io/managed-by": "unicore-operator"},
+                 "annotations": {"unicore.dev/task-id": "ns/demo"},
+                 "ownerReferences": [{"kind": "AgentTask", "name": "demo", "uid": "u1"}]},
+    "spec": {"template": {"spec": {"containers": [{"name": "turn", "image": "x", "env": [{"name": "A"}]}]}}},
+    "status": {"active": 1, "startTime": "2026-01-01T00:00:00Z"},
+}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-t1-abc", "namespace": "ns"},
+       "spec": {"containers": [{"name": "turn"}]}, "status": {"phase": "Succeeded"}}
+FIELDS: list[list[Any]] = [[], [("spec", "suspend")], ["status.phase"], [("metadata", "labels", "team")]]
+
+
+def kopfs() -> tuple[kopf.AnnotationsDiffBaseStorage, kopf.AnnotationsProgressStorage]:
+    return (kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key="last-handled-configuration"),
+            kopf.AnnotationsProgressStorage(prefix=PREFIX))
+
+
+def leans() -> tuple[LeanDiffBaseStorage, LeanProgressStorage]:
+    return (LeanDiffBaseStorage(prefix=PREFIX, key="last-handled-configuration"),
+            LeanProgressStorage(prefix=PREFIX))
+
+
+@pytest.mark.parametrize("raw", [TASK, JOB, POD], ids=["agenttask", "job", "pod"])
+@pytest.mark.parametrize("fields", FIELDS, ids=["none", "spec", "status", "metadata"])
+def test_the_essences_are_kopfs(raw: dict[str, Any], fields: list[Any]) -> None:
+    untouched = copy.deepcopy(raw)
+    body = kopf.Body(raw)
+    (kopf_base, kopf_progress), (lean_base, lean_progress) = kopfs(), leans()
+    new = lean_progress.clear(essence=lean_base.build(body=body, extra_fields=fields))
+    assert new == kopf_progress.clear(essence=kopf_base.build(body=body, extra_fields=fields))
+    old = lean_base.fetch(body=body)
+    if old is not None:
+        assert lean_progress.clear(essence=old) == kopf_progress.clear(essence=kopf_base.fetch(body=body))
+    assert raw == untouched  # nothing of the body was changed, though the essence is not a deep copy of it
+    new["spec"]["added"] = 1
+    assert "added" not in raw["spec"]
+
+
+def test_the_operator_uses_them() -> None:
+    from unicore_operator.handlers.lifecycle import tune_kopf
+    from unicore_operator.settings import OperatorSettings
+
+    settings = kopf.OperatorSettings()
+    tune_kopf(settings, OperatorSettings(redis_url="redis://unused:6379/0", namespaces=("ns",)))
+    assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
+    assert isinstance(settings.persistence.progress_storage, LeanProgressStorage)
