@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from unicore.state.task_views import TaskView
 from unicore.turn_numbers import shown_turn
 
 from unicore_operator.watchdog.views import PodView
@@ -176,7 +177,7 @@ def build_status(
     *,
     phase: Phase,
     message: str,
-    record: dict[str, Any] | None,
+    record: TaskView | None,
     last_turn: dict[str, Any] | None,
     active_job: str | None,
     children: list[dict[str, str]],
@@ -189,32 +190,25 @@ def build_status(
     reason: str | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields)."""
-    rec = record or {}
-
-    def num(key: str) -> int:
-        try:
-            return int(float(rec.get(key) or 0))
-        except (TypeError, ValueError):
-            return 0
-
+    rec = record or TaskView(id="", model="")
     status: dict[str, Any] = {
         "phase": str(phase),
         "message": truncate(message, 1024),
         "depth": depth,
         "treePath": tree_path,
-        "turns": num("turns"),
-        "iterations": num("iterations"),
-        "tokens": num("total_tokens"),
-        "inputTokens": num("input_tokens"),
-        "outputTokens": num("output_tokens"),
+        "turns": rec.turns,
+        "iterations": rec.iterations,
+        "tokens": rec.total_tokens,
+        "inputTokens": rec.input_tokens,
+        "outputTokens": rec.output_tokens,
         "activeJob": active_job or "",
         "failedAttempts": failed_attempts,
-        "lastResponse": truncate(str(rec.get("last_response") or ""), LAST_RESPONSE_MAX),
+        "lastResponse": truncate(rec.last_response, LAST_RESPONSE_MAX),
         "children": children,
         "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now, reason)],
     }
-    if rec.get("model"):
-        status["model"] = str(rec["model"])
+    if rec.model:
+        status["model"] = rec.model
     if generation is not None:
         status["observedGeneration"] = generation
     if last_turn:

@@ -268,7 +268,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
     previous = known_status(ctx, key, body)
     depth = snap.depth if snap.depth is not None else tree_path(ctx, body).count("/")
     status = build_status(
-        phase=phase, message=message, record=snap.record, last_turn=snap.last_turn, active_job=obs.active_job,
+        phase=phase, message=message, record=snap.view, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs),
     )

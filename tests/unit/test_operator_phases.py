@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from unicore.state.task_views import view_from_mapping
 from unicore_operator.crd_model import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
 from unicore_operator.indexes import job_outcome
 from unicore_operator.phases import (
@@ -52,8 +53,9 @@ def test_retry_delay_backs_off_and_caps() -> None:
 
 
 def test_ready_condition_and_bounded_fields() -> None:
-    record = {"turns": "2", "iterations": "5", "total_tokens": "120", "input_tokens": "100", "output_tokens": "20",
-              "last_response": "x" * 5000, "model": "scripted"}
+    record = view_from_mapping({"id": "demo", "turns": "2", "iterations": "5", "total_tokens": "120",
+                                "input_tokens": "100", "output_tokens": "20", "last_response": "x" * 5000,
+                                "model": "scripted"})
     status = build_status(phase=Phase.IDLE, message="nothing pending", record=record,
                           last_turn={"number": 2, "started_at": 1.7e9, "ended_at": "1700000005.5", "summary": "s"},
                           active_job=None, children=[{"name": "c", "phase": "Idle"}], depth=0, tree_path="demo",
@@ -122,7 +124,7 @@ def test_a_job_that_cannot_create_its_pod_is_pending_with_the_events_reason() ->
     assert text == f"turn Job demo-t1 cannot create its pod: FailedCreate: {message}"
     assert not wants_turn_job(obs)  # a Job exists: no second one
     assert ready_reason(obs) == "FailedCreate"
-    status = build_status(phase=phase, message=text, record={}, last_turn=None, active_job="demo-t1", children=[],
+    status = build_status(phase=phase, message=text, record=None, last_turn=None, active_job="demo-t1", children=[],
                           depth=0, tree_path="demo", failed_attempts=0, generation=1, previous=None,
                           now="2026-01-01T00:00:00Z", reason=ready_reason(obs))
     assert status["conditions"][0]["reason"] == "FailedCreate" and message in status["conditions"][0]["message"]

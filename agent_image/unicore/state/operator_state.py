@@ -27,6 +27,7 @@ from unicore.state import lua
 from unicore.state.codec import text, text_hash
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.records import TurnMeta, turn_meta_field
+from unicore.state.task_views import TaskView, view_from_mapping
 
 _ENDED_PREFIX = "ended:"  # operator hash field ``ended:<turn>``: Jobs of that turn that ended
 
@@ -61,6 +62,11 @@ class TaskSnapshot:
     last_turn: dict[str, Any] | None = None
     unrecorded_jobs: tuple[str, ...] = ()  # of the ended Jobs asked about, those whose end is not recorded yet
     children: tuple[str, ...] = ()  # child task ids (``uc:{T}:children``), oldest first
+
+    @property
+    def view(self) -> TaskView | None:
+        """The task record, decoded (tolerantly: a bad field reads as its default); None when there is none."""
+        return view_from_mapping(self.record) if self.exists else None
 
     @property
     def parent(self) -> str:

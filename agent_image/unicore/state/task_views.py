@@ -79,6 +79,8 @@ class TaskView:
     turns: int = 0
     iterations: int = 0  # model calls
     tool_iterations: int = 0  # model calls that asked for tools
+    input_tokens: int = 0
+    output_tokens: int = 0
     total_tokens: int = 0
     tree_total_tokens: int = 0  # rolled up on the root by the store
     created_at: float = 0.0
@@ -114,6 +116,8 @@ def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
         turns=_int(fields.get("turns", 0)),
         iterations=_int(fields.get("iterations", 0)),
         tool_iterations=_int(fields.get("tool_iterations", 0)),
+        input_tokens=_int(fields.get("input_tokens", 0)),
+        output_tokens=_int(fields.get("output_tokens", 0)),
         total_tokens=_int(fields.get("total_tokens", 0)),
         tree_total_tokens=_int(fields.get("tree_total_tokens", 0)),
         created_at=_float(fields.get("created_at", 0)),
