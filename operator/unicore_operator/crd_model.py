@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
@@ -17,6 +17,7 @@ from unicore.providers.scripted import load_script
 from unicore.schema import Limits, TaskSpec
 
 from unicore_operator import names
+from unicore_operator.resources import ResourcesInvalid, check_resources
 
 
 class SpecInvalid(UniCoreError):
@@ -43,6 +44,22 @@ class LimitsSpec(CamelModel):
         return self.model_dump(exclude_none=True)
 
 
+class ResourcesSpec(CamelModel):
+    """``spec.resources``: requests and limits (resource name -> Kubernetes quantity) of the turn container, merged
+    key by key over the operator's defaults; the same rules as the CRD's CEL (``resources.check_resources``)."""
+
+    requests: dict[str, int | str] | None = None
+    limits: dict[str, int | str] | None = None
+
+    @model_validator(mode="after")
+    def _quantities(self) -> ResourcesSpec:
+        try:
+            check_resources(self.model_dump(exclude_none=True))
+        except ResourcesInvalid as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class ParentRef(CamelModel):
     name: str
     uid: str | None = None
@@ -61,7 +78,7 @@ class AgentTaskSpec(CamelModel):
     parent_ref: ParentRef | None = None
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
-    resources: dict[str, Any] | None = None
+    resources: ResourcesSpec | None = None
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, Any]] | None = None
     priority_class_name: str | None = None

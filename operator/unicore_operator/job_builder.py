@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from unicore_operator import names
+from unicore_operator.resources import merge_resources
 from unicore_operator.settings import OperatorSettings
 
 TURN_CONTAINER = "turn"
@@ -78,18 +79,12 @@ def gpu_count(spec: dict[str, Any], settings: OperatorSettings) -> int:
 
 
 def build_resources(spec: dict[str, Any], settings: OperatorSettings) -> dict[str, Any]:
-    """GPU default (limits only: extended resources need no request) merged with spec.resources (spec wins)."""
-    resources: dict[str, dict[str, Any]] = {}
+    """The operator's default requests and limits (``UNICORE_AGENT_RESOURCES``), then the GPU limit of
+    ``spec.gpus`` (limits only: an extended resource's request is its limit), then ``spec.resources``: each wins
+    key by key over the ones before (``resources.merge_resources``)."""
     gpus = gpu_count(spec, settings)
-    if gpus > 0:
-        resources["limits"] = {settings.gpu_resource: str(gpus)}
-    extra = spec.get("resources") or {}
-    for section in ("requests", "limits"):
-        if extra.get(section):
-            merged = dict(resources.get(section, {}))
-            merged.update({key: str(value) for key, value in extra[section].items()})
-            resources[section] = merged
-    return resources
+    gpu_limits = {settings.gpu_resource: str(gpus)} if gpus > 0 else {}
+    return merge_resources(settings.agent_resources, gpu_limits, spec.get("resources"))
 
 
 def build_tolerations(spec: dict[str, Any], settings: OperatorSettings) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     EnvSettingsSource,
     NoDecode,
@@ -21,12 +21,23 @@ from pydantic_settings.sources.utils import parse_env_vars
 from unicore.errors import ConfigError
 from unicore.settings import KeywordOnlySettings
 
+from unicore_operator.resources import Resources, ResourcesInvalid, check_resources
+
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
     "REDIS_URL", "UNICORE_TASK_ID", "UNICORE_SPAWNER", "UNICORE_NAMESPACE", "UNICORE_WORKSPACE", "HOME",
     "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS",
 })
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# The turn container's default requests and limits: a turn mostly waits on its model, so it reserves a little CPU
+# and has no CPU limit (CPU is compressible: a limit would only throttle the bursts of JSON parsing and tool calls,
+# while the request already gives it its share under contention); memory is not compressible, so a limit keeps a
+# runaway turn from taking its node's memory (it is OOM-killed alone, and the watchdog's rules apply).
+DEFAULT_AGENT_RESOURCES: Resources = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+# An annotation key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
+ANNOTATION_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 # A PersistentVolumeClaim name: a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253 characters).
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -77,6 +88,17 @@ class OperatorSettings(KeywordOnlySettings):
     # How long the Job controller may keep failing to create a turn Job's pod (FailedCreate: no ServiceAccount, a
     # ResourceQuota, Pod Security admission) before that attempt counts as a failed turn (the Job is deleted).
     pod_create_retry_seconds: float = Field(60.0, gt=0)
+    # The turn container's requests and limits, a JSON object {"requests": {...}, "limits": {...}} of Kubernetes
+    # quantities (the same shape as an AgentTask's spec.resources, which wins over it key by key); GPUs come from
+    # default_gpus. Empty = DEFAULT_AGENT_RESOURCES; {} = none (BestEffort pods).
+    agent_resources: Annotated[Resources, NoDecode] = Field(default_factory=lambda: {
+        section: dict(values) for section, values in DEFAULT_AGENT_RESOURCES.items()})
+    # Create the agent ServiceAccount, Role and RoleBinding (agent_rbac.py) in a namespace the first time an
+    # AgentTask appears there. None (unset or empty) = on when cluster-wide (UNICORE_NAMESPACES empty), else off.
+    provision_agent_rbac: bool | None = None
+    # Annotations of the ServiceAccounts the operator provisions (a JSON object, e.g. the IRSA role
+    # {"eks.amazonaws.com/role-arn": "arn:aws:iam::...:role/..."}), as the chart annotates its own.
+    agent_service_account_annotations: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -104,10 +126,38 @@ class OperatorSettings(KeywordOnlySettings):
                 )
         return value
 
-    @field_validator("stall_seconds", mode="before")
+    @field_validator("stall_seconds", "provision_agent_rbac", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("agent_resources", mode="before")
+    @classmethod
+    def _parse_resources(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            if not value.strip():
+                return {section: dict(values) for section, values in DEFAULT_AGENT_RESOURCES.items()}
+            value = _json_object(value)
+        try:
+            checked = check_resources(value)
+        except ResourcesInvalid as exc:
+            raise ValueError(str(exc)) from None
+        gpu = info.data.get("gpu_resource")
+        if gpu in checked.get("limits", {}):
+            raise ValueError(f"limits.{gpu}: GPUs per turn pod come from {env_var('default_gpus')}")
+        return checked
+
+    @field_validator("agent_service_account_annotations", mode="before")
+    @classmethod
+    def _parse_annotations(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = _json_object(value) if value.strip() else {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError('must be a JSON object of string values, e.g. {"example.com/owner": "team-a"}')
+        bad = sorted(str(key) for key in value if not ANNOTATION_KEY_RE.match(str(key)))
+        if bad:
+            raise ValueError(f"invalid annotation keys {bad}")
+        return value
 
     @field_validator("agent_extra_env", mode="before")
     @classmethod
@@ -115,10 +165,7 @@ class OperatorSettings(KeywordOnlySettings):
         if isinstance(value, str):
             if not value.strip():
                 return {}
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON ({exc.msg})") from None
+            value = _json_object(value)
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise ValueError('must be a JSON object of string values, e.g. {"NAME": "value"}')
         bad = sorted(name for name in value if not ENV_NAME_RE.match(str(name)))
@@ -133,6 +180,16 @@ class OperatorSettings(KeywordOnlySettings):
     def cluster_wide(self) -> bool:
         return not self.namespaces
 
+    @property
+    def provisions_agent_rbac(self) -> bool:
+        return self.cluster_wide if self.provision_agent_rbac is None else self.provision_agent_rbac
+
+
+def _json_object(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg})") from None
 
 
 def env_var(field: str) -> str:

@@ -61,7 +61,9 @@ def test_root_spawns_three_children_on_gpu_jobs_and_answers_with_their_results(
     turns = {obj["metadata"]["name"]: obj["status"]["turns"] for obj in tasks.all()}
     assert len(jobs) == sum(turns.values()) and turns["demo"] >= 2
     for job in jobs:
-        assert job.spec.template.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+        resources = job.spec.template.spec.containers[0].resources  # the GPU default over the operator's defaults
+        assert resources.limits == {"nvidia.com/gpu": "1", "memory": "1Gi"}
+        assert resources.requests == {"cpu": "100m", "memory": "256Mi"}
         assert job.status.succeeded == 1, job.metadata.name
     pods = tasks.pods()
     assert len(pods) == len(jobs)

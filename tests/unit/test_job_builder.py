@@ -88,9 +88,13 @@ def test_env_from_secrets() -> None:
     assert container(job)["envFrom"] == [{"secretRef": {"name": "bedrock"}}]
 
 
+DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+
+
 def test_default_gpu_and_toleration() -> None:
     job = build_turn_job_spec(task(), 1, SETTINGS)
-    assert container(job)["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert container(job)["resources"] == {"requests": DEFAULT_REQUESTS,
+                                           "limits": {"memory": "1Gi", "nvidia.com/gpu": "1"}}
     assert job["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -98,17 +102,42 @@ def test_default_gpu_and_toleration() -> None:
 
 def test_zero_gpus_removes_gpu_and_toleration() -> None:
     job = build_turn_job_spec(task(gpus=0), 1, SETTINGS)
-    assert container(job)["resources"] == {}
+    assert container(job)["resources"] == {"requests": DEFAULT_REQUESTS, "limits": {"memory": "1Gi"}}
     assert "tolerations" not in job["spec"]["template"]["spec"]
 
 
 def test_resources_merge_and_tolerations_replace() -> None:
-    spec = {"gpus": 2, "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+    spec = {"gpus": 2, "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "2Gi", "cpu": 2}},
             "tolerations": [{"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]}
     job = build_turn_job_spec(task(**spec), 1, SETTINGS)
-    assert container(job)["resources"] == {"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"},
-                                           "requests": {"cpu": "500m"}}
+    assert container(job)["resources"] == {"limits": {"nvidia.com/gpu": "2", "memory": "2Gi", "cpu": "2"},
+                                           "requests": {"cpu": "500m", "memory": "256Mi"}}
     assert job["spec"]["template"]["spec"]["tolerations"] == spec["tolerations"]
+
+
+def test_task_resources_win_key_by_key_over_the_defaults_and_the_gpu_limit() -> None:
+    spec = {"gpus": 1, "resources": {"requests": {"memory": "512Mi"}, "limits": {"nvidia.com/gpu": 3}}}
+    assert container(build_turn_job_spec(task(**spec), 1, SETTINGS))["resources"] == {
+        "requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1Gi", "nvidia.com/gpu": "3"}}
+    # the operator's defaults: any resource, or none at all (BestEffort)
+    custom = SETTINGS.model_copy(update={"agent_resources": {"requests": {"ephemeral-storage": "1Gi"}}})
+    assert container(build_turn_job_spec(task(gpus=0), 1, custom))["resources"] == {
+        "requests": {"ephemeral-storage": "1Gi"}}
+    none = SETTINGS.model_copy(update={"agent_resources": {}})
+    assert container(build_turn_job_spec(task(gpus=0), 1, none))["resources"] == {}
+
+
+def test_a_task_setting_one_side_of_a_resource_moves_the_default_other_side_so_the_pair_stays_valid() -> None:
+    # a limit below the default request lowers the request to it
+    small = build_turn_job_spec(task(gpus=0, resources={"limits": {"memory": "128Mi", "cpu": "50m"}}), 1, SETTINGS)
+    assert container(small)["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                             "limits": {"memory": "128Mi", "cpu": "50m"}}
+    # a request above the default limit raises the limit to it
+    big = build_turn_job_spec(task(gpus=0, resources={"requests": {"memory": "4Gi"}}), 1, SETTINGS)
+    assert container(big)["resources"] == {"requests": {"cpu": "100m", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    # values in range are left as they are
+    fits = build_turn_job_spec(task(gpus=0, resources={"limits": {"memory": "0.5Gi"}}), 1, SETTINGS)
+    assert container(fits)["resources"]["requests"]["memory"] == "256Mi"
 
 
 def test_scheduling_fields_and_kueue_label() -> None:
@@ -172,7 +201,7 @@ def test_settings_from_environment() -> None:
     assert settings.default_gpus == 0 and settings.gpu_toleration is False
     assert settings.agent_env_secret is None
     job = build_turn_job_spec(task(), 1, settings)
-    assert container(job)["resources"] == {}
+    assert container(job)["resources"] == {"requests": DEFAULT_REQUESTS, "limits": {"memory": "1Gi"}}
 
 
 def test_settings_errors_are_clear() -> None:

@@ -47,6 +47,13 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_STALL_SECONDS": ("120", "stall_seconds", 120.0),
     "UNICORE_AGENT_EXTRA_ENV": ('{"PYTHONPATH": "/opt/tools"}', "agent_extra_env", {"PYTHONPATH": "/opt/tools"}),
     "UNICORE_WORKSPACE_CLAIM": ("ws.team-a", "workspace_claim", "ws.team-a"),
+    "UNICORE_AGENT_RESOURCES": ('{"requests": {"cpu": "250m"}, "limits": {"cpu": 2, "memory": "2Gi"}}',
+                                "agent_resources",
+                                {"requests": {"cpu": "250m"}, "limits": {"cpu": "2", "memory": "2Gi"}}),
+    "UNICORE_PROVISION_AGENT_RBAC": ("false", "provision_agent_rbac", False),
+    "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": ('{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}',
+                                                  "agent_service_account_annotations",
+                                                  {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}),
 }
 # Read by modules the operator shares with the runtime, not by OperatorSettings.
 SHARED_RUNTIME_VARS = {redis_client.RETRY_SECONDS_ENV, redis_client.SOCKET_TIMEOUT_ENV, "UNICORE_LOG_LEVEL"}
@@ -142,3 +149,50 @@ def test_watchdog_grace_comes_from_the_settings() -> None:
     thresholds = thresholds_from(load_settings({"REDIS_URL": "redis://r", "UNICORE_WATCHDOG_GRACE_SECONDS": "7"}))
     assert thresholds.deadline_grace == 7 and thresholds.absence_grace == 7
     assert thresholds_from(OperatorSettings(redis_url="redis://r")).deadline_grace == 30
+
+
+def test_turn_pods_get_requests_and_a_memory_limit_by_default() -> None:
+    defaults = OperatorSettings(redis_url="redis://r").agent_resources
+    assert defaults == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_RESOURCES": " "}).agent_resources == defaults
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_RESOURCES": "{}"}).agent_resources == {}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{"requests": {"cpu": "1x"}}', "requests.cpu: '1x' is not a non-negative Kubernetes quantity"),
+    ('{"limits": {"memory": "-1Gi"}}', "limits.memory: '-1Gi' is not a non-negative Kubernetes quantity"),
+    ('{"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}', "requests.memory (2Gi) is more than limits"),
+    ('{"requests": {"example.com/fpga": 1}}', "requests may only name cpu, memory, ephemeral-storage"),
+    ('{"limits": {"gpu": 1}}', "limits: 'gpu' is not a resource name"),
+    ('{"limits": {"example.com/fpga": "0.5"}}', "must be a whole number"),
+    ('{"limits": {"nvidia.com/gpu": 1}}', "GPUs per turn pod come from UNICORE_DEFAULT_GPUS"),
+    ('{"cpu": "1"}', "unknown keys ['cpu'] (only requests and limits)"),
+    ('{"requests": {"cpu": 0.5}}', "0.5 is not a Kubernetes quantity"),
+    ("cpu=1", "not valid JSON"),
+])
+def test_bad_agent_resources_are_refused_in_one_line(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_RESOURCES": value})
+    text = str(caught.value)
+    assert text.startswith("invalid operator settings: UNICORE_AGENT_RESOURCES: ") and "\n" not in text
+    assert message in text, text
+
+
+def test_agent_rbac_provisioning_is_on_by_default_only_cluster_wide() -> None:
+    assert load_settings({"REDIS_URL": "redis://r"}).provisions_agent_rbac is True
+    assert load_settings({"REDIS_URL": "redis://r", "UNICORE_NAMESPACES": "a"}).provisions_agent_rbac is False
+    explicit = {"REDIS_URL": "redis://r", "UNICORE_NAMESPACES": "a", "UNICORE_PROVISION_AGENT_RBAC": "true"}
+    assert load_settings(explicit).provisions_agent_rbac is True
+    off = {"REDIS_URL": "redis://r", "UNICORE_PROVISION_AGENT_RBAC": "false"}
+    assert load_settings(off).provisions_agent_rbac is False
+    blank = {"REDIS_URL": "redis://r", "UNICORE_PROVISION_AGENT_RBAC": ""}  # the chart's "unset"
+    assert load_settings(blank).provisions_agent_rbac is True
+    with pytest.raises(ConfigError, match="UNICORE_PROVISION_AGENT_RBAC: Input should be a valid boolean"):
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_PROVISION_AGENT_RBAC": "maybe"})
+
+
+def test_bad_service_account_annotations_are_refused() -> None:
+    with pytest.raises(ConfigError, match=re.escape("invalid annotation keys ['bad key']")):
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": '{"bad key": "x"}'})
+    with pytest.raises(ConfigError, match="must be a JSON object of string values"):
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": '{"a": 1}'})
