@@ -1,5 +1,5 @@
-"""The operator's few core/v1 calls (post an Event, read a pod, watch Events), made through the Kubernetes
-``ApiClient`` rather than the generated ``CoreV1Api``.
+"""The operator's few core/v1 calls (post an Event, read a pod, watch Events; also the agent ServiceAccount and
+RBAC objects it creates), made through the Kubernetes ``ApiClient`` rather than the generated ``CoreV1Api``.
 
 Kubernetes' Python client 37 wraps each of ``CoreV1Api``'s ~1,240 methods in pydantic's ``validate_call`` when the
 class is imported, which costs about 21 MiB of resident memory: a fifth of an idle operator, for three calls. The
@@ -40,6 +40,10 @@ class CoreCalls:
 
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         return dict(json.loads(self._send(method, path, **options).read()))
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to the collection at ``path`` (any API group, e.g. the agent RBAC of ``agent_rbac``)."""
+        return self._json("POST", path, body=body)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
         return self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)

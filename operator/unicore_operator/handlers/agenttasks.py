@@ -10,7 +10,7 @@ import kopf
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
 
-from unicore_operator import events, names
+from unicore_operator import agent_rbac, events, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
 from unicore_operator.indexes import active_job, compact_task
@@ -48,6 +48,7 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
         await asyncio.to_thread(ctx.kube.patch_status, namespace, name,
                                 {"phase": "Failed", "message": str(exc)})
         return
+    await agent_rbac.provision_for(ctx, memo, task)  # the namespace's agent ServiceAccount, before any Job
     tid = names.task_id(namespace, name)
     parent_record: dict[str, str] | None = None
     if parsed.parent_ref is not None:
