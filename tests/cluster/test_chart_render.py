@@ -254,6 +254,11 @@ def test_defaults() -> None:
     settings = load_settings({**plain, "REDIS_URL": "redis://x:6379/0"})
     assert settings.namespaces == ("agents",) and settings.agent_env_secret is None
     assert env["UNICORE_WORKSPACE_CLAIM"] == "" and settings.workspace_claim is None  # emptyDir workspaces
+    # turn pods: requests and a memory limit; no provisioning of agent RBAC (the chart creates it in its namespace)
+    assert json.loads(env["UNICORE_AGENT_RESOURCES"]) == settings.agent_resources == {
+        "requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    assert env["UNICORE_PROVISION_AGENT_RBAC"] == "false" and not settings.provisions_agent_rbac
+    assert env["UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS"] == "{}"
 
     # bundled Redis: AOF, password from the Secret, PVC, restricted uid 999
     sts = one(objs, "StatefulSet", "unicore-redis")
@@ -276,6 +281,7 @@ def test_defaults() -> None:
         "pods",
         "events",
     }
+    assert not provisioning_rules(role)
     assert not find(objs, "ClusterRole", "unicore-operator-agents")
     agent = one(objs, "Role", "unicore-agent", "agents")
     assert agent["rules"] == [
@@ -373,6 +379,60 @@ def test_cluster_wide() -> None:
     assert "redis-password" not in secret_data(one(objs, "Secret", "unicore-redis", "team-a"))
 
 
+def provisioning_rules(role: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rules that let the operator provision the agent ServiceAccount, Role and RoleBinding."""
+    return [r for r in role["rules"] if {"serviceaccounts", "roles", "rolebindings"} & set(r["resources"])
+            or ("agenttasks" in r["resources"] and "create" in r["verbs"])]
+
+
+def test_cluster_wide_the_operator_provisions_agent_rbac_in_new_namespaces() -> None:
+    from unicore_operator.agent_rbac import build_role_binding_spec, build_role_spec
+    from unicore_operator.settings import load_settings
+
+    objs = render(*MATRIX["cluster-wide"], namespace="unicore-system")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_PROVISION_AGENT_RBAC"] == "true"
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    settings = load_settings({**plain, "REDIS_URL": "redis://x:6379/0"})
+    assert settings.provisions_agent_rbac
+    # what it creates is what the chart creates
+    for ns in ("team-a", "team-b"):
+        assert one(objs, "Role", "unicore-agent", ns)["rules"] == build_role_spec(ns, settings)["rules"]
+        chart_binding = one(objs, "RoleBinding", "unicore-agent", ns)
+        built = build_role_binding_spec(ns, settings)
+        assert (chart_binding["roleRef"], chart_binding["subjects"]) == (built["roleRef"], built["subjects"])
+    # and exactly these rights for it: create only, no escalate or bind (it holds the agent Role's permissions)
+    role = one(objs, "ClusterRole", "unicore-operator-unicore-system")
+    assert provisioning_rules(role) == [
+        {"apiGroups": ["unicore.dev"], "resources": ["agenttasks"],
+         "verbs": ["get", "list", "watch", "patch", "update", "create"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
+    ]
+    assert not [r for r in role["rules"] if {"escalate", "bind", "impersonate"} & set(r["verbs"])]
+    # off: no such rights, and the setting says so
+    off = render(*MATRIX["cluster-wide"], "--set", "rbac.provisionAgent=false", namespace="unicore-system")
+    assert env_of(one(off, "Deployment", "unicore-operator"))["UNICORE_PROVISION_AGENT_RBAC"] == "false"
+    assert not provisioning_rules(one(off, "ClusterRole", "unicore-operator-unicore-system"))
+
+
+def test_agent_resources_reach_the_turn_jobs() -> None:
+    from unicore_operator.job_builder import build_turn_job_spec
+    from unicore_operator.settings import load_settings
+
+    objs = render("--set", "agent.resources.limits.cpu=2", "--set", "agent.resources.requests.memory=512Mi",
+                  "--set", "agent.gpu.count=0")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    settings = load_settings({**plain, "REDIS_URL": "redis://x:6379/0"})
+    task = {"metadata": {"name": "t", "namespace": "uc", "uid": "u"}, "spec": {"prompt": "hi"}}
+    resources = build_turn_job_spec(task, 1, settings)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    # a default dropped with null
+    none = env_of(one(render("--set", "agent.resources.limits.memory=null"), "Deployment", "unicore-operator"))
+    assert json.loads(none["UNICORE_AGENT_RESOURCES"])["limits"] == {}
+
+
 def test_service_monitor() -> None:
     sm = one(render(*MATRIX["service-monitor"]), "ServiceMonitor", "unicore-operator")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
@@ -395,6 +455,9 @@ def test_bedrock_with_irsa() -> None:
     assert (
         env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_AGENT_ENV_SECRET"] == "unicore-agent-env"
     )
+    # ServiceAccounts the operator provisions get the same annotations
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert json.loads(env["UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS"]) == sa["metadata"]["annotations"]
 
 
 def test_provider_existing_secret() -> None:
@@ -450,6 +513,10 @@ def test_extra_env_overrides_a_setting_without_duplicates() -> None:
         ["--set", "agent.gpu.count=-1"],
         ["--set", "redis.external.url=http://nope"],
         ["--set", "agent.workspace.claimName=Team_Files"],
+        ["--set", "agent.resources.limits.memory=1GB"],
+        ["--set", "agent.resources.requests.nvidia\\.com/gpu=1"],
+        ["--set", "agent.resources.claims=x"],
+        ["--set", "rbac.provisionAgent=yes"],
     ],
 )
 def test_schema_rejects_bad_values(bad: list[str]) -> None:

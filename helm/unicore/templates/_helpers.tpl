@@ -104,6 +104,13 @@ redis://:{{ include "unicore.redisPassword" . }}@{{ include "unicore.redisName" 
 {{- end -}}
 {{- end }}
 
+{{/* Annotations of the unicore-agent ServiceAccounts (the chart's, and those the operator provisions), as JSON. */}}
+{{- define "unicore.agentServiceAccountAnnotations" -}}
+{{- $annotations := deepCopy .Values.agent.serviceAccountAnnotations -}}
+{{- with .Values.provider.aws.irsaRoleArn }}{{ $_ := set $annotations "eks.amazonaws.com/role-arn" . }}{{ end -}}
+{{- $annotations | toJson -}}
+{{- end }}
+
 {{/* The restricted Pod Security container securityContext. */}}
 {{- define "unicore.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
@@ -123,6 +130,9 @@ seccompProfile:
   "UNICORE_AGENT_IMAGE" (include "unicore.image" (dict "root" . "image" $v.agent.image))
   "UNICORE_AGENT_IMAGE_PULL_POLICY" $v.agent.image.pullPolicy
   "UNICORE_AGENT_SERVICE_ACCOUNT" (include "unicore.agentName" .)
+  "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS" (include "unicore.agentServiceAccountAnnotations" .)
+  "UNICORE_PROVISION_AGENT_RBAC" (toString (and $v.rbac.create $v.rbac.clusterWide $v.rbac.provisionAgent))
+  "UNICORE_AGENT_RESOURCES" (toJson $v.agent.resources)
   "UNICORE_AGENT_REDIS_SECRET" (include "unicore.redisSecretName" .)
   "UNICORE_AGENT_ENV_SECRET" (include "unicore.agentEnvSecret" .)
   "UNICORE_DEFAULT_GPUS" (toString $v.agent.gpu.count)
