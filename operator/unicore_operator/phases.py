@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from unicore.state.operator_state import LastTurn
 from unicore.state.task_views import TaskView
 from unicore.turn_numbers import shown_turn
 
@@ -178,7 +179,7 @@ def build_status(
     phase: Phase,
     message: str,
     record: TaskView | None,
-    last_turn: dict[str, Any] | None,
+    last_turn: LastTurn | None,
     active_job: str | None,
     children: list[dict[str, str]],
     depth: int,
@@ -213,14 +214,14 @@ def build_status(
         status["observedGeneration"] = generation
     if last_turn:
         # As users count turns (the Job <task>-tN, the Events, the transcript), not Redis's index of the turn.
-        lt: dict[str, Any] = {"number": shown_turn(int(last_turn.get("number") or 0))}
-        started, ended = _iso(last_turn.get("started_at")), _iso(last_turn.get("ended_at"))
+        lt: dict[str, Any] = {"number": shown_turn(last_turn.number)}
+        started, ended = _iso(last_turn.started_at), _iso(last_turn.ended_at)
         if started:
             lt["startedAt"] = started
         if ended:
             lt["endedAt"] = ended
-        if last_turn.get("summary"):
-            lt["summary"] = truncate(str(last_turn["summary"]), SUMMARY_MAX)
+        if last_turn.summary:
+            lt["summary"] = truncate(last_turn.summary, SUMMARY_MAX)
         status["lastTurn"] = lt
     return status
 

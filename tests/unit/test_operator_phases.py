@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from unicore.state.operator_state import LastTurn
 from unicore.state.task_views import view_from_mapping
 from unicore_operator.crd_model import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
 from unicore_operator.indexes import job_outcome
@@ -57,7 +58,7 @@ def test_ready_condition_and_bounded_fields() -> None:
                                 "input_tokens": "100", "output_tokens": "20", "last_response": "x" * 5000,
                                 "model": "scripted"})
     status = build_status(phase=Phase.IDLE, message="nothing pending", record=record,
-                          last_turn={"number": 2, "started_at": 1.7e9, "ended_at": "1700000005.5", "summary": "s"},
+                          last_turn=LastTurn(number=2, started_at=1.7e9, ended_at=1700000005.5, summary="s"),
                           active_job=None, children=[{"name": "c", "phase": "Idle"}], depth=0, tree_path="demo",
                           failed_attempts=0, generation=3, previous=None, now="2026-01-01T00:00:00Z")
     assert status["turns"] == 2 and status["tokens"] == 120 and status["iterations"] == 5
@@ -73,7 +74,7 @@ def test_ready_condition_and_bounded_fields() -> None:
     assert running["conditions"][0]["reason"] == "TurnRunning"
     assert running["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
     again = build_status(phase=Phase.IDLE, message="nothing pending", record=record,
-                         last_turn={"number": 2, "started_at": 1.7e9, "ended_at": "1700000005.5", "summary": "s"},
+                         last_turn=LastTurn(number=2, started_at=1.7e9, ended_at=1700000005.5, summary="s"),
                          active_job=None, children=[{"name": "c", "phase": "Idle"}], depth=0, tree_path="demo",
                          failed_attempts=0, generation=3, previous=status, now="2026-01-01T00:09:00Z")
     assert again["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"

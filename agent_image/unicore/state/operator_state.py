@@ -46,6 +46,16 @@ def _float(value: Any) -> float:
         return 0.0
 
 
+@dataclass(frozen=True)
+class LastTurn:
+    """The task's newest turn: its header and, once it ended, its end (``number`` as Redis counts, from 0)."""
+
+    number: int
+    started_at: float | None
+    ended_at: float | None
+    summary: str = ""
+
+
 @dataclass
 class TaskSnapshot:
     """What the operator needs to know about one task in Redis."""
@@ -59,7 +69,7 @@ class TaskSnapshot:
     last_failure: str = ""
     retry_at: float = 0.0
     ended_jobs_by_turn: dict[int, int] = field(default_factory=dict)
-    last_turn: dict[str, Any] | None = None
+    last_turn: LastTurn | None = None
     unrecorded_jobs: tuple[str, ...] = ()  # of the ended Jobs asked about, those whose end is not recorded yet
     children: tuple[str, ...] = ()  # child task ids (``uc:{T}:children``), oldest first
 
@@ -93,7 +103,7 @@ class TaskSnapshot:
             return False
         if self.record.get("status") == "running":
             return True
-        return self.last_turn is not None and not self.last_turn.get("ended_at")
+        return self.last_turn is not None and self.last_turn.ended_at is None
 
     def next_turn(self) -> int:
         """The turn the next Job runs: an interrupted turn continues under its own number."""
@@ -148,12 +158,9 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         wanted = [turn_meta_field(number, "summary"), turn_meta_field(number, "ended_at")]
         values = await client.hmget(keys.turnmeta, wanted)
         end = TurnMeta.of({name: text(value) for name, value in zip(wanted, values, strict=True) if value}, number)
-        snap.last_turn = {
-            "number": number,
-            "started_at": header.get("started_at"),
-            "summary": end.summary,
-            "ended_at": repr(end.ended_at) if end.ended_at is not None else None,
-        }
+        started = header.get("started_at")
+        snap.last_turn = LastTurn(number=number, ended_at=end.ended_at, summary=end.summary,
+                                  started_at=float(started) if isinstance(started, int | float) else None)
     return snap
 
 
