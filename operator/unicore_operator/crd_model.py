@@ -6,7 +6,6 @@ the task phase Failed with a clear message; the object and anything queued stay 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -15,6 +14,7 @@ from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
 from unicore.schema import Limits, TaskSpec
+from unicore.state.task_views import TaskView
 
 from unicore_operator import names
 from unicore_operator.resources import ResourcesInvalid, check_resources
@@ -118,36 +118,17 @@ def check_script(script: dict[str, Any]) -> None:
         raise SpecInvalid(f"spec.script: {exc}") from exc
 
 
-def _parent_limits(parent_record: dict[str, str] | None) -> dict[str, Any]:
-    if not parent_record or not parent_record.get("limits"):
-        return {}
-    try:
-        raw = json.loads(parent_record["limits"])
-    except ValueError:
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def _parent_json(parent_record: dict[str, str] | None, field: str) -> Any:
-    if not parent_record or not parent_record.get(field):
-        return None
-    try:
-        return json.loads(parent_record[field])
-    except ValueError:
-        return None
-
-
-def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent_record: dict[str, str] | None) -> TaskSpec:
+def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
     """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits."""
     parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
-    limits_data = {key: value for key, value in _parent_limits(parent_record).items() if key in Limits.model_fields}
+    limits_data = parent.limits.model_dump() if parent is not None else {}
     limits_data.update(spec.limits.set_fields())
     try:
         limits = Limits.model_validate(limits_data)
     except ValidationError as exc:
         raise SpecInvalid(f"spec.limits: {exc.errors()[0]['msg']}") from exc
-    model = spec.model or (parent_record or {}).get("model") or "scripted"
-    script = spec.script if spec.script is not None else _parent_json(parent_record, "script")
+    model = spec.model or (parent.model if parent is not None else "") or "scripted"
+    script = spec.script if spec.script is not None else (parent.script if parent is not None else None)
     try:
         return TaskSpec(
             id=names.task_id(namespace, name),

@@ -100,7 +100,8 @@ def test_spec_validation_beyond_cel() -> None:
 
 
 def test_child_inherits_model_script_and_limits_from_the_parent_record() -> None:
-    parent = {"model": "bedrock:claude", "script": '{"default": "ok"}', "limits": '{"max_depth": 5, "max_children": 2}'}
+    parent = view_from_mapping({"id": "ns/demo", "model": "bedrock:claude", "script": '{"default": "ok"}',
+                                "limits": '{"max_depth": 5, "max_children": 2}'})
     spec = parse_spec({"parentRef": {"name": "demo"}, "prompt": "do", "limits": {"maxChildren": 1}})
     task_spec = to_task_spec("ns", "demo-a", spec, parent)
     assert task_spec.parent == "ns/demo"

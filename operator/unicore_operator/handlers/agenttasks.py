@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
+from unicore.state.task_views import TaskView
 
 from unicore_operator import agent_rbac, events, names
 from unicore_operator.context import OperatorContext
@@ -50,7 +51,7 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
         return
     await agent_rbac.provision_for(ctx, memo, task)  # the namespace's agent ServiceAccount, before any Job
     tid = names.task_id(namespace, name)
-    parent_record: dict[str, str] | None = None
+    parent: TaskView | None = None
     if parsed.parent_ref is not None:
         parent_id = names.task_id(namespace, parsed.parent_ref.name)
         snap = await ctx.redis.snapshot(parent_id)
@@ -61,8 +62,8 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
                 _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
                 return
             raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
-        parent_record = snap.record
-    task_spec = to_task_spec(namespace, name, parsed, parent_record)
+        parent = snap.view
+    task_spec = to_task_spec(namespace, name, parsed, parent)
     created = await asyncio.to_thread(ctx.store.create_task, task_spec)
     if parsed.prompt:
         message = InboxMessage(id=prompt_message_id(uid), type="user", content=parsed.prompt,
