@@ -65,12 +65,15 @@ WAITING_TEXT = {"FailedCreate": "cannot create its pod", "Unschedulable": "is wa
                 "Queued": "is queued"}
 
 
-def scheduling_wait(job_suspended: bool, pods: Iterable[PodView]) -> tuple[str, str] | None:
+def scheduling_wait(job_queued: bool, pods: Iterable[PodView], queue: str = "") -> tuple[str, str] | None:
     """Why the active turn Job's turn is not running yet, from the Job and its pods: (reason, message), or None when
-    a pod of it runs (or ran), or nothing says it waits. A suspended Job is held by its queue (Kueue); a Pending pod
+    a pod of it runs (or ran), or nothing says it waits. A queued Job is held suspended by its queue (Kueue keeps
+    ``spec.suspend`` true until the LocalQueue ``queue`` admits it; the operator never releases it); a Pending pod
     with PodScheduled=False waits for resources (the scheduler's reason and message)."""
-    if job_suspended:
-        return "Queued", "the Job is suspended until its queue admits it"
+    if job_queued:
+        if queue:
+            return "Queued", f"the Job is suspended until LocalQueue {queue} admits it"
+        return "Queued", "the Job is suspended (spec.suspend) until something outside the operator releases it"
     live = [pod for pod in pods if not pod.deleting]
     if any(pod.phase != "Pending" for pod in live):
         return None

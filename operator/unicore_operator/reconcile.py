@@ -175,7 +175,7 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             waiting = ("FailedCreate", failure.message)
             schedule_recheck(ctx, key, left, "failed-create-budget")
     if waiting is None and running is not None:
-        waiting = scheduling_wait(running.suspended, pods_of(ctx, key, running.name))
+        waiting = scheduling_wait(running.queued, pods_of(ctx, key, running.name), running.queue)
     snap = await ctx.redis.snapshot(tid, [job.name for job in jobs if job.outcome != "running"])
     if not snap.exists:
         return None  # not initialised yet: the create handler reconciles when it is
@@ -295,7 +295,7 @@ async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str
     name = view.name
     if ctx.inflight_jobs.get(key) == name:
         ctx.inflight_jobs.pop(key, None)
-    seen_as, state = (view.namespace, name, view.uid), (view.outcome, view.deleting, view.suspended)
+    seen_as, state = (view.namespace, name, view.uid), (view.outcome, view.deleting, view.queued)
     deleted = event_type == "DELETED"
     if deleted:
         ctx.job_states.pop(seen_as, None)

@@ -71,6 +71,12 @@ class OperatorSettings(KeywordOnlySettings):
     http_port: int = Field(8080, ge=0, le=65535)  # 0 = no HTTP server
     heartbeat_timeout_seconds: float = Field(120.0, gt=0)
     pending_timeout_seconds: float = Field(300.0, gt=0)
+    # How long a turn Job may stay held suspended by its queue (Kueue keeps spec.suspend true until its LocalQueue
+    # admits the workload) before the watchdog gives the attempt up (admission_timeout: the Job is deleted, the
+    # attempt counts as failed). 0 = as long as the queue holds it: the queue decides admission, and a reaped turn's
+    # next Job would queue again behind everything created meanwhile. The Pending and heartbeat rules never apply to
+    # a held Job.
+    admission_timeout_seconds: float = Field(0.0, ge=0)
     max_reaps: int = Field(3, ge=1)
     watchdog_interval_seconds: float = Field(15.0, gt=0)
     # How long an object must be missing from a cache, and how long a Job may overrun its deadline, before the

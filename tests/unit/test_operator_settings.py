@@ -41,6 +41,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_HTTP_PORT": ("0", "http_port", 0),
     "UNICORE_HEARTBEAT_TIMEOUT_SECONDS": ("45", "heartbeat_timeout_seconds", 45.0),
     "UNICORE_PENDING_TIMEOUT_SECONDS": ("90", "pending_timeout_seconds", 90.0),
+    "UNICORE_ADMISSION_TIMEOUT_SECONDS": ("7200", "admission_timeout_seconds", 7200.0),
     "UNICORE_MAX_REAPS": ("1", "max_reaps", 1),
     "UNICORE_WATCHDOG_INTERVAL_SECONDS": ("2.5", "watchdog_interval_seconds", 2.5),
     "UNICORE_WATCHDOG_GRACE_SECONDS": ("5", "watchdog_grace_seconds", 5.0),

@@ -55,8 +55,8 @@ MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.tur
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
-REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "heartbeat_stale", "lease_holder_gone",
-                "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
+REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission_timeout", "heartbeat_stale",
+                "lease_holder_gone", "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
 TASK_PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")  # unicore_operator.phases.Phase
 
 CATALOG: tuple[MetricSpec, ...] = (

@@ -56,6 +56,7 @@ def thresholds_from(settings: OperatorSettings) -> Thresholds:
     return Thresholds(
         heartbeat_timeout=settings.heartbeat_timeout_seconds, pending_timeout=settings.pending_timeout_seconds,
         max_reaps=settings.max_reaps, deadline_grace=grace, absence_grace=grace,
+        admission_timeout=settings.admission_timeout_seconds,
     )
 
 
@@ -94,8 +95,10 @@ class Watchdog:
     async def run_forever(self) -> None:
         interval = self.ctx.settings.watchdog_interval_seconds
         await self.ctx.ready.wait()
-        logger.info("watchdog running every %.0fs (heartbeat %.0fs, pending %.0fs, max reaps %d)", interval,
-                    self.thresholds.heartbeat_timeout, self.thresholds.pending_timeout, self.thresholds.max_reaps)
+        admission = self.thresholds.admission_timeout
+        logger.info("watchdog running every %.0fs (heartbeat %.0fs, pending %.0fs, admission %s, max reaps %d)",
+                    interval, self.thresholds.heartbeat_timeout, self.thresholds.pending_timeout,
+                    f"{admission:.0f}s" if admission else "no limit", self.thresholds.max_reaps)
         while True:
             await asyncio.sleep(interval)
             try:

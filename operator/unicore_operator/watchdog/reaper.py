@@ -1,7 +1,8 @@
 """Carry out reap actions: confirm, fence Redis, account the failure, requeue or fail the task, delete the Job.
 
 Order for a task's stuck turn (every step idempotent; a crash between steps is repaired by the next scan):
-1. confirm absence-based reasons with ONE API read of the missing object (caches may lag; never act on a gap);
+1. confirm absence-based reasons with ONE API read of the missing object (caches may lag; never act on a gap), and
+   an admission timeout with one read of the Job (still suspended: its queue has not just admitted it);
 2. Redis: release the lease if it still holds the reaped turn's token and mark the task idle, recording
    ``last_reap_reason`` (a zombie that wakes up finds its lease gone: every fenced write is refused);
 3. account the reap as a failed attempt in the operator's per-task hash (the same counter failed turns use, so
@@ -102,6 +103,10 @@ class Reaper:
                 pod_name = str(holder).split(":", 1)[0]
                 pod = self.ctx.kube.core.read_pod(namespace, pod_name)  # None: gone
                 return pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if action.reason is ReapReason.ADMISSION_TIMEOUT:
+                job = self._batch.read_namespaced_job(action.job, namespace)
+                held = bool(job.spec and job.spec.suspend)
+                return held and (not action.job_uid or (job.metadata and job.metadata.uid) == action.job_uid)
             if action.reason is ReapReason.RUNNING_WITHOUT_JOB:
                 jobs = self._batch.list_namespaced_job(
                     namespace, label_selector=f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")

@@ -12,6 +12,9 @@ Reasons, in the order they are checked:
   ``activeDeadlineSeconds`` (turn timeout + the bounded wait for scheduling) + ``deadline_grace``, not finished;
 - ``pending_timeout``: the Job's pod Pending longer than ``pending_timeout`` (or no pod at all that long); the
   scheduler's / kubelet's reason is copied into the message;
+- ``admission_timeout``: a turn Job held suspended (Kueue keeps ``spec.suspend`` true until its queue admits it)
+  longer than ``admission_timeout`` (0 = no limit). A held Job has no pod: it is queued, not stuck, so the Pending,
+  heartbeat and deadline rules never apply to it, and the no-pod clock restarts when the Job is released;
 - ``heartbeat_stale``: the Job's pod Running but the task's heartbeat (or, before the first beat, the pod start)
   older than ``heartbeat_timeout``: the turn process hangs. A turn that has released its lease (Redis no longer
   says ``running``) stops beating on purpose: its pod is judged by the release time instead (a process that
@@ -33,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from unicore_operator.watchdog.attempts import Attempt, turn_attempt
 from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
 
 MAX_MESSAGE = 900  # status.message stays small
@@ -43,6 +47,7 @@ class ReapReason(str, Enum):  # noqa: UP042
     ORPHAN_JOB = "orphan_job"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     PENDING_TIMEOUT = "pending_timeout"
+    ADMISSION_TIMEOUT = "admission_timeout"
     HEARTBEAT_STALE = "heartbeat_stale"
     LEASE_HOLDER_GONE = "lease_holder_gone"
     RUNNING_WITHOUT_JOB = "running_without_job"
@@ -55,6 +60,7 @@ class Thresholds:
     max_reaps: int = 3
     deadline_grace: float = 30.0  # the Job controller gets this long to kill a Job past its deadline
     absence_grace: float = 30.0  # an object missing from a cache must be missing at least this long
+    admission_timeout: float = 0.0  # a Job held suspended by its queue longer than this is reaped; 0 = never
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,36 +131,6 @@ def pending_cause(pod: PodView | None) -> str:
     return "not scheduled yet (no reason reported)"
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """A turn attempt: its Job's name and turn; ``ended`` when the Job shows its end (finished or being deleted),
-    so the operator's Job path records that end itself."""
-
-    job: str
-    turn: int
-    ended: bool = False
-
-
-def turn_attempt(holder: str, task_id: str, pods: Mapping[str, PodView], jobs: Mapping[str, JobView]
-                 ) -> Attempt | None:
-    """The turn attempt whose process is ``holder`` (``<pod name>:<pid>``, see ``unicore.state.store._holder_id``).
-
-    The pod's ``job-name`` label when the pod is cached, else the Job named like the pod without its generated
-    suffix (the Job controller names pods ``<job>-<5 chars>``); None when neither is a Job of ``task_id``."""
-    pod_name = holder.split(":", 1)[0]
-    if not pod_name:
-        return None
-    namespace = task_id.split("/", 1)[0]
-    pod = pods.get(f"{namespace}/{pod_name}")
-    job_name = pod.job_name if pod is not None and pod.job_name else pod_name.rsplit("-", 1)[0]
-    job = jobs.get(f"{namespace}/{job_name}")
-    if job is not None and job.task_id == task_id:
-        return Attempt(job.name, job.turn or (pod.turn if pod else 0), ended=job.finished or job.deleting)
-    if pod is not None and pod.job_name:
-        return Attempt(pod.job_name, pod.turn)
-    return None
-
-
 def _task_action(
     reason: ReapReason, task: TaskView, message: str, thresholds: Thresholds, *,
     job: JobView | None = None, pod: PodView | None = None, state: RedisTaskState | None = None,
@@ -194,6 +170,24 @@ def _pod_overdue(pod: PodView, now: float) -> float | None:
     return _age(now, pod.start_time) - pod.active_deadline_seconds
 
 
+def _admission_due(job: JobView, now: float, t: Thresholds) -> bool:
+    return t.admission_timeout > 0 and _age(now, job.queued_since) > t.admission_timeout
+
+
+def _admission_action(job: JobView, task: TaskView, now: float, t: Thresholds,
+                      state: RedisTaskState | None) -> ReapAction | None:
+    """A queued Job (see ``JobView.queued``) is reaped only when held longer than the admission timeout."""
+    if not _admission_due(job, now, t):
+        return None
+    by = f"LocalQueue {job.queue}" if job.queue else "whatever suspended it (no queue label)"
+    return _task_action(
+        ReapReason.ADMISSION_TIMEOUT, task,
+        f"turn Job {job.name} was held suspended for {_age(now, job.queued_since):.0f}s without being admitted by "
+        f"{by} (admission timeout {t.admission_timeout:.0f}s)",
+        t, job=job, state=state, reset_status=True,
+    )
+
+
 def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
                 state: RedisTaskState | None, beating: bool = False) -> ReapAction | None:
     overdue = _overdue(job, now)
@@ -217,10 +211,10 @@ def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t
                 f"(activeDeadlineSeconds={pod.active_deadline_seconds} from the pod's start)",
                 t, job=job, pod=pod, state=state, reset_status=True,
             )
-    if not live and not pods and _age(now, job.created_at) > t.pending_timeout:
+    if not live and not pods and _age(now, job.waiting_since) > t.pending_timeout:
         return _task_action(
             ReapReason.PENDING_TIMEOUT, task,
-            f"turn Job {job.name} has had no pod for {_age(now, job.created_at):.0f}s: {pending_cause(None)}",
+            f"turn Job {job.name} has had no pod for {_age(now, job.waiting_since):.0f}s: {pending_cause(None)}",
             t, job=job, state=state, reset_status=True,
         )
     for pod in pending:
@@ -291,10 +285,13 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
         if job.finished:
             continue
         live_job_tasks.add(job.task_id)
-        if job.suspended or job.task_id in acted:
+        if job.task_id in acted:
             continue
-        action = _job_action(job, task, pods_by_job.get(job.key, []), now, t, redis_states.get(job.task_id),
-                             job.task_id in snapshot.beating)
+        if job.queued:
+            action = _admission_action(job, task, now, t, redis_states.get(job.task_id))
+        else:
+            action = _job_action(job, task, pods_by_job.get(job.key, []), now, t, redis_states.get(job.task_id),
+                                 job.task_id in snapshot.beating)
         if action is not None:
             actions.append(action)
             acted.add(job.task_id)
@@ -332,7 +329,8 @@ def scan(snapshot: Snapshot, now: float, thresholds: Thresholds) -> list[ReapAct
 def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> RedisPlan:
     """Which tasks' Redis state :func:`scan` needs at ``now``, from the caches alone (``snapshot.redis`` unused).
 
-    - ``read``: a live Job past its deadline or Pending too long (the reap needs the lease token), and tasks without
+    - ``read``: a live Job past its deadline, Pending too long or held past the admission timeout (the reap needs
+      the lease token), and tasks without
       a live Job whose cached phase is in ``PHASES_TO_READ`` (a turn that outlived its Job: ``lease_holder_gone`` /
       ``running_without_job``);
     - ``beat_check``: a live Job with a Running pod started more than ``heartbeat_timeout`` ago: only these can be
@@ -353,7 +351,9 @@ def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> 
         if job.deleting or job.finished or task_id not in tasks:
             continue
         live_job_tasks.add(task_id)
-        if job.suspended:
+        if job.queued:
+            if _admission_due(job, now, t):
+                read.add(task_id)
             continue
         overdue = _overdue(job, now)
         if overdue is not None and overdue > t.deadline_grace:
@@ -361,7 +361,7 @@ def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> 
             continue
         pods = pods_by_job.get(job.key)
         if not pods:
-            if _age(now, job.created_at) > t.pending_timeout:
+            if _age(now, job.waiting_since) > t.pending_timeout:
                 read.add(task_id)
             continue
         silent_pod = False

@@ -61,6 +61,11 @@ class JobView:
     finished: bool = False  # has a Complete or Failed condition
     deleting: bool = False  # deletionTimestamp set
     suspended: bool = False  # spec.suspend (e.g. held by Kueue): not stuck, just queued
+    # The Job controller's Suspended condition: its status ("True" / "False", "" = none yet) and lastTransitionTime
+    # (when the controller saw the Job suspended, or resumed it: it then resets the Job's startTime).
+    suspend_condition: str = ""
+    suspend_changed_at: float | None = None
+    queue: str = ""  # label kueue.x-k8s.io/queue-name (spec.queueName): the LocalQueue that admits it
     turn: int = 0  # label unicore.dev/turn
     attempt: int = 0  # label unicore.dev/attempt
     outcome: str = "running"  # "running" | "succeeded" | "failed" (``job_outcome``)
@@ -70,6 +75,26 @@ class JobView:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def queued(self) -> bool:
+        """Held suspended (by Kueue, or anyone outside the operator), or released but not started yet by the Job
+        controller (its Suspended condition still True): no pod can exist, so nothing of it is stuck."""
+        return self.suspended or self.suspend_condition == "True"
+
+    @property
+    def queued_since(self) -> float:
+        """When the Job was last held: the Suspended=True condition's time, else (not written yet) its creation."""
+        if self.suspend_condition == "True" and self.suspend_changed_at:
+            return self.suspend_changed_at
+        return self.created_at
+
+    @property
+    def waiting_since(self) -> float:
+        """Since when the Job may have made a pod: its creation, or its release (Suspended=False) when later."""
+        if self.suspend_condition == "False" and self.suspend_changed_at:
+            return max(self.created_at, self.suspend_changed_at)
+        return self.created_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +193,20 @@ def job_outcome(job_status: Mapping[str, Any] | None) -> tuple[str, str]:
     return "running", ""
 
 
+def suspend_condition(job_status: Mapping[str, Any] | None) -> tuple[str, float | None]:
+    """(status, lastTransitionTime) of a Job's Suspended condition; ("", None) when it has none (pure)."""
+    for cond in (job_status or {}).get("conditions") or []:
+        if cond.get("type") == "Suspended":
+            return str(cond.get("status") or ""), parse_time(cond.get("lastTransitionTime"))
+    return "", None
+
+
 def job_view(body: Mapping[str, Any]) -> JobView:
     """The one parser of a turn Job (the operator's Job index, its 409 and end paths, and the watchdog use it)."""
     meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
     labels = meta.get("labels") or {}
     outcome, reason = job_outcome(status)
+    held, held_changed_at = suspend_condition(status)
     deadline = spec.get("activeDeadlineSeconds")
     return JobView(
         namespace=str(meta.get("namespace") or ""),
@@ -185,6 +219,9 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         finished=outcome != "running",
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=bool(spec.get("suspend")),
+        suspend_condition=held,
+        suspend_changed_at=held_changed_at,
+        queue=str(labels.get(contract.KUEUE_QUEUE_LABEL) or ""),
         turn=_int(labels.get(TURN_LABEL)),
         attempt=_int(labels.get(contract.ATTEMPT_LABEL)),
         outcome=outcome,
