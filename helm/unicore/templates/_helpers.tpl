@@ -149,6 +149,7 @@ seccompProfile:
   "UNICORE_HTTP_PORT" "8080"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
   "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
+  "UNICORE_ADMISSION_TIMEOUT_SECONDS" (toString $v.watchdog.admissionTimeoutSeconds)
   "UNICORE_MAX_REAPS" (toString $v.watchdog.maxReaps)
   "UNICORE_WATCHDOG_INTERVAL_SECONDS" (toString $v.watchdog.intervalSeconds)
   "UNICORE_LOG_LEVEL" $v.operator.logLevel
