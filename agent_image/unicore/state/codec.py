@@ -1,5 +1,5 @@
 """Decoding what Redis returns: clients made with ``decode_responses=False`` (the operator's asyncio client, the
-metrics collectors' pipelines) get bytes, the others str; every reader goes through these two functions."""
+metrics collectors' pipelines) get bytes, the others str; every reader goes through these functions."""
 
 from __future__ import annotations
 
@@ -19,4 +19,20 @@ def text_hash(raw: Mapping[Any, Any] | None) -> dict[str, str]:
     return {text(key): text(value) for key, value in (raw or {}).items()}
 
 
-__all__ = ["text", "text_hash"]
+def to_int(value: Any, default: int = 0) -> int:
+    """A stored number (bytes, str, int or float; "3" and "3.0" alike) as int; ``default`` when it is not one."""
+    try:
+        return int(float(text(value)))
+    except (TypeError, ValueError):
+        return default
+
+
+def to_float(value: Any) -> float:
+    """A stored number as float; 0.0 when it is not one."""
+    try:
+        return float(text(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+__all__ = ["text", "text_hash", "to_float", "to_int"]

@@ -18,32 +18,17 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
 from unicore.state import lua
-from unicore.state.codec import text, text_hash
+from unicore.state.codec import text, text_hash, to_float, to_int
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.records import TurnMeta, turn_meta_field
 from unicore.state.task_views import TaskView, view_from_mapping
 
 _ENDED_PREFIX = "ended:"  # operator hash field ``ended:<turn>``: Jobs of that turn that ended
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(float(text(value)))
-    except (TypeError, ValueError):
-        return default
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(text(value))
-    except (TypeError, ValueError):
-        return 0.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +117,7 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
     record = text_hash(record_raw)
     op = text_hash(op_raw)
     ended = {
-        _int(name.split(":", 1)[1], -1): _int(value)
+        to_int(name.split(":", 1)[1], -1): to_int(value)
         for name, value in op.items()
         if name.startswith(_ENDED_PREFIX)
     }
@@ -141,10 +126,10 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         record=record,
         pending=int(pending or 0),
         lease_held=bool(lease),
-        turns=_int(record.get("turns")),
-        failed_attempts=_int(op.get("failed")),
+        turns=to_int(record.get("turns")),
+        failed_attempts=to_int(op.get("failed")),
         last_failure=op.get("last_failure", ""),
-        retry_at=_float(op.get("retry_at")),
+        retry_at=to_float(op.get("retry_at")),
         ended_jobs_by_turn=ended,
         unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
         children=tuple(text(child) for child in children or ()),
@@ -154,7 +139,7 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
             header = json.loads(text(last_header))
         except ValueError:
             header = {}
-        number = _int(header.get("turn_number"))
+        number = to_int(header.get("turn_number"))
         wanted = [turn_meta_field(number, "summary"), turn_meta_field(number, "ended_at")]
         values = await client.hmget(keys.turnmeta, wanted)
         end = TurnMeta.of({name: text(value) for name, value in zip(wanted, values, strict=True) if value}, number)

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from unicore.schema import Limits
-from unicore.state.codec import text
+from unicore.state.codec import text, to_float, to_int
 
 __all__ = ["TaskView", "view_from_mapping"]
 
@@ -26,20 +26,6 @@ def _json(value: Any, default: Any) -> Any:
         return json.loads(value)
     except ValueError:
         return default
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(float(text(value)))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(text(value))
-    except (TypeError, ValueError):
-        return 0.0
 
 
 def _limits(value: Any) -> Limits:
@@ -105,7 +91,7 @@ def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
         id=task_id,
         parent=parent_id,
         root=text(root) if root not in (None, "", b"") else "",
-        depth=_int(fields.get("depth", 0)),
+        depth=to_int(fields.get("depth", 0)),
         model=text(fields.get("model", "scripted")),
         system_prompt=text(fields.get("system_prompt", "")),
         tools=_names(fields.get("tools")),
@@ -113,15 +99,15 @@ def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
         limits=_limits(fields.get("limits")),
         script=script if isinstance(script, dict) else None,
         status=text(fields.get("status", "idle")),
-        turns=_int(fields.get("turns", 0)),
-        iterations=_int(fields.get("iterations", 0)),
-        tool_iterations=_int(fields.get("tool_iterations", 0)),
-        input_tokens=_int(fields.get("input_tokens", 0)),
-        output_tokens=_int(fields.get("output_tokens", 0)),
-        total_tokens=_int(fields.get("total_tokens", 0)),
-        tree_total_tokens=_int(fields.get("tree_total_tokens", 0)),
-        created_at=_float(fields.get("created_at", 0)),
-        updated_at=_float(fields.get("updated_at", 0)),
+        turns=to_int(fields.get("turns", 0)),
+        iterations=to_int(fields.get("iterations", 0)),
+        tool_iterations=to_int(fields.get("tool_iterations", 0)),
+        input_tokens=to_int(fields.get("input_tokens", 0)),
+        output_tokens=to_int(fields.get("output_tokens", 0)),
+        total_tokens=to_int(fields.get("total_tokens", 0)),
+        tree_total_tokens=to_int(fields.get("tree_total_tokens", 0)),
+        created_at=to_float(fields.get("created_at", 0)),
+        updated_at=to_float(fields.get("updated_at", 0)),
         last_response=text(fields.get("last_response", "") or ""),
-        model_call_started_at=_float(fields.get("model_call_started_at", 0)),
+        model_call_started_at=to_float(fields.get("model_call_started_at", 0)),
     )

@@ -11,22 +11,8 @@ from typing import Any
 
 import redis
 
-from unicore.state.codec import text
+from unicore.state.codec import text, to_float, to_int
 from unicore.state.keys import TaskKeys
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(float(text(value)))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(text(value))
-    except (TypeError, ValueError):
-        return 0.0
 
 
 def _message(raw: Any) -> dict[str, Any] | None:
@@ -101,7 +87,7 @@ def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
     pipe = client.pipeline(transaction=False)
     for task_id in ids:
         pipe.hget(TaskKeys(task_id).task, "total_tokens")
-    return sum(_int(value) for value in pipe.execute() if value is not None)
+    return sum(to_int(value) for value in pipe.execute() if value is not None)
 
 
 def tail_messages(client: redis.Redis, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
@@ -145,7 +131,7 @@ def read_activity(client: redis.Redis, task_ids: Sequence[str], *, tail: int = 3
         activities.append(
             TaskActivity(
                 record=data,
-                heartbeat=_float(beat) if beat is not None else None,
+                heartbeat=to_float(beat) if beat is not None else None,
                 lease_held=bool(lease),
                 pending=int(pending),
                 last_messages=_messages(raws),
