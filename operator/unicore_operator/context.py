@@ -10,6 +10,7 @@ from typing import Any
 
 from unicore_operator.indexes import TaskKey
 from unicore_operator.kube import KubeClients
+from unicore_operator.reconcile_queue import ReconcileQueue
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 
@@ -64,6 +65,8 @@ class OperatorContext:
         default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="unicore-job-create")
     )
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # Reconcile requests of the watch handlers, run by the workers the startup handler starts (reconcile_queue.py).
+    reconciles: ReconcileQueue = field(default_factory=ReconcileQueue)
 
     def indexed_task(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The AgentTask ``namespace/name`` from the index (compact body); None when the index does not hold it."""

@@ -25,7 +25,6 @@ from kubernetes.client.rest import ApiException
 from unicore_operator.context import CreateFailure, OperatorContext
 from unicore_operator.indexes import job_task_key
 from unicore_operator.log import logger
-from unicore_operator.reconcile import reconcile_task
 from unicore_operator.turn_ends import existing_job_state
 from unicore_operator.watchdog.views import parse_time
 
@@ -58,7 +57,7 @@ async def on_failed_create(ctx: OperatorContext, namespace: str, job_name: str, 
     since = old.since if old is not None and old.job == job_name else (first_seen or time.time())
     ctx.create_failures[key] = CreateFailure(job=job_name, message=message, since=since)
     logger.warning("turn Job %s/%s cannot create its pod: %s", namespace, job_name, message)
-    await reconcile_task(ctx, key[0], key[1], "job-failed-create")
+    ctx.reconciles.request(key, "job-failed-create")
 
 
 class FailedCreateWatch:

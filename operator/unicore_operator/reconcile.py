@@ -131,9 +131,7 @@ def schedule_recheck(ctx: OperatorContext, key: TaskKey, delay: float, reason: s
 
     def fire() -> None:
         ctx.rechecks.pop(key, None)
-        task = loop.create_task(reconcile_task(ctx, key[0], key[1], reason))
-        ctx.background.append(task)
-        task.add_done_callback(lambda t: ctx.background.remove(t) if t in ctx.background else None)
+        ctx.reconciles.request(key, reason)
 
     ctx.rechecks[key] = loop.call_later(max(0.05, delay), fire)
 
@@ -309,4 +307,4 @@ async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str
         outcome = "unrecorded"
     if not deleted and outcome != "unrecorded":
         ctx.job_states[seen_as] = state
-    await reconcile_task(ctx, key[0], key[1], f"job-{outcome or 'running'}")
+    ctx.reconciles.request(key, f"job-{outcome or 'running'}")

@@ -140,7 +140,7 @@ async def agenttask_event(*, event: kopf.RawEvent, body: kopf.Body, spec: kopf.S
     if parent and ctx.indexed_task(namespace, parent) is not None:
         # Handlers run once the indexes are filled: a parent missing from the index is no AgentTask (yet); its
         # own create handler reconciles it with its children. No API read for it on every event of every child.
-        await reconcile_task(ctx, namespace, parent, f"child:{name}")
+        ctx.reconciles.request((namespace, parent), f"child:{name}")
     generation = body.get("metadata", {}).get("generation")
     if event.get("type") == "MODIFIED" and status.get("phase") and status.get("observedGeneration") != generation:
-        await reconcile_task(ctx, namespace, name, "spec-changed")
+        ctx.reconciles.request((namespace, name), "spec-changed")

@@ -9,7 +9,7 @@ import kopf
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import JOB_SELECTOR
 from unicore_operator.log import logger
-from unicore_operator.reconcile import job_changed, reconcile_task
+from unicore_operator.reconcile import job_changed
 from unicore_operator.turn_ends import break_dead_lease, ended_turn_pod, pod_job, pod_moves_phase
 from unicore_operator.watchdog.views import pod_view
 
@@ -37,9 +37,9 @@ async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
         task = ctx.indexed_task(namespace, name)
         if failure is not None and failure.job == job:
             ctx.create_failures.pop((namespace, name), None)  # the Job could create its pod after all
-            await reconcile_task(ctx, namespace, name, "turn-pod-created")
+            ctx.reconciles.request((namespace, name), "turn-pod-created")
         elif task is not None and pod_moves_phase(pod_view(body), task.get("status") or {}):
-            await reconcile_task(ctx, namespace, name, "turn-pod-scheduling")
+            ctx.reconciles.request((namespace, name), "turn-pod-scheduling")
     uid, event_type = str(body.get("metadata", {}).get("uid") or ""), event.get("type")
     if uid in ctx.ended_pods:  # its end was seen and its lease checked: no process of it can hold the lease since
         if event_type == "DELETED":
@@ -53,4 +53,4 @@ async def turn_pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
     if uid and event_type != "DELETED" and ended_turn_pod(body, event_type) is not None:
         ctx.ended_pods.add(uid)
     if key is not None:
-        await reconcile_task(ctx, key[0], key[1], "turn-pod-ended")
+        ctx.reconciles.request(key, "turn-pod-ended")

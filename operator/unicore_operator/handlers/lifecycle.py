@@ -15,12 +15,15 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
+from unicore_operator.reconcile import reconcile_task
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings, load_settings
 
 # Optional startup hooks of later modules (watchdog, metrics): ``async def hook(ctx) -> None``.
 StartupHook = Any
 startup_hooks: list[StartupHook] = []
+# Workers of the watch handlers' reconcile requests (reconcile_queue.py); the resync has its own bound.
+RECONCILE_WORKERS = 16
 
 
 def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
@@ -57,6 +60,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
                           agenttasks=agenttask_index, turnjobs=turnjob_index, turnpods=turnpod_index)
     memo["ctx"] = ctx
     loop = asyncio.get_running_loop()
+    ctx.background.extend(ctx.reconciles.start(lambda key, reason: reconcile_task(ctx, *key, reason),
+                                               RECONCILE_WORKERS))
     ctx.background.append(loop.create_task(activation.consume_activations(ctx), name="unicore-activations"))
     ctx.background.append(loop.create_task(activation.resync_loop(ctx), name="unicore-resync"))
     memo["failed_create_watch"] = job_events.FailedCreateWatch(ctx, loop).start()
