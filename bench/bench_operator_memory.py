@@ -10,7 +10,12 @@ by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from /proc/<
 measured ``--repeat`` times, alternating (resident memory after the same start-up varies by several MiB from run to
 run), and the table shows the means. The same measurements with no objects at all come first.
 
+``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``agent_image``,
+``operator`` and ``hack`` first on the operator's PYTHONPATH; e.g. a ``git worktree`` of an earlier commit): each
+variant in each round, next to the same no-op runs, so before and after a change are measured in one run.
+
     KUBEBUILDER_ASSETS=... .venv/bin/python bench/bench_operator_memory.py [--tasks 1000[,5000]] [--repeat 2]
+        [--operator before=/tmp/old --operator after=.]
 """
 
 from __future__ import annotations
@@ -103,20 +108,26 @@ def main() -> int:
     parser.add_argument("--tasks", default="1000", help="comma-separated totals, ascending (e.g. 1000,5000)")
     parser.add_argument("--repeat", type=int, default=2,
                         help="operator/no-op pairs measured per total, alternating (RSS varies run to run)")
+    parser.add_argument("--operator", action="append", default=[], metavar="NAME=TREE",
+                        help="measure the operator code of source tree TREE (e.g. an earlier commit's) as NAME; "
+                             "repeat to compare several in one run (default: the installed code, as 'operator')")
     args = parser.parse_args()
     totals = [int(t) for t in args.tasks.split(",")]
+    variants = [tuple(o.split("=", 1)) for o in args.operator] or [("operator", "")]
     with BenchCluster("memory") as bench:
-        rows = run(bench, totals, args.repeat)
-    print(f"\n{'AgentTasks+Jobs':>15} {'operator RSS MiB':>16} {'no-op RSS MiB':>13} {'ratio':>6} "
-          f"{'operator HWM MiB':>16} {'no-op HWM MiB':>13} {'ratio':>6}")
-    for n, op_rss, op_hwm, noop_rss, noop_hwm in rows:
-        print(f"{n:>15} {op_rss / 1024:>16.1f} {noop_rss / 1024:>13.1f} {op_rss / noop_rss:>6.2f} "
-              f"{op_hwm / 1024:>16.1f} {noop_hwm / 1024:>13.1f} {op_hwm / noop_hwm:>6.2f}")
+        rows = run(bench, totals, args.repeat, variants)
+    print(f"\n{'AgentTasks+Jobs':>15} {'operator':>10} {'RSS MiB':>8} {'no-op RSS MiB':>13} {'ratio':>6} "
+          f"{'HWM MiB':>8} {'no-op HWM MiB':>13} {'ratio':>6}")
+    for n, who, op_rss, op_hwm, noop_rss, noop_hwm in rows:
+        print(f"{n:>15} {who:>10} {op_rss / 1024:>8.1f} {noop_rss / 1024:>13.1f} {op_rss / noop_rss:>6.2f} "
+              f"{op_hwm / 1024:>8.1f} {noop_hwm / 1024:>13.1f} {op_hwm / noop_hwm:>6.2f}")
     return 0
 
 
-def run(bench: BenchCluster, totals: list[int], repeat: int) -> list[tuple[int, int, int, int, int]]:
-    """(N, operator RSS, operator HWM, no-op RSS, no-op HWM) in KiB, each the mean of ``repeat`` runs."""
+def run(bench: BenchCluster, totals: list[int], repeat: int,
+        variants: list[tuple[str, ...]]) -> list[tuple[int, str, int, int, int, int]]:
+    """(N, variant, operator RSS, operator HWM, no-op RSS, no-op HWM) in KiB, each the mean of ``repeat`` runs (the
+    no-op's over all of them)."""
     namespace, tasks, data = bench.namespace, bench.tasks, bench.data
     bench.store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
     spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
@@ -125,12 +136,15 @@ def run(bench: BenchCluster, totals: list[int], repeat: int) -> list[tuple[int, 
     settings = load_settings(op_env)
     running: list[subprocess.Popen[bytes]] = []
 
-    def start(kind: str, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(kind: str, tag: str, tree: str = "") -> tuple[subprocess.Popen[bytes], Path]:
         log_path = data / f"{kind}-{tag}.log"
         argv = ([str(VENV_BIN / "unicore-operator")] if kind == "operator"
                 else [sys.executable, str(HERE / "noop_operator.py")])
+        env = dict(op_env)
+        if tree:
+            env["PYTHONPATH"] = os.pathsep.join(str(Path(tree) / d) for d in ("agent_image", "operator", "hack"))
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(argv, env=op_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         running.append(proc)
         return proc, log_path
 
@@ -138,23 +152,28 @@ def run(bench: BenchCluster, totals: list[int], repeat: int) -> list[tuple[int, 
         want = f"seen tasks={n} jobs={n} "
         return lambda: want in log_path.read_text(errors="replace")
 
-    rows: list[tuple[int, int, int, int, int]] = []
+    rows: list[tuple[int, str, int, int, int, int]] = []
 
     def measure_pairs(n: int) -> None:
-        samples: list[tuple[int, int, int, int]] = []
+        noops: list[tuple[int, int]] = []
+        ops: dict[str, list[tuple[int, int]]] = {who: [] for who, _ in variants}
         for attempt in range(repeat):
-            op, _ = start("operator", f"{n}-{attempt}")
-            op_rss, op_hwm, op_t = measure(op)
-            stop(op)
+            for who, tree in variants[attempt % len(variants):] + variants[:attempt % len(variants)]:
+                op, _ = start("operator", f"{who}-{n}-{attempt}", tree)
+                op_rss, op_hwm, op_t = measure(op)
+                stop(op)
+                ops[who].append((op_rss, op_hwm))
+                print(f"{n} (run {attempt + 1}): {who} RSS {op_rss} KiB (HWM {op_hwm}, quiet after {op_t:.0f}s)",
+                      flush=True)
             noop, log_path = start("noop", f"{n}-{attempt}")
             noop_rss, noop_hwm, noop_t = measure(noop, noop_ready(log_path, n) if n else None)
             stop(noop)
-            samples.append((op_rss, op_hwm, noop_rss, noop_hwm))
-            print(f"{n} (run {attempt + 1}): operator RSS {op_rss} KiB (HWM {op_hwm}, quiet after {op_t:.0f}s); "
-                  f"no-op RSS {noop_rss} KiB (HWM {noop_hwm}, {noop_t:.0f}s); ratio {op_rss / noop_rss:.2f}",
-                  flush=True)
-        means = [round(statistics.mean(column)) for column in zip(*samples, strict=True)]
-        rows.append((n, means[0], means[1], means[2], means[3]))
+            noops.append((noop_rss, noop_hwm))
+            print(f"{n} (run {attempt + 1}): no-op RSS {noop_rss} KiB (HWM {noop_hwm}, {noop_t:.0f}s)", flush=True)
+        noop_rss, noop_hwm = (round(statistics.mean(column)) for column in zip(*noops, strict=True))
+        for who, samples in ops.items():
+            op_rss, op_hwm = (round(statistics.mean(column)) for column in zip(*samples, strict=True))
+            rows.append((n, who, op_rss, op_hwm, noop_rss, noop_hwm))
 
     try:
         measure_pairs(0)
