@@ -21,7 +21,9 @@ from unicore.state.activations import Activation, AsyncActivationConsumer, missi
 from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.log import logger
+from unicore_operator.memory import release_free_memory
 from unicore_operator.reconcile import reconcile_task
+from unicore_operator.reconcile_queue import BURST
 
 BATCH = 128
 BLOCK_MS = 2000
@@ -117,6 +119,8 @@ async def resync_loop(ctx: OperatorContext) -> None:
             count = await resync_all(ctx)
             await claim_abandoned(ctx)
             logger.debug("resync reconciled %d task(s)", count)
+            if count >= BURST:
+                release_free_memory()  # the resync was a burst: give back what it freed
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -10,7 +10,9 @@ waits for the next round, so no change goes unseen.
 Without the queue every event awaited its reconcile inside Kopf's handler, and a burst (an operator starting with
 thousands of Jobs and pods in its watches) held thousands of bodies and coroutines at once: the operator's memory
 stayed at that peak after the burst (the allocator keeps the arenas it filled). The workers bound that to their
-number. The paths that need a reconcile's answer or ordering keep calling ``reconcile_task`` directly: the create
+number, and when a burst of at least ``BURST`` reconciles is over (no request waiting or running), ``after_burst``
+runs: the operator gives the memory the burst freed back to the system (``memory.release_free_memory``). The paths
+that need a reconcile's answer or ordering keep calling ``reconcile_task`` directly: the create
 and suspend handlers, the activation stream (it acknowledges after the reconcile) and the periodic resync.
 """
 
@@ -24,6 +26,7 @@ from unicore_operator.indexes import TaskKey
 from unicore_operator.log import logger
 
 Reconcile = Callable[[TaskKey, str], Awaitable[Any]]
+BURST = 100  # reconciles since the queue was last idle that make a burst
 
 
 class ReconcileQueue:
@@ -32,6 +35,9 @@ class ReconcileQueue:
     def __init__(self) -> None:
         self.pending: dict[TaskKey, str] = {}  # task -> the reason of its first waiting request
         self._keys: asyncio.Queue[TaskKey] = asyncio.Queue()
+        self._running = 0
+        self._done_since_idle = 0
+        self._after_burst: Callable[[], object] | None = None
 
     def request(self, key: TaskKey, reason: str) -> None:
         """Ask for ``key`` to be reconciled (no-op while it already waits)."""
@@ -40,8 +46,11 @@ class ReconcileQueue:
         self.pending[key] = reason
         self._keys.put_nowait(key)
 
-    def start(self, reconcile: Reconcile, workers: int) -> list[asyncio.Task[None]]:
-        """Start ``workers`` workers calling ``reconcile(key, reason)``; the caller cancels them at shutdown."""
+    def start(self, reconcile: Reconcile, workers: int,
+              after_burst: Callable[[], object] | None = None) -> list[asyncio.Task[None]]:
+        """Start ``workers`` workers calling ``reconcile(key, reason)``, and ``after_burst()`` when the queue goes
+        idle after at least ``BURST`` reconciles; the caller cancels the workers at shutdown."""
+        self._after_burst = after_burst
         loop = asyncio.get_running_loop()
         return [loop.create_task(self._work(reconcile), name=f"unicore-reconcile-{i}") for i in range(workers)]
 
@@ -52,6 +61,7 @@ class ReconcileQueue:
     async def _work(self, reconcile: Reconcile) -> None:
         while True:
             key = await self._keys.get()
+            self._running += 1
             try:
                 await reconcile(key, self.pending.pop(key))
             except asyncio.CancelledError:
@@ -59,4 +69,10 @@ class ReconcileQueue:
             except Exception:  # reconcile_task logs its own failures; the worker must outlive any other
                 logger.exception("reconcile worker: reconciling %s/%s failed", *key)
             finally:
+                self._running -= 1
+                self._done_since_idle += 1
                 self._keys.task_done()
+            if self._running == 0 and self._keys.empty() and self._done_since_idle >= BURST:
+                self._done_since_idle = 0
+                if self._after_burst is not None:
+                    self._after_burst()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from unicore_operator.reconcile_queue import ReconcileQueue
+from unicore_operator.reconcile_queue import BURST, ReconcileQueue
 
 Key = tuple[str, str]
 
@@ -75,3 +75,27 @@ def test_at_most_the_workers_run_at_once_and_a_failure_stops_no_worker() -> None
 
     peak, done = asyncio.run(scenario())
     assert peak == 4 and done == 40
+
+
+def test_the_end_of_a_burst_is_announced_once_and_a_few_requests_are_no_burst() -> None:
+    async def scenario(requests: int) -> int:
+        queue, bursts = ReconcileQueue(), 0
+
+        async def reconcile(key: Key, reason: str) -> None:
+            await asyncio.sleep(0)
+
+        def after_burst() -> None:
+            nonlocal bursts
+            bursts += 1
+
+        workers = queue.start(reconcile, 4, after_burst=after_burst)
+        for i in range(requests):
+            queue.request(("ns", f"t{i}"), "burst")
+        await asyncio.wait_for(queue.join(), 5)
+        await asyncio.sleep(0)  # the last worker announces after its task_done
+        for worker in workers:
+            worker.cancel()
+        return bursts
+
+    assert asyncio.run(scenario(BURST + 50)) == 1
+    assert asyncio.run(scenario(BURST - 1)) == 0

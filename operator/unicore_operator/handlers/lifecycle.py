@@ -15,6 +15,7 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
+from unicore_operator.memory import release_free_memory
 from unicore_operator.reconcile import reconcile_task
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings, load_settings
@@ -61,7 +62,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
     memo["ctx"] = ctx
     loop = asyncio.get_running_loop()
     ctx.background.extend(ctx.reconciles.start(lambda key, reason: reconcile_task(ctx, *key, reason),
-                                               RECONCILE_WORKERS))
+                                               RECONCILE_WORKERS, after_burst=release_free_memory))
     ctx.background.append(loop.create_task(activation.consume_activations(ctx), name="unicore-activations"))
     ctx.background.append(loop.create_task(activation.resync_loop(ctx), name="unicore-resync"))
     memo["failed_create_watch"] = job_events.FailedCreateWatch(ctx, loop).start()
