@@ -4,8 +4,8 @@ watching the same objects, on the same control plane, in the same run.
 Set-up: N AgentTasks, children of a Redis-only parent without a prompt (they go straight to Idle, no turn runs),
 created from 8 API clients; a first operator initialises them (all Idle), then N Jobs are created: for each task the
 Job build_turn_job_spec makes for its turn 1, with ``suspend: true`` (no pod ever runs). Once it shows every task as
-Pending (its Job held), that operator is stopped. Then, one at a time, a fresh ``unicore-operator`` and a fresh no-
-op operator are started; each is measured once it has listed everything and gone quiet (the no-op operator logs
+Pending (its Job held), that operator is stopped. Then, one at a time, a fresh ``unicore-operator`` and a fresh
+no-op operator are started; each is measured once it has listed everything and gone quiet (the no-op operator logs
 counts; both: CPU time of the process grows by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from
 /proc/<pid>/status. Each pair is measured ``--repeat`` times, alternating (resident memory after the same start-up
 varies by several MiB from run to run), and the table shows the means. The same measurements with no objects at all
