@@ -52,6 +52,8 @@ RETRY_SECONDS_ENV = RedisClientSettings.env_var("retry_seconds")
 SOCKET_TIMEOUT_ENV = RedisClientSettings.env_var("socket_timeout")
 CONNECT_TIMEOUT = 5.0
 HEALTH_CHECK_INTERVAL = 15
+ASYNC_MAX_CONNECTIONS = 32  # connections of one asyncio client (the operator's): commands beyond wait for one
+POOL_WAIT_SECONDS = 30.0  # how long a command waits for a free connection before the pool's ConnectionError
 BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
 BACKOFF_CAP = 2.0
 RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
@@ -206,6 +208,15 @@ class AsyncRetryingConnectionPool(aioredis.ConnectionPool):
         return await retry.call_with_retry(lambda: get(*args, **options), _ignore)
 
 
+class AsyncBoundedConnectionPool(AsyncRetryingConnectionPool, aioredis.BlockingConnectionPool):
+    """``AsyncRetryingConnectionPool`` that opens at most ``max_connections`` connections; a command waits for a free
+    one (up to ``timeout`` seconds, then the pool's ConnectionError, which the retry covers).
+
+    redis.asyncio's own pool opens a connection for every command that finds none free, without limit: an operator
+    starting with 4,000 new AgentTasks ran 4,000 snapshots at once and held 4,000 connections (each with its read
+    buffers: 2 GB of memory, and as many server-side clients)."""
+
+
 def client_options(
     url: str, *, retry_for: float | None = None, is_async: bool = False, health_check_interval: float | None = None
 ) -> dict[str, Any]:
@@ -268,15 +279,18 @@ def build_client(
 
 def build_async_client(
     url: str, *, decode_responses: bool = False, retry_for: float | None = None,
-    health_check_interval: float | None = None,
+    health_check_interval: float | None = None, max_connections: int = ASYNC_MAX_CONNECTIONS,
 ) -> aioredis.Redis:
-    """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks."""
+    """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks, and at most
+    ``max_connections`` connections (``AsyncBoundedConnectionPool``; a Redis Cluster client is not bounded)."""
     options = client_options(url, retry_for=retry_for, is_async=True, health_check_interval=health_check_interval)
     seed = cluster_seed_url(url)
     if seed is not None:
         options["retry"] = AsyncRetry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
+        # Not bounded: redis.asyncio's cluster nodes refuse a command over their max_connections instead of waiting.
         return cast(aioredis.Redis, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
-    pool = AsyncRetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
+    pool = AsyncBoundedConnectionPool.from_url(url, decode_responses=decode_responses, max_connections=max_connections,
+                                               timeout=POOL_WAIT_SECONDS, **options)
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True
     return client
