@@ -44,9 +44,18 @@ class ControlPlane:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], bin_dir: str | os.PathLike[str] | None = None
+        self,
+        data_dir: str | os.PathLike[str],
+        bin_dir: str | os.PathLike[str] | None = None,
+        *,
+        advertise_address: str | None = None,
     ) -> None:
+        """``advertise_address``: a non-loopback address of this host. Then the API server also listens there
+        (``--bind-address=0.0.0.0``), advertises it and keeps the ``kubernetes`` Service's endpoints on it (the
+        lease reconciler), so pods on a real node reach it at ``kubernetes.default.svc``. Without it the API
+        server listens on 127.0.0.1 only and has no endpoints (the pod runner's pods are host processes)."""
         self.data_dir = Path(data_dir).resolve()
+        self.advertise_address = advertise_address
         self.bin_dir = Path(bin_dir) if bin_dir else find_bin_dir()
         self.log_dir = self.data_dir / "logs"
         self.pki_dir = self.data_dir / "pki"
@@ -107,7 +116,8 @@ class ControlPlane:
             shutil.rmtree(self.data_dir / sub, ignore_errors=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.pki = pki_mod.generate(self.pki_dir)
+        extra_ips = (self.advertise_address,) if self.advertise_address else ()
+        self.pki = pki_mod.generate(self.pki_dir, extra_ips=extra_ips)
         for name in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kubelet"):
             self.ports[name] = free_port()
         pki = self.pki
@@ -192,8 +202,8 @@ class ControlPlane:
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={'0.0.0.0' if self.advertise_address else '127.0.0.1'}",  # noqa: S104
+                f"--advertise-address={self.advertise_address or '127.0.0.1'}",
                 f"--secure-port={self.ports['apiserver']}",
                 f"--cert-dir={self.data_dir / 'apiserver'}",
                 f"--tls-cert-file={pki.apiserver.cert}",
@@ -210,7 +220,7 @@ class ControlPlane:
                 f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
                 f"--kubelet-certificate-authority={pki.ca.cert}",
                 "--kubelet-preferred-address-types=InternalIP",
-                "--endpoint-reconciler-type=none",
+                f"--endpoint-reconciler-type={'lease' if self.advertise_address else 'none'}",
                 "--profiling=false",
                 "--v=1",
             ],

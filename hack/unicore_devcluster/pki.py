@@ -125,8 +125,9 @@ def _issue(
     return pair
 
 
-def generate(folder: Path) -> Pki:
-    """Write a fresh CA, serving and client certificates and the service-account key pair into ``folder``."""
+def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Write a fresh CA, serving and client certificates and the service-account key pair into ``folder``
+    (``extra_ips``: more addresses the API server's certificate is valid for, e.g. the real node's IP)."""
     folder.mkdir(parents=True, exist_ok=True)
     ca_key = _new_key()
     ca = _issue(folder, "ca", _name("unicore-devcluster-ca"), ca_key, None, key=ca_key)
@@ -143,7 +144,7 @@ def generate(folder: Path) -> Pki:
         ca_cert,
         server=True,
         dns=SERVER_NAMES,
-        ips=SERVER_IPS,
+        ips=SERVER_IPS + tuple(ip for ip in extra_ips if ip not in SERVER_IPS),
     )
     kubelet_serving = _issue(
         folder,
@@ -176,4 +177,28 @@ def generate(folder: Path) -> Pki:
         ),
         sa_key=sa_key,
         sa_pub=sa_pub,
+    )
+
+
+def issue(
+    ca: CertPair,
+    folder: Path,
+    stem: str,
+    common_name: str,
+    orgs: tuple[str, ...] = (),
+    *,
+    server: bool = False,
+    client: bool = False,
+    dns: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+) -> CertPair:
+    """One more certificate signed by the CA at ``ca`` (e.g. a kubelet's ``system:node:<name>`` client
+    certificate and its serving certificate), written to ``folder/<stem>.crt`` and ``.key``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{ca.key} is not an EC key")
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    return _issue(
+        folder, stem, _name(common_name, orgs), ca_key, ca_cert, server=server, client=client, dns=dns, ips=ips
     )
