@@ -44,3 +44,26 @@ def find_bin_dir(build: bool = True) -> Path:
         + ", ".join(REQUIRED)
         + " or run hack/build-k8s.sh"
     )
+
+
+NODE_REQUIRED = ("kubelet", "kube-proxy", "coredns", "unicore-cri", "images/pause.tar", "images/busybox.tar")
+NODE_BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "build-node.sh"
+
+
+def find_node_bin_dir(build: bool = True) -> Path:
+    """The folder with the real node's binaries and image archives (``hack/build-node.sh``'s output).
+
+    Order: ``$UNICORE_NODE_BIN_DIR``, then ``hack/build-node.sh`` (builds what is missing, prints the folder)
+    when ``build`` is true.
+    """
+    value = os.environ.get("UNICORE_NODE_BIN_DIR")
+    if value and all((Path(value) / name).exists() for name in NODE_REQUIRED):
+        return Path(value)
+    if build and NODE_BUILD_SCRIPT.is_file():
+        logger.info("building/locating the node binaries with %s", NODE_BUILD_SCRIPT)
+        proc = subprocess.run(["bash", str(NODE_BUILD_SCRIPT)], check=False, stdout=subprocess.PIPE, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if proc.returncode == 0 and lines and all((Path(lines[-1]) / n).exists() for n in NODE_REQUIRED):
+            return Path(lines[-1])
+        raise BinariesNotFound(f"{NODE_BUILD_SCRIPT} failed (exit {proc.returncode})")
+    raise BinariesNotFound("node binaries not found: set UNICORE_NODE_BIN_DIR or run hack/build-node.sh")
