@@ -24,9 +24,10 @@ if ! redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1; then
   for _ in $(seq 100); do redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
-# 2. The local control plane (reused when already up).
+# 2. The local control plane (reused when already up). The demo's pods run on the pod runner (--node runner): they
+#    reach Redis on a unix socket of this host, which real containers on the real node cannot.
 say "starting the local control plane"
-eval "$("$BIN/unicore-devcluster" up --detach)"
+eval "$("$BIN/unicore-devcluster" up --detach --node runner)"
 export KUBECONFIG
 
 # 3. CRD, namespace, the agents' ServiceAccount and Role (create/get/list/watch agenttasks).

@@ -28,6 +28,27 @@ def _export_lines(state: dict[str, object]) -> str:
     return f"export KUBEBUILDER_ASSETS={state['bin_dir']}\nexport KUBECONFIG={state['kubeconfig']}"
 
 
+def choose_node(mode: str) -> tuple[bool, str]:
+    """(real node?, the one line that says which and why) for ``up --node auto|real|runner``."""
+    if mode == "runner":
+        return False, "devcluster: pods run on the pod runner (fake GPU/CPU nodes), as asked (--node runner)"
+    from unicore_devcluster.binaries import BinariesNotFound, find_node_bin_dir
+    from unicore_devcluster.node_host import node_ip, unavailable_reason
+    from unicore_devcluster.realnode import NODE_NAME
+
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            find_node_bin_dir()
+        except BinariesNotFound as exc:
+            reason = str(exc)
+    if reason is None:
+        return True, f"devcluster: real node {NODE_NAME} (containerd + kubelet) on {node_ip()}"
+    if mode == "real":
+        raise SystemExit(f"devcluster: cannot run a real node here: {reason}")
+    return False, f"devcluster: no real node ({reason}); pods run on the pod runner (fake GPU/CPU nodes)"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     state = read_state(data_dir)
@@ -37,16 +58,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 0
     if state:  # stale state of a supervisor that died
         stop_running(data_dir)
+    real, line = choose_node(args.node)
+    print(line, file=sys.stderr, flush=True)
+    node = "real" if real else "runner"
     if args.detach:
-        return _up_detached(data_dir, args.timeout)
-    return _up_foreground(data_dir, args.timeout)
+        return _up_detached(data_dir, args.timeout, node)
+    return _up_foreground(data_dir, args.timeout, node)
 
 
-def _up_foreground(data_dir: Path, timeout: float) -> int:
+def _up_foreground(data_dir: Path, timeout: float, node: str) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    cluster = DevCluster(data_dir)
+    cluster = DevCluster(data_dir, nodes=(), real_node=True) if node == "real" else DevCluster(data_dir)
     try:
         cluster.start(timeout=timeout)
         print(f"devcluster ready in {cluster.ready_seconds:.1f}s", file=sys.stderr)
@@ -57,7 +81,7 @@ def _up_foreground(data_dir: Path, timeout: float) -> int:
     return 0
 
 
-def _up_detached(data_dir: Path, timeout: float) -> int:
+def _up_detached(data_dir: Path, timeout: float, node: str) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "devcluster.log"
     with open(log_path, "ab") as log:
@@ -71,6 +95,8 @@ def _up_detached(data_dir: Path, timeout: float) -> int:
                 str(data_dir),
                 "--timeout",
                 str(timeout),
+                "--node",
+                node,
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -78,7 +104,7 @@ def _up_detached(data_dir: Path, timeout: float) -> int:
             start_new_session=True,
             close_fds=True,
         )
-    deadline = time.monotonic() + timeout + 30
+    deadline = time.monotonic() + timeout + (150 if node == "real" else 30)
     while time.monotonic() < deadline:
         state = read_state(data_dir)
         if state and state.get("ready") and state["supervisor"]["pid"] == proc.pid:
@@ -165,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
                 "--detach", action="store_true", help="run in the background and return once ready"
             )
             p.add_argument("--timeout", type=float, default=120.0)
+            p.add_argument(
+                "--node",
+                choices=("auto", "real", "runner"),
+                default=os.environ.get("UNICORE_DEVCLUSTER_NODE", "auto"),
+                help="auto (default, $UNICORE_DEVCLUSTER_NODE): a real node (containerd + kubelet) where this host"
+                " can run one, else the pod runner, saying why; real: fail if it cannot; runner: the pod runner",
+            )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

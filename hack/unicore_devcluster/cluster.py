@@ -14,6 +14,7 @@ from unicore_devcluster.log import logger
 from unicore_devcluster.logserver import KubeletLogServer
 from unicore_devcluster.nodes import DEFAULT_NODES, NodeAgent, NodeSpec
 from unicore_devcluster.procs import alive, start_time, terminate
+from unicore_devcluster.realnode import RealNode, cleanup_leftovers
 from unicore_devcluster.runner import PodRunner
 from unicore_devcluster.wait import wait_until
 
@@ -44,7 +45,11 @@ def supervisor_alive(state: dict[str, Any]) -> bool:
 
 
 class DevCluster:
-    """A real control plane plus a GPU node and a CPU node whose pods run as local processes.
+    """A real control plane plus a GPU node and a CPU node whose pods run as local processes, and/or a real node.
+
+    ``real_node=True`` also starts a RealNode (containerd, kubelet, kube-proxy, CoreDNS, local-path volumes; see
+    realnode.py), with the API server advertising this host's IP so its pods reach it; ``nodes=()`` leaves the
+    fake nodes and the pod runner out, so every pod runs as a real container.
 
     Owned (``DevCluster(dir).start()``): this process runs everything and ``stop()`` ends it all.
     Attached (``attach(dir)``): uses a cluster another process started (``unicore-devcluster up``);
@@ -57,10 +62,23 @@ class DevCluster:
         data_dir: str | os.PathLike[str] | None = None,
         bin_dir: str | os.PathLike[str] | None = None,
         nodes: tuple[NodeSpec, ...] = DEFAULT_NODES,
+        *,
+        real_node: bool = False,
+        real_node_gpus: int = 4,
     ) -> None:
         self.data_dir = Path(data_dir or default_data_dir()).resolve()
         self.nodes = nodes
-        self.control_plane = ControlPlane(self.data_dir, bin_dir)
+        self.node_ip: str | None = None
+        if real_node:
+            from unicore_devcluster.node_host import node_ip
+
+            self.node_ip = node_ip()
+            if self.node_ip is None:
+                raise RuntimeError("a real node needs a non-loopback IPv4 address on this host")
+        self.want_real_node = real_node
+        self.real_node_gpus = real_node_gpus
+        self.real_node: RealNode | None = None
+        self.control_plane = ControlPlane(self.data_dir, bin_dir, advertise_address=self.node_ip)
         self.node_agent: NodeAgent | None = None
         self.runner: PodRunner | None = None
         self.log_server: KubeletLogServer | None = None
@@ -100,6 +118,8 @@ class DevCluster:
         out = self.control_plane.pids()
         if self.runner is not None:
             out.update({f"pod:{ns}/{name}": pid for (ns, name), pid in self.runner.pids().items()})
+        if self.real_node is not None:
+            out.update({f"node:{name}": pid for name, pid in self.real_node.pids().items()})
         return out
 
     def log_path(self, namespace: str, pod: str, container: str | None = None) -> Path | None:
@@ -132,30 +152,14 @@ class DevCluster:
             cp = self.control_plane
             assert cp.pki is not None
             self._api = cp.api_client()
-            self.runner = PodRunner(
-                self._api,
-                {n.name for n in self.nodes},
-                self.data_dir,
-                server=cp.server,
-                ca_file=cp.pki.ca.cert,
-            )
-            self.runner.start()
-            self.log_server = KubeletLogServer(
-                cp.ports["kubelet"],
-                cp.pki.kubelet_serving.cert,
-                cp.pki.kubelet_serving.key,
-                cp.pki.ca.cert,
-                self.log_path,
-                lambda ns, name: bool(
-                    self.runner
-                    and self.runner.pid_of(ns, name) is not None
-                    and (ns, name) in self.runner.pids()
-                ),
-            )
-            self.log_server.start()
-            self.node_agent = NodeAgent(self._api, self.nodes, kubelet_port=cp.ports["kubelet"])
-            self.node_agent.start()
-            self._wait_nodes_schedulable(max(5.0, timeout - (time.monotonic() - begin)))
+            if self.want_real_node:
+                assert self.node_ip is not None
+                self.real_node = RealNode(
+                    cp, self.data_dir / "node", node_ip=self.node_ip, gpus=self.real_node_gpus
+                )
+                self.real_node.start(timeout=max(60.0, timeout - (time.monotonic() - begin)) + 60.0)
+            if self.nodes:
+                self._start_fake_nodes(begin, timeout)
         except BaseException:
             self.stop()
             raise
@@ -163,6 +167,35 @@ class DevCluster:
         self._write_state(ready=True)
         logger.info("devcluster ready in %.1fs (KUBECONFIG=%s)", self.ready_seconds, self.kubeconfig)
         return self
+
+    def _start_fake_nodes(self, begin: float, timeout: float) -> None:
+        """The GPU and CPU nodes kept Ready by heartbeats, the pod runner and its kubelet log endpoint."""
+        cp = self.control_plane
+        assert cp.pki is not None
+        self.runner = PodRunner(
+            self._api,
+            {n.name for n in self.nodes},
+            self.data_dir,
+            server=cp.server,
+            ca_file=cp.pki.ca.cert,
+        )
+        self.runner.start()
+        self.log_server = KubeletLogServer(
+            cp.ports["kubelet"],
+            cp.pki.kubelet_serving.cert,
+            cp.pki.kubelet_serving.key,
+            cp.pki.ca.cert,
+            self.log_path,
+            lambda ns, name: bool(
+                self.runner
+                and self.runner.pid_of(ns, name) is not None
+                and (ns, name) in self.runner.pids()
+            ),
+        )
+        self.log_server.start()
+        self.node_agent = NodeAgent(self._api, self.nodes, kubelet_port=cp.ports["kubelet"])
+        self.node_agent.start()
+        self._wait_nodes_schedulable(max(5.0, timeout - (time.monotonic() - begin)))
 
     def _wait_nodes_schedulable(self, timeout: float) -> None:
         from kubernetes import client
@@ -188,6 +221,9 @@ class DevCluster:
         if not self.owned:
             return
         atexit.unregister(self.stop)
+        if self.real_node is not None:
+            self.real_node.stop()
+            self.real_node = None
         if self.runner is not None:
             self.runner.stop()
             self.runner = None
@@ -227,6 +263,20 @@ class DevCluster:
             "bin_dir": str(self.bin_dir),
             "data_dir": str(self.data_dir),
             "nodes": [n.name for n in self.nodes],
+            "real_node": (
+                {
+                    "name": self.real_node.name,
+                    "node_ip": self.real_node.node_ip,
+                    "state_dir": str(self.real_node.state_dir),
+                    "bin_dir": str(self.real_node.bin_dir),
+                    "processes": {
+                        name: {"pid": pid, "started": start_time(pid)}
+                        for name, pid in self.real_node.pids().items()
+                    },
+                }
+                if self.real_node is not None
+                else None
+            ),
         }
         path = self.data_dir / STATE_FILE
         tmp = path.with_name(f".{STATE_FILE}.tmp")
@@ -241,7 +291,11 @@ def attach(data_dir: str | os.PathLike[str] | None = None) -> DevCluster:
         raise RuntimeError(f"no running devcluster in {data_dir or default_data_dir()}")
     cluster = DevCluster.__new__(DevCluster)
     cluster.data_dir = Path(state["data_dir"])
-    cluster.nodes = DEFAULT_NODES
+    cluster.nodes = tuple(n for n in DEFAULT_NODES if n.name in state.get("nodes", []))
+    cluster.node_ip = (state.get("real_node") or {}).get("node_ip")
+    cluster.want_real_node = bool(state.get("real_node"))
+    cluster.real_node_gpus = 0
+    cluster.real_node = None
     cluster.control_plane = ControlPlane(cluster.data_dir, state["bin_dir"])
     cluster.control_plane.kubeconfig = Path(state["kubeconfig"])
     cluster.node_agent = None
@@ -264,10 +318,15 @@ def stop_running(data_dir: str | os.PathLike[str] | None = None, timeout: float 
     if sup:
         # the supervisor stops its pods, heartbeats and control plane in order
         terminate(int(sup["pid"]), sup.get("started"), timeout)
-    for name, proc in reversed(list(state.get("processes", {}).items())):
+    real = state.get("real_node") or {}
+    procs = {**state.get("processes", {}), **{f"node:{k}": v for k, v in real.get("processes", {}).items()}}
+    for name, proc in reversed(list(procs.items())):
         if alive(int(proc["pid"]), proc.get("started")):
             logger.warning("%s (pid %s) outlived the supervisor; stopping it", name, proc["pid"])
             terminate(int(proc["pid"]), proc.get("started"), 10.0)
+    if real:
+        # a supervisor that stopped in order left nothing; one that was killed left containers, rules, mounts
+        cleanup_leftovers(real["state_dir"], real.get("bin_dir"))
     try:
         (path / STATE_FILE).unlink()
     except FileNotFoundError:

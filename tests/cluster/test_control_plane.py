@@ -312,7 +312,7 @@ def test_cli_up_down_leaves_no_process(control_plane: DevCluster, tmp_path: Path
     cli = [sys.executable, "-m", "unicore_devcluster.cli"]
     pids: dict[str, int] = {}
     up = subprocess.run(
-        [*cli, "up", "--detach", "--data-dir", str(data_dir)],
+        [*cli, "up", "--detach", "--node", "runner", "--data-dir", str(data_dir)],  # the pod runner's CLI path
         env=env,
         capture_output=True,
         text=True,
