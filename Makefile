@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
 -include hack/ship.mk
 
-.PHONY: help bootstrap k8s-bins images-local test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+.PHONY: help bootstrap k8s-bins node-bins images-local test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,6 +19,12 @@ bootstrap: ## create .venv, install UniCore and its dev tools, install redis-ser
 k8s-bins: ## build (or reuse from cache / KUBEBUILDER_ASSETS) kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm
 	@hack/build-k8s.sh
 
+# The real node's kubelet, kube-proxy, CoreDNS, CRI client, pause and test images (hack/build-node.sh, cached by version; needs root for
+# its apt packages). UNICORE_NO_CONTAINERS=1 skips it too.
+node-bins: ## build (or reuse from cache) the real node's kubelet, kube-proxy, CoreDNS, pause and busybox image archives
+	@if [ "$${UNICORE_NO_CONTAINERS:-}" = 1 ]; then echo "node-bins: UNICORE_NO_CONTAINERS=1, not building the node binaries" >&2; \
+	else hack/build-node.sh >/dev/null; fi
+
 # No Docker, no registry: debootstrap + buildah, cached by content hash under ${UNICORE_CACHE:-~/.cache/unicore}/images (needs root).
 # UNICORE_NO_CONTAINERS=1 skips it (and makes the container tests skip instead of fail) on hosts without root.
 images-local: ## build the base, agent, operator and Redis images without Docker or a registry (hack/build-images.sh)
@@ -28,7 +34,7 @@ images-local: ## build the base, agent, operator and Redis images without Docker
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-test: bootstrap k8s-bins images-local ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers)
+test: bootstrap k8s-bins node-bins images-local ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers)
 	@$(WITH_K8S) $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: bootstrap ## unit + integration tests only (no control plane, no containers)
@@ -44,7 +50,7 @@ demo-local: bootstrap ## run a scripted tree of agents as local processes (no cl
 demo: bootstrap k8s-bins ## cluster mode: control plane + GPU node + operator, apply examples/, show the tree
 	@$(WITH_K8S) hack/demo.sh
 
-cluster-up: bootstrap k8s-bins ## start the local control plane in the background; prints `export KUBECONFIG=...`
+cluster-up: bootstrap k8s-bins node-bins ## start the local control plane in the background; prints `export KUBECONFIG=...`
 	@$(WITH_K8S) $(BIN)/unicore-devcluster up --detach
 
 cluster-down: ## stop the local control plane

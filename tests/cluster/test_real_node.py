@@ -2,9 +2,9 @@
 API server and each other through kube-proxy's ClusterIP Services and cluster DNS, claims are provisioned by the
 local-path provisioner, GPU Jobs schedule on it, and its tear-down leaves nothing behind on the host.
 
-One control plane with the real node only (no fake nodes, no pod runner) for the module; the last test stops it and
-checks the host. Skipped, with the reason, on a host that cannot run a real node (not root, no cgroup v1, no
-containerd: node_host.unavailable_reason).
+One control plane with the real node only (no fake nodes, no pod runner) for the module; the stop test stops it and
+checks the host. On a host that cannot run a real node (not root, no cgroup v1, no containerd:
+node_host.unavailable_reason) the tests fail with the reason, or skip with UNICORE_NO_CONTAINERS=1 (as tests/node).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def wait_for(predicate: Any, *, timeout: float, what: str) -> Any:
 @pytest.fixture(scope="module")
 def real() -> Iterator[dict[str, Any]]:
     reason = node_host.unavailable_reason()
-    if reason:
-        pytest.skip(f"this host cannot run a real node: {reason}")
+    if reason:  # as tests/node: fail with the reason, unless the run says this host runs no containers
+        if os.environ.get("UNICORE_NO_CONTAINERS") == "1":
+            pytest.skip(f"UNICORE_NO_CONTAINERS=1; this host cannot run a real node: {reason}")
+        pytest.fail(f"this host cannot run a real node: {reason} (UNICORE_NO_CONTAINERS=1 skips these tests)")
     data_dir = Path(tempfile.mkdtemp(prefix="unicore-realnode-"))
     netns_before = node_host.netns_names()
     cluster = DevCluster(data_dir, nodes=(), real_node=True)
