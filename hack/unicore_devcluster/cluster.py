@@ -12,9 +12,10 @@ from typing import Any
 from unicore_devcluster.launcher import ControlPlane
 from unicore_devcluster.log import logger
 from unicore_devcluster.logserver import KubeletLogServer
+from unicore_devcluster.node_teardown import cleanup_leftovers
 from unicore_devcluster.nodes import DEFAULT_NODES, NodeAgent, NodeSpec
 from unicore_devcluster.procs import alive, start_time, terminate
-from unicore_devcluster.realnode import RealNode, cleanup_leftovers
+from unicore_devcluster.realnode import RealNode
 from unicore_devcluster.runner import PodRunner
 from unicore_devcluster.wait import wait_until
 

@@ -21,6 +21,8 @@ CNI_NETWORK = "unicore-node"
 LOCAL_PATH_CLASS = "local-path"
 LOCAL_PATH_PROVISIONER = "unicore.dev/local-path"
 ENDPOINTS_MANAGER = "unicore-devcluster"
+CGROUP_ROOT = "unicore-node"  # the kubelet's cgroupRoot: /unicore-node in every hierarchy
+RUNNING_MARKER = "running"  # in the node's config/: written at start, removed by a completed stop
 
 
 @dataclass(frozen=True)

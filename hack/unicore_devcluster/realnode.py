@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -43,28 +41,29 @@ from unicore_devcluster.launcher import ControlPlane, free_port
 from unicore_devcluster.localpath import LocalPathProvisioner
 from unicore_devcluster.log import logger
 from unicore_devcluster.node_config import (
-    BRIDGE,
-    DNS_SERVICE_IP,
+    CGROUP_ROOT,
+    RUNNING_MARKER,
     NodePaths,
     cni_conflist,
-    coredns_rbac,
     corefile,
-    dns_endpoint_slice,
-    dns_service,
     isolation_rules,
     kube_proxy_config,
     kubelet_config,
-    local_path_storage_class,
     resolv_upstreams,
 )
+from unicore_devcluster.node_objects import (
+    apply_coredns_rbac,
+    apply_dns_service,
+    delete_node_objects,
+    ensure_storage_class,
+)
+from unicore_devcluster.node_teardown import cleanup_leftovers, pids_naming, remove_host_state
 from unicore_devcluster.procs import Child, spawn
 from unicore_devcluster.wait import WaitTimeout, wait_until
 
 NODE_NAME = "unicore-node-0"
-CGROUP_ROOT = "unicore-node"
 GPU_RESOURCE = "nvidia.com/gpu"
 COREDNS_USER = "system:unicore-coredns"
-RUNNING_MARKER = "running"  # in config/: written at start, removed by a completed stop
 STOP_GRACE = {"kubelet": 10.0, "kube-proxy": 5.0, "coredns": 5.0}
 
 
@@ -320,26 +319,9 @@ class RealNode:
         url = f"http://127.0.0.1:{self.ports['proxy_healthz']}/healthz"
         self._wait("kube-proxy", lambda: self._healthz(url), deadline, "kube-proxy /healthz (rules synced)")
 
-    def _apply(self, create: Any, replace: Any, name: str, body: dict[str, Any], *ns: str) -> None:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            create(*ns, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            replace(name, *ns, body)
-
     def _start_dns(self, deadline: float) -> None:
-        from kubernetes import client
-
         paths = self.paths
-        core: Any = client.CoreV1Api(self._api)
-        rbac: Any = client.RbacAuthorizationV1Api(self._api)
-        discovery: Any = client.DiscoveryV1Api(self._api)
-        role, binding = coredns_rbac(COREDNS_USER)
-        self._apply(rbac.create_cluster_role, rbac.replace_cluster_role, "system:coredns", role)
-        self._apply(rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding, "system:coredns", binding)
+        apply_coredns_rbac(self._api, COREDNS_USER)
         try:
             upstreams = resolv_upstreams(Path("/etc/resolv.conf").read_text())
         except OSError:
@@ -356,36 +338,12 @@ class RealNode:
             )
         )
         self._spawn("coredns", ["-conf", str(conf)])
-        service = dns_service()
-        try:
-            existing = core.read_namespaced_service("kube-dns", "kube-system")
-            if existing.spec.cluster_ip != DNS_SERVICE_IP or existing.spec.selector:
-                core.delete_namespaced_service("kube-dns", "kube-system")
-                raise LookupError
-        except Exception:  # noqa: BLE001 - missing (404) or replaced: create it
-            core.create_namespaced_service("kube-system", service)
-        self._apply(
-            discovery.create_namespaced_endpoint_slice,
-            discovery.replace_namespaced_endpoint_slice,
-            "kube-dns-host",
-            dns_endpoint_slice(self.node_ip, self.ports["dns"], self.name),
-            "kube-system",
-        )
+        apply_dns_service(self._api, self.node_ip, self.ports["dns"], self.name)
         url = f"http://127.0.0.1:{self.ports['dns_ready']}/ready"
         self._wait("coredns", lambda: self._healthz(url), deadline, "CoreDNS /ready (kubernetes plugin synced)")
 
     def _start_local_path(self) -> None:
-        from kubernetes import client
-
-        storage: Any = client.StorageV1Api(self._api)
-        body = local_path_storage_class()
-        from kubernetes.client.rest import ApiException
-
-        try:
-            storage.create_storage_class(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        ensure_storage_class(self._api)
         self.provisioner = LocalPathProvisioner(self._api, self.name, self.paths.volumes)
         self.provisioner.start()
 
@@ -439,103 +397,12 @@ class RealNode:
                 logger.warning("stopping containerd: %s", exc)
             self.runtime = None
         self._delete_api_objects()
-        _remove_host_state(self.state_dir, self.bin_dir, self._ip_forward_before)
+        remove_host_state(self.state_dir, self.bin_dir, self._ip_forward_before)
         (self.paths.config_dir / RUNNING_MARKER).unlink(missing_ok=True)
 
     def _delete_api_objects(self) -> None:
         if self._api is None:
             return
-        from kubernetes import client
-
-        core: Any = client.CoreV1Api(self._api)
-        discovery: Any = client.DiscoveryV1Api(self._api)
-        for call in (
-            lambda: discovery.delete_namespaced_endpoint_slice("kube-dns-host", "kube-system"),
-            lambda: core.delete_node(self.name),
-        ):
-            try:
-                call()
-            except Exception as exc:  # noqa: BLE001 - the control plane may be gone already
-                logger.debug("deleting an API object of the node: %s", exc)
+        delete_node_objects(self._api, self.name)
         self._api.close()
         self._api = None
-
-
-def pids_naming(text: str) -> list[int]:
-    """Pids of the processes whose command line contains ``text``."""
-    needle = text.encode()
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                if needle in (proc / "cmdline").read_bytes():
-                    out.append(int(proc.name))
-            except OSError:
-                pass
-    return out
-
-
-def _kill_by_path(state_dir: Path) -> None:
-    """SIGKILL every process whose command line names the state folder (kubelet, kube-proxy, CoreDNS,
-    containerd, its shims), e.g. after a supervisor that was killed."""
-    for pid in pids_naming(f"{state_dir}/"):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _remove_host_state(state_dir: Path, bin_dir: Path, ip_forward_before: str) -> None:
-    _kill_by_path(state_dir)
-    left = host.remove_cgroup_root(CGROUP_ROOT)
-    if left:
-        logger.warning("cgroups that could not be removed: %s", left)
-    stuck = host.unmount_under(state_dir)
-    if stuck:
-        logger.warning("mounts left under %s: %s", state_dir, stuck)
-    host.delete_link(BRIDGE)
-    proxy = bin_dir / "kube-proxy"
-    if proxy.exists():
-        subprocess.run([str(proxy), "--cleanup", "--v=0"], capture_output=True, timeout=60, check=False)  # noqa: S603
-    host.remove_chains()
-    if not ip_forward_before:
-        try:
-            ip_forward_before = (state_dir / "config" / "ip_forward.before").read_text().strip()
-        except OSError:
-            ip_forward_before = ""
-    host.write_ip_forward(ip_forward_before)
-    for sub in ("containerd-root", "kubelet", "cni"):  # containerd/ (its config and log) stays, as logs/
-        shutil.rmtree(state_dir / sub, ignore_errors=True)
-
-
-def cleanup_leftovers(state_dir: str | os.PathLike[str], bin_dir: str | os.PathLike[str] | None = None) -> None:
-    """Remove what a real node that was not stopped left in ``state_dir`` and on the host: its processes, then
-    (with containerd started once more on the same folders) every pod sandbox over CRI, then cgroups, mounts,
-    bridge, iptables chains. Nothing to do unless the folder holds a node that was started and not stopped."""
-    state = Path(state_dir).resolve()
-    if not (state / "config" / RUNNING_MARKER).exists():
-        return
-    bins = Path(bin_dir) if bin_dir else find_node_bin_dir()
-    _kill_by_path(state)
-    if (state / "containerd-root").is_dir():
-        try:
-            from unicore_devcluster.containerd import ContainerdRuntime
-
-            runtime = ContainerdRuntime(
-                state / "containerd", root_dir=state / "containerd-root", cni_conf_dir=state / "cni" / "net.d"
-            )
-            runtime.start(timeout=30)
-            try:
-                subprocess.run(  # noqa: S603 - our own tool
-                    [str(bins / "unicore-cri"), "--endpoint", f"unix://{runtime.socket}", "remove-all"],
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                    check=False,
-                )
-            finally:
-                runtime.stop()
-        except Exception as exc:  # noqa: BLE001 - the rest of the clean-up still runs
-            logger.warning("could not remove the old pod sandboxes over CRI: %s", exc)
-    _remove_host_state(state, bins, "")
-    (state / "config" / RUNNING_MARKER).unlink(missing_ok=True)

@@ -25,9 +25,10 @@ import pytest
 from kubernetes import client
 from unicore_devcluster import node_host
 from unicore_devcluster.cluster import DevCluster
-from unicore_devcluster.node_config import BRIDGE, LOCAL_PATH_PROVISIONER
+from unicore_devcluster.node_config import BRIDGE, CGROUP_ROOT, LOCAL_PATH_PROVISIONER
+from unicore_devcluster.node_teardown import pids_naming
 from unicore_devcluster.procs import alive
-from unicore_devcluster.realnode import CGROUP_ROOT, NODE_NAME, pids_naming
+from unicore_devcluster.realnode import NODE_NAME
 
 from tests.waiting import wait_for as _wait_for
 
