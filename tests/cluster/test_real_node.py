@@ -290,7 +290,8 @@ def test_stop_leaves_nothing_behind(real: dict[str, Any]) -> None:
     pids = cluster.pids()
     assert {"node:kubelet", "node:kube-proxy", "node:coredns"} <= set(pids), pids
     assert node_host.link_exists(BRIDGE)
-    assert node_host.own_chains(("KUBE-SERVICES",))
+    assert node_host.own_chains(("KUBE-SERVICES",))  # kube-proxy's
+    assert node_host.own_chains((node_host.ISOLATION_CHAIN,))  # pods' traffic kept on the machine
 
     cluster.stop()
 
