@@ -94,3 +94,40 @@ def test_default_child_tools_are_cut_to_what_the_parent_has() -> None:
     configured = TaskView(id="demo", child_tools=["write_file", "read_file"])
     assert check_spawn(configured, "a", ZERO, None, ALL_TOOLS).tools == ["write_file", "read_file"]
     assert check_spawn(configured, "a", ZERO, [], ALL_TOOLS).tools == []
+
+
+def test_a_child_never_gets_tools_outside_its_parents_child_toolset() -> None:
+    """childTools is the ceiling of a parent's children, not only their default (what admission checks too)."""
+    parent = TaskView(id="demo", tools=["read_file", "list_files", "spawn_task", "task_status"],
+                      child_tools=["read_file", "task_status"])
+    assert check_spawn(parent, "a", ZERO, ["read_file"], ALL_TOOLS).tools == ["read_file"]
+    with pytest.raises(LimitExceeded, match=r"outside its parent's child toolset \(childTools\): list_files"):
+        check_spawn(parent, "a", ZERO, ["list_files"], ALL_TOOLS)
+    with pytest.raises(LimitExceeded, match="cannot get tools its parent lacks: write_file"):
+        check_spawn(parent, "a", ZERO, ["write_file"], ALL_TOOLS)
+    assert policy.tool_ceiling(parent) == ["read_file", "task_status"]
+    assert policy.tool_ceiling(TaskView(id="demo", tools=["read_file", "shell"])) == ["read_file", "shell"]
+    assert policy.tool_ceiling(TaskView(id="demo", tools=["read_file", "shell"]), ALL_TOOLS) == ["read_file"]
+
+
+def test_a_spawned_child_has_its_parents_turn_timeout_as_the_parents_jobs_have_it() -> None:
+    from unicore.launch.k8s_spawner import child_agenttask
+
+    parent = TaskView(id="ns/p", limits=Limits(turn_timeout_seconds=3600))
+    meta = {"name": "p", "namespace": "ns", "uid": "u"}
+    unset = child_agenttask({"metadata": meta, "spec": {}}, "p-a", "go", ["read_file"], parent)
+    assert "turnTimeoutSeconds" not in unset["spec"]["limits"]  # the operator's default, the parent's too
+    assert unset["spec"]["limits"]["maxDescendants"] == parent.limits.max_descendants
+    set_ = child_agenttask({"metadata": meta, "spec": {"limits": {"turnTimeoutSeconds": 60}}}, "p-a", "go", [], parent)
+    assert set_["spec"]["limits"]["turnTimeoutSeconds"] == 60
+
+
+def test_a_refused_spawn_says_what_the_api_server_said() -> None:
+    from kubernetes.client.rest import ApiException
+    from unicore.launch.k8s_spawner import refusal
+
+    denied = ApiException(status=403, reason="Forbidden")
+    denied.body = '{"kind": "Status", "message": "admission webhook \\"x\\" denied the request: too wide"}'
+    assert refusal(denied) == 'admission webhook "x" denied the request: too wide'
+    assert refusal(ApiException(status=403, reason="Forbidden")) == "forbidden (check the agents' Role)"
+    assert refusal(ApiException(status=500, reason="Internal Server Error")) == "Internal Server Error"

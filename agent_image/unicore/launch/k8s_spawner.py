@@ -20,6 +20,7 @@ KUBECONFIG); the agents' Role allows create/get/list/watch on agenttasks and not
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -73,12 +74,19 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
     parent_spec = parent_obj.get("spec") or {}
     parent_labels = meta.get("labels") or {}
     root = parent_labels.get(ROOT_LABEL) or task_name(parent_view.root_id)
+    limits = {LIMIT_FIELDS[k]: v for k, v in parent_view.limits.model_dump().items() if k in LIMIT_FIELDS}
+    # The turn timeout is the parent's as its turn Jobs have it: its spec's value, else (unset) the operator's
+    # default for both; the stored limit is the schema's default there, which would widen a shorter default.
+    limits.pop("turnTimeoutSeconds", None)
+    parent_timeout = (parent_spec.get("limits") or {}).get("turnTimeoutSeconds")
+    if parent_timeout is not None:
+        limits["turnTimeoutSeconds"] = parent_timeout
     spec: dict[str, Any] = {
         "prompt": prompt,
         "parentRef": {"name": meta["name"], "uid": meta["uid"]},
         "model": parent_view.model,
         "tools": list(tools),
-        "limits": {LIMIT_FIELDS[k]: v for k, v in parent_view.limits.model_dump().items() if k in LIMIT_FIELDS},
+        "limits": limits,
     }
     if parent_view.child_tools is not None:
         spec["childTools"] = [t for t in parent_view.child_tools if t in tools]
@@ -103,6 +111,19 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
         },
         "spec": spec,
     }
+
+
+def refusal(exc: Any) -> str:
+    """Why the API server refused a create: the message of its Status (an admission policy's or webhook's words),
+    else the HTTP reason; a 403 without a message is the agents' Role."""
+    message = ""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or "")
+    except (TypeError, ValueError, AttributeError):
+        message = ""
+    if message:
+        return message
+    return "forbidden (check the agents' Role)" if exc.status == 403 else (exc.reason or str(exc.status))
 
 
 class KubernetesSpawner:
@@ -189,8 +210,7 @@ class KubernetesSpawner:
         except ApiException as exc:
             if exc.status == 409:
                 return False
-            reason = "forbidden (check the agents' Role)" if exc.status == 403 else (exc.reason or str(exc.status))
-            raise ToolError(f"could not create AgentTask {task_name(child_id)}: {reason}") from exc
+            raise ToolError(f"could not create AgentTask {task_name(child_id)}: {refusal(exc)}") from exc
         except Exception as exc:  # urllib3 timeouts and resets: did the create reach the API server?
             made = self._get_agenttask(task_name(child_id))
             if made is not None and (made.get("spec") or {}).get("parentRef", {}).get("uid") == parent_obj[
@@ -217,4 +237,4 @@ class KubernetesSpawner:
         self.store.activate(child_id, "message")
 
 
-__all__ = ["KubernetesSpawner", "child_agenttask", "load_custom_objects_api"]
+__all__ = ["KubernetesSpawner", "child_agenttask", "load_custom_objects_api", "refusal"]

@@ -66,13 +66,13 @@ def may_spawn(task: TaskView) -> bool:
     return task.limits.recursion and task.depth + 1 <= task.limits.max_depth
 
 
-def allowed_tool_names(task: TaskView, known: Collection[str]) -> list[str]:
-    """The names of the tools this task may use (in order, unknown names dropped)."""
+def allowed_tool_names(task: TaskView, known: Collection[str] | None = None) -> list[str]:
+    """The names of the tools this task may use (in order; names not in ``known`` dropped, None: none dropped)."""
     if task.tools is not None:
         base: Sequence[str] = task.tools
     else:
         base = DEFAULT_TOOLS if task.parent is None else DEFAULT_CHILD_TOOLS
-    names = [name for name in dict.fromkeys(base) if name in known]
+    names = [name for name in dict.fromkeys(base) if known is None or name in known]
     if not may_spawn(task):
         names = [name for name in names if name not in SPAWNING_TOOLS]
     return names
@@ -108,20 +108,40 @@ def check_budget(parent: TaskView, counts: TreeCounts) -> None:
         )
 
 
-def child_tools(parent: TaskView, requested: Sequence[str] | None, known: Collection[str]) -> list[str]:
-    """The child's tools: ``requested`` (checked) or the parent's child toolset; never beyond the parent's."""
+def tool_ceiling(parent: TaskView, known: Collection[str] | None = None) -> list[str]:
+    """The tools a child of ``parent`` may get: the parent's own, and of those only its ``child_tools`` when set.
+
+    The same ceiling holds however the child is made (``spawn_task``, or an AgentTask a user or a turn pod creates:
+    the operator's admission webhook and create handler check it too)."""
+    allowed = allowed_tool_names(parent, known)
+    if parent.child_tools is None:
+        return allowed
+    return [name for name in allowed if name in parent.child_tools]
+
+
+def child_tools(parent: TaskView, requested: Sequence[str] | None, known: Collection[str] | None) -> list[str]:
+    """The child's tools: ``requested`` (checked) or the parent's child toolset; never beyond ``tool_ceiling``.
+
+    ``known`` None checks no names against a registry (the operator, which does not load the turn pods' tools)."""
     parent_allowed = allowed_tool_names(parent, known)
     if requested is None:
         base = parent.child_tools if parent.child_tools is not None else DEFAULT_CHILD_TOOLS
         return [name for name in dict.fromkeys(base) if name in parent_allowed]
-    unknown = sorted({name for name in requested if name not in known})
+    unknown = sorted({name for name in requested if known is not None and name not in known})
     if unknown:
-        raise ToolError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(sorted(known))}")
+        raise ToolError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(sorted(known or ()))}")
     lacking = sorted({name for name in requested if name not in parent_allowed})
     if lacking:
         raise LimitExceeded(
             f"a child cannot get tools its parent lacks: {', '.join(lacking)} "
             f"(your tools: {', '.join(parent_allowed) or 'none'})"
+        )
+    ceiling = tool_ceiling(parent, known)
+    outside = sorted({name for name in requested if name not in ceiling})
+    if outside:
+        raise LimitExceeded(
+            f"a child cannot get tools outside its parent's child toolset (childTools): {', '.join(outside)} "
+            f"(your children may get: {', '.join(ceiling) or 'none'})"
         )
     return list(dict.fromkeys(requested))
 

@@ -64,7 +64,9 @@ class SpawnTaskInput(BaseModel):
     )
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="what the child should do")
     tools: list[str] | None = Field(
-        None, description="tools for the child (a subset of yours); default: a reduced read-only toolset"
+        None,
+        description="tools for the child (a subset of yours, and of your child toolset if you have one); default: "
+        "a reduced read-only toolset",
     )
 
 
