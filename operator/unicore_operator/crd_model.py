@@ -15,6 +15,7 @@ from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
 from unicore.schema import Limits, TaskSpec
 from unicore.state.task_views import TaskView
+from unicore.tools import policy
 
 from unicore_operator import names
 from unicore_operator.resources import ResourcesInvalid, check_resources
@@ -63,6 +64,7 @@ class ResourcesSpec(CamelModel):
 class ParentRef(CamelModel):
     name: str
     uid: str | None = None
+    namespace: str | None = None  # only ever the child's own (lineage.check_child refuses any other)
 
 
 class AgentTaskSpec(CamelModel):
@@ -119,7 +121,8 @@ def check_script(script: dict[str, Any]) -> None:
 
 
 def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
-    """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits."""
+    """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits, and
+    without ``spec.tools`` gets its parent's default child toolset (what ``spawn_task`` gives when it names none)."""
     parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
     limits_data = parent.limits.model_dump() if parent is not None else {}
     limits_data.update(spec.limits.set_fields())
@@ -136,7 +139,7 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
             parent=parent_id,
             model=model,
             system_prompt=spec.system_prompt or "",
-            tools=spec.tools,
+            tools=spec.tools if spec.tools is not None or parent is None else policy.child_tools(parent, None, None),
             child_tools=spec.child_tools,
             limits=limits,
             script=script,
