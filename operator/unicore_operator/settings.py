@@ -105,6 +105,16 @@ class OperatorSettings(KeywordOnlySettings):
     # Annotations of the ServiceAccounts the operator provisions (a JSON object, e.g. the IRSA role
     # {"eks.amazonaws.com/role-arn": "arn:aws:iam::...:role/..."}), as the chart annotates its own.
     agent_service_account_annotations: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    # Per-namespace Redis identities (redis_identities.py): every namespace with AgentTasks gets its own Redis ACL user
+    # (only its tasks' keys, plus the few writes a turn makes to shared keys: unicore.state.acl), and its turn pods get
+    # only that user's URL, from the Secret `redis_identity_secret` the operator writes there (key `redis-url`). The
+    # operator's own Redis user must be allowed to manage ACL users (checked at start-up). Off when unset: the chart
+    # turns it on with its bundled Redis (redis.identities.enabled).
+    redis_identities: bool = False
+    redis_identity_secret: str = "unicore-redis-agent"
+    # How often the operator re-applies every namespace's user from its Secret (a Redis that restarted without them,
+    # a deleted Secret: a new password) and recreates missing Secrets.
+    redis_identity_resync_seconds: float = Field(30.0, gt=0)
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -117,6 +127,15 @@ class OperatorSettings(KeywordOnlySettings):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("redis_identity_secret", mode="before")
+    @classmethod
+    def _secret_name(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if len(value) > 253 or not DNS1123_SUBDOMAIN_RE.match(value):
+                raise ValueError(f"{value!r} is not a valid Secret name (a DNS-1123 subdomain)")
+        return value
 
     @field_validator("workspace_claim", mode="before")
     @classmethod
