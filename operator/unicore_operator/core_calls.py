@@ -1,5 +1,6 @@
 """The operator's few core/v1 calls (post an Event, read a pod, watch Events; also the agent ServiceAccount and
-RBAC objects it creates), made through the Kubernetes ``ApiClient`` rather than the generated ``CoreV1Api``.
+RBAC objects it creates, and the Secrets of per-namespace Redis identities), made through the Kubernetes
+``ApiClient`` rather than the generated ``CoreV1Api``.
 
 Kubernetes' Python client 37 wraps each of ``CoreV1Api``'s ~1,240 methods in pydantic's ``validate_call`` when the
 class is imported, which costs about 21 MiB of resident memory: a fifth of an idle operator, for three calls. The
@@ -44,6 +45,19 @@ class CoreCalls:
     def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``body`` to the collection at ``path`` (any API group, e.g. the agent RBAC of ``agent_rbac``)."""
         return self._json("POST", path, body=body)
+
+    def read(self, path: str) -> dict[str, Any] | None:
+        """GET the object at ``path`` (any API group); None when it does not exist."""
+        try:
+            return self._json("GET", path)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``body`` (with its resourceVersion: 409 Conflict when the object changed since it was read)."""
+        return self._json("PUT", path, body=body)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
         return self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)
