@@ -67,6 +67,8 @@ class OperatorContext:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     # Reconcile requests of the watch handlers, run by the workers the startup handler starts (reconcile_queue.py).
     reconciles: ReconcileQueue = field(default_factory=ReconcileQueue)
+    # redis_identities.RedisIdentities when UNICORE_REDIS_IDENTITIES is on (set by its start-up hook), else None.
+    redis_identities: Any = None
 
     def indexed_task(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The AgentTask ``namespace/name`` from the index (compact body); None when the index does not hold it."""
