@@ -101,11 +101,10 @@ def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[di
     meta = task["metadata"]
     tid = names.task_id(meta["namespace"], meta["name"])
     redis_env: dict[str, Any]
-    if settings.agent_redis_secret:
-        redis_env = {
-            "name": "REDIS_URL",
-            "valueFrom": {"secretKeyRef": {"name": settings.agent_redis_secret, "key": "redis-url"}},
-        }
+    # The namespace's own Redis user (redis_identities.py), else the shared Secret, else the operator's own URL.
+    secret = settings.redis_identity_secret if settings.redis_identities else settings.agent_redis_secret
+    if secret:
+        redis_env = {"name": "REDIS_URL", "valueFrom": {"secretKeyRef": {"name": secret, "key": "redis-url"}}}
     else:
         redis_env = {"name": "REDIS_URL", "value": settings.redis_url}
     env = [
