@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from unicore_operator import handlers, http_server
+from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
 from unicore_operator.task_api import operator_routes
@@ -39,3 +40,5 @@ def compose() -> None:
     for hook in (start_metrics, watchdog.start_watchdog):
         if hook not in lifecycle.startup_hooks:
             lifecycle.startup_hooks.append(hook)
+    if start_webhook not in lifecycle.startup_hooks:  # the admission webhook (admission.py), when configured
+        lifecycle.startup_hooks.append(start_webhook)

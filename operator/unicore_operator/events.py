@@ -16,6 +16,7 @@ CHILD_SPAWNED = "ChildSpawned"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
 INVALID_SPEC = "InvalidSpec"
+CHILD_REFUSED = "ChildRefused"  # a child that widens its parent or does not fit its tree (admission.py)
 RETRIES_EXHAUSTED = "RetriesExhausted"
 
 NORMAL = "Normal"

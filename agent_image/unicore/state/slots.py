@@ -76,6 +76,31 @@ class SpawnSlots:
                 f"(limits.max_descendants = {max_descendants})"
             )
 
+    def room(
+        self, *, parent_id: str, root_id: str, child_id: str, max_children: int, max_descendants: int
+    ) -> str | None:
+        """Read only: why ``child_id`` could not take its slots now (what ``reserve`` would say), or None when it
+        could (it holds them already, or there is room). The admission webhook asks; the create handler reserves.
+        Counts only reserved slots (a tree older than the slot sets is counted exactly when ``reserve`` seeds it)."""
+        parent_slots, tree_slots = TaskKeys(parent_id).child_slots, TaskKeys(root_id).tree_slots
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zscore(parent_slots, child_id)
+        pipe.zcard(parent_slots)
+        pipe.zscore(tree_slots, child_id)
+        pipe.zcard(tree_slots)
+        child_held, children, tree_held, descendants = pipe.execute()
+        if child_held is None and int(children) >= max_children:
+            return (
+                f"maximum children reached: {parent_id} already has {int(children)} child task(s) "
+                f"(limits.max_children = {max_children})"
+            )
+        if tree_held is None and int(descendants) >= max_descendants:
+            return (
+                f"maximum task tree size reached: {root_id} already has {int(descendants)} descendant task(s) "
+                f"(limits.max_descendants = {max_descendants})"
+            )
+        return None
+
     def release(self, *, parent_id: str, root_id: str, child_id: str) -> None:
         """Free the slots of a child that was not (or is no longer) created."""
         pipe = self.redis.pipeline(transaction=False)

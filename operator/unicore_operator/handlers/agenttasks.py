@@ -12,6 +12,7 @@ from unicore.schema import InboxMessage
 from unicore.state.task_views import TaskView
 
 from unicore_operator import agent_rbac, events, names
+from unicore_operator.admission import vet_new_child
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
 from unicore_operator.indexes import active_job, compact_task
@@ -63,6 +64,12 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
                 return
             raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
         parent = snap.view
+        refused = await vet_new_child(ctx, namespace, name, body, parsed, parent)
+        if refused is not None:  # it widens its parent, or its tree is full: it never runs (docs/install.md)
+            logger.warning("AgentTask %s/%s refused: %s", namespace, name, refused)
+            _post(ctx, task, events.WARNING, events.CHILD_REFUSED, refused)
+            await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": refused})
+            return
     task_spec = to_task_spec(namespace, name, parsed, parent)
     created = await asyncio.to_thread(ctx.store.create_task, task_spec)
     if parsed.prompt:

@@ -1,0 +1,248 @@
+"""Admission of child AgentTasks: the operator's validating webhook, and the same checks in its create handler.
+
+A ValidatingAdmissionPolicy (CEL, in the chart: ``templates/admission.yaml``) refuses what the object alone shows: a
+``parentRef`` in another namespace, a child's limits or tools changed after creation, a root task created by the turn
+pods' ServiceAccount. What needs a lookup it cannot do (a VAP reads no other object, and evaluates each ``paramRef``
+match on its own, so it cannot even say that a parent exists) is this webhook's: the API server sends every CREATE of
+an AgentTask with ``spec.parentRef`` (the chart's ValidatingWebhookConfiguration, ``failurePolicy: Fail``, so an
+unreachable operator refuses children and never roots) to ``POST /validate-agenttask`` on UNICORE_WEBHOOK_PORT (TLS,
+UNICORE_WEBHOOK_CERT_DIR/tls.crt and tls.key, reloaded when they change). It refuses a child when
+
+- its parent does not exist in its own namespace (the operator's index, else a GET), is being deleted, or is not
+  initialised within ``PARENT_WAIT_SECONDS``;
+- ``lineage.check_child`` finds it widens its parent's limits or tools;
+- the parent's ``maxChildren`` or the root's ``maxDescendants`` are used up (``SpawnSlots.room``: read only; the
+  webhook has no side effects, so a dry run and a review the API server later drops change nothing).
+
+The create handler runs the same checks on the parent's stored record (``vet_new_child``) and then reserves the
+child's slots atomically, so a child that reached the API server some other way (no webhook installed, or two
+creates racing past the read-only count) is marked Failed and never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from unicore.errors import ConfigError, LimitExceeded
+from unicore.launch.local_spawner import reserve_child_slots
+from unicore.state.slots import SpawnSlots
+from unicore.state.task_views import TaskView
+
+from unicore_operator import lineage, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec
+from unicore_operator.log import logger
+
+__all__ = ["PATH", "Verdict", "build_app", "review", "serve", "start_webhook", "vet_new_child"]
+
+PATH = "/validate-agenttask"
+PARENT_WAIT_SECONDS = 5.0  # a parent created a moment before its child (one `kubectl apply` of both)
+READY_WAIT_SECONDS = 5.0  # a review that arrives while the operator starts
+CERT_CHECK_SECONDS = 30.0
+CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
+CONTEXT_KEY: web.AppKey[OperatorContext] = web.AppKey("unicore_admission_context", OperatorContext)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+
+
+ALLOW = Verdict(True)
+
+
+async def parent_object(ctx: OperatorContext, namespace: str, name: str) -> dict[str, Any] | None:
+    """The parent AgentTask: from the index, else (created a moment ago, not in the watch yet) from the API."""
+    body = ctx.indexed_task(namespace, name)
+    if body is not None:
+        return body
+    return await asyncio.to_thread(ctx.kube.get_agenttask, namespace, name)
+
+
+async def parent_record(ctx: OperatorContext, parent_id: str, wait: float) -> TaskView | None:
+    """The parent's stored record, waiting up to ``wait`` seconds for the create handler to make it."""
+    deadline = time.monotonic() + wait
+    while True:
+        snap = await ctx.redis.snapshot(parent_id)
+        if snap.exists:
+            return snap.view
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.2)
+
+
+def _lineage_problems(ctx: OperatorContext, namespace: str, name: str, labels: Mapping[str, str],
+                      spec: Mapping[str, Any], parsed: AgentTaskSpec, parent_obj: Mapping[str, Any],
+                      parent: TaskView) -> list[str]:
+    return lineage.check_child(namespace=namespace, name=name, labels=labels, spec=spec, parsed=parsed,
+                               parent_obj=parent_obj, parent=parent,
+                               default_turn_timeout=ctx.settings.default_turn_timeout_seconds)
+
+
+async def vet_new_child(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any],
+                        parsed: AgentTaskSpec, parent: TaskView | None) -> str | None:
+    """The create handler's check of a new child whose parent's record is ``parent``: None when it may run (its
+    slots are then reserved), else why not (the task goes Failed, nothing is stored, no turn runs)."""
+    ref = parsed.parent_ref
+    assert ref is not None
+    if parent is None:
+        return f"parent AgentTask {namespace}/{ref.name} has no stored record"
+    parent_obj = await parent_object(ctx, namespace, ref.name)
+    if parent_obj is None:
+        return f"parent AgentTask {namespace}/{ref.name} does not exist"
+    meta = body.get("metadata") or {}
+    problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, body.get("spec") or {}, parsed,
+                                 parent_obj, parent)
+    if problems:
+        return lineage.refusal(namespace, name, ref.name, problems)
+    child_id = names.task_id(namespace, name)
+    try:
+        await asyncio.to_thread(reserve_child_slots, ctx.store, parent, child_id)
+    except LimitExceeded as exc:
+        return f"AgentTask {namespace}/{name} does not fit in its tree: {exc}"
+    return None
+
+
+async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
+    """The verdict on one AdmissionReview ``request`` (a CREATE of an AgentTask)."""
+    obj = request.get("object") or {}
+    spec = obj.get("spec") or {}
+    ref = spec.get("parentRef")
+    if request.get("operation") != "CREATE" or not isinstance(ref, Mapping):
+        return ALLOW  # roots, and anything the configuration should not have sent
+    meta = obj.get("metadata") or {}
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    name = str(meta.get("name") or request.get("name") or "")
+    if not ctx.watches(namespace):
+        return Verdict(False, f"this UniCore operator does not watch namespace {namespace}; it cannot vouch for a "
+                              "child AgentTask there")
+    try:
+        parsed = parse_spec(dict(spec))
+    except SpecInvalid as exc:
+        return Verdict(False, str(exc))
+    assert parsed.parent_ref is not None
+    parent_name = parsed.parent_ref.name
+    if parsed.parent_ref.namespace not in (None, namespace) or "/" in parent_name:
+        return Verdict(False, f"spec.parentRef must name an AgentTask in the child's own namespace ({namespace})")
+    parent_obj = await parent_object(ctx, namespace, parent_name)
+    if parent_obj is None:
+        return Verdict(False, f"parent AgentTask {namespace}/{parent_name} does not exist: a child AgentTask "
+                              "(spec.parentRef) must name an existing AgentTask in its own namespace")
+    if (parent_obj.get("metadata") or {}).get("deletionTimestamp"):
+        return Verdict(False, f"parent AgentTask {namespace}/{parent_name} is being deleted")
+    parent_id = names.task_id(namespace, parent_name)
+    parent = await parent_record(ctx, parent_id, PARENT_WAIT_SECONDS)
+    if parent is None:
+        phase = ((parent_obj.get("status") or {}).get("phase")) or "not initialised"
+        return Verdict(False, f"parent AgentTask {namespace}/{parent_name} is not initialised yet ({phase}); "
+                              "create the child once the parent has a phase")
+    problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, spec, parsed, parent_obj, parent)
+    if problems:
+        return Verdict(False, lineage.refusal(namespace, name, parent_name, problems))
+    if name:  # generateName: the name is not known yet; the create handler's reservation counts it
+        full = await asyncio.to_thread(
+            SpawnSlots(ctx.redis.sync).room, parent_id=parent.id, root_id=parent.root_id,
+            child_id=names.task_id(namespace, name), max_children=parent.limits.max_children,
+            max_descendants=parent.limits.max_descendants)
+        if full:
+            return Verdict(False, f"AgentTask {namespace}/{name} does not fit in its tree: {full}")
+    return ALLOW
+
+
+def response(uid: str, verdict: Verdict) -> dict[str, Any]:
+    """The AdmissionReview answer (admission.k8s.io/v1)."""
+    answer: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        answer["status"] = {"code": 403, "reason": "Forbidden", "message": verdict.message}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
+
+
+async def validate(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT_KEY]
+    try:
+        body = await request.json()
+        req = body["request"]
+        uid = str(req["uid"])
+    except (ValueError, KeyError, TypeError):
+        return web.json_response({"error": "not an AdmissionReview"}, status=400)
+    try:
+        await asyncio.wait_for(ctx.ready.wait(), READY_WAIT_SECONDS)
+    except TimeoutError:
+        return web.json_response(response(uid, Verdict(False, "the UniCore operator is starting; retry")))
+    try:
+        verdict = await review(ctx, req)
+    except Exception as exc:  # fail closed, with the reason
+        logger.exception("admission review of %s failed", (req.get("object") or {}).get("metadata", {}).get("name"))
+        verdict = Verdict(False, f"the UniCore operator could not check this child AgentTask: {exc}")
+    if not verdict.allowed:
+        user = (req.get("userInfo") or {}).get("username", "?")
+        logger.info("refused AgentTask %s/%s from %s: %s", req.get("namespace"), req.get("name") or
+                    (req.get("object") or {}).get("metadata", {}).get("name"), user, verdict.message)
+    return web.json_response(response(uid, verdict))
+
+
+def build_app(ctx: OperatorContext) -> web.Application:
+    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app[CONTEXT_KEY] = ctx
+    app.router.add_post(PATH, validate)
+    return app
+
+
+def _stamp(cert_dir: Path) -> tuple[float, float]:
+    return (os.stat(cert_dir / CERT_FILE).st_mtime, os.stat(cert_dir / KEY_FILE).st_mtime)
+
+
+def tls_context(cert_dir: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert_dir / CERT_FILE), str(cert_dir / KEY_FILE))
+    return context
+
+
+async def serve(ctx: OperatorContext, port: int, cert_dir: Path, host: str = "0.0.0.0") -> None:
+    """Serve the webhook until cancelled; a renewed certificate (the Secret's files change) is loaded for new
+    connections without a restart."""
+    context = tls_context(cert_dir)
+    stamp = _stamp(cert_dir)
+    runner = web.AppRunner(build_app(ctx), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=context).start()
+        logger.info("admission webhook on https://%s:%d%s", host, port, PATH)
+        while True:
+            await asyncio.sleep(CERT_CHECK_SECONDS)
+            try:
+                now = _stamp(cert_dir)
+                if now != stamp:
+                    context.load_cert_chain(str(cert_dir / CERT_FILE), str(cert_dir / KEY_FILE))
+                    stamp = now
+                    logger.info("admission webhook: loaded the renewed certificate from %s", cert_dir)
+            except (OSError, ssl.SSLError) as exc:  # mid-update: try again at the next check
+                logger.warning("admission webhook: cannot load the certificate from %s: %s", cert_dir, exc)
+    finally:
+        await runner.cleanup()
+
+
+async def start_webhook(ctx: OperatorContext) -> None:
+    """Start-up hook (``composition``): serve the webhook when UNICORE_WEBHOOK_PORT is set. A missing or bad
+    certificate stops the operator at start-up with the reason."""
+    port = ctx.settings.webhook_port
+    if not port:
+        return
+    cert_dir = Path(ctx.settings.webhook_cert_dir)
+    try:
+        tls_context(cert_dir)  # fail now, clearly, rather than in the background task
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"the admission webhook (UNICORE_WEBHOOK_PORT={port}) has no usable certificate in "
+                          f"UNICORE_WEBHOOK_CERT_DIR={cert_dir} ({CERT_FILE}, {KEY_FILE}): {exc}") from exc
+    task = asyncio.get_running_loop().create_task(serve(ctx, port, cert_dir), name="unicore-admission-webhook")
+    ctx.background.append(task)

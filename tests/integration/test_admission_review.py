@@ -1,0 +1,191 @@
+"""The operator's admission webhook (``unicore_operator.admission``) on a real Redis: the verdicts on child AgentTasks,
+the AdmissionReview it answers over TLS, and the create handler's reservation of the child's slots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import ssl
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from unicore.schema import Limits, TaskSpec
+from unicore.state.slots import SpawnSlots
+from unicore.state.store import TaskStore
+from unicore_operator import admission
+from unicore_operator.context import OperatorContext
+from unicore_operator.crd_model import parse_spec
+from unicore_operator.redis_state import RedisState
+from unicore_operator.settings import OperatorSettings
+
+NS = "team-a"
+LIMITS = Limits(max_children=2, max_descendants=3, token_budget=1000)
+
+
+class FakeKube:
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
+
+def agenttask(name: str, spec: dict[str, Any], uid: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}", "labels": {}}, "spec": spec}
+
+
+def make_ctx(redis_url: str, indexed: dict[tuple[str, str], dict[str, Any]],
+             api: dict[tuple[str, str], dict[str, Any]] | None = None) -> OperatorContext:
+    state = RedisState(redis_url)
+    ctx = OperatorContext(settings=OperatorSettings(redis_url=redis_url, namespaces=(NS,)), redis=state,
+                          kube=FakeKube(api or {}), store=TaskStore(state.sync),  # type: ignore[arg-type]
+                          agenttasks={key: [body] for key, body in indexed.items()})
+    ctx.ready.set()
+    return ctx
+
+
+def review_of(name: str, spec: dict[str, Any], *, namespace: str = NS, operation: str = "CREATE") -> dict[str, Any]:
+    return {"uid": f"review-{name}", "operation": operation, "namespace": namespace, "name": name,
+            "object": {"apiVersion": "unicore.dev/v1alpha1", "kind": "AgentTask",
+                       "metadata": {"name": name, "namespace": namespace}, "spec": spec},
+            "userInfo": {"username": "alice"}}
+
+
+@pytest.fixture
+def parent(redis_url: str) -> dict[str, Any]:
+    store = TaskStore.from_url(redis_url)
+    store.create_task(TaskSpec(id=f"{NS}/p", limits=LIMITS, tools=["read_file", "spawn_task", "task_status"],
+                               child_tools=["read_file"]))
+    return agenttask("p", {"prompt": "go", "limits": {"maxChildren": 2, "maxDescendants": 3, "tokenBudget": 1000}})
+
+
+def verdict(ctx: OperatorContext, name: str, spec: dict[str, Any], **kw: Any) -> admission.Verdict:
+    async def run() -> admission.Verdict:
+        try:
+            return await admission.review(ctx, review_of(name, spec, **kw))
+        finally:
+            await ctx.redis.close()
+
+    return asyncio.run(run())
+
+
+def test_a_narrowing_child_is_allowed_and_a_widening_one_refused(redis_url: str, parent: dict[str, Any]) -> None:
+    indexed = {(NS, "p"): parent}
+    ok = verdict(make_ctx(redis_url, indexed), "p-a", {"parentRef": {"name": "p"}, "tools": ["read_file"]})
+    assert ok.allowed, ok.message
+    wide = verdict(make_ctx(redis_url, indexed), "p-b",
+                   {"parentRef": {"name": "p"}, "limits": {"maxDescendants": 10, "tokenBudget": 0}})
+    assert not wide.allowed
+    assert wide.message.startswith("AgentTask team-a/p-b may only narrow its parent team-a/p: ")
+    assert "maxDescendants 10 is above its parent's 3" in wide.message
+    assert "tokenBudget 0 (unlimited) is above its parent's 1,000" in wide.message
+    tools = verdict(make_ctx(redis_url, indexed), "p-c", {"parentRef": {"name": "p"}, "tools": ["task_status"]})
+    assert not tools.allowed and "spec.tools names task_status, not among its parent's childTools" in tools.message
+
+
+def test_the_parent_must_exist_in_the_childs_namespace(redis_url: str, parent: dict[str, Any]) -> None:
+    indexed = {(NS, "p"): parent}
+    missing = verdict(make_ctx(redis_url, indexed), "q-a", {"parentRef": {"name": "q"}})
+    assert not missing.allowed and "parent AgentTask team-a/q does not exist" in missing.message
+    other = verdict(make_ctx(redis_url, indexed), "p-a", {"parentRef": {"name": "p", "namespace": "team-b"}})
+    assert not other.allowed and "own namespace (team-a)" in other.message
+    unwatched = verdict(make_ctx(redis_url, indexed), "p-a", {"parentRef": {"name": "p"}}, namespace="team-b")
+    assert not unwatched.allowed and "does not watch namespace team-b" in unwatched.message
+    # not in the index yet (created a moment ago): the API has it
+    found = verdict(make_ctx(redis_url, {}, api={(NS, "p"): parent}), "p-a", {"parentRef": {"name": "p"}})
+    assert found.allowed, found.message
+    # roots are not the webhook's business
+    assert verdict(make_ctx(redis_url, {}), "r", {"prompt": "go"}).allowed
+
+
+def test_a_full_tree_refuses_more_children_but_not_those_holding_a_slot(redis_url: str,
+                                                                         parent: dict[str, Any]) -> None:
+    slots = SpawnSlots(TaskStore.from_url(redis_url).redis)
+    for child in ("p-x", "p-y"):
+        slots.reserve(parent_id=f"{NS}/p", root_id=f"{NS}/p", child_id=f"{NS}/{child}", max_children=2,
+                      max_descendants=3)
+    indexed = {(NS, "p"): parent}
+    full = verdict(make_ctx(redis_url, indexed), "p-z", {"parentRef": {"name": "p"}})
+    assert not full.allowed
+    assert "does not fit in its tree: maximum children reached: team-a/p already has 2" in full.message
+    # the spawner reserved before it created: that child passes
+    assert verdict(make_ctx(redis_url, indexed), "p-y", {"parentRef": {"name": "p"}}).allowed
+
+
+def test_the_create_handler_refuses_and_reserves(redis_url: str, parent: dict[str, Any]) -> None:
+    async def vet(name: str, spec: dict[str, Any]) -> str | None:
+        ctx = make_ctx(redis_url, {(NS, "p"): parent})
+        try:
+            view = (await ctx.redis.snapshot(f"{NS}/p")).view
+            body = agenttask(name, spec)
+            return await admission.vet_new_child(ctx, NS, name, body, parse_spec(spec), view)
+        finally:
+            await ctx.redis.close()
+
+    assert asyncio.run(vet("p-a", {"parentRef": {"name": "p"}})) is None
+    assert asyncio.run(vet("p-a", {"parentRef": {"name": "p"}})) is None  # idempotent by child
+    refused = asyncio.run(vet("p-w", {"parentRef": {"name": "p"}, "limits": {"maxIterations": 10_000}}))
+    assert refused is not None and "maxIterations 10000 is above its parent's 250" in refused
+    assert asyncio.run(vet("p-b", {"parentRef": {"name": "p"}})) is None
+    full = asyncio.run(vet("p-c", {"parentRef": {"name": "p"}}))
+    assert full is not None and "maximum children reached" in full
+    held = SpawnSlots(TaskStore.from_url(redis_url).redis).held(f"{NS}/p")
+    assert held == {"children": 2, "descendants": 2}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_webhook_answers_an_admission_review_over_tls(redis_url: str, parent: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    pki = pytest.importorskip("unicore_devcluster.pki")
+    cluster_pki = pki.generate(tmp_path / "pki")
+    pair = pki.issue(cluster_pki.ca, tmp_path / "pki", "webhook", "unicore-operator", server=True, ips=("127.0.0.1",))
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    shutil.copy(pair.cert, certs / "tls.crt")
+    shutil.copy(pair.key, certs / "tls.key")
+    port = free_port()
+    client_tls = ssl.create_default_context(cafile=str(cluster_pki.ca.cert))
+
+    def post(review: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review})
+        request = urllib.request.Request(f"https://127.0.0.1:{port}{admission.PATH}", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=client_tls, timeout=10) as answer:  # noqa: S310
+            return dict(json.load(answer))
+
+    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+        ctx = make_ctx(redis_url, {(NS, "p"): parent})
+        server = asyncio.create_task(admission.serve(ctx, port, certs, host="127.0.0.1"))
+        try:
+            for _ in range(100):  # the site is up once a connection is accepted
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                break
+            ok = await asyncio.to_thread(post, review_of("p-a", {"parentRef": {"name": "p"}}))
+            refused = await asyncio.to_thread(post, review_of("p-b", {"parentRef": {"name": "p"},
+                                                                      "limits": {"maxChildren": 3}}))
+            return ok, refused
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+            await ctx.redis.close()
+
+    ok, refused = asyncio.run(run())
+    assert ok["kind"] == "AdmissionReview" and ok["response"] == {"uid": "review-p-a", "allowed": True}
+    answer = refused["response"]
+    assert answer["uid"] == "review-p-b" and answer["allowed"] is False
+    assert answer["status"]["code"] == 403
+    assert "spec.limits.maxChildren 3 is above its parent's 2" in answer["status"]["message"]
