@@ -60,7 +60,10 @@ MATRIX: dict[str, list[str]] = {
         "provider.aws.irsaRoleArn=arn:aws:iam::123456789012:role/unicore-agent",
     ],
     "provider-secret": ["--set", "provider.existingSecret=llm-creds"],
-    "network-policy": ["--set", "networkPolicy.enabled=true"],
+    "network-policy": ["--set-json", 'networkPolicy.apiServerFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]',
+                       "--set-json", 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"team":"obs"}}}]'],
+    "no-admission-no-network-policy": ["--set", "admission.policy.enabled=false", "--set",
+                                       "admission.webhook.enabled=false", "--set", "networkPolicy.enabled=false"],
     "workspace-claim": [
         "--set",
         "agent.workspace.claimName=unicore-workspace",
@@ -208,15 +211,29 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
     assert container["command"] == ["unicore-operator"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    off = variant == "no-admission-no-network-policy"
+    http = {"name": "http", "containerPort": 8080, "protocol": "TCP"}
+    webhook = {"name": "webhook", "containerPort": 8443, "protocol": "TCP"}
+    assert container["ports"] == ([http] if off else [http, webhook])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     names = [e["name"] for e in container["env"]]
     assert len(names) == len(set(names)), "duplicate env names"
     service = one(objs, "Service", "unicore-operator")
     assert service["spec"]["ports"][0]["name"] == "http" and service["spec"]["ports"][0]["port"] == 8080
-    assert all(
-        o["metadata"].get("namespace") for o in objs if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")
-    )
+    if off:
+        assert len(service["spec"]["ports"]) == 1 and not find(objs, "NetworkPolicy")
+        assert not find(objs, "ValidatingAdmissionPolicy") and not find(objs, "ValidatingWebhookConfiguration")
+    else:  # admission control and NetworkPolicies are on unless turned off
+        assert service["spec"]["ports"][1] == {"name": "webhook", "port": 443, "targetPort": "webhook",
+                                               "protocol": "TCP"}
+        assert find(objs, "ValidatingAdmissionPolicy") and find(objs, "ValidatingWebhookConfiguration")
+        assert {"unicore-operator", "unicore-agent"} <= {o["metadata"]["name"] for o in find(objs, "NetworkPolicy")}
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration")
+    assert all(o["metadata"].get("namespace") for o in objs if o["kind"] not in cluster_scoped)
+    # cluster-scoped objects carry the release namespace, so two releases never collide
+    assert all(o["metadata"]["name"].endswith("-uc") for o in objs
+               if o["kind"] in cluster_scoped[2:])
 
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -308,8 +325,11 @@ def test_defaults() -> None:
     assert messenger["rules"][0]["verbs"] == ["create", "get"]
     assert one(objs, "Role", "unicore-agenttask-reader", "agents")["rules"][0]["verbs"] == ["get"]
 
-    # optional objects are off by default; dashboards are on
-    assert not find(objs, "ServiceMonitor") and not find(objs, "NetworkPolicy")
+    # optional objects are off by default; dashboards, NetworkPolicies and admission control are on
+    assert not find(objs, "ServiceMonitor")
+    assert {o["metadata"]["name"] for o in find(objs, "NetworkPolicy")} == {
+        "unicore-operator", "unicore-agent", "unicore-redis"}
+    assert env["UNICORE_WEBHOOK_PORT"] == "8443" and settings.webhook_port == 8443
     assert not find(objs, "PersistentVolumeClaim")
     dashboards = find(objs, "ConfigMap")
     assert dashboards and all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboards)
@@ -465,17 +485,6 @@ def test_provider_existing_secret() -> None:
     objs = render(*MATRIX["provider-secret"])
     assert not find(objs, "Secret", "unicore-agent-env")
     assert env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_AGENT_ENV_SECRET"] == "llm-creds"
-
-
-def test_network_policy() -> None:
-    objs = render(*MATRIX["network-policy"])
-    op = one(objs, "NetworkPolicy", "unicore-operator")
-    assert op["spec"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
-    redis = one(objs, "NetworkPolicy", "unicore-redis")
-    peers = redis["spec"]["ingress"][0]["from"]
-    assert {"app.kubernetes.io/managed-by": "unicore-operator"} in [
-        p["podSelector"]["matchLabels"] for p in peers
-    ]
 
 
 def test_workspace_claim() -> None:

@@ -147,6 +147,8 @@ seccompProfile:
   "UNICORE_RESYNC_SECONDS" (toString $v.operator.resyncSeconds)
   "UNICORE_REDIS_RETENTION_SECONDS" (toString $v.operator.redisRetentionSeconds)
   "UNICORE_HTTP_PORT" "8080"
+  "UNICORE_WEBHOOK_PORT" (ternary "8443" "0" $v.admission.webhook.enabled)
+  "UNICORE_WEBHOOK_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
   "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
   "UNICORE_ADMISSION_TIMEOUT_SECONDS" (toString $v.watchdog.admissionTimeoutSeconds)
@@ -155,4 +157,53 @@ seccompProfile:
   "UNICORE_LOG_LEVEL" $v.operator.logLevel
 -}}
 {{- $env | toJson -}}
+{{- end }}
+
+{{/* The namespaces the admission policy and webhook cover: the operator's (all of them when cluster-wide), as a
+     namespaceSelector. */}}
+{{- define "unicore.admissionNamespaceSelector" -}}
+{{- if .Values.rbac.clusterWide -}}
+{}
+{{- else -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values: [{{ .Release.Namespace | quote }}]
+{{- end -}}
+{{- end }}
+
+{{- define "unicore.webhookSecretName" -}}
+{{- .Values.admission.webhook.existingSecret | default (printf "%s-webhook" (include "unicore.operatorName" .)) -}}
+{{- end }}
+
+{{/* The webhook's generated CA and serving certificate (base64 PEM: ca, crt, key): read back from the release's
+     Secret, else generated once per render; valid for the operator Service's names. */}}
+{{- define "unicore.webhookCert" -}}
+{{- $memo := .Values.admission.webhook -}}
+{{- if not (hasKey $memo "_cert") -}}
+{{-   $existing := lookup "v1" "Secret" .Release.Namespace (include "unicore.webhookSecretName" .) -}}
+{{-   if and $existing $existing.data (index $existing.data "tls.crt") (index $existing.data "tls.key") (index $existing.data "ca.crt") -}}
+{{-     $_ := set $memo "_cert" (dict "ca" (index $existing.data "ca.crt") "crt" (index $existing.data "tls.crt") "key" (index $existing.data "tls.key")) -}}
+{{-   else -}}
+{{-     $svc := include "unicore.operatorName" . -}}
+{{-     $days := int .Values.admission.webhook.certValidityDays -}}
+{{-     $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) -}}
+{{-     $ca := genCA (printf "%s-webhook-ca" $svc) $days -}}
+{{-     $cert := genSignedCert (printf "%s.%s.svc" $svc .Release.Namespace) nil $names $days $ca -}}
+{{-     $_ := set $memo "_cert" (dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) -}}
+{{-   end -}}
+{{- end -}}
+{{- $memo._cert | toJson -}}
+{{- end }}
+
+{{/* The CA bundle (base64) of the ValidatingWebhookConfiguration; empty when cert-manager injects it. */}}
+{{- define "unicore.webhookCABundle" -}}
+{{- $w := .Values.admission.webhook -}}
+{{- if not $w.existingSecret -}}
+{{- (include "unicore.webhookCert" . | fromJson).ca -}}
+{{- else if $w.caBundle -}}
+{{- $w.caBundle | b64enc -}}
+{{- else if not (hasKey $w.annotations "cert-manager.io/inject-ca-from") -}}
+{{- fail "admission.webhook.existingSecret needs admission.webhook.caBundle (or the annotation cert-manager.io/inject-ca-from)" -}}
+{{- end -}}
 {{- end }}
