@@ -5,7 +5,8 @@ registry when imported, and only this module imports them for that purpose), the
 
 - the metrics: the ``/metrics`` route and, at start-up, the Redis telemetry and task-state collectors;
 - the task API: its ``/v1`` routes on the operator's HTTP server;
-- the watchdog: its start-up hook, which starts the scan loop with the operator's context.
+- the watchdog: its start-up hook, which starts the scan loop with the operator's context;
+- per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them).
 
 Nothing registers itself at import time, no module is optional (a missing one is an error, not a silent no-op), and
 the parts do not import each other, so there is no import cycle through the start-up code.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore_operator import handlers, http_server
+from unicore_operator import handlers, http_server, redis_identities
 from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
@@ -37,7 +38,7 @@ def compose() -> None:
     """Attach the metrics, the task API and the watchdog to the operator (calling it again changes nothing)."""
     http_server.add_routes(metrics_routes)
     http_server.add_routes(operator_routes.install)
-    for hook in (start_metrics, watchdog.start_watchdog):
+    for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog):
         if hook not in lifecycle.startup_hooks:
             lifecycle.startup_hooks.append(hook)
     if start_webhook not in lifecycle.startup_hooks:  # the admission webhook (admission.py), when configured

@@ -20,9 +20,11 @@ from unicore_operator.composition import compose, metrics_routes, start_metrics
 from unicore_operator.task_api import operator_routes
 from unicore_operator.watchdog.adapter import start_watchdog
 from unicore_operator.admission import start_webhook
+from unicore_operator import redis_identities
 compose(); compose()
 assert http_server._installers == [metrics_routes, operator_routes.install], http_server._installers
-assert lifecycle.startup_hooks == [start_metrics, start_watchdog, start_webhook], lifecycle.startup_hooks
+assert lifecycle.startup_hooks == [redis_identities.start, start_metrics, start_watchdog, start_webhook], \
+    lifecycle.startup_hooks
 """
 
 
