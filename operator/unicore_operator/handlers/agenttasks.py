@@ -11,7 +11,7 @@ from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.task_views import TaskView
 
-from unicore_operator import agent_rbac, events, names
+from unicore_operator import agent_rbac, events, names, redis_identities
 from unicore_operator.admission import vet_new_child
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
@@ -51,6 +51,7 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
                                 {"phase": "Failed", "message": str(exc)})
         return
     await agent_rbac.provision_for(ctx, memo, task)  # the namespace's agent ServiceAccount, before any Job
+    await redis_identities.provision_for(ctx, task)  # the namespace's own Redis user and Secret, before any Job
     tid = names.task_id(namespace, name)
     parent: TaskView | None = None
     if parsed.parent_ref is not None:
