@@ -58,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"unicore-operator: {exc}", file=sys.stderr)
         return 2
+    from unicore_operator.redis_identities import identity_problem
+
+    problem = identity_problem(settings)  # per-namespace Redis identities need ACL rights: say so in one line
+    if problem:
+        print(f"unicore-operator: {problem}", file=sys.stderr)
+        return 2
     import_handlers()
     try:
         asyncio.run(kopf.operator(

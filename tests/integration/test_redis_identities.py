@@ -29,6 +29,8 @@ from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
 from unicore.state.throttle import ThrottleState
+from unicore_operator.redis_identities import identity_problem
+from unicore_operator.settings import load_settings
 
 from tests.integration.conftest import NoteTool, TurnRunner
 
@@ -301,5 +303,14 @@ def test_the_rights_check_passes_for_an_admin_and_says_in_one_line_why_not_other
         assert "\n" not in message and "'no-acl-rights' may not manage ACL users (NOPERM" in message
         assert "+acl|setuser" in message
         limited.close()
+        # the operator's start-up check says the same, and nothing when Redis cannot be reached yet
+        on = {"UNICORE_REDIS_IDENTITIES": "true"}
+        problem = identity_problem(load_settings({**on, "REDIS_URL": acl.identity_url(redis_url, "no-acl-rights",
+                                                                                           "pw")}))
+        assert problem == f"UNICORE_REDIS_IDENTITIES is on, but {message} (UNICORE_REDIS_IDENTITIES=false)"
+        assert identity_problem(load_settings({**on, "REDIS_URL": redis_url})) is None
+        assert identity_problem(load_settings({**on, "REDIS_URL": "redis://127.0.0.1:1/0"})) is None
+        assert identity_problem(load_settings({"REDIS_URL": acl.identity_url(redis_url, "no-acl-rights", "pw")})) \
+            is None  # identities off: nothing to check
     finally:
         redis_client.acl_deluser("no-acl-rights")
