@@ -10,7 +10,7 @@ import kopf
 from unicore.kube_config import load_api_client
 from unicore.state.store import TaskStore
 
-from unicore_operator import activation, http_server, job_events, names
+from unicore_operator import activation, http_server, job_events, kopf_login, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
 from unicore_operator.kube import KubeClients
@@ -41,6 +41,14 @@ def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
     settings.watching.reconnect_backoff = 1.0
     settings.peering.standalone = True
     settings.execution.max_workers = 16
+
+
+@kopf.on.login()
+async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
+    """Kopf's API session: the operator's credentials over a bounded connection pool (kopf_login.py)."""
+    session = kopf_login.login(load_settings().namespaces)
+    memo.setdefault("kopf_sessions", []).append(session.aiohttp_session)  # closed at cleanup
+    return session
 
 
 # kopf passes its indexes to startup handlers as keyword arguments named after them, which its ActivityFn
@@ -80,6 +88,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("http_runner")
     if runner is not None:
         await runner.cleanup()
+    for session in memo.get("kopf_sessions", ()):
+        await session.close()
     events_watch = memo.get("failed_create_watch")
     if events_watch is not None:
         events_watch.stop()
