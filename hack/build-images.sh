@@ -14,7 +14,7 @@
 #          .buildah/ (buildah's own storage; never /var/lib/containers), logs/
 # Inputs:  hack/unicore_devcluster/image_inputs.py says what each hash covers. An image is rebuilt only when its
 #          input hash has no archive yet; archives are written under a temporary name and renamed, so an
-#          interrupted build never leaves half an archive. Older archives of the same image are deleted.
+#          interrupted build never leaves half an archive. Of each image's archives the newest 3 are kept.
 # Needs:   root and apt-get (installs buildah, debootstrap, containerd, runc if missing); network to the Debian
 #          mirror (UNICORE_DEBIAN_MIRROR) and PyPI. No Docker, no registry.
 set -euo pipefail
@@ -49,6 +49,7 @@ fi
 CACHE="${UNICORE_CACHE:-$HOME/.cache/unicore}"
 IMAGES="$CACHE/images"
 MIRROR="${UNICORE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+KEEP_ARCHIVES=3  # per image: the current one and two earlier ones
 mkdir -p "$IMAGES/logs"
 IMAGES="$(cd "$IMAGES" && pwd)"
 
@@ -90,13 +91,16 @@ PLAN="$IMAGES/.plan.$$.json"  # what this run builds, by the hashes of the sourc
 eval "$(python3 "$HERE/unicore_devcluster/image_inputs.py" plan --root "$ROOT" --mirror "$MIRROR" --save "$PLAN")"
 
 save_archive() { # <image in storage> <archive name> <name recorded in the archive> <glob of older archives>
-  local tmp="$IMAGES/.$2.tmp.$$" old
+  local tmp="$IMAGES/.$2.tmp.$$"
   buildah push --quiet "$1" "docker-archive:$tmp:$3" >/dev/null
   mv -f "$tmp" "$IMAGES/$2"
-  for old in "$IMAGES"/$4; do
-    [[ -e "$old" && "$(basename "$old")" != "$2" ]] && { log "removing stale $(basename "$old")"; rm -f "$old"; }
-  done
   log "saved $2 ($(du -m "$IMAGES/$2" | cut -f1) MB)"
+  # older archives of this image: the newest ones stay a while (someone may be importing one), the rest go
+  # shellcheck disable=SC2012,SC2086
+  ls -t "$IMAGES"/$4 2>/dev/null | tail -n +$((KEEP_ARCHIVES + 1)) | while read -r old; do
+    log "removing old $(basename "$old")"
+    rm -f "$old"
+  done
 }
 
 stored_inputs() { # the input hash label of an image in buildah's storage, empty if absent
