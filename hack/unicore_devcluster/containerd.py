@@ -141,10 +141,12 @@ class ContainerdRuntime:
                     os.rmdir(folder)
         for sock in (self.socket, Path(f"{self.socket}.ttrpc")):
             sock.unlink(missing_ok=True)
-        # containerd 1.6's shims always put their sockets in /run/containerd/s; they remove the sockets, not it
-        for shared in (Path("/run/containerd/s"), Path("/run/containerd")):
-            with contextlib.suppress(OSError):
-                shared.rmdir()
+        # containerd 1.6's shims always put their sockets in /run/containerd/s and remove the sockets, not the
+        # folder; removed only while no shim of any containerd runs (one could be about to create its socket)
+        if not _any_shim_running():
+            for shared in (Path("/run/containerd/s"), Path("/run/containerd")):
+                with contextlib.suppress(OSError):
+                    shared.rmdir()
 
     def __enter__(self) -> ContainerdRuntime:
         self.start()
@@ -376,3 +378,13 @@ class ContainerdRuntime:
             for cid in listed.stdout.split():
                 logger.warning("deleting leftover container %s/%s with runc", ns_root.name, cid)
                 subprocess.run(["runc", "--root", str(ns_root), "delete", "--force", cid], capture_output=True)
+
+
+def _any_shim_running() -> bool:
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().startswith("containerd-shim"):
+                return True
+        except OSError:
+            continue
+    return False
