@@ -183,6 +183,13 @@ def rules_of(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+# The operator's only rights on Secrets (redis.identities): create the namespace's Secret, read and rewrite that one.
+IDENTITY_SECRET_RULES = [
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["unicore-redis-agent"], "verbs": ["get", "update"]},
+]
+
+
 # --------------------------------------------------------------------------------------------------- lint
 @pytest.mark.parametrize("variant", sorted(MATRIX))
 def test_helm_lint(variant: str) -> None:
@@ -200,8 +207,8 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
         assert_restricted(name, pod)
     for where, rule in rules_of(objs):
         assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), where
-        if "secrets" in rule.get("resources", []):
-            pytest.fail(f"{where} grants access to Secrets: {rule}")
+        if "secrets" in rule.get("resources", []):  # only redis.identities: create, and read/rewrite one name
+            assert rule in IDENTITY_SECRET_RULES, f"{where} grants access to Secrets: {rule}"
         if "services/proxy" in rule.get("resources", []):
             assert rule.get("resourceNames") == ["unicore-operator:http"], where
     deployment = one(objs, "Deployment", "unicore-operator")
@@ -396,8 +403,38 @@ def test_cluster_wide() -> None:
         one(objs, "ServiceAccount", "unicore-agent", ns)
         one(objs, "Role", "unicore-agent", ns)
         one(objs, "RoleBinding", "unicore-agent", ns)
-        assert "redis-url" in secret_data(one(objs, "Secret", "unicore-redis", ns))
-    assert "redis-password" not in secret_data(one(objs, "Secret", "unicore-redis", "team-a"))
+    # the admin URL stays in the release namespace (redis.identities, on with the bundled Redis): turn pods in team-a
+    # and team-b get their namespace's own user from the operator's Secret unicore-redis-agent
+    assert "redis-password" in secret_data(one(objs, "Secret", "unicore-redis", "unicore-system"))
+    assert not find(objs, "Secret", "unicore-redis", "team-a") and not find(objs, "Secret", "unicore-redis", "team-b")
+    assert [r for r in role["rules"] if "secrets" in r["resources"]] == IDENTITY_SECRET_RULES
+
+
+def test_redis_identities_are_on_with_the_bundled_redis_and_off_with_an_external_one_unless_asked() -> None:
+    from unicore_operator.settings import load_settings
+
+    def identities(*args: str) -> tuple[bool, list[dict[str, Any]], list[str]]:
+        objs = render(*MATRIX["cluster-wide"], *args, namespace="unicore-system")
+        env = env_of(one(objs, "Deployment", "unicore-operator"))
+        settings = load_settings({**{k: v for k, v in env.items() if isinstance(v, str)}, "REDIS_URL": "redis://x"})
+        assert env["UNICORE_REDIS_IDENTITY_SECRET"] == settings.redis_identity_secret == "unicore-redis-agent"
+        rules = [r for r in one(objs, "ClusterRole", "unicore-operator-unicore-system")["rules"]
+                 if "secrets" in r["resources"]]
+        admin_urls = sorted(o["metadata"]["namespace"] for o in find(objs, "Secret", "unicore-redis"))
+        assert env["UNICORE_REDIS_IDENTITIES"] == str(settings.redis_identities).lower()
+        return settings.redis_identities, rules, admin_urls
+
+    assert identities() == (True, IDENTITY_SECRET_RULES, ["unicore-system"])
+    assert identities("--set", "redis.identities.resyncSeconds=7")[0]
+    everywhere = ["team-a", "team-b", "unicore-system"]
+    assert identities("--set", "redis.identities.enabled=false") == (False, [], everywhere)
+    external = ["--set", "redis.enabled=false", "--set", "redis.external.url=redis://r.example:6379/0"]
+    assert identities(*external) == (False, [], everywhere)
+    assert identities(*external, "--set", "redis.identities.enabled=true") == (
+        True, IDENTITY_SECRET_RULES, ["unicore-system"])
+    # namespaced: the operator's Role in the release namespace gets the same two rules
+    role = one(render(namespace="agents"), "Role", "unicore-operator", "agents")
+    assert [r for r in role["rules"] if "secrets" in r["resources"]] == IDENTITY_SECRET_RULES
 
 
 def provisioning_rules(role: dict[str, Any]) -> list[dict[str, Any]]:
@@ -527,6 +564,8 @@ def test_extra_env_overrides_a_setting_without_duplicates() -> None:
         ["--set", "agent.resources.requests.nvidia\\.com/gpu=1"],
         ["--set", "agent.resources.claims=x"],
         ["--set", "rbac.provisionAgent=yes"],
+        ["--set", "redis.identities.enabled=maybe"],
+        ["--set", "redis.identities.resyncSeconds=0"],
     ],
 )
 def test_schema_rejects_bad_values(bad: list[str]) -> None:

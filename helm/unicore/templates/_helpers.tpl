@@ -77,6 +77,16 @@ redis://:{{ include "unicore.redisPassword" . }}@{{ include "unicore.redisName" 
 {{- end -}}
 {{- end }}
 
+{{/* Per-namespace Redis identities: "true" or "" (redis.identities.enabled; null = on with the bundled Redis). */}}
+{{- define "unicore.redisIdentities" -}}
+{{- $on := .Values.redis.identities.enabled -}}
+{{- if kindIs "invalid" $on }}{{ $on = .Values.redis.enabled }}{{ end -}}
+{{- if $on }}true{{ end -}}
+{{- end }}
+
+{{/* The Secret the operator writes a namespace's own Redis URL into (turn pods read it). */}}
+{{- define "unicore.redisIdentitySecretName" -}}unicore-redis-agent{{- end }}
+
 {{/* Does the chart render its own Secret with the Redis URL? */}}
 {{- define "unicore.redisSecretManaged" -}}
 {{- if or .Values.redis.enabled (not .Values.redis.external.existingSecret) }}true{{ end -}}
@@ -134,6 +144,9 @@ seccompProfile:
   "UNICORE_PROVISION_AGENT_RBAC" (toString (and $v.rbac.create $v.rbac.clusterWide $v.rbac.provisionAgent))
   "UNICORE_AGENT_RESOURCES" (toJson $v.agent.resources)
   "UNICORE_AGENT_REDIS_SECRET" (include "unicore.redisSecretName" .)
+  "UNICORE_REDIS_IDENTITIES" (toString (eq (include "unicore.redisIdentities" .) "true"))
+  "UNICORE_REDIS_IDENTITY_SECRET" (include "unicore.redisIdentitySecretName" .)
+  "UNICORE_REDIS_IDENTITY_RESYNC_SECONDS" (toString $v.redis.identities.resyncSeconds)
   "UNICORE_AGENT_ENV_SECRET" (include "unicore.agentEnvSecret" .)
   "UNICORE_DEFAULT_GPUS" (toString $v.agent.gpu.count)
   "UNICORE_GPU_RESOURCE" $v.agent.gpu.resourceName
