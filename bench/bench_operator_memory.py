@@ -187,7 +187,7 @@ def run(bench: BenchCluster, totals: list[int], repeat: int, variants: list[tupl
             names_ = [f"s{i:05d}" for i in range(existing, total)]
             began = time.monotonic()
             parallel(lambda t, n: t.create(n, spec), names_, bench.cluster, namespace)
-            init, _ = start("operator", f"init-{total}")
+            init, _ = start("operator", f"init-{total}", variants[0][1])  # the first variant sets up
             # The new tasks only: the earlier ones have their suspended turn-1 Jobs and read Pending (queued).
             wait_for(lambda: _all_in(tasks.all_phases(), names_, "Idle"),  # noqa: B023
                      timeout=1800, interval=2.0, what=f"{len(names_)} new tasks Idle")
