@@ -4,7 +4,8 @@ A session fixture starts the cluster (``tests.redis_cluster``); this module over
 ``redis_client`` so that the shared ``store`` and ``turn`` fixtures (tests/integration/conftest.py) run on a
 ``redis.cluster.RedisCluster`` built by ``unicore.state.client.build_client``. Existing single-Redis tests are
 re-collected here by importing them (store, drain, fencing and leases, the seed sequences with full in-process
-turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads); the rest are cluster-only checks
+turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads, turns under a namespace's own ACL
+user, made on every node, and its NOPERMs); the rest are cluster-only checks
 (activations consumer groups, telemetry, slots, the operator's RedisState, the async client).
 """
 
@@ -36,6 +37,12 @@ from tests.integration.test_fencing import (  # noqa: F401
     test_a_live_lease_refuses_a_second_turn,
     test_a_turn_reaped_during_its_model_call_writes_nothing_afterwards,
     test_a_zombie_turn_cannot_write_after_its_lease_expired_and_was_taken,
+)
+from tests.integration.test_redis_identities import (  # noqa: F401  (the ACL users are made on every node)
+    identities,
+    test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_report,
+    test_another_namespaces_keys_answer_noperm_to_read_and_write,
+    test_reads_of_what_other_tenants_share_are_refused,
 )
 from tests.integration.test_sequences import (
     test_bug_1_tool_results_reach_the_conversation,  # noqa: F401
