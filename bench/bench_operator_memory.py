@@ -1,15 +1,15 @@
 """Operator resident memory with N AgentTasks and N turn Jobs vs a no-op Kopf operator (bench/noop_operator.py)
 watching the same objects, on the same control plane, in the same run.
 
-Set-up: N AgentTasks, children of a Redis-only parent without a prompt (they go straight to Idle, no turn runs),
-created from 8 API clients; a first operator initialises them (all Idle), then N Jobs are created: for each task the
-Job build_turn_job_spec makes for its turn 1, with ``suspend: true`` (no pod ever runs). Once it shows every task as
-Pending (its Job held), that operator is stopped. Then, one at a time, a fresh ``unicore-operator`` and a fresh
-no-op operator are started; each is measured once it has listed everything and gone quiet (the no-op operator logs
-counts; both: CPU time of the process grows by less than 0.05 s over 3 s, after at least 10 s); VmRSS and VmHWM from
-/proc/<pid>/status. Each pair is measured ``--repeat`` times, alternating (resident memory after the same start-up
-varies by several MiB from run to run), and the table shows the means. The same measurements with no objects at all
-come first.
+Set-up: N root AgentTasks with a prompt, created from 8 API clients, and for each the Job build_turn_job_spec makes
+for its turn 1, created with ``suspend: true`` (held, as a queue such as Kueue holds a Job: no pod ever runs); then
+a first operator initialises them (Redis record, prompt queued; the create of its turn-1 Job answers 409 and the
+held Job is taken for the turn) and, once every task reads Pending, is stopped. Then, one at a time, a fresh
+``unicore-operator`` and a fresh no-op operator are started; each is measured once it has listed everything and gone
+quiet (the no-op operator logs counts; both: CPU time of the process grows by less than 0.05 s over 3 s, after at
+least 10 s); VmRSS and VmHWM from /proc/<pid>/status. Each pair is measured ``--repeat`` times, alternating
+(resident memory after the same start-up varies by several MiB from run to run), and the table shows the means. The
+same measurements with no objects at all come first.
 
 ``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``agent_image``,
 ``operator`` and ``hack`` first on the operator's PYTHONPATH; e.g. a ``git worktree`` of an earlier commit): each
@@ -35,7 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from unicore.schema import TaskSpec  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 from unicore_operator.job_builder import build_turn_job_spec  # noqa: E402
 from unicore_operator.settings import load_settings  # noqa: E402
@@ -88,16 +87,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def parallel(fn: Any, items: list[Any], cluster: DevCluster, namespace: str, workers: int = 8) -> None:
+def parallel(fn: Any, items: list[Any], cluster: DevCluster, namespace: str, workers: int = 8) -> list[Any]:
     local = threading.local()
 
-    def one(item: Any) -> None:
+    def one(item: Any) -> Any:
         if not hasattr(local, "tasks"):
             local.tasks = Tasks(cluster.api_client(), namespace)
-        fn(local.tasks, item)
+        return fn(local.tasks, item)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, items))
+        return list(pool.map(one, items))
 
 
 def _all_in(phases: dict[str, str | None], names_: list[str], phase: str) -> bool:
@@ -134,8 +133,7 @@ def run(bench: BenchCluster, totals: list[int], repeat: int, variants: list[tupl
     """(N, variant, operator RSS, operator HWM, no-op RSS, no-op HWM) in KiB, each the mean of ``repeat`` runs (the
     no-op's over all of them)."""
     namespace, tasks, data = bench.namespace, bench.tasks, bench.data
-    bench.store.create_task(TaskSpec(id=f"{namespace}/parent", prompt=None))
-    spec = {"parentRef": {"name": "parent"}, "gpus": 0, "script": {"default": "ok"}}
+    spec = {"prompt": "hi", "gpus": 0, "script": {"default": "ok"}}
     op_env = OperatorProcess(bench.kubeconfig, bench.redis_url, namespace, data / "x.log",
                              UNICORE_RESYNC_SECONDS=str(resync)).env
     settings = load_settings(op_env)
@@ -186,30 +184,29 @@ def run(bench: BenchCluster, totals: list[int], repeat: int, variants: list[tupl
         for total in totals:
             names_ = [f"s{i:05d}" for i in range(existing, total)]
             began = time.monotonic()
-            parallel(lambda t, n: t.create(n, spec), names_, bench.cluster, namespace)
-            init, _ = start("operator", f"init-{total}", variants[0][1])  # the first variant sets up
-            # The new tasks only: the earlier ones have their suspended turn-1 Jobs and read Pending (queued).
-            wait_for(lambda: _all_in(tasks.all_phases(), names_, "Idle"),  # noqa: B023
-                     timeout=1800, interval=2.0, what=f"{len(names_)} new tasks Idle")
+            objs = {o["metadata"]["name"]: o for o in parallel(lambda t, n: t.create(n, spec), names_, bench.cluster,
+                                                               namespace)}
             made_tasks = time.monotonic() - began
-            objs = {o["metadata"]["name"]: o for o in tasks.all()}
 
             def make_job(t: Tasks, name: str) -> None:
                 job = build_turn_job_spec(objs[name], 1, settings)  # noqa: B023 (used before the loop moves on)
-                job["spec"]["suspend"] = True
+                job["spec"]["suspend"] = True  # held, as a queue (Kueue) holds a Job: no pod
                 t.batch.create_namespaced_job(namespace, job)
 
             began = time.monotonic()
             parallel(make_job, names_, bench.cluster, namespace)
-            # Until the first operator has shown every new task's held Job (phase Pending): else the first operator
-            # measured would do that catching up (a status patch per task) and the no-op nothing of the kind.
+            made_jobs = time.monotonic() - began
+            began = time.monotonic()
+            init, _ = start("operator", f"init-{total}", variants[0][1])  # the first variant sets up
+            # Initialised (Redis record, prompt queued), their turn-1 Job found (its create answered 409) and held:
+            # Pending. Else the first operator measured would do that catching up and the no-op nothing of the kind.
             wait_for(lambda: _all_in(tasks.all_phases(), names_, "Pending"),  # noqa: B023
                      timeout=1800, interval=2.0, what=f"{len(names_)} new tasks Pending (Job held)")
-            made_jobs = time.monotonic() - began
+            initialised = time.monotonic() - began
             stop(init)
             existing = total
-            print(f"{total}: AgentTasks created and Idle in {made_tasks:.0f}s, {len(names_)} Jobs in "
-                  f"{made_jobs:.0f}s (the tasks Pending)", flush=True)
+            print(f"{total}: {len(names_)} AgentTasks created in {made_tasks:.0f}s, their Jobs in {made_jobs:.0f}s, "
+                  f"initialised (Pending) in {initialised:.0f}s", flush=True)
             measure_pairs(total)
     finally:
         for proc in running:
