@@ -148,3 +148,65 @@ def test_an_operator_whose_redis_user_may_not_manage_acl_users_stops_with_one_li
         assert "+acl|setuser" in line and "Traceback" not in log
     finally:
         redis_client.acl_deluser("operator-without-acl")
+
+
+def test_the_charts_operator_with_the_charts_rbac_gives_its_namespace_a_redis_identity(
+    control_plane: Any, redis_server: Any, redis_client: redis.Redis, tmp_path: Path,
+) -> None:
+    """The chart with redis.identities on (an external Redis: the test's redis-server): the operator pod the pod runner
+    starts from the chart's Deployment, with the chart's ServiceAccount and RBAC, writes the namespace's Secret, and a
+    tree runs on it; the operator still cannot read the admin URL's Secret."""
+    from tests.cluster.test_chart_install import (
+        CHART,
+        RESTRICTED,
+        _free_port,
+        helm,
+        helm_env,
+        make_namespace,
+        status_of,
+        token_client,
+        uninstall,
+    )
+
+    api = control_plane.api_client()
+    namespace = make_namespace(api, RESTRICTED)
+    env = helm_env(control_plane, tmp_path)
+    try:
+        helm("install", "unicore", str(CHART), "--namespace", namespace,
+             "--set", "redis.enabled=false", "--set", f"redis.external.url={redis_server.url}",
+             "--set", "redis.identities.enabled=true", "--set", "redis.identities.resyncSeconds=2",
+             "--set", "rbac.userRoles=false",  # cluster-scoped; another release may hold them
+             "--set", "admission.webhook.enabled=false",  # a host-process operator pod: the API server cannot call it
+             "--set", "operator.resyncSeconds=2", "--set", "agent.turnRetryBackoffSeconds=1",
+             "--set-json", f'operator.extraEnv=[{{"name":"UNICORE_HTTP_PORT","value":"{_free_port()}"}}]', env=env)
+        tasks = Tasks(api, namespace)
+        tasks.create("tree", {"prompt": "Ask a, then report.", "script": TREE})
+        url = wait_for(lambda: secret_url(tasks.core, namespace), timeout=120, what=f"Secret {SECRET}")
+        assert acl.url_credentials(url)[0] == f"unicore-ns-{namespace}"  # type: ignore[index]
+
+        def settled() -> bool:
+            phases = tasks.all_phases()
+            root = tasks.get("tree") or {}
+            return (set(phases) == {"tree", "tree-a"} and all(p == "Idle" for p in phases.values())
+                    and (root.get("status") or {}).get("turns", 0) >= 2)
+
+        try:
+            wait_for(settled, timeout=240, interval=1, what="the tree tree, tree-a settled Idle")
+        except AssertionError:
+            for pod in tasks.core.list_namespaced_pod(namespace).items:
+                print(f"--- pod {pod.metadata.name} log:\n{control_plane.read_log(namespace, pod.metadata.name)}")
+            raise
+        for job in tasks.jobs():
+            ref = {e.name: e for e in job.spec.template.spec.containers[0].env}["REDIS_URL"].value_from
+            assert ref.secret_key_ref.name == SECRET
+        operator = token_client(control_plane, namespace, "unicore-operator")
+        try:
+            core = client.CoreV1Api(operator)
+            assert status_of(lambda: core.read_namespaced_secret(SECRET, namespace)) == 200
+            assert status_of(lambda: core.read_namespaced_secret("unicore-redis", namespace)) == 403
+            assert status_of(lambda: core.list_namespaced_secret(namespace)) == 403
+        finally:
+            operator.close()
+    finally:
+        uninstall(namespace, api, env)
+        acl.delete_namespace_user(redis_client, namespace)
