@@ -60,8 +60,10 @@ MATRIX: dict[str, list[str]] = {
         "provider.aws.irsaRoleArn=arn:aws:iam::123456789012:role/unicore-agent",
     ],
     "provider-secret": ["--set", "provider.existingSecret=llm-creds"],
-    "network-policy": ["--set-json", 'networkPolicy.apiServerFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]',
-                       "--set-json", 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"team":"obs"}}}]'],
+    "network-policy": [
+        "--set-json", 'networkPolicy.apiServerFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]',
+        "--set-json", 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"team":"obs"}}}]',
+    ],
     "no-admission-no-network-policy": ["--set", "admission.policy.enabled=false", "--set",
                                        "admission.webhook.enabled=false", "--set", "networkPolicy.enabled=false"],
     "workspace-claim": [
