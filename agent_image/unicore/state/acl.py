@@ -15,7 +15,9 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   CONFIG/FLUSH*, no channels, no ``uc:faults:*`` (the test-only fault harness runs with the admin URL).
 
 Another namespace's keys answer ``NOPERM``. The rules need Redis 7 (selectors). ``check_acl_rights`` tells, in one
-line, when the caller's own user may not create such users (or the server does not take the rules).
+line, when the caller's own user may not create such users (or the server does not take the rules). What stays shared
+and what a namespace can still do to others through it (write-only entries in the shared keys, Lua that runs long):
+docs/install.md, "Redis identities".
 """
 
 from __future__ import annotations
