@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime
 import socket
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from unicore_operator import names
 from unicore_operator.core_calls import CoreCalls
@@ -19,68 +19,43 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def job_path(namespace: str, name: str = "") -> str:
+    """The batch/v1 Jobs collection of ``namespace``, or Job ``name`` in it."""
+    collection = f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs"
+    return f"{collection}/{quote(name, safe='')}" if name else collection
+
+
+def agenttask_path(namespace: str, name: str) -> str:
+    return (f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}/{names.PLURAL}/"
+            f"{quote(name, safe='')}")
+
+
 @dataclass
 class KubeClients:
     api: client.ApiClient
 
     def __post_init__(self) -> None:
-        self.batch = client.BatchV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
-        self.core = CoreCalls(self.api)  # not client.CoreV1Api: see core_calls
+        self.core = CoreCalls(self.api)  # not the generated API classes: see core_calls
 
     def create_job(self, job: dict[str, Any]) -> bool:
-        """Create the Job; False when it already exists (a duplicate activation)."""
-        try:
-            # The client serialises a plain dict body as it is; its annotation only names the model class. The
-            # answer (the whole Job) is read and dropped, not deserialised into V1Job models nobody looks at.
-            response: Any = self.batch.create_namespaced_job(  # the urllib3 response (typed as the V1Job)
-                job["metadata"]["namespace"], cast(client.V1Job, job), _preload_content=False)
-            response.read()
-            response.release_conn()
-            return True
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
+        """Create the Job; False when it already exists (a duplicate activation). Its answer (the whole Job) is
+        read and dropped, not decoded."""
+        return self.core.create_quietly(job_path(job["metadata"]["namespace"]), job)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Job as the API serves it (camelCase keys), or None when it does not exist."""
-        try:
-            job = self.batch.read_namespaced_job(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(self.api.sanitize_for_serialization(job))
+        return self.core.read(job_path(namespace, name))
 
     def delete_job(self, namespace: str, name: str, propagation: str = "Background") -> bool:
-        try:
-            self.batch.delete_namespaced_job(
-                name, namespace, body=client.V1DeleteOptions(propagation_policy=propagation)
-            )
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        return self.core.delete(job_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                            "propagationPolicy": propagation})
 
     def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = self.custom.get_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL, name)
-            return dict(cast(dict[str, Any], obj))  # custom objects come back as the decoded JSON dict
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.core.read(agenttask_path(namespace, name))
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        try:
-            self.custom.patch_namespaced_custom_object_status(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, name, {"status": status}
-            )
-        except ApiException as exc:
-            if exc.status != 404:  # deleted meanwhile: nothing to report on
-                raise
+        """Merge-patch the AgentTask's status (nothing to report on when it was deleted meanwhile)."""
+        self.core.merge_patch(agenttask_path(namespace, name) + "/status", {"status": status})
 
     def post_event(self, task: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the AgentTask (best effort: never fails the caller)."""

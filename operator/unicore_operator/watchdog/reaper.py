@@ -92,12 +92,7 @@ class Reaper:
         namespace, name = action.task_id.split("/", 1)
         try:
             if action.reason is ReapReason.ORPHAN_JOB:
-                try:
-                    self.ctx.kube.custom.get_namespaced_custom_object(
-                        contract.GROUP, contract.VERSION, namespace, contract.PLURAL, name)
-                    return False
-                except ApiException as exc:
-                    return exc.status == 404
+                return self.ctx.kube.get_agenttask(namespace, name) is None
             if action.reason is ReapReason.LEASE_HOLDER_GONE:
                 holder = self.ctx.store.lease_holder(action.task_id) or ""
                 pod_name = str(holder).split(":", 1)[0]
