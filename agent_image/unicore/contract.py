@@ -29,6 +29,7 @@ PARENT_LABEL = f"{GROUP}/parent"
 ROOT_LABEL = f"{GROUP}/root"
 NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config
 HOST_PROCESS_GATE = f"{GROUP}/host-process"  # readiness gate of the demo's host-process operator endpoint
+LOCAL_PATH_PROVISIONER = f"{GROUP}/local-path"  # the dev cluster's real node: its volume provisioner's name
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TASK_ID_ANNOTATION = f"{GROUP}/task-id"
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from unicore import contract
+
 from unicore_devcluster.launcher import SERVICE_CIDR
 
 POD_CIDR = "10.244.0.0/24"
@@ -19,7 +21,7 @@ DNS_SERVICE_IP = "10.0.0.10"  # a fixed address in SERVICE_CIDR, as kubeadm's 10
 BRIDGE = "unicore0"
 CNI_NETWORK = "unicore-node"
 LOCAL_PATH_CLASS = "local-path"
-LOCAL_PATH_PROVISIONER = "unicore.dev/local-path"
+LOCAL_PATH_PROVISIONER = contract.LOCAL_PATH_PROVISIONER
 ENDPOINTS_MANAGER = "unicore-devcluster"
 CGROUP_ROOT = "unicore-node"  # the kubelet's cgroupRoot: /unicore-node in every hierarchy
 RUNNING_MARKER = "running"  # in the node's config/: written at start, removed by a completed stop
