@@ -93,6 +93,7 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
     settings = OperatorSettings.model_validate({"redis_url": redis_url, "namespaces": (NS,)})
     ctx = OperatorContext(settings=settings, redis=RedisState(redis_url), kube=cast(Any, kube), store=store,
                           agenttasks={KEY: [body]}, turnjobs={}, turnpods={})
+    workers = ctx.reconciles.start(lambda key, reason: reconcile.reconcile_task(ctx, *key, reason), 1)
     try:
         for index, answer in enumerate(ANSWERS):
             if index:  # the user's next message, through the task API as `kubectl agenttask send` posts it
@@ -106,9 +107,12 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
             run_turn(store, answer)
             job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
             ctx.turnjobs[KEY] = [job_view(job)]
-            await reconcile.job_changed(ctx, job, "MODIFIED")  # records the end (TurnEnded), reconciles
+            await reconcile.job_changed(ctx, job, "MODIFIED")  # records the end (TurnEnded), asks for a reconcile
+            await ctx.reconciles.join()  # ... which a worker runs
         await asyncio.gather(*ctx.background)
     finally:
+        for worker in workers:
+            worker.cancel()
         ctx.job_executor.shutdown()
         await ctx.redis.close()
     return kube
