@@ -6,7 +6,8 @@ registry when imported, and only this module imports them for that purpose), the
 - the metrics: the ``/metrics`` route and, at start-up, the Redis telemetry and task-state collectors;
 - the task API: its ``/v1`` routes on the operator's HTTP server;
 - the watchdog: its start-up hook, which starts the scan loop with the operator's context;
-- per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them).
+- per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them);
+- ``kopf_patches``: Kopf's index pre-fill without its n^2 wake-ups.
 
 Nothing registers itself at import time, no module is optional (a missing one is an error, not a silent no-op), and
 the parts do not import each other, so there is no import cycle through the start-up code.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore_operator import handlers, http_server, redis_identities
+from unicore_operator import handlers, http_server, kopf_patches, redis_identities
 from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
@@ -35,7 +36,9 @@ async def start_metrics(ctx: Any) -> None:
 
 
 def compose() -> None:
-    """Attach the metrics, the task API and the watchdog to the operator (calling it again changes nothing)."""
+    """Attach the metrics, the task API and the watchdog to the operator, and fix Kopf's index pre-fill
+    (kopf_patches); calling it again changes nothing."""
+    kopf_patches.apply()
     http_server.add_routes(metrics_routes)
     http_server.add_routes(operator_routes.install)
     for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog):
