@@ -145,9 +145,13 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
         phase = ((parent_obj.get("status") or {}).get("phase")) or "not initialised"
         return Verdict(False, f"parent AgentTask {namespace}/{parent_name} is not initialised yet ({phase}); "
                               "create the child once the parent has a phase")
-    problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, spec, parsed, parent_obj, parent)
+    # generateName: the name comes after admission; the checks only need one that is valid
+    stand_in = f"{meta.get('generateName') or parent_name + '-'}generated"
+    problems = _lineage_problems(ctx, namespace, name or stand_in, meta.get("labels") or {}, spec, parsed,
+                                 parent_obj, parent)
     if problems:
-        return Verdict(False, lineage.refusal(namespace, name, parent_name, problems))
+        return Verdict(False, lineage.refusal(namespace, name or str(meta.get("generateName") or ""), parent_name,
+                                              problems))
     if name:  # generateName: the name is not known yet; the create handler's reservation counts it
         full = await asyncio.to_thread(
             SpawnSlots(ctx.redis.sync).room, parent_id=parent.id, root_id=parent.root_id,

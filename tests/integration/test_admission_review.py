@@ -98,6 +98,18 @@ def test_the_parent_must_exist_in_the_childs_namespace(redis_url: str, parent: d
     # not in the index yet (created a moment ago): the API has it
     found = verdict(make_ctx(redis_url, {}, api={(NS, "p"): parent}), "p-a", {"parentRef": {"name": "p"}})
     assert found.allowed, found.message
+    # a child named by generateName is checked all the same
+    generated = review_of("", {"parentRef": {"name": "p"}})
+    generated["object"]["metadata"] = {"generateName": "p-", "namespace": NS}
+
+    async def by_generate_name() -> admission.Verdict:
+        ctx = make_ctx(redis_url, indexed)
+        try:
+            return await admission.review(ctx, generated)
+        finally:
+            await ctx.redis.close()
+
+    assert asyncio.run(by_generate_name()).allowed
     # roots are not the webhook's business
     assert verdict(make_ctx(redis_url, {}), "r", {"prompt": "go"}).allowed
 
