@@ -71,3 +71,18 @@ def test_the_operator_uses_them() -> None:
     tune_kopf(settings, OperatorSettings(redis_url="redis://unused:6379/0", namespaces=("ns",)))
     assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
     assert isinstance(settings.persistence.progress_storage, LeanProgressStorage)
+
+
+@pytest.mark.parametrize(("namespaces", "scanning"), [((), True), (("ns",), False), (("a", "b"), False),
+                                                      (("team-*",), True)])
+def test_a_namespaced_operator_serves_its_namespaces_without_listing_namespaces(
+    namespaces: tuple[str, ...], scanning: bool,
+) -> None:
+    """Kopf's namespace scanning lists namespaces at cluster scope, which the chart's namespaced operator may not:
+    Kopf retried the 403 for about a minute, serving nothing, before it fell back to the names it was given."""
+    from unicore_operator.handlers.lifecycle import tune_kopf
+    from unicore_operator.settings import OperatorSettings
+
+    settings = kopf.OperatorSettings()
+    tune_kopf(settings, OperatorSettings(redis_url="redis://unused:6379/0", namespaces=namespaces))
+    assert settings.scanning.disabled is not scanning

@@ -41,6 +41,11 @@ def tune_kopf(settings: kopf.OperatorSettings, op: OperatorSettings) -> None:
     settings.watching.reconnect_backoff = 1.0
     settings.peering.standalone = True
     settings.execution.max_workers = 16
+    # Namespaced (UNICORE_NAMESPACES names every namespace exactly): serve exactly those, without Kopf's cluster
+    # scanning. Its namespace observer would list namespaces at cluster scope, which a namespaced operator may not
+    # (the chart grants no such right): Kopf retried the 403 for about a minute, serving nothing meanwhile, before it
+    # fell back to these very names. CRDs are then discovered once at start-up instead of watched.
+    settings.scanning.disabled = bool(op.namespaces) and not any(set("*?!,") & set(ns) for ns in op.namespaces)
 
 
 @kopf.on.login()
