@@ -1,4 +1,4 @@
-"""unicore-devcluster up [--data-dir D] [--detach] | down | status | env"""
+"""unicore-devcluster up [--data-dir D] [--detach] | down | status | env | load-images"""
 
 from __future__ import annotations
 
@@ -173,6 +173,32 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_load_images(args: argparse.Namespace) -> int:
+    """Import the project's images (hack/build-images.sh's archives) into the running real node's containerd."""
+    state = read_state(args.data_dir)
+    if state is None or not supervisor_alive(state):
+        print("devcluster: not running", file=sys.stderr)
+        return 1
+    real = state.get("real_node")
+    if not real:
+        print("devcluster: this cluster has no real node (its pods run on the pod runner): no images to load",
+              file=sys.stderr)
+        return 1
+    from unicore_devcluster.containerd import ContainerdRuntime
+    from unicore_devcluster.node_images import ImagesError, chart_values, load_images
+
+    state_dir = Path(real["state_dir"])
+    runtime = ContainerdRuntime(state_dir / "containerd", root_dir=state_dir / "containerd-root")
+    try:
+        images = load_images(runtime)
+    except ImagesError as exc:
+        print(f"devcluster: {exc}", file=sys.stderr)
+        return 1
+    lines = chart_values(images) if args.helm_args else [f"{key} {image.ref}" for key, image in images.items()]
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="unicore-devcluster", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -182,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         ("down", cmd_down, "stop a running devcluster"),
         ("status", cmd_status, "show processes and nodes"),
         ("env", cmd_env, "print export lines for KUBECONFIG and KUBEBUILDER_ASSETS"),
+        ("load-images", cmd_load_images, "import the project's images (make images-local) into the real node"),
     ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--data-dir", default=str(default_data_dir()))
@@ -197,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                 default=os.environ.get("UNICORE_DEVCLUSTER_NODE", "auto"),
                 help="auto (default, $UNICORE_DEVCLUSTER_NODE): a real node (containerd + kubelet) where this host"
                 " can run one, else the pod runner, saying why; real: fail if it cannot; runner: the pod runner",
+            )
+        if name == "load-images":
+            p.add_argument(
+                "--helm-args", action="store_true",
+                help="print the helm arguments (one a line) that make the chart run the imported images",
             )
     args = parser.parse_args(argv)
     logging.basicConfig(
