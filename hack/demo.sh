@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# `make demo`: Redis + the local control plane (GPU node, pod runner) + the operator; apply examples/demo.yaml; wait
-# until the tree is Ready; print `kubectl get agenttasks` and the root's transcript. Idempotent: running it again
-# reuses what is running and re-creates the demo task. Everything stays up afterwards (see the printed stop line).
+# `make demo`: the local control plane with a real node (containerd + kubelet) where this host can run one, the Helm
+# chart installed from helm/unicore with the images built here (the operator Deployment, the bundled Redis on a
+# local-path volume, Pod Security "restricted" enforced in the namespace), examples/demo.yaml applied; waits until the
+# tree is Ready and prints its pods (real containers on the real node), `kubectl get agenttasks`, the tree, the root's
+# transcript and a turn pod's `kubectl logs`. Where the host cannot run a real node (one line says why), the same tree
+# runs on the pod runner: a host redis-server and a host operator process. Idempotent: running it again reuses what
+# runs (helm upgrade) and re-creates the demo task. Everything stays up afterwards (see the printed stop line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -9,86 +13,156 @@ BIN=$REPO/.venv/bin
 export UNICORE_CACHE=${UNICORE_CACHE:-$HOME/.cache/unicore}
 DEMO_DIR=${UNICORE_DEMO_DIR:-$UNICORE_CACHE/demo}
 NS=${UNICORE_DEMO_NAMESPACE:-unicore-demo}
-REDIS_DIR=$DEMO_DIR/redis
-REDIS_SOCK=$REDIS_DIR/redis.sock
-export REDIS_URL=unix://$REDIS_SOCK
-mkdir -p "$REDIS_DIR"
+mkdir -p "$DEMO_DIR"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# 1. Redis: a private redis-server on a unix socket (turn processes of the pod runner reach it too).
-if ! redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1; then
-  say "starting redis-server ($REDIS_SOCK)"
-  redis-server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 --dir "$REDIS_DIR" --save "" \
-    --appendonly no --daemonize yes --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log"
-  for _ in $(seq 100); do redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1 && break; sleep 0.1; done
+# ------------------------------------------------------------------------------------------------ the cluster
+# A devcluster already running is reused as it is. Else a real node, where this host can run one: it needs root,
+# cgroup v1, iptables, ... (unicore_devcluster.node_host.unavailable_reason says what is missing);
+# UNICORE_NO_CONTAINERS=1 asks for the pod runner.
+RUNNING=$("$BIN/python" -c 'from unicore_devcluster.cluster import read_state, supervisor_alive
+s = read_state()
+print(("real" if s.get("real_node") else "runner") if s and supervisor_alive(s) else "")')
+NODE=auto  # `up` says in one line which node it runs and, without a real node, why
+REASON=""
+if [[ -z $RUNNING && ${UNICORE_NO_CONTAINERS:-} == 1 ]]; then
+  NODE=runner
+elif [[ -z $RUNNING ]]; then
+  REASON=$("$BIN/python" -c 'from unicore_devcluster.node_host import unavailable_reason as r; print(r() or "")')
+elif [[ $RUNNING == runner ]]; then
+  say "the devcluster already running has no real node (it runs the pod runner); for a real node: make cluster-down," \
+    "then make demo"
 fi
-
-# 2. The local control plane (reused when already up). The demo's pods run on the pod runner (--node runner): they
-#    reach Redis on a unix socket of this host, which real containers on the real node cannot.
+if [[ $RUNNING == real || ( -z $RUNNING && $NODE == auto && -z $REASON ) ]]; then
+  say "building or reusing the real node's binaries and the images (hack/build-node.sh, hack/build-images.sh)"
+  hack/build-node.sh >/dev/null
+  hack/build-images.sh >/dev/null
+fi
 say "starting the local control plane"
-eval "$("$BIN/unicore-devcluster" up --detach --node runner)"
+eval "$("$BIN/unicore-devcluster" up --detach --node "$NODE")"
 export KUBECONFIG
+MODE=$("$BIN/python" -c 'from unicore_devcluster.cluster import read_state as r; s = r(); print("real" if s and s.get("real_node") else "runner")')
 
-# 3. CRD, namespace, the agents' ServiceAccount and Role (create/get/list/watch agenttasks).
-say "installing the AgentTask CRD and the agents' RBAC in namespace $NS"
-kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/agenttasks.unicore.dev >/dev/null
-kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-"$BIN/python" - "$NS" <<'PY' | kubectl apply -f - >/dev/null
+# ----------------------------------------------------------------------------------------- the demo tree, either way
+run_tree() {  # $1: the operator's namespace (kubectl agenttask reaches it through the API server's service proxy)
+  local op_ns=$1
+  if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then
+    say "deleting the previous demo tree"
+    kubectl delete agenttask demo -n "$NS" --wait=true --timeout=90s >/dev/null
+    kubectl wait --for=delete agenttask --all -n "$NS" --timeout=90s >/dev/null 2>&1 || true
+    kubectl wait --for=delete job -l app.kubernetes.io/managed-by=unicore-operator -n "$NS" --timeout=90s \
+      >/dev/null 2>&1 || true
+  fi
+  say "applying examples/demo.yaml"
+  kubectl apply -n "$NS" -f examples/demo.yaml >/dev/null
+  # Ready is True once the root is Idle with all children settled; wait for the children to exist first.
+  for _ in $(seq 600); do
+    [[ $(kubectl get agenttasks -n "$NS" --no-headers 2>/dev/null | wc -l) -ge 4 ]] && break; sleep 0.2
+  done
+  kubectl wait --for=condition=Ready agenttask/demo -n "$NS" --timeout=180s >/dev/null
+  echo
+  kubectl get agenttasks -n "$NS" --sort-by=.status.treePath -o wide
+  echo
+  say "kubectl agenttask tree demo -n $NS"
+  PATH=$BIN:$PATH kubectl agenttask tree demo -n "$NS" --operator-namespace "$op_ns"
+  echo
+  say "transcript of $NS/demo (kubectl agenttask logs demo)"
+  PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS" --operator-namespace "$op_ns"
+}
+
+# --------------------------------------------------------------------------- real node: the chart, real containers
+real_demo() {
+  say "importing the images into the node's containerd (unicore-devcluster load-images)"
+  local image_args
+  mapfile -t image_args < <("$BIN/unicore-devcluster" load-images --helm-args)
+  say "installing the AgentTask CRD and namespace $NS (Pod Security \"restricted\" enforced)"
+  kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+  kubectl wait --for=condition=Established --timeout=60s crd/agenttasks.unicore.dev >/dev/null
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl label --overwrite namespace "$NS" pod-security.kubernetes.io/enforce=restricted \
+    pod-security.kubernetes.io/warn=restricted pod-security.kubernetes.io/audit=restricted >/dev/null
+  say "helm upgrade --install unicore helm/unicore -n $NS (operator and Redis as pods; waits until they are Ready)"
+  helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" --wait --timeout 300s >/dev/null
+  run_tree "$NS"
+  echo
+  say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"
+  kubectl get pods -n "$NS" -o wide
+  kubectl get pods -n "$NS" -o \
+    custom-columns='POD:.metadata.name,NODE:.spec.nodeName,CONTAINER ID:.status.containerStatuses[0].containerID'
+  echo
+  say "kubectl logs job/demo-t1 -n $NS (the root's first turn)"
+  kubectl logs job/demo-t1 -n "$NS"
+  cat <<MSG
+
+The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$NS
+  kubectl get agenttasks -n $NS
+  kubectl agenttask tree demo -n $NS
+  kubectl agenttask send demo -n $NS "Now compare A and B."
+  kubectl agenttask logs demo -n $NS --follow
+  kubectl get jobs,pods -n $NS -o wide
+  kubectl logs -n $NS deploy/unicore-operator
+Stop it (the real node's tear-down removes every container, mount, rule and cgroup it made):
+  make cluster-down            # or only the release: helm uninstall unicore -n $NS
+MSG
+}
+
+# ------------------------------------------------------------ pod runner: host Redis, host operator, host processes
+runner_demo() {
+  local redis_dir=$DEMO_DIR/redis
+  local redis_sock=$redis_dir/redis.sock
+  local op_ns=unicore-system
+  local op_pid_file=$DEMO_DIR/operator.pid
+  export REDIS_URL=unix://$redis_sock
+  mkdir -p "$redis_dir"
+  # a private redis-server on a unix socket (the pod runner's turn processes reach it too)
+  if ! redis-cli -s "$redis_sock" ping >/dev/null 2>&1; then
+    say "starting redis-server ($redis_sock)"
+    redis-server --port 0 --unixsocket "$redis_sock" --unixsocketperm 700 --dir "$redis_dir" --save "" \
+      --appendonly no --daemonize yes --pidfile "$redis_dir/redis.pid" --logfile "$redis_dir/redis.log"
+    for _ in $(seq 100); do redis-cli -s "$redis_sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  say "installing the AgentTask CRD and the agents' RBAC in namespace $NS"
+  kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+  kubectl wait --for=condition=Established --timeout=60s crd/agenttasks.unicore.dev >/dev/null
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  "$BIN/python" - "$NS" <<'PY' | kubectl apply -f - >/dev/null
 import json, sys
 from tests.cluster.operator_harness import agent_rbac
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": agent_rbac(sys.argv[1])}))
 PY
-
-# 4. The operator (background; restarted when its pid is gone).
-OP_PID_FILE=$DEMO_DIR/operator.pid
-if [[ -f $OP_PID_FILE ]] && kill -0 "$(cat "$OP_PID_FILE")" 2>/dev/null; then
-  say "operator already running (pid $(cat "$OP_PID_FILE"))"
-else
-  say "starting unicore-operator (log: $DEMO_DIR/operator.log)"
-  UNICORE_NAMESPACES=$NS UNICORE_HTTP_PORT=${UNICORE_HTTP_PORT:-18080} UNICORE_RESYNC_SECONDS=10 \
-    setsid "$BIN/unicore-operator" >>"$DEMO_DIR/operator.log" 2>&1 < /dev/null &
-  echo $! > "$OP_PID_FILE"
-fi
-
-# 5. The operator's task API behind the Service `unicore-operator` in unicore-system, so `kubectl agenttask send/logs`
-#    reach it through the API server's service proxy (the API server refuses loopback endpoints: see docs/kubectl.md).
-OP_NS=unicore-system
-kubectl create namespace "$OP_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-"$BIN/python" -m unicore_devcluster.operator_endpoint --namespace "$OP_NS" --port "${UNICORE_HTTP_PORT:-18080}" >/dev/null
-
-# 6. The demo tree (re-created from scratch on every run).
-if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then
-  say "deleting the previous demo tree"
-  kubectl delete agenttask demo -n "$NS" --wait=true --timeout=90s >/dev/null
-  kubectl wait --for=delete agenttask --all -n "$NS" --timeout=90s >/dev/null 2>&1 || true
-fi
-say "applying examples/demo.yaml"
-kubectl apply -n "$NS" -f examples/demo.yaml >/dev/null
-# Ready is True once the root is Idle with all children settled; wait for the children to exist first.
-for _ in $(seq 600); do
-  [[ $(kubectl get agenttasks -n "$NS" --no-headers 2>/dev/null | wc -l) -ge 4 ]] && break; sleep 0.2
-done
-kubectl wait --for=condition=Ready agenttask/demo -n "$NS" --timeout=180s >/dev/null
-
-echo
-kubectl get agenttasks -n "$NS" --sort-by=.status.treePath -o wide
-echo
-say "kubectl agenttask tree demo -n $NS"
-PATH=$BIN:$PATH kubectl agenttask tree demo -n "$NS" --operator-namespace "$OP_NS"
-echo
-say "transcript of $NS/demo (kubectl agenttask logs demo)"
-PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS" --operator-namespace "$OP_NS"
-cat <<MSG
+  # the operator (background; restarted when its pid is gone)
+  if [[ -f $op_pid_file ]] && kill -0 "$(cat "$op_pid_file")" 2>/dev/null; then
+    say "operator already running (pid $(cat "$op_pid_file"))"
+  else
+    say "starting unicore-operator (log: $DEMO_DIR/operator.log)"
+    UNICORE_NAMESPACES=$NS UNICORE_HTTP_PORT=${UNICORE_HTTP_PORT:-18080} UNICORE_RESYNC_SECONDS=10 \
+      setsid "$BIN/unicore-operator" >>"$DEMO_DIR/operator.log" 2>&1 < /dev/null &
+    echo $! > "$op_pid_file"
+  fi
+  # the operator's task API behind the Service `unicore-operator` in unicore-system, so `kubectl agenttask
+  # send/logs` reach it through the API server's service proxy (which refuses loopback endpoints: docs/kubectl.md)
+  kubectl create namespace "$op_ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  "$BIN/python" -m unicore_devcluster.operator_endpoint --namespace "$op_ns" --port "${UNICORE_HTTP_PORT:-18080}" \
+    >/dev/null
+  run_tree "$op_ns"
+  cat <<MSG
 
 The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
-  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$OP_NS
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$op_ns
   kubectl get agenttasks -n $NS
   kubectl agenttask tree demo -n $NS
   kubectl agenttask send demo -n $NS "Now compare A and B."
   kubectl agenttask logs demo -n $NS --follow
   kubectl get jobs,pods -n $NS -o wide
 Stop it:
-  kill \$(cat $OP_PID_FILE); redis-cli -s $REDIS_SOCK shutdown nosave; make cluster-down
+  kill \$(cat $op_pid_file); redis-cli -s $redis_sock shutdown nosave; make cluster-down
 MSG
+}
+
+if [[ $MODE == real ]]; then
+  real_demo
+else
+  runner_demo
+fi
