@@ -81,6 +81,11 @@ class CoreCalls:
             raise
         return True
 
+    def list(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """The items of the collection at ``path`` (matching ``label_selector``), as the API serves them."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return list(self._json("GET", path, query=query).get("items") or [])
+
     def read(self, path: str) -> dict[str, Any] | None:
         """GET the object at ``path`` (any API group); None when it does not exist."""
         try:

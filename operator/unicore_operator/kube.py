@@ -46,9 +46,16 @@ class KubeClients:
         """The Job as the API serves it (camelCase keys), or None when it does not exist."""
         return self.core.read(job_path(namespace, name))
 
-    def delete_job(self, namespace: str, name: str, propagation: str = "Background") -> bool:
-        return self.core.delete(job_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                            "propagationPolicy": propagation})
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self.core.list(job_path(namespace), label_selector)
+
+    def delete_job(self, namespace: str, name: str, propagation: str = "Background", uid: str | None = None) -> bool:
+        """Delete the Job (only the one with ``uid`` when given: 409 Conflict for another); False when it does not
+        exist."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        return self.core.delete(job_path(namespace, name), options)
 
     def get_agenttask(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.core.read(agenttask_path(namespace, name))

@@ -71,3 +71,18 @@ def test_kube_clients_build_the_job_and_agenttask_requests() -> None:
     ]
     assert sent[0][3] == job and sent[4][3] == {"status": {"phase": "Idle"}}
     assert sent[2][3] == {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+
+
+def test_no_operator_module_builds_a_generated_api_class() -> None:
+    """Also the parts the probe above does not start (the watchdog's reaper is built by its start-up hook)."""
+    import re
+    from pathlib import Path
+
+    import unicore_operator
+
+    package = Path(unicore_operator.__file__).parent
+    built = re.compile(r"\b[A-Z][A-Za-z0-9]*V\d\w*Api\(|\bCustomObjectsApi\(")
+    found = [f"{path.relative_to(package)}:{number}"
+             for path in sorted(package.rglob("*.py")) if "kubectl_plugin" not in path.parts
+             for number, line in enumerate(path.read_text().splitlines(), 1) if built.search(line)]
+    assert found == []

@@ -133,11 +133,13 @@ def test_the_setting_reaches_the_watchdog() -> None:
     assert thresholds_from(settings.model_copy(update={"admission_timeout_seconds": 7200})).admission_timeout == 7200
 
 
-class FakeBatch:
-    def __init__(self, suspend: bool, uid: str = "uid-1") -> None:
-        self.job = SimpleNamespace(spec=SimpleNamespace(suspend=suspend), metadata=SimpleNamespace(uid=uid))
+class ApiShowingJob:
+    """What the API answers for the Job the reaper reads back (a pure unit test of ``_confirmed``)."""
 
-    def read_namespaced_job(self, name: str, namespace: str) -> Any:
+    def __init__(self, suspend: bool, uid: str = "uid-1") -> None:
+        self.job = {"metadata": {"name": "demo-t1", "uid": uid}, "spec": {"suspend": suspend}}
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return self.job
 
 
@@ -145,9 +147,9 @@ def test_the_reaper_confirms_the_job_is_still_held_before_reaping() -> None:
     """The cache may lag: a Job its queue has just admitted (the API shows suspend false) is not reaped."""
     [action] = scan(snap([job_view(job_body(suspend=True, condition=("True", 3601)))]), NOW, hour())
     reaper = Reaper.__new__(Reaper)
-    reaper._batch = FakeBatch(suspend=True)  # type: ignore[assignment]
+    reaper.ctx = SimpleNamespace(kube=ApiShowingJob(suspend=True))  # type: ignore[assignment]
     assert reaper._confirmed(action)
-    reaper._batch = FakeBatch(suspend=False)  # type: ignore[assignment]
+    reaper.ctx = SimpleNamespace(kube=ApiShowingJob(suspend=False))  # type: ignore[assignment]
     assert not reaper._confirmed(action)
-    reaper._batch = FakeBatch(suspend=True, uid="a-newer-job")  # type: ignore[assignment]
+    reaper.ctx = SimpleNamespace(kube=ApiShowingJob(suspend=True, uid="a-newer-job"))  # type: ignore[assignment]
     assert not reaper._confirmed(action)

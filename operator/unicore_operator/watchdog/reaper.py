@@ -22,7 +22,6 @@ import asyncio
 import time
 from typing import Any
 
-from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from unicore import contract
 from unicore.schema import InboxMessage
@@ -53,7 +52,6 @@ class Reaper:
         self.ctx = ctx
         self.max_reaps = max_reaps
         self._reset = TurnReset(ctx.redis.sync)
-        self._batch = k8s.BatchV1Api(ctx.kube.api)
         self.done: dict[str, float] = {}  # action keys carried out recently (caches catch up meanwhile)
 
     @staticmethod
@@ -99,16 +97,18 @@ class Reaper:
                 pod = self.ctx.kube.core.read_pod(namespace, pod_name)  # None: gone
                 return pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             if action.reason is ReapReason.ADMISSION_TIMEOUT:
-                job = self._batch.read_namespaced_job(action.job, namespace)
-                held = bool(job.spec and job.spec.suspend)
-                return held and (not action.job_uid or (job.metadata and job.metadata.uid) == action.job_uid)
+                job = self.ctx.kube.get_job(namespace, action.job)
+                if job is None:
+                    return False  # gone: nothing to reap
+                held = bool((job.get("spec") or {}).get("suspend"))
+                return held and (not action.job_uid or (job.get("metadata") or {}).get("uid") == action.job_uid)
             if action.reason is ReapReason.RUNNING_WITHOUT_JOB:
-                jobs = self._batch.list_namespaced_job(
-                    namespace, label_selector=f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")
-                for job in jobs.items:
-                    annotations = (job.metadata.annotations if job.metadata else None) or {}
+                jobs = self.ctx.kube.list_jobs(namespace, f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")
+                for job in jobs:
+                    annotations = (job.get("metadata") or {}).get("annotations") or {}
+                    status = job.get("status") or {}
                     if annotations.get(contract.TASK_ID_ANNOTATION) == action.task_id and not (
-                            job.status and (job.status.succeeded or job.status.failed)):
+                            status.get("succeeded") or status.get("failed")):
                         return False
         except ApiException as exc:
             logger.warning("cannot confirm %s for %s: %s", action.reason.value, action.task_id, exc)
@@ -137,12 +137,8 @@ class Reaper:
         ctx.store.activate(tid, f"watchdog:{action.reason.value}")
 
     def _delete_job(self, action: ReapAction) -> None:
-        options = k8s.V1DeleteOptions(
-            propagation_policy="Background",
-            preconditions=k8s.V1Preconditions(uid=action.job_uid) if action.job_uid else None,
-        )
         try:
-            self._batch.delete_namespaced_job(action.job, action.namespace, body=options)
+            self.ctx.kube.delete_job(action.namespace, action.job, "Background", uid=action.job_uid or None)
         except ApiException as exc:
             if exc.status not in (404, 409):  # gone already / a newer Job of that name: leave it
                 raise
