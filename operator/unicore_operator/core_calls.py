@@ -57,8 +57,7 @@ class CoreCalls:
             if exc.status == 409:
                 return False
             raise
-        response.read()
-        response.release_conn()
+        response.read()  # the client's response: read in full, its connection back in the pool
         return True
 
     def delete(self, path: str, body: Mapping[str, Any] | None = None) -> bool:

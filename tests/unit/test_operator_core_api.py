@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 PROBE = """
 import sys
@@ -29,7 +30,7 @@ def test_core_calls_build_the_core_v1_urls() -> None:
 
     api = client.ApiClient(client.Configuration(host="https://example.invalid:6443"))
     sent: list[tuple[str, str]] = []
-    api.call_api = lambda method, url, *rest, **kw: sent.append((method, url))  # type: ignore[method-assign]
+    api.call_api = lambda method, url, *rest, **kw: sent.append((method, url))  # type: ignore[method-assign,assignment]
     calls = CoreCalls(api)
     for call in (lambda: calls.read_pod("ns-a", "pod/x"), lambda: calls.create_event("ns-a", {"kind": "Event"})):
         try:
@@ -41,25 +42,27 @@ def test_core_calls_build_the_core_v1_urls() -> None:
 
 
 def test_kube_clients_build_the_job_and_agenttask_requests() -> None:
+    import urllib3
     from kubernetes import client
+    from kubernetes.client.rest import RESTResponse
     from unicore_operator.kube import KubeClients
 
     api = client.ApiClient(client.Configuration(host="https://example.invalid:6443"))
     sent: list[tuple[str, str, str, object]] = []
 
-    def record(method: str, url: str, headers: dict[str, str], body: object, *rest: object, **kw: object) -> None:
+    def record(method: str, url: str, headers: dict[str, str], body: object, *rest: object, **kw: object) -> Any:
         sent.append((method, url, headers.get("Content-Type", ""), body))
+        # the client's own response type around what the API server answers: 201 and a body
+        return RESTResponse(urllib3.HTTPResponse(body=b'{"kind": "Job"}', status=201, preload_content=True))
 
     api.call_api = record  # type: ignore[method-assign,assignment]
     kube = KubeClients(api)
     job = {"metadata": {"name": "t-t1", "namespace": "ns-a"}}
-    for call in (lambda: kube.create_job(job), lambda: kube.get_job("ns-a", "t-t1"),
-                 lambda: kube.delete_job("ns-a", "t-t1"), lambda: kube.get_agenttask("ns-a", "t"),
-                 lambda: kube.patch_status("ns-a", "t", {"phase": "Idle"})):
-        try:
-            call()
-        except AttributeError:  # the stand-in returns no response: only the request it was given matters here
-            pass
+    assert kube.create_job(job) is True
+    assert kube.get_job("ns-a", "t-t1") == {"kind": "Job"}
+    assert kube.delete_job("ns-a", "t-t1") is True
+    assert kube.get_agenttask("ns-a", "t") == {"kind": "Job"}
+    kube.patch_status("ns-a", "t", {"phase": "Idle"})
     base = "https://example.invalid:6443"
     assert [(m, u, c) for m, u, c, _ in sent] == [
         ("POST", f"{base}/apis/batch/v1/namespaces/ns-a/jobs", "application/json"),
