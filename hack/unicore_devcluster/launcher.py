@@ -221,6 +221,20 @@ class ControlPlane:
                 f"--kubelet-certificate-authority={pki.ca.cert}",
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--endpoint-reconciler-type={'lease' if self.advertise_address else 'none'}",
+                # The aggregation layer (APIServices such as the operator's tasks.unicore.dev): the API server
+                # authenticates the user, then proxies with its front-proxy client certificate and the user in these
+                # headers, which the aggregated API trusts only from that certificate (both published in
+                # kube-system/extension-apiserver-authentication). Routing to the Service's endpoints, not its
+                # cluster IP: nothing routes cluster IPs to a host-process operator.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+                f"--requestheader-allowed-names={pki_mod.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-uid-headers=X-Remote-Uid",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client.key}",
+                "--enable-aggregator-routing=true",
                 "--profiling=false",
                 "--v=1",
             ],

@@ -22,6 +22,8 @@ SERVER_NAMES = (
     "kubernetes.default.svc.cluster.local",
 )
 SERVER_IPS = ("127.0.0.1", "10.0.0.1")
+# The common name of the API server's front-proxy client certificate (--requestheader-allowed-names).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class Pki:
     apiserver_kubelet_client: CertPair
     sa_key: Path
     sa_pub: Path
+    # The aggregation layer: the API server's client certificate when it proxies a request to an aggregated API
+    # (--proxy-client-cert-file), signed by its own CA (--requestheader-client-ca-file), which the aggregated API
+    # servers read from kube-system/extension-apiserver-authentication to trust the X-Remote-User headers.
+    front_proxy_ca: CertPair
+    front_proxy_client: CertPair
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -165,6 +172,18 @@ def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    front_proxy_key = _new_key()
+    front_proxy_ca = _issue(
+        folder, "front-proxy-ca", _name("unicore-devcluster-front-proxy-ca"), front_proxy_key, None, key=front_proxy_key
+    )
+    front_proxy_client = _issue(
+        folder,
+        "front-proxy-client",
+        _name(FRONT_PROXY_CLIENT),
+        front_proxy_key,
+        x509.load_pem_x509_certificate(front_proxy_ca.cert.read_bytes()),
+        client=True,
+    )
     return Pki(
         ca=ca,
         apiserver=apiserver,
@@ -177,6 +196,8 @@ def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
         ),
         sa_key=sa_key,
         sa_pub=sa_pub,
+        front_proxy_ca=front_proxy_ca,
+        front_proxy_client=front_proxy_client,
     )
 
 

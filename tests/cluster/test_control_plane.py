@@ -305,6 +305,27 @@ def test_deleting_running_pod_sends_sigterm_then_sigkill(
         assert elapsed < grace
 
 
+def test_the_api_server_runs_the_aggregation_layer(core: client.CoreV1Api, control_plane: DevCluster) -> None:
+    """The front-proxy CA, the allowed client name and the identity headers are published where aggregated API
+    servers (the operator's tasks.unicore.dev) read them, and the API server's proxy client certificate is one that
+    CA signed, with that name."""
+    from cryptography import x509
+
+    data = core.read_namespaced_config_map("extension-apiserver-authentication", "kube-system").data
+    pki = control_plane.control_plane.data_dir / "pki"
+    assert data["requestheader-client-ca-file"].strip() == (pki / "front-proxy-ca.crt").read_text().strip()
+    assert json.loads(data["requestheader-allowed-names"]) == ["front-proxy-client"]
+    assert json.loads(data["requestheader-username-headers"]) == ["X-Remote-User"]
+    assert json.loads(data["requestheader-uid-headers"]) == ["X-Remote-Uid"]
+    assert json.loads(data["requestheader-group-headers"]) == ["X-Remote-Group"]
+    assert json.loads(data["requestheader-extra-headers-prefix"]) == ["X-Remote-Extra-"]
+    ca = x509.load_pem_x509_certificate((pki / "front-proxy-ca.crt").read_bytes())
+    proxy_client = x509.load_pem_x509_certificate((pki / "front-proxy-client.crt").read_bytes())
+    proxy_client.verify_directly_issued_by(ca)
+    assert proxy_client.subject.rfc4514_string() == "CN=front-proxy-client"
+    assert data["client-ca-file"].strip() != data["requestheader-client-ca-file"].strip()  # users' CA is another
+
+
 def test_cli_up_down_leaves_no_process(control_plane: DevCluster, tmp_path: Path) -> None:
     """A second, detached cluster (the `make cluster-up` path): it runs a pod; `down` ends every process."""
     data_dir = Path(f"/tmp/unicore-devcluster-cli-{os.getpid()}")
