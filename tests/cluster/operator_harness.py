@@ -15,11 +15,15 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from unicore_devcluster.image_inputs import app_version
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 GROUP, VERSION, PLURAL = "unicore.dev", "v1alpha1", "agenttasks"
 AGENT_SA = "unicore-agent"
+# The turn pods' image on the real node (hack/build-images.sh tags it with the chart's appVersion); the pod runner
+# runs the command from the project's venv whatever the image.
+AGENT_IMAGE = f"unicore-agent:{app_version(REPO)}"
 
 
 def kubectl(kubeconfig: Path | str, *args: str, check: bool = True, input_text: str | None = None,
@@ -72,6 +76,7 @@ class OperatorProcess:
             "UNICORE_TURN_RETRY_BACKOFF_SECONDS": "1",
             "UNICORE_JOB_TTL_SECONDS": "600",
             "POD_NAME": f"operator-{namespace}",
+            "UNICORE_AGENT_IMAGE": AGENT_IMAGE,
             **extra_env,
         }
         self.log_path = log_path
@@ -134,8 +139,18 @@ def operator_factory(control_plane: Any, namespace: str, redis_url: str, tmp_pat
         if started:
             print(f"--- operator log ({started[0].log_path}):\n{started[0].log(log_lines)}")
             if pod_logs:
-                for log in sorted((control_plane.data_dir / "pods").glob(f"{namespace}_*/*.log")):
+                for log in turn_pod_logs(control_plane, namespace):
                     print(f"--- turn pod log ({log}):\n{log.read_text(errors='replace')[-6000:]}")
+
+
+def turn_pod_logs(cluster: Any, namespace: str) -> list[Path]:
+    """The log files of the namespace's pods: the pod runner's, or the real node's kubelet's (both kept after the
+    pods are gone)."""
+    found = sorted((cluster.data_dir / "pods").glob(f"{namespace}_*/*.log"))
+    node = getattr(cluster, "real_node", None)
+    if node is not None:
+        found += sorted(node.paths.pod_logs.glob(f"{namespace}_*/*/*.log"))
+    return found
 
 
 class Tasks:

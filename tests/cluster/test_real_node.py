@@ -2,9 +2,11 @@
 API server and each other through kube-proxy's ClusterIP Services and cluster DNS, claims are provisioned by the
 local-path provisioner, GPU Jobs schedule on it, and its tear-down leaves nothing behind on the host.
 
-One control plane with the real node only (no fake nodes, no pod runner) for the module; the stop test stops it and
-checks the host. On a host that cannot run a real node (not root, no cgroup v1, no containerd:
-node_host.unavailable_reason) the tests fail with the reason, or skip with UNICORE_NO_CONTAINERS=1 (as tests/node).
+The session's real node (``real_node_session``: a control plane with the real node only, no fake nodes, no pod
+runner); the stop test stops it and checks the host, and runs after every other test (marker stops_real_node), as
+does the test of ``up`` and ``down`` with a node of their own. On a host that cannot run a real node (not root, no
+cgroup v1, no containerd: node_host.unavailable_reason) the tests fail with the reason, or skip with
+UNICORE_NO_CONTAINERS=1 (as tests/node).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from unicore_devcluster import node_host
+from unicore_devcluster.binaries import find_bin_dir
 from unicore_devcluster.cluster import DevCluster
 from unicore_devcluster.node_config import BRIDGE, CGROUP_ROOT, LOCAL_PATH_PROVISIONER
 from unicore_devcluster.node_teardown import pids_naming
@@ -32,41 +34,27 @@ from unicore_devcluster.realnode import NODE_NAME
 
 from tests.waiting import wait_for as _wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 
 def wait_for(predicate: Any, *, timeout: float, what: str) -> Any:
     return _wait_for(predicate, timeout=timeout, what=what, interval=0.25)
 
 
-@pytest.fixture(scope="module")
-def real() -> Iterator[dict[str, Any]]:
-    reason = node_host.unavailable_reason()
-    if reason:  # as tests/node: fail with the reason, unless the run says this host runs no containers
-        if os.environ.get("UNICORE_NO_CONTAINERS") == "1":
-            pytest.skip(f"UNICORE_NO_CONTAINERS=1; this host cannot run a real node: {reason}")
-        pytest.fail(f"this host cannot run a real node: {reason} (UNICORE_NO_CONTAINERS=1 skips these tests)")
-    data_dir = Path(tempfile.mkdtemp(prefix="unicore-realnode-"))
-    netns_before = node_host.netns_names()
-    cluster = DevCluster(data_dir, nodes=(), real_node=True)
-    cluster.start(timeout=180)
+@pytest.fixture
+def real(real_node_session: Any) -> Iterator[dict[str, Any]]:
+    cluster = real_node_session.cluster()
     api = cluster.api_client()
     try:
-        yield {"cluster": cluster, "api": api, "netns_before": netns_before, "data_dir": data_dir}
+        yield {"cluster": cluster, "api": api, "netns_before": real_node_session.netns_before,
+               "data_dir": real_node_session.data_dir}
     finally:
         api.close()
-        cluster.stop()
-        shutil.rmtree(data_dir / "etcd", ignore_errors=True)
 
 
 @pytest.fixture
-def ns(real: dict[str, Any]) -> Iterator[str]:
-    core = client.CoreV1Api(real["api"])
-    name = f"rn-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_for(lambda: core.read_namespaced_service_account("default", name), timeout=30, what="default SA")
-    yield name
-    core.delete_namespace(name)
+def ns(k8s_namespace: str) -> str:
+    return k8s_namespace
 
 
 def kubectl(cluster: DevCluster, *args: str) -> str:
@@ -282,7 +270,8 @@ def test_up_says_why_it_falls_back_to_the_pod_runner(real: dict[str, Any]) -> No
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def test_stop_leaves_nothing_behind(real: dict[str, Any]) -> None:
+@pytest.mark.stops_real_node
+def test_stop_leaves_nothing_behind(real: dict[str, Any], real_node_session: Any) -> None:
     cluster: DevCluster = real["cluster"]
     node = cluster.real_node
     assert node is not None
@@ -293,7 +282,7 @@ def test_stop_leaves_nothing_behind(real: dict[str, Any]) -> None:
     assert node_host.own_chains(("KUBE-SERVICES",))  # kube-proxy's
     assert node_host.own_chains((node_host.ISOLATION_CHAIN,))  # pods' traffic kept on the machine
 
-    cluster.stop()
+    real_node_session.stop()
 
     left = {name: pid for name, pid in pids.items() if alive(pid)}
     assert not left, f"processes left: {left}"
@@ -310,13 +299,15 @@ def assert_host_clean(state_dir: Path, data_dir: Path, netns_before: set[str]) -
     assert node_host.netns_names() <= netns_before
 
 
-def test_up_runs_the_real_node_and_down_cleans_up_after_a_killed_supervisor(real: dict[str, Any]) -> None:
+@pytest.mark.stops_real_node
+def test_up_runs_the_real_node_and_down_cleans_up_after_a_killed_supervisor(real_node_session: Any) -> None:
     """`up` (auto) on this host starts the real node and says so; a pod runs; the supervisor is SIGKILLed (its
     children die with it, the container and its shim do not); `down` removes the container, its network namespace,
     the rules, mounts and cgroups."""
-    assert real["cluster"].real_node is None  # the module's node was stopped by the previous test
+    real_node_session.stop()  # one real node per host: the session's gives way (stopped by the previous test)
     data_dir = Path(tempfile.mkdtemp(prefix="unicore-devcluster-real-"))
-    env = {**os.environ, **real["cluster"].env()}
+    bin_dir = find_bin_dir()
+    env = {**os.environ, "KUBEBUILDER_ASSETS": str(bin_dir)}
     netns_before = node_host.netns_names()
     try:
         up = cli_up(data_dir, env)
@@ -327,7 +318,7 @@ def test_up_runs_the_real_node_and_down_cleans_up_after_a_killed_supervisor(real
         assert state["nodes"] == [] and state["real_node"]["name"] == NODE_NAME
         state_dir = Path(state["real_node"]["state_dir"])
         kubeconfig = state["kubeconfig"]
-        kubectl_ = [str(real["cluster"].bin_dir / "kubectl"), "--kubeconfig", kubeconfig]
+        kubectl_ = [str(bin_dir / "kubectl"), "--kubeconfig", kubeconfig]
         nodes = json.loads(subprocess.check_output([*kubectl_, "get", "nodes", "-o", "json"], text=True))
         assert [n["metadata"]["name"] for n in nodes["items"]] == [NODE_NAME]
         image = (Path(state["real_node"]["bin_dir"]) / "images" / "busybox.name").read_text().strip()

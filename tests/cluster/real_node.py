@@ -1,0 +1,68 @@
+"""What the cluster tests on the real node share: a Redis that both host processes and pods reach, and small readers
+of the node (a pod's containerd container, its logs) and helpers acting on it from outside (kill a container)."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from tests.waiting import wait_for
+
+
+class NodeRedis:
+    """A private redis-server on the node IP (so turn pods reach it as the host operator does), with a password
+    (the address is on the machine's network)."""
+
+    def __init__(self, host: str) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not on PATH; run hack/bootstrap.sh (it installs Debian's package)")
+        self.dir = Path(tempfile.mkdtemp(prefix="unicore-node-redis-"))
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        password = secrets.token_hex(16)
+        self.proc = subprocess.Popen(
+            [binary, "--bind", host, "--port", str(port), "--requirepass", password, "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://:{password}@{host}:{port}/0"
+        wait_for(self._ping, timeout=20, what=f"redis-server on {host}:{port} to answer PING")
+
+    def _ping(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+        with redis.Redis.from_url(self.url, socket_timeout=2) as probe:
+            return bool(probe.ping())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def container_id(pod: Any) -> str:
+    """The containerd id of the pod's (first) container, once it has one; "" before."""
+    statuses = pod.status.container_statuses or []
+    full = str(statuses[0].container_id or "") if statuses else ""
+    return full.removeprefix("containerd://")
+
+
+def kill_container(cluster: Any, cid: str, signal: str = "SIGKILL") -> None:
+    """Kill a container's process from outside Kubernetes, with ``ctr tasks kill`` on the node's containerd."""
+    node = cluster.real_node
+    assert node is not None and node.runtime is not None
+    node.runtime.ctr("tasks", "kill", "--signal", signal, cid)
