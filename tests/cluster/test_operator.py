@@ -1,4 +1,5 @@
-"""The AgentTask operator on the real local control plane (scripted model, real Redis, real turn processes)."""
+"""The AgentTask operator on the real local control plane (scripted model, real Redis): its turn pods are real
+containers of the agent image on the real node (containerd + kubelet), the operator a host process."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.cluster.operator_harness import (
 )
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 SETTLE = 180.0
 
@@ -67,7 +68,8 @@ def test_root_spawns_three_children_on_gpu_jobs_and_answers_with_their_results(
         assert job.status.succeeded == 1, job.metadata.name
     pods = tasks.pods()
     assert len(pods) == len(jobs)
-    assert {pod.spec.node_name for pod in pods} == {"unicore-gpu-0"}
+    assert {pod.spec.node_name for pod in pods} == {crd.real_node.name}  # the GPU Jobs ran on the real node
+    assert all(pod.status.container_statuses[0].container_id.startswith("containerd://") for pod in pods)
 
     root_answers = "\n".join(role_texts(redis_client, f"{k8s_namespace}/demo", "assistant")[1:])
     for fact in ("water boils at 100 C", "water freezes at 0 C", "densest at 4 C"):

@@ -1,4 +1,5 @@
-"""A turn Job held suspended by a queue controller (issue 12 #3), on the real local control plane.
+"""A turn Job held suspended by a queue controller (issue 12 #3), on the real local control plane with the real node:
+the released turn runs as a real container.
 
 Kueue cannot be built here (the module proxy refuses ``sigs.k8s.io/kueue``), so the test does what Kueue does to a
 Job: a MutatingAdmissionPolicy (GA in Kubernetes 1.36, CEL in the API server, no webhook server) sets
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, task_events
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 QUEUE = "team-a"
 PENDING = 6.0  # the watchdog's Pending threshold here: a held Job outlives it several times over

@@ -1,4 +1,6 @@
 """The watchdog and /metrics on the real local control plane (real operator process, real turn processes, Redis).
+The turn pods are real containers on the real node (marker real_node), except in the hung-tool test: its hanging tool
+is test code (unicore_devcluster.fixture_tools) that the agent image does not hold, so it runs on the pod runner.
 
 - a turn pod asking for 8 GPUs on the 4-GPU node is reaped after the Pending threshold, the status says why, and
   after UNICORE_MAX_REAPS reaps the task is Failed;
@@ -49,7 +51,8 @@ WATCHDOG_ENV = {
     "UNICORE_DEFAULT_GPUS": "1",
 }
 # Turn pods of the hang test: a step longer than 3 s counts as hung, and the slow_step fixture tool is known (the pod
-# runner starts turn processes from the repo's venv, where unicore_devcluster is importable; no host path in env).
+# runner starts turn processes from the repo's venv, where unicore_devcluster is importable; no host path in env;
+# the agent image has no unicore_devcluster, hence the pod runner for this test).
 HANG_ENV = {
     "UNICORE_STALL_SECONDS": "3",
     "UNICORE_AGENT_EXTRA_ENV": json.dumps({"UNICORE_EXTRA_TOOLS": SLOW_TOOLS}),
@@ -113,6 +116,7 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+@pytest.mark.real_node
 def test_unschedulable_gpu_pod_is_reaped_with_the_schedulers_reason_then_fails(
     operator: OperatorProcess, tasks: Tasks, port: int,
 ) -> None:
@@ -218,6 +222,7 @@ def test_hung_tool_stops_the_heartbeat_is_reaped_and_the_next_turn_gets_syntheti
         before, "unicore_jobs_reaped_total", reason="heartbeat_stale") == 1
 
 
+@pytest.mark.real_node
 def test_operator_sigkill_while_a_job_runs_then_restart_with_the_watchdog_on(
     start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str, port: int,
 ) -> None:
@@ -255,6 +260,7 @@ def test_operator_sigkill_while_a_job_runs_then_restart_with_the_watchdog_on(
     assert not [k for k, v in after.items() if k[0] == "unicore_jobs_reaped_total" and v]
 
 
+@pytest.mark.real_node
 def test_metrics_match_what_happened_and_cover_every_dashboard_metric(
     operator: OperatorProcess, tasks: Tasks, port: int,
 ) -> None:

@@ -1,4 +1,6 @@
-"""A task tree's workspace on a PersistentVolumeClaim (UNICORE_WORKSPACE_CLAIM), on the real local control plane.
+"""A task tree's workspace on a PersistentVolumeClaim (UNICORE_WORKSPACE_CLAIM), on the real local control plane with
+the real node: the claim is provisioned by its local-path provisioner (the default StorageClass) when the first turn
+pod is scheduled, and the kubelet mounts it into every turn pod (real containers, uid 65532).
 
 Every turn is its own pod: with the default emptyDir, a file written in one turn is gone in the next and a child
 never sees it. With the claim, the turn pods of a tree mount one folder (subPath = the root task's name).
@@ -18,7 +20,7 @@ from kubernetes import client
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 CLAIM = "unicore-workspace"
 NOTE = "The tree's plan: boil water at 100 C (written in turn 1 of the root)."
@@ -36,30 +38,19 @@ SCRIPT = {"default": "Done.", "tasks": {
 
 
 @pytest.fixture
-def workspace_claim(crd: Any, k8s_namespace: str, tmp_path: Path) -> Iterator[str]:
-    """A hostPath PV (no StorageClass) and a claim bound to it; the PV is deleted at teardown."""
-    core = client.CoreV1Api(crd.api_client())
-    pv_name = f"{k8s_namespace}-workspace"
-    core.create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-            "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(tmp_path / "pv")},
-            "claimRef": {"namespace": k8s_namespace, "name": CLAIM},
-        },
-    })
+def workspace_claim(crd: Any, k8s_namespace: str) -> Iterator[str]:
+    """A claim of the cluster's default StorageClass (local-path, WaitForFirstConsumer: provisioned when the first
+    turn pod that mounts it is scheduled)."""
+    api = crd.api_client()
+    core = client.CoreV1Api(api)
     try:
         core.create_namespaced_persistent_volume_claim(k8s_namespace, {
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
-                     "resources": {"requests": {"storage": "1Gi"}}},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
         })
-        wait_for(lambda: core.read_namespaced_persistent_volume_claim(CLAIM, k8s_namespace).status.phase == "Bound",
-                 timeout=60, what=f"PVC {CLAIM} Bound")
         yield CLAIM
     finally:
-        core.delete_persistent_volume(pv_name)
-        core.api_client.close()
+        api.close()
 
 
 @pytest.fixture
@@ -109,5 +100,7 @@ def test_turns_and_children_of_a_tree_share_the_claims_folder(
     assert root_results[-1] == NOTE, root_results
     child_results = tool_results(redis_client, f"{k8s_namespace}/notes-reader")
     assert child_results == [NOTE], child_results
-    # and the file outlives the pods, in the claim's folder of the tree
-    assert (crd.data_dir / "claims" / k8s_namespace / CLAIM / "notes" / "plan" / "notes.txt").read_text() == NOTE
+    # and the file outlives the pods, in the claim's folder of the tree: the provisioned volume's host folder
+    claim = tasks.core.read_namespaced_persistent_volume_claim(CLAIM, k8s_namespace)
+    volume = tasks.core.read_persistent_volume(claim.spec.volume_name)
+    assert (Path(volume.spec.host_path.path) / "notes" / "plan" / "notes.txt").read_text() == NOTE
