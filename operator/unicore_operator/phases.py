@@ -93,16 +93,17 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
     if obs.suspended:
         queued = f"; {obs.pending_messages} message(s) queued" if obs.pending_messages else ""
         return Phase.SUSPENDED, f"suspended{queued}"
+    # a retry says what happened to the attempt before it (the Job's failure and how its container ended)
+    retry = f" (retry {obs.failed_attempts} after: {obs.last_failure})" if obs.failed_attempts else ""
     if obs.active_job:
         if obs.job_waiting is not None and not obs.lease_held:
             reason, detail = obs.job_waiting
             what = WAITING_TEXT.get(reason, "is waiting for its pod to start")
             return Phase.PENDING, f"turn Job {obs.active_job} {what}: {reason}: {detail}"
-        return Phase.RUNNING, f"turn Job {obs.active_job} is running"
+        return Phase.RUNNING, f"turn Job {obs.active_job} is running{retry}"
     if obs.lease_held:
         return Phase.RUNNING, "a turn process holds the task's lease"
     if obs.pending_messages > 0 or obs.unfinished_turn:
-        retry = f" (retry {obs.failed_attempts} after: {obs.last_failure})" if obs.failed_attempts else ""
         what = f"{obs.pending_messages} message(s) queued" if obs.pending_messages else "an interrupted turn"
         return Phase.PENDING, f"{what}{retry}"
     working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)

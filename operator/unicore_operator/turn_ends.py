@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from unicore_operator import events, metrics, names
@@ -84,6 +84,13 @@ def job_end_event(job: str, turn: int, outcome: str, failure: str, recorded: int
     return events.WARNING, events.TURN_JOB_DELETED, f"{which} was deleted before it finished"
 
 
+def container_ends(pods: Iterable[PodView] | None, job: str) -> str:
+    """How the failed containers of Job ``job``'s pods ended ("container turn: OOMKilled (exit code 137)"), from the
+    pod index; "" when no pod of it says (pure)."""
+    ends = sorted({pod.ended for pod in pods or () if pod.job_name == job and pod.ended})
+    return "; ".join(ends)
+
+
 def existing_job_state(job: Mapping[str, Any] | None) -> str:
     """What a turn Job that answered 409 AlreadyExists to a create is: "running", "ended" (Complete/Failed: its end
     must be recorded, and the next attempt gets the next name), "deleting", or "gone" (deleted since) (pure)."""
@@ -105,6 +112,9 @@ async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: 
     if outcome == "running" and not deleted:
         return None
     outcome = outcome if outcome != "running" else "deleted"
+    if outcome == "failed":  # the Job says only that it failed; its pod says how (OOMKilled, killed, exit code)
+        ended = container_ends(ctx.turnpods.get(key) if ctx.turnpods is not None else None, summary.name)
+        failure = f"{failure}; {ended}" if ended else failure
     async with ctx.locks[key]:
         await record_end_locked(ctx, key, summary.name, summary.turn, outcome, failure)
     return outcome

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from unicore_operator.phases import Phase, TaskObservation, decide_phase
 from unicore_operator.turn_ends import (
+    container_ends,
     ended_turn_pod,
     existing_job_state,
     job_end_event,
     pod_job,
     pod_moves_phase,
 )
-from unicore_operator.watchdog.views import PodView
+from unicore_operator.watchdog.views import PodView, container_end, pod_view
 
 
 def pod(phase: str, **meta: Any) -> dict[str, Any]:
@@ -81,3 +83,37 @@ def test_a_pod_moves_the_phase_when_it_starts_or_starts_waiting_for_resources() 
     started = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Running")
     assert pod_moves_phase(started, shown_waiting)
     assert not pod_moves_phase(started, shown_running)
+
+
+def terminated_pod(job: str, reason: str, code: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"{job}-x1y2z", "labels": {"job-name": job}},
+            "status": {"phase": "Failed", "containerStatuses": [
+                {"name": "turn", "state": {"terminated": {"reason": reason, "exitCode": code}}}]}}
+
+
+def test_a_failed_turn_pod_says_how_its_container_ended() -> None:
+    """The Job's Failed condition says only BackoffLimitExceeded; the pod says OOMKilled or killed by a signal."""
+    assert pod_view(terminated_pod("demo-t1", "OOMKilled", 137)).ended == "container turn: OOMKilled (exit code 137)"
+    killed = pod_view(terminated_pod("demo-t1", "Error", 137)).ended
+    assert killed == "container turn: Error (exit code 137: killed by SIGKILL)"
+    assert pod_view(terminated_pod("demo-t1", "Error", 2)).ended == "container turn: Error (exit code 2)"
+    assert pod_view(terminated_pod("demo-t1", "Completed", 0)).ended == ""
+    assert container_end({"name": "turn", "state": {"running": {}}}) == ""
+    assert container_end({"name": "turn", "state": {"terminated": {"exitCode": 255}}}) == (
+        "container turn: Terminated (exit code 255)")
+
+
+def test_the_failure_of_a_job_names_how_its_own_pods_containers_ended() -> None:
+    pods = [pod_view(terminated_pod("demo-t1", "OOMKilled", 137)), pod_view(terminated_pod("demo-t1-r1", "Error", 1)),
+            PodView(namespace="team", name="demo-t1-r2-a", job_name="demo-t1-r2", phase="Running")]
+    assert container_ends(pods, "demo-t1") == "container turn: OOMKilled (exit code 137)"
+    assert container_ends(pods, "demo-t1-r1") == "container turn: Error (exit code 1)"
+    assert container_ends(pods, "demo-t1-r2") == "" and container_ends(None, "demo-t1") == ""
+
+
+def test_a_retry_running_says_what_happened_to_the_attempt_before_it() -> None:
+    failure = "BackoffLimitExceeded: Job has reached the backoff limit; container turn: OOMKilled (exit code 137)"
+    running = TaskObservation(active_job="demo-t1-r1", lease_held=True, failed_attempts=1, last_failure=failure)
+    assert decide_phase(running) == (Phase.RUNNING, f"turn Job demo-t1-r1 is running (retry 1 after: {failure})")
+    assert decide_phase(TaskObservation(active_job="demo-t1", lease_held=True)) == (
+        Phase.RUNNING, "turn Job demo-t1 is running")

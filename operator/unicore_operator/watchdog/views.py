@@ -10,6 +10,7 @@ here is pure: body (a mapping shaped like the Kubernetes object) in, view out.
 from __future__ import annotations
 
 import datetime
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,7 @@ class PodView:
     waiting_message: str = ""
     turn: int = 0  # label unicore.dev/turn (the Job's pod template carries it)
     active_deadline_seconds: int | None = None  # the turn timeout, counted from the pod's start (start_time)
+    ended: str = ""  # how a container of it ended when it failed (``container_end``), e.g. OOMKilled
 
     @property
     def key(self) -> str:
@@ -230,6 +232,23 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     )
 
 
+def container_end(cstatus: Mapping[str, Any]) -> str:
+    """How a container ended, when it failed (terminated with a non-zero exit code): "container turn: OOMKilled
+    (exit code 137)", "container turn: Error (exit code 137: killed by SIGKILL)"; "" otherwise (pure)."""
+    terminated = (cstatus.get("state") or {}).get("terminated") or {}
+    code = _int(terminated.get("exitCode"))
+    if not terminated or code == 0:
+        return ""
+    reason = str(terminated.get("reason") or "Terminated")
+    how = f"exit code {code}"
+    if code > 128 and reason != "OOMKilled":  # 128 + n: killed by signal n (an OOM kill is a SIGKILL)
+        try:
+            how += f": killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    return f"container {cstatus.get('name') or '?'}: {reason} ({how})"
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta, status = _meta(body), body.get("status") or {}
     deadline = (body.get("spec") or {}).get("activeDeadlineSeconds")
@@ -244,8 +263,9 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             unsched_reason = str(cond.get("reason") or "")
             unsched_message = str(cond.get("message") or "")
-    waiting_reason = waiting_message = ""
+    waiting_reason = waiting_message = ended = ""
     for cstatus in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+        ended = ended or container_end(cstatus)
         waiting = (cstatus.get("state") or {}).get("waiting") or {}
         if waiting.get("reason"):
             waiting_reason = str(waiting.get("reason"))
@@ -266,4 +286,5 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         waiting_message=waiting_message,
         turn=_int(labels.get(TURN_LABEL)),
         active_deadline_seconds=int(deadline) if deadline is not None else None,
+        ended=ended,
     )
