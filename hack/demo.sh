@@ -45,8 +45,7 @@ export KUBECONFIG
 MODE=$("$BIN/python" -c 'from unicore_devcluster.cluster import read_state as r; s = r(); print("real" if s and s.get("real_node") else "runner")')
 
 # ----------------------------------------------------------------------------------------- the demo tree, either way
-run_tree() {  # $1: the operator's namespace (kubectl agenttask reaches it through the API server's service proxy)
-  local op_ns=$1
+run_tree() {  # kubectl agenttask reaches the operator's task API through the API server (APIService tasks.unicore.dev)
   if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then
     say "deleting the previous demo tree"
     kubectl delete agenttask demo -n "$NS" --wait=true --timeout=90s >/dev/null
@@ -65,10 +64,10 @@ run_tree() {  # $1: the operator's namespace (kubectl agenttask reaches it throu
   kubectl get agenttasks -n "$NS" --sort-by=.status.treePath -o wide
   echo
   say "kubectl agenttask tree demo -n $NS"
-  PATH=$BIN:$PATH kubectl agenttask tree demo -n "$NS" --operator-namespace "$op_ns"
+  PATH=$BIN:$PATH kubectl agenttask tree demo -n "$NS"
   echo
   say "transcript of $NS/demo (kubectl agenttask logs demo)"
-  PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS" --operator-namespace "$op_ns"
+  PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS"
 }
 
 # --------------------------------------------------------------------------- real node: the chart, real containers
@@ -84,7 +83,7 @@ real_demo() {
     pod-security.kubernetes.io/warn=restricted pod-security.kubernetes.io/audit=restricted >/dev/null
   say "helm upgrade --install unicore helm/unicore -n $NS (operator and Redis as pods; waits until they are Ready)"
   helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" --wait --timeout 300s >/dev/null
-  run_tree "$NS"
+  run_tree
   echo
   say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"
   kubectl get pods -n "$NS" -o wide
@@ -96,7 +95,7 @@ real_demo() {
   cat <<MSG
 
 The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
-  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$NS
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH
   kubectl get agenttasks -n $NS
   kubectl agenttask tree demo -n $NS
   kubectl agenttask send demo -n $NS "Now compare A and B."
@@ -132,25 +131,27 @@ import json, sys
 from tests.cluster.operator_harness import agent_rbac
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": agent_rbac(sys.argv[1])}))
 PY
+  # the operator's task API behind the APIService v1alpha1.tasks.unicore.dev (Service unicore-operator in
+  # unicore-system pointing at this host: docs/kubectl.md), with a serving certificate from the devcluster's CA
+  local cert_dir=$DEMO_DIR/operator-certs
+  kubectl create namespace "$op_ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  "$BIN/python" -m unicore_devcluster.operator_endpoint --namespace "$op_ns" --port "${UNICORE_HTTP_PORT:-18080}" \
+    --task-api-port "${UNICORE_TASK_API_PORT:-18443}" --cert-dir "$cert_dir" >/dev/null
   # the operator (background; restarted when its pid is gone)
   if [[ -f $op_pid_file ]] && kill -0 "$(cat "$op_pid_file")" 2>/dev/null; then
     say "operator already running (pid $(cat "$op_pid_file"))"
   else
     say "starting unicore-operator (log: $DEMO_DIR/operator.log)"
     UNICORE_NAMESPACES=$NS UNICORE_HTTP_PORT=${UNICORE_HTTP_PORT:-18080} UNICORE_RESYNC_SECONDS=10 \
+      UNICORE_TASK_API_PORT=${UNICORE_TASK_API_PORT:-18443} UNICORE_TASK_API_CERT_DIR=$cert_dir \
       setsid "$BIN/unicore-operator" >>"$DEMO_DIR/operator.log" 2>&1 < /dev/null &
     echo $! > "$op_pid_file"
   fi
-  # the operator's task API behind the Service `unicore-operator` in unicore-system, so `kubectl agenttask
-  # send/logs` reach it through the API server's service proxy (which refuses loopback endpoints: docs/kubectl.md)
-  kubectl create namespace "$op_ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  "$BIN/python" -m unicore_devcluster.operator_endpoint --namespace "$op_ns" --port "${UNICORE_HTTP_PORT:-18080}" \
-    >/dev/null
-  run_tree "$op_ns"
+  run_tree
   cat <<MSG
 
 The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
-  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH UNICORE_OPERATOR_NAMESPACE=$op_ns
+  export KUBECONFIG=$KUBECONFIG PATH=$BIN:\$PATH
   kubectl get agenttasks -n $NS
   kubectl agenttask tree demo -n $NS
   kubectl agenttask send demo -n $NS "Now compare A and B."

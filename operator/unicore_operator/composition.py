@@ -4,7 +4,7 @@
 registry when imported, and only this module imports them for that purpose), then attaches the parts by calls:
 
 - the metrics: the ``/metrics`` route and, at start-up, the Redis telemetry and task-state collectors;
-- the task API: its ``/v1`` routes on the operator's HTTP server;
+- the task API: its start-up hook, which serves it as a Kubernetes aggregated API over TLS (task_api/server.py);
 - the watchdog: its start-up hook, which starts the scan loop with the operator's context;
 - per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them);
 - ``kopf_patches``: Kopf's index pre-fill without its n^2 wake-ups.
@@ -21,7 +21,7 @@ from unicore_operator import handlers, http_server, kopf_patches, redis_identiti
 from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
-from unicore_operator.task_api import operator_routes
+from unicore_operator.task_api.server import start_task_api
 from unicore_operator.watchdog import adapter as watchdog
 
 __all__ = ["compose", "handlers"]
@@ -40,8 +40,7 @@ def compose() -> None:
     (kopf_patches); calling it again changes nothing."""
     kopf_patches.apply()
     http_server.add_routes(metrics_routes)
-    http_server.add_routes(operator_routes.install)
-    for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog):
+    for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog, start_task_api):
         if hook not in lifecycle.startup_hooks:
             lifecycle.startup_hooks.append(hook)
     if start_webhook not in lifecycle.startup_hooks:  # the admission webhook (admission.py), when configured

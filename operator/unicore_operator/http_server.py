@@ -1,7 +1,9 @@
-"""The operator's one HTTP server (UNICORE_HTTP_PORT): /healthz, /readyz, plus routes other modules register.
+"""The operator's plain HTTP server (UNICORE_HTTP_PORT): /healthz, /readyz, plus routes other modules register (the
+composition root adds /metrics). No task data is served here: the task API is an aggregated API on its own TLS port
+(task_api/server.py).
 
-Seam for issue 5/6 modules (metrics, the /v1 task API): at import time they call ``add_routes(installer)`` with a
-function that adds routes to the aiohttp application; it runs when the server starts, with the OperatorContext::
+Seam for other modules: the composition root calls ``add_routes(installer)`` with a function that adds routes to the
+aiohttp application; it runs when the server starts, with the OperatorContext::
 
     from unicore_operator import http_server
     http_server.add_routes(lambda app, ctx: app.router.add_get("/metrics", handler))

@@ -68,11 +68,17 @@ class OperatorSettings(KeywordOnlySettings):
     default_turn_timeout_seconds: int = Field(3600, ge=10)
     resync_seconds: float = Field(30.0, gt=0)
     redis_retention_seconds: int = Field(0, ge=0)
-    http_port: int = Field(8080, ge=0, le=65535)  # 0 = no HTTP server
+    http_port: int = Field(8080, ge=0, le=65535)  # /healthz, /readyz and /metrics; 0 = no HTTP server
     # The admission webhook for child AgentTasks (admission.py): HTTPS on this port (0 = none), with tls.crt and
     # tls.key from webhook_cert_dir (the chart's Secret unicore-operator-webhook), reloaded when they change.
     webhook_port: int = Field(0, ge=0, le=65535)
     webhook_cert_dir: str = "/etc/unicore/webhook"
+    # The task API as a Kubernetes aggregated API (task_api/server.py, APIService v1alpha1.tasks.unicore.dev): HTTPS
+    # on this port (0 = none), with tls.crt and tls.key from task_api_cert_dir (the chart: the same Secret as the
+    # webhook's), reloaded when they change. Callers must present the API server's front-proxy client certificate
+    # (kube-system/extension-apiserver-authentication); every request is authorized with a SubjectAccessReview.
+    task_api_port: int = Field(0, ge=0, le=65535)
+    task_api_cert_dir: str = "/etc/unicore/webhook"
     heartbeat_timeout_seconds: float = Field(120.0, gt=0)
     pending_timeout_seconds: float = Field(300.0, gt=0)
     # How long a turn Job may stay held suspended by its queue (Kueue keeps spec.suspend true until its LocalQueue

@@ -1,11 +1,11 @@
 """The kubectl experience on the real local control plane: `kubectl agenttask` (as a real kubectl plugin on
-PATH) talking to a real operator through the API server's service proxy, scripted model, real Redis."""
+PATH) talking to a real operator's task API, an aggregated API behind the API server (APIService
+v1alpha1.tasks.unicore.dev), scripted model, real Redis."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,7 +18,6 @@ import redis
 import yaml
 from kubernetes import client
 from unicore.state.store import TaskStore
-from unicore_devcluster.operator_endpoint import expose
 
 from tests.cluster.operator_harness import (
     REPO,
@@ -29,6 +28,7 @@ from tests.cluster.operator_harness import (
     install_crd,
     kubectl,
 )
+from tests.cluster.task_api_harness import TaskApiEndpoint, aggregated_task_api, task_path
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -37,15 +37,9 @@ SETTLE = 180.0
 PROXY = "/api/v1/namespaces/{ns}/services/unicore-operator:http/proxy"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Env:
-    """One namespace with its own operator (task API on a host port, exposed through a Service)."""
+    """One namespace with its own operator (task API on a host port, behind the APIService)."""
 
     namespace: str
     kubeconfig: Path
@@ -53,6 +47,7 @@ class Env:
     tasks: Tasks
     store: TaskStore
     tmp: Path
+    endpoint: TaskApiEndpoint
 
     def plugin(
         self,
@@ -65,7 +60,6 @@ class Env:
             **os.environ,
             "KUBECONFIG": str(kubeconfig or self.kubeconfig),
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "UNICORE_OPERATOR_NAMESPACE": self.namespace,
         }
         return subprocess.run(
             ["kubectl", "agenttask", "-n", self.namespace, *args],
@@ -80,7 +74,6 @@ class Env:
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "UNICORE_OPERATOR_NAMESPACE": self.namespace,
         }
         return subprocess.Popen(
             ["kubectl", "agenttask", "-n", self.namespace, *args],
@@ -128,34 +121,22 @@ def env(control_plane: Any, redis_server: Any, tmp_path_factory: pytest.TempPath
     )
     install_agent_rbac(control_plane.kubeconfig, namespace)
     tmp = tmp_path_factory.mktemp("kubectl")
-    port = _free_port()
-    operator = OperatorProcess(
-        control_plane.kubeconfig,
-        redis_server.url,
-        namespace,
-        tmp / "operator.log",
-        UNICORE_HTTP_PORT=str(port),
-    ).start()
-    store = TaskStore(redis.Redis.from_url(redis_server.url, decode_responses=True))
-    environment = Env(namespace, Path(control_plane.kubeconfig), operator, Tasks(api, namespace), store, tmp)
-    try:
-        expose(api, namespace, port)
-        wait_for(
-            lambda: (
-                kubectl(
-                    control_plane.kubeconfig, "get", "--raw", PROXY.format(ns=namespace) + "/v1", check=False
-                ).returncode
-                == 0
-            ),
-            timeout=60,
-            what="the task API through the service proxy",
+    with aggregated_task_api(control_plane, namespace, tmp) as endpoint:
+        operator = OperatorProcess(
+            control_plane.kubeconfig, redis_server.url, namespace, tmp / "operator.log", **endpoint.env
+        ).start()
+        store = TaskStore(redis.Redis.from_url(redis_server.url, decode_responses=True))
+        environment = Env(
+            namespace, Path(control_plane.kubeconfig), operator, Tasks(api, namespace), store, tmp, endpoint
         )
-        yield environment
-    finally:
-        operator.stop()
-        print(f"--- operator log ({operator.log_path}):\n{operator.log()}")
-        core.delete_namespace(namespace)
-        api.close()
+        try:
+            endpoint.publish()
+            yield environment
+        finally:
+            operator.stop()
+            print(f"--- operator log ({operator.log_path}):\n{operator.log()}")
+            core.delete_namespace(namespace)
+            api.close()
 
 
 def _demo_spec() -> dict[str, Any]:
@@ -224,6 +205,14 @@ def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
         child_logs = env.plugin("logs", child)
         assert fact in child_logs.stdout and "=== turn 1 " in child_logs.stdout
 
+    # the APIService leaves `agenttasks` to the CRD: kubectl still resolves it to unicore.dev
+    names = kubectl(env.kubeconfig, "get", "agenttasks", "-n", env.namespace, "-o", "name")
+    assert sorted(names.stdout.split()) == [f"agenttask.unicore.dev/{n}" for n in sorted(phases)]
+    summary = json.loads(env.endpoint.raw(task_path(env.namespace, "demo", "summary")).stdout)
+    assert summary["kind"] == "TaskSummary" and summary["status"] == "idle" and summary["turns"] == root_turns
+    tree_nodes = json.loads(env.endpoint.raw(task_path(env.namespace, "demo", "tree")).stdout)["nodes"]
+    assert [node["id"].split("/")[1] for node in tree_nodes] == ["demo", "demo-a", "demo-b", "demo-c"]
+
     described = env.plugin("describe", "demo")
     assert described.returncode == 0, described.stderr
     assert "Phase:              Idle" in described.stdout
@@ -260,7 +249,7 @@ def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: 
     # the plain-kubectl equivalent of `send` (docs/kubectl.md)
     message = env.tmp / "msg.json"
     message.write_text(json.dumps({"id": str(uuid.uuid4()), "text": "plain kubectl"}))
-    path = PROXY.format(ns=env.namespace) + f"/v1/namespaces/{env.namespace}/agenttasks/chat/messages"
+    path = task_path(env.namespace, "chat", "messages")
     for _ in range(2):
         raw = kubectl(env.kubeconfig, "create", "--raw", path, "-f", str(message), check=False)
         assert raw.returncode == 0 and '"kind":"MessageReceipt"' in raw.stdout, raw.stderr
@@ -311,7 +300,7 @@ def _snapshot(env: Env, name: str) -> tuple[Any, ...]:
     )
 
 
-def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env: Env) -> None:
+def test_a_user_without_the_task_api_rights_is_forbidden_and_the_task_is_untouched(env: Env) -> None:
     env.tasks.create("guarded", _chat_spec("guarded"))
     wait_for(lambda: env.idle("guarded", 1), timeout=SETTLE, what="guarded Idle")
     objects = [
@@ -346,11 +335,15 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
     user = f"system:serviceaccount:{env.namespace}:viewer"
     sent = env.plugin("send", "guarded", "let me in", kubeconfig=viewer)
     assert sent.returncode != 0
-    assert sent.stderr.startswith(f"error: forbidden: {user} cannot create services/proxy"), sent.stderr
+    assert sent.stderr.startswith(
+        f"error: forbidden: {user} cannot create agenttasks/messages (tasks.unicore.dev) in namespace {env.namespace}"
+    ), sent.stderr
     assert "unicore-agenttask-messenger" in sent.stderr
     logs = env.plugin("logs", "guarded", kubeconfig=viewer)
     assert logs.returncode != 0
-    assert logs.stderr.startswith(f"error: forbidden: {user} cannot get services/proxy"), logs.stderr
+    assert logs.stderr.startswith(
+        f"error: forbidden: {user} cannot get agenttasks/transcript (tasks.unicore.dev) in namespace {env.namespace}"
+    ), logs.stderr
     assert "unicore-agenttask-reader" in logs.stderr
     suspended = env.plugin("suspend", "guarded", kubeconfig=viewer)
     assert suspended.returncode != 0 and "forbidden" in suspended.stderr
@@ -359,7 +352,7 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
     assert env.store.redis.xlen("uc:activations") == stream_before
     assert not (env.tasks.get("guarded") or {}).get("spec", {}).get("suspend")
 
-    # the chart's messenger Role (create+get services/proxy on unicore-operator:http) is what is missing
+    # what the chart's messenger ClusterRole adds in the namespace: the task API's subresources
     grant = [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -367,11 +360,15 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
             "metadata": {"name": "unicore-agenttask-messenger", "namespace": env.namespace},
             "rules": [
                 {
-                    "apiGroups": [""],
-                    "resources": ["services/proxy"],
-                    "resourceNames": ["unicore-operator:http"],
-                    "verbs": ["create", "get"],
-                }
+                    "apiGroups": ["tasks.unicore.dev"],
+                    "resources": ["agenttasks/messages"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["tasks.unicore.dev"],
+                    "resources": ["agenttasks/transcript", "agenttasks/tree", "agenttasks/summary"],
+                    "verbs": ["get"],
+                },
             ],
         },
         {
@@ -404,10 +401,10 @@ def test_a_user_without_proxy_rights_is_forbidden_and_the_task_is_untouched(env:
 def test_send_during_an_operator_restart_arrives_exactly_once(env: Env) -> None:
     env.tasks.create("restart", _chat_spec("restart"))
     wait_for(lambda: env.idle("restart", 1), timeout=SETTLE, what="restart Idle")
-    probe = PROXY.format(ns=env.namespace) + "/v1"
+    probe = task_path(env.namespace, "restart", "summary")
     env.operator.kill()  # SIGKILL: no goodbye
-    down = kubectl(env.kubeconfig, "get", "--raw", probe, check=False)
-    assert down.returncode != 0 and "connection refused" in down.stderr, down.stderr
+    down = env.endpoint.raw(probe)
+    assert down.returncode != 0 and "ServiceUnavailable" in down.stderr, down.stderr
 
     stderr_path = env.tmp / "send-restart.err"
     with open(stderr_path, "w") as stderr:
@@ -428,7 +425,6 @@ def test_send_during_an_operator_restart_arrives_exactly_once(env: Env) -> None:
                 **os.environ,
                 "KUBECONFIG": str(env.kubeconfig),
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                "UNICORE_OPERATOR_NAMESPACE": env.namespace,
             },
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -453,3 +449,21 @@ def test_send_during_an_operator_restart_arrives_exactly_once(env: Env) -> None:
         what="the message sent during the restart in the next turn",
     )
     assert [t for t in env.user_texts("restart") if t[1] == "survived"] == [(1, "survived")]
+
+
+def test_the_plain_port_serves_only_health_and_metrics(env: Env) -> None:
+    """The service-proxy route to the operator's HTTP port reaches no task data any more (it did: /v1/...)."""
+    env.tasks.create("plain", _chat_spec("plain"))
+    wait_for(lambda: env.idle("plain", 1), timeout=SETTLE, what="plain Idle")
+    proxy = PROXY.format(ns=env.namespace)
+    assert env.endpoint.raw(f"{proxy}/healthz").returncode == 0
+    assert "unicore_" in env.endpoint.raw(f"{proxy}/metrics").stdout
+    for path in ("/v1", f"/v1/namespaces/{env.namespace}/agenttasks/plain/transcript",
+                 task_path(env.namespace, "plain", "transcript")):
+        answer = env.endpoint.raw(proxy + path)
+        assert answer.returncode != 0 and "NotFound" in answer.stderr and "ready" not in answer.stdout, answer
+    posted = env.tmp / "plain-msg.json"
+    posted.write_text(json.dumps({"id": "plain-1", "text": "through the proxy"}))
+    old_route = f"{proxy}/v1/namespaces/{env.namespace}/agenttasks/plain/messages"
+    sent = kubectl(env.kubeconfig, "create", "--raw", old_route, "-f", str(posted), check=False)
+    assert sent.returncode != 0 and env.store.pending_count(env.task_id("plain")) == 0

@@ -10,13 +10,14 @@ import pytest
 import redis
 from unicore.schema import TaskSpec, text_block
 from unicore.state.store import TaskStore
-from unicore_operator.task_api import dispatch
+from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi
 
 NS, NAME = "team-a", "demo"
 TASK_ID = f"{NS}/{NAME}"
-BASE = f"/v1/namespaces/{NS}/agenttasks/{NAME}"
+BASE = f"/apis/tasks.unicore.dev/v1alpha1/namespaces/{NS}/agenttasks/{NAME}"
+SENDER = "user:alice"
 
 
 def _agenttask(namespace: str, name: str) -> dict[str, Any]:
@@ -56,7 +57,8 @@ def _run_turn(store: TaskStore, answer: str, *, tool: bool = False) -> None:
 
 def _post(api: TaskApi, body: Any, name: str = NAME) -> tuple[int, dict[str, Any]]:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = dispatch(api, "POST", f"/v1/namespaces/{NS}/agenttasks/{name}/messages", "", raw)
+    response = answer(api, "POST", f"/apis/tasks.unicore.dev/v1alpha1/namespaces/{NS}/agenttasks/{name}/messages",
+                      "", raw, sender=SENDER)
     return response.status, response.body
 
 
@@ -71,7 +73,7 @@ def test_send_queues_once_per_id_and_activates(api: TaskApi, store: TaskStore) -
     assert (status, body["duplicate"], body["pending"]) == (202, True, 1)
 
     inbox = store.inbox(TASK_ID)
-    assert [(m.id, m.content, m.type) for m in inbox] == [("user:m-1", "follow up", "user")]
+    assert [(m.id, m.content, m.type, m.sender) for m in inbox] == [("user:m-1", "follow up", "user", SENDER)]
     assert store.redis.xlen("uc:activations") == stream_before + 2  # every attempt wakes the task
 
 
@@ -101,6 +103,8 @@ def test_concurrent_sends_each_arrive_once(api: TaskApi, store: TaskStore) -> No
         ({"id": "bad id with spaces", "text": "x"}, 422, "id"),
         ({"id": "ok", "text": ""}, 422, "text"),
         ({"id": "ok", "text": "x", "extra": 1}, 422, "extra"),
+        # who sent it is the authenticated user, never the body (it could pose as anyone, or as the system)
+        ({"id": "ok", "text": "x", "sender": "system"}, 422, "sender: not accepted"),
     ],
 )
 def test_send_rejects_bad_bodies(api: TaskApi, store: TaskStore, body: Any, status: int, needle: str) -> None:
@@ -129,21 +133,21 @@ def test_transcript_pages_turns_and_tools(api: TaskApi, store: TaskStore) -> Non
     store.queue_text(TASK_ID, "again")
     _run_turn(store, "answer two")
 
-    full = dispatch(api, "GET", BASE + "/transcript", "tools=true").body
+    full = answer(api, "GET", BASE + "/transcript", "tools=true", sender=SENDER).body
     assert full["total"] == 6 and full["more"] is False and full["next"] == 6
     assert [t["number"] for t in full["turns"]] == [1, 2]  # turns are numbered from 1, as their Jobs <task>-tN
     assert full["turns"][0]["summary"] == "said answer one"
     assert full["messages"][1]["content"][0]["toolUse"]["input"] == {"secret": "x" * 10}
     assert full["state"] == {"status": "idle", "pending": 0, "initialised": True}
 
-    brief = dispatch(api, "GET", BASE + "/transcript", "").body
+    brief = answer(api, "GET", BASE + "/transcript", "", sender=SENDER).body
     assert "input" not in brief["messages"][1]["content"][0]["toolUse"]
     assert "content" not in brief["messages"][2]["content"][0]["toolResult"]
 
     seen: list[int] = []
     since = 0
     while True:
-        page = dispatch(api, "GET", BASE + "/transcript", f"since={since}&limit=4").body
+        page = answer(api, "GET", BASE + "/transcript", f"since={since}&limit=4", sender=SENDER).body
         assert len(page["messages"]) <= 4
         seen += [m["seq"] for m in page["messages"]]
         since = page["next"]
@@ -151,14 +155,14 @@ def test_transcript_pages_turns_and_tools(api: TaskApi, store: TaskStore) -> Non
             break
     assert seen == list(range(6))
 
-    turn2 = dispatch(api, "GET", BASE + "/transcript", "turn=2").body
+    turn2 = answer(api, "GET", BASE + "/transcript", "turn=2", sender=SENDER).body
     assert [m["turn"] for m in turn2["messages"]] == [2, 2]
     assert [m["content"][0]["text"] for m in turn2["messages"]] == ["again", "answer two"]
-    missing = dispatch(api, "GET", BASE + "/transcript", "turn=9")
+    missing = answer(api, "GET", BASE + "/transcript", "turn=9", sender=SENDER)
     assert missing.status == 404 and "no turn 9 yet (turns are numbered from 1; it has 1..2)" in missing.body["message"]
-    zero = dispatch(api, "GET", BASE + "/transcript", "turn=0")
+    zero = answer(api, "GET", BASE + "/transcript", "turn=0", sender=SENDER)
     assert zero.status == 400 and "turn=0 must be between 1" in zero.body["message"]
-    bad = dispatch(api, "GET", BASE + "/transcript", "limit=0")
+    bad = answer(api, "GET", BASE + "/transcript", "limit=0", sender=SENDER)
     assert bad.status == 400 and "limit" in bad.body["message"]
 
 
@@ -166,14 +170,14 @@ def test_summary_and_tree(api: TaskApi, store: TaskStore) -> None:
     store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
     store.create_task(TaskSpec(id=f"{TASK_ID}-a", parent=TASK_ID, prompt="child"))
     _run_turn(store, "done")
-    summary = dispatch(api, "GET", BASE, "").body
+    summary = answer(api, "GET", BASE + "/summary", sender=SENDER).body
     assert summary["turns"] == 1 and summary["lastResponse"] == "done" and summary["status"] == "idle"
-    tree = dispatch(api, "GET", BASE + "/tree", "").body
+    tree = answer(api, "GET", BASE + "/tree", "", sender=SENDER).body
     assert [(n["level"], n["id"]) for n in tree["nodes"]] == [(0, TASK_ID), (1, f"{TASK_ID}-a")]
 
 
 def test_unknown_route_and_method(api: TaskApi) -> None:
-    assert dispatch(api, "GET", "/v1/nothing").status == 404
-    response = dispatch(api, "GET", BASE + "/messages")
+    assert answer(api, "GET", "/v1/nothing", sender=SENDER).status == 404
+    response = answer(api, "GET", BASE + "/messages", sender=SENDER)
     assert response.status == 405 and "POST" in response.body["message"]
-    assert dispatch(api, "GET", "/v1").body["kind"] == "TaskApi"
+    assert answer(api, "GET", BASE + "/logs", sender=SENDER).status == 404

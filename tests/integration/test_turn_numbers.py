@@ -31,7 +31,7 @@ from unicore_operator.kubectl_plugin.kube import KubeContext
 from unicore_operator.kubectl_plugin.proxy import TaskApiClient
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
-from unicore_operator.task_api import dispatch
+from unicore_operator.task_api import routes
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi
 
@@ -39,7 +39,8 @@ NS, NAME = "team-a", "demo"
 KEY = (NS, NAME)
 TASK_ID = f"{NS}/{NAME}"
 ANSWERS = ("the first answer", "the second answer")
-KUBE = cast(KubeContext, argparse.Namespace(namespace=NS, operator_namespace="unicore-system"))
+KUBE = cast(KubeContext, argparse.Namespace(namespace=NS))
+API = "/apis/tasks.unicore.dev/v1alpha1"
 
 
 class RecordingKube:
@@ -97,8 +98,8 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
     try:
         for index, answer in enumerate(ANSWERS):
             if index:  # the user's next message, through the task API as `kubectl agenttask send` posts it
-                sent = dispatch(api, "POST", f"/v1/namespaces/{NS}/agenttasks/{NAME}/messages", "",
-                                json.dumps({"id": f"m-{index}", "text": "and then?"}).encode())
+                sent = routes.answer(api, "POST", f"{API}/namespaces/{NS}/agenttasks/{NAME}/messages", "",
+                              json.dumps({"id": f"m-{index}", "text": "and then?"}).encode(), sender="user:alice")
                 assert sent.status == 202, sent.body
             created = await reconcile.reconcile_task(ctx, NS, NAME, "test")
             assert created is not None
@@ -119,7 +120,8 @@ async def operate(redis_url: str, store: TaskStore, api: TaskApi) -> RecordingKu
 
 
 class InProcessTaskApiClient(TaskApiClient):
-    """The plugin's task API client with its hop (API server service proxy -> operator) replaced by a direct call."""
+    """The plugin's task API client with its hop (API server -> aggregated API on the operator) replaced by a direct
+    call."""
 
     def __init__(self, api: TaskApi) -> None:
         super().__init__(KUBE, timeout=0)
@@ -128,7 +130,8 @@ class InProcessTaskApiClient(TaskApiClient):
     def _once(self, method: str, path: str, query: Sequence[tuple[str, Any]],
               body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         params = [(key, str(value).lower() if isinstance(value, bool) else str(value)) for key, value in query]
-        response = dispatch(self.api, method, path, urlencode(params), json.dumps(body).encode() if body else b"")
+        response = routes.answer(self.api, method, path, urlencode(params), json.dumps(body).encode() if body else b"",
+                          sender="user:alice")
         return response.status, response.body
 
 
@@ -154,7 +157,7 @@ def test_turn_n_is_job_t_n_in_status_events_transcript_and_plugin(
     assert status["lastTurn"]["number"] == 2  # the turn that ran as Job demo-t2
     assert status["lastTurn"]["summary"] == f"said {ANSWERS[1]}"
 
-    whole = dispatch(api, "GET", f"/v1/namespaces/{NS}/agenttasks/{NAME}/transcript", "").body
+    whole = routes.answer(api, "GET", f"{API}/namespaces/{NS}/agenttasks/{NAME}/transcript", sender="user:alice").body
     assert [turn["number"] for turn in whole["turns"]] == [1, 2]
     assert sorted({message["turn"] for message in whole["messages"]}) == [1, 2]
 

@@ -11,19 +11,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "unicore_operator"
 
 IMPORT_ONLY = """
-import unicore_operator.task_api, unicore_operator.metrics, unicore_operator.watchdog.adapter
+import unicore_operator.task_api, unicore_operator.task_api.server
+import unicore_operator.metrics, unicore_operator.watchdog.adapter
 from unicore_operator import http_server
 from unicore_operator.handlers import lifecycle
 assert http_server._installers == [], http_server._installers
 assert lifecycle.startup_hooks == [], lifecycle.startup_hooks
 from unicore_operator.composition import compose, metrics_routes, start_metrics
-from unicore_operator.task_api import operator_routes
+from unicore_operator.task_api.server import start_task_api
 from unicore_operator.watchdog.adapter import start_watchdog
 from unicore_operator.admission import start_webhook
 from unicore_operator import redis_identities
 compose(); compose()
-assert http_server._installers == [metrics_routes, operator_routes.install], http_server._installers
-assert lifecycle.startup_hooks == [redis_identities.start, start_metrics, start_watchdog, start_webhook], \
+assert http_server._installers == [metrics_routes], http_server._installers
+assert lifecycle.startup_hooks == [redis_identities.start, start_metrics, start_watchdog, start_task_api,
+                                   start_webhook], \
     lifecycle.startup_hooks
 """
 

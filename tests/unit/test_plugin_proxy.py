@@ -1,4 +1,4 @@
-"""The plugin's task API client: paths, retries with the same body, and the errors users see."""
+"""The plugin's task API client: the aggregated API's paths, retries with the same body, and the errors users see."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class FakeApiClient:
 
 def client_with(*replies: Reply, timeout: float = 30.0) -> tuple[TaskApiClient, FakeApiClient]:
     fake = FakeApiClient(list(replies))
-    kube = KubeContext(fake, namespace="team-a", operator_namespace="unicore-system")
+    kube = KubeContext(fake, namespace="team-a")
     return TaskApiClient(kube, timeout=timeout, sleep=lambda _: None), fake
 
 
@@ -63,68 +63,69 @@ def status(code: int, reason: str, message: str, **details: Any) -> Reply:
     return Reply(code, body)
 
 
-def test_requests_go_through_the_service_proxy() -> None:
+API = "/apis/tasks.unicore.dev/v1alpha1"
+
+
+def test_requests_go_to_the_aggregated_api_through_the_api_server() -> None:
     api, fake = client_with(Reply(200, {"messages": []}))
-    api.get(task_path("team-a", "demo", "/transcript"), [("since", 3), ("tools", True)])
-    assert fake.calls == [
-        (
-            "GET",
-            "/api/v1/namespaces/unicore-system/services/unicore-operator:http/proxy"
-            "/v1/namespaces/team-a/agenttasks/demo/transcript?since=3&tools=true",
-            None,
-        )
-    ]
+    api.get(task_path("team-a", "demo", "transcript"), [("since", 3), ("tools", True)])
+    assert fake.calls == [("GET", f"{API}/namespaces/team-a/agenttasks/demo/transcript?since=3&tools=true", None)]
+    assert task_path("a b", "x/y", "messages") == f"{API}/namespaces/a%20b/agenttasks/x%2Fy/messages"
 
 
 def test_transient_failures_are_retried_with_the_same_message() -> None:
     api, fake = client_with(
-        status(503, "ServiceUnavailable", 'no endpoints available for service "x"'),
+        status(503, "ServiceUnavailable", "the server is currently unable to handle the request"),
         status(503, "TaskNotReady", "not initialised yet"),
         Reply(202, {"kind": "MessageReceipt", "duplicate": True}),
     )
-    receipt = api.post("/v1/namespaces/team-a/agenttasks/demo/messages", {"id": "m1", "text": "hi"})
+    receipt = api.post(task_path("team-a", "demo", "messages"), {"id": "m1", "text": "hi"})
     assert receipt["duplicate"] is True
     assert [call[2] for call in fake.calls] == [{"id": "m1", "text": "hi"}] * 3
 
 
 def test_retries_stop_at_the_deadline_with_a_clear_message() -> None:
-    api, _ = client_with(*[status(503, "ServiceUnavailable", "no endpoints available")] * 50, timeout=0.0)
-    with pytest.raises(Unreachable, match="not reachable through the API server .*is it running"):
-        api.get("/v1")
+    api, _ = client_with(*[status(503, "ServiceUnavailable", "service unavailable")] * 50, timeout=0.0)
+    with pytest.raises(Unreachable, match=r"not reachable through the API server .*is the operator running\? "
+                                          r"\(kubectl get apiservice v1alpha1.tasks.unicore.dev\)"):
+        api.get(task_path("team-a", "demo", "transcript"))
 
 
-def test_forbidden_names_the_user_the_verb_and_the_role() -> None:
+def test_forbidden_names_the_user_the_verb_the_subresource_the_namespace_and_the_role() -> None:
     denied = (
-        'services "unicore-operator:http" is forbidden: User "system:serviceaccount:t:viewer" cannot create '
-        'resource "services/proxy" in API group "" in the namespace "unicore-system"'
+        'agenttasks.tasks.unicore.dev "demo" is forbidden: User "alice" cannot create resource '
+        '"agenttasks/messages" in API group "tasks.unicore.dev" in the namespace "team-b"'
     )
     api, fake = client_with(status(403, "Forbidden", denied))
     with pytest.raises(Forbidden) as err:
-        api.post("/v1/namespaces/team-a/agenttasks/demo/messages", {"id": "m", "text": "x"})
+        api.post(task_path("team-b", "demo", "messages"), {"id": "m", "text": "x"})
     assert err.value.message == (
-        'forbidden: system:serviceaccount:t:viewer cannot create services/proxy "unicore-operator:http" in '
-        "namespace unicore-system, so cannot send messages to agent tasks "
-        "(ask for the unicore-agenttask-messenger role)"
+        "forbidden: alice cannot create agenttasks/messages (tasks.unicore.dev) in namespace team-b, so cannot send "
+        "messages to its agent tasks (ask for the unicore-agenttask-messenger role there)"
     )
     assert len(fake.calls) == 1  # never retried
-    assert "cannot get services/proxy" in forbidden_message(denied, verb="get", operator_namespace="ns")
-    assert "unicore-agenttask-reader role" in forbidden_message(
-        "no user here", verb="get", operator_namespace="ns"
-    )
+    reading = forbidden_message(denied, method="GET", path=task_path("team-b", "demo", "transcript") + "?since=0")
+    assert reading.startswith("forbidden: alice cannot get agenttasks/transcript (tasks.unicore.dev) in namespace "
+                              "team-b, so cannot read its agent tasks")
+    assert "unicore-agenttask-reader role" in reading
+    assert forbidden_message("no user here", method="GET", path=task_path("n", "t", "tree")).startswith(
+        "forbidden: you cannot get agenttasks/tree")
 
 
-def test_not_found_task_versus_missing_operator_service() -> None:
+def test_not_found_task_versus_a_cluster_without_the_task_api() -> None:
     api, _ = client_with(status(404, "NotFound", 'agenttask "team-a/x" not found', kind="agenttasks"))
     with pytest.raises(NotFound, match='agenttask "team-a/x" not found'):
-        api.get("/v1/namespaces/team-a/agenttasks/x")
-    api, _ = client_with(status(404, "NotFound", 'services "unicore-operator" not found', kind="services"))
-    with pytest.raises(
-        Unreachable, match="Service unicore-operator was not found in namespace unicore-system"
-    ):
-        api.get("/v1")
+        api.get(task_path("team-a", "x", "transcript"))
+    api, _ = client_with(status(404, "NotFound", "the server could not find the requested resource"))
+    with pytest.raises(Unreachable, match=r"task API \(tasks.unicore.dev/v1alpha1\) is not served by this "
+                                          r"cluster: is UniCore installed, with its APIService"):
+        api.get(task_path("team-a", "x", "transcript"))
 
 
 def test_other_errors_keep_the_servers_message() -> None:
     api, _ = client_with(status(413, "RequestEntityTooLarge", "over the cap of 262144 bytes"))
     with pytest.raises(PluginError, match="HTTP 413: over the cap"):
-        api.post("/v1/x", {"id": "m", "text": "x"})
+        api.post(task_path("team-a", "x", "messages"), {"id": "m", "text": "x"})
+    api, _ = client_with(status(401, "Unauthorized", "Unauthorized"))
+    with pytest.raises(Forbidden, match="unauthorized: the API server did not accept your credentials"):
+        api.get(task_path("team-a", "x", "tree"))

@@ -1,17 +1,19 @@
-"""The task API's pure parts: transcript windows and shaping, chunked bodies, routing and error bodies."""
+"""The task API's pure parts: transcript windows and shaping, routing (the aggregated API's paths, the RBAC verb and
+subresource of each), discovery documents and error bodies."""
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any, cast
 
 import pytest
 from unicore.state.records import parse_turn_headers
 from unicore_operator.task_api import transcript as pages
+from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
-from unicore_operator.task_api.http import read_body
-from unicore_operator.task_api.routes import dispatch, handles
+from unicore_operator.task_api.routes import ROUTES, Target, discovery, dispatch, resolve
+
+BASE = "/apis/tasks.unicore.dev/v1alpha1"
 
 
 def headers_json(*turns: tuple[int, int]) -> list[str]:
@@ -103,32 +105,6 @@ def test_page_respects_the_byte_budget_but_always_moves_forward() -> None:
     assert [m["seq"] for m in tiny["messages"]] == [4] and tiny["more"] is False
 
 
-class Headers(dict[str, str]):
-    def get(self, key: str, default: Any = None) -> Any:  # case-insensitive like http.client's
-        return next((v for k, v in self.items() if k.lower() == key.lower()), default)
-
-
-def test_read_body_content_length_chunked_and_caps() -> None:
-    assert read_body(Headers({"Content-Length": "5"}), io.BytesIO(b"hello")) == b"hello"
-    chunked = io.BytesIO(b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n")
-    assert read_body(Headers({"Transfer-Encoding": "chunked"}), chunked) == b"hello, world"
-    assert read_body(Headers({}), io.BytesIO(b"ignored")) == b""
-    with pytest.raises(ApiError) as too_big:
-        read_body(Headers({"Content-Length": "11"}), io.BytesIO(b"x" * 11), cap=10)
-    assert too_big.value.status == 413
-    with pytest.raises(ApiError) as chunk_too_big:
-        read_body(
-            Headers({"Transfer-Encoding": "chunked"}), io.BytesIO(b"b\r\nxxxxxxxxxxx\r\n0\r\n\r\n"), cap=10
-        )
-    assert chunk_too_big.value.status == 413
-    with pytest.raises(ApiError) as short:
-        read_body(Headers({"Content-Length": "9"}), io.BytesIO(b"abc"))
-    assert short.value.status == 400
-    with pytest.raises(ApiError) as garbage:
-        read_body(Headers({"Transfer-Encoding": "chunked"}), io.BytesIO(b"zz\r\n"))
-    assert garbage.value.status == 400
-
-
 class ExplodingApi:
     def get_task(self, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
         raise RuntimeError("bug")
@@ -137,22 +113,66 @@ class ExplodingApi:
         raise ApiError(503, "Redis is unavailable; retry", retry_after=1)
 
 
+def test_every_route_is_a_subresource_with_the_verb_the_api_server_checks() -> None:
+    reads = {sub: resolve("GET", f"{BASE}/namespaces/team-a/agenttasks/demo/{sub}")
+             for sub in ("summary", "tree", "transcript")}
+    for sub, target in reads.items():
+        assert target.attributes() == Attributes(verb="get", namespace="team-a", name="demo", subresource=sub,
+                                                 group="tasks.unicore.dev", version="v1alpha1", resource="agenttasks")
+    post = resolve("POST", f"{BASE}/namespaces/team-a/agenttasks/demo/messages/")
+    assert (post.route.verb, post.route.subresource, post.namespace, post.name) == (
+        "create", "messages", "team-a", "demo")
+    assert {(r.method, r.subresource) for r in ROUTES} == {("GET", "summary"), ("GET", "tree"),
+                                                          ("GET", "transcript"), ("POST", "messages")}
+    for method, path, code in (
+        ("DELETE", f"{BASE}/namespaces/a/agenttasks/b/messages", 405),
+        ("POST", f"{BASE}/namespaces/a/agenttasks/b/transcript", 405),
+        ("GET", f"{BASE}/namespaces/a/agenttasks/b/logs", 404),
+        ("GET", f"{BASE}/namespaces/a/agenttasks/b", 404),  # no bare resource: agenttasks are the CRD's
+        ("GET", "/v1/namespaces/a/agenttasks/b/transcript", 404),  # the old service-proxy paths are gone
+        ("GET", "/apis/unicore.dev/v1alpha1/namespaces/a/agenttasks/b/transcript", 404),
+    ):
+        with pytest.raises(ApiError) as refused:
+            resolve(method, path)
+        assert refused.value.status == code, (method, path)
+        assert refused.value.body()["reason"] == {404: "NotFound", 405: "MethodNotAllowed"}[code]
+
+
+def test_discovery_lists_only_the_subresources() -> None:
+    groups = discovery("/apis")
+    assert groups is not None and groups["kind"] == "APIGroupList"
+    (group,) = groups["groups"]
+    version = {"groupVersion": "tasks.unicore.dev/v1alpha1", "version": "v1alpha1"}
+    assert group == {"name": "tasks.unicore.dev", "versions": [version], "preferredVersion": version}
+    assert discovery("/apis/tasks.unicore.dev/") == {"kind": "APIGroup", "apiVersion": "v1", **group}
+    resources = discovery(BASE)
+    assert resources is not None and resources["kind"] == "APIResourceList"
+    assert resources["groupVersion"] == "tasks.unicore.dev/v1alpha1"
+    assert {r["name"]: (r["verbs"], r["namespaced"], r["kind"]) for r in resources["resources"]} == {
+        "agenttasks/summary": (["get"], True, "TaskSummary"),
+        "agenttasks/tree": (["get"], True, "TaskTree"),
+        "agenttasks/transcript": (["get"], True, "TranscriptPage"),
+        "agenttasks/messages": (["create"], True, "MessageReceipt"),
+    }
+    assert discovery("/apis/unicore.dev") is None and discovery(f"{BASE}/namespaces") is None
+
+
 def test_dispatch_turns_errors_into_kubernetes_status_bodies() -> None:
     api: Any = ExplodingApi()
-    crash = dispatch(api, "GET", "/v1/namespaces/a/agenttasks/b/")
+
+    def target(sub: str, method: str = "GET") -> Target:
+        return resolve(method, f"{BASE}/namespaces/a/agenttasks/b/{sub}")
+
+    crash = dispatch(api, target("summary"), sender="user:alice")
     assert crash.status == 500 and crash.body["kind"] == "Status" and crash.body["reason"] == "InternalError"
-    busy = dispatch(api, "GET", "/v1/namespaces/a/agenttasks/b/transcript", "since=0")
+    busy = dispatch(api, target("transcript"), "since=0", sender="user:alice")
     assert (busy.status, busy.headers, busy.body["code"]) == (503, {"Retry-After": "1"}, 503)
-    wrong = dispatch(api, "DELETE", "/v1/namespaces/a/agenttasks/b/messages")
-    assert wrong.status == 405 and wrong.body["reason"] == "MethodNotAllowed"
-    assert dispatch(api, "GET", "/v2/x").status == 404
-    assert handles("/v1/namespaces/a/agenttasks/b") and handles("/v1") and not handles("/metrics")
 
 
 def test_unwatched_namespaces_are_not_found_with_the_reason() -> None:
     from unicore_operator.context import OperatorContext
     from unicore_operator.settings import OperatorSettings
-    from unicore_operator.task_api.operator_routes import context_lookup
+    from unicore_operator.task_api.server import context_lookup
     from unicore_operator.task_api.service import TaskApi
 
     objects = {("other", "demo"): {"metadata": {"namespace": "other", "name": "demo"}}}
@@ -165,7 +185,7 @@ def test_unwatched_namespaces_are_not_found_with_the_reason() -> None:
     ctx = OperatorContext(settings=settings, redis=cast(Any, None), kube=cast(Any, Kube()), store=None)
     lookup = context_lookup(ctx)
     api = TaskApi(store=type("Store", (), {"message_cap_bytes": 1024})(), lookup=lookup)  # type: ignore[arg-type]
-    response = dispatch(api, "GET", "/v1/namespaces/other/agenttasks/demo")
+    response = dispatch(api, resolve("GET", f"{BASE}/namespaces/other/agenttasks/demo/summary"), sender="user:a")
     assert response.status == 404
     assert response.body["message"] == (
         'agenttask "other/demo" not found (namespace other is not watched by this operator)'

@@ -14,7 +14,7 @@ from unicore.turn_numbers import FIRST_SHOWN_TURN
 
 from unicore_operator.kubectl_plugin import commands
 from unicore_operator.kubectl_plugin.errors import PluginError
-from unicore_operator.kubectl_plugin.kube import DEFAULT_OPERATOR_NAMESPACE, OPERATOR_NAMESPACE_ENV, connect
+from unicore_operator.kubectl_plugin.kube import connect
 from unicore_operator.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS
 
 EPILOG = """examples:
@@ -43,12 +43,6 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path to the kubeconfig file")
     group.add_argument("--context", default=argparse.SUPPRESS, help="the kubeconfig context to use")
     group.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="the tasks' namespace")
-    group.add_argument(
-        "--operator-namespace",
-        default=argparse.SUPPRESS,
-        help=f"where the UniCore operator runs (env {OPERATOR_NAMESPACE_ENV}, "
-        f"default {DEFAULT_OPERATOR_NAMESPACE})",
-    )
     group.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
     )
@@ -139,7 +133,6 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None, err: IO[
             kubeconfig=getattr(args, "kubeconfig", None),
             context=getattr(args, "context", None),
             namespace=getattr(args, "namespace", None),
-            operator_namespace=getattr(args, "operator_namespace", None),
         )
         return int(args.func(args, kube, out))
     except PluginError as exc:

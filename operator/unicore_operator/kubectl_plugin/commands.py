@@ -168,7 +168,7 @@ def cmd_send(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     text = read_text(args)
     message_id = args.id or str(uuid.uuid4())
     api = TaskApiClient(kube, timeout=args.timeout)
-    receipt = api.post(task_path(kube.namespace, args.name, "/messages"), {"id": message_id, "text": text})
+    receipt = api.post(task_path(kube.namespace, args.name, "messages"), {"id": message_id, "text": text})
     note = " (it was already queued: sent once)" if receipt.get("duplicate") else ""
     out.write(printable(f"agenttask.unicore.dev/{args.name}: message {message_id} queued{note}\n"))
     return 0
@@ -191,7 +191,7 @@ def _finished(kube: KubeContext, name: str, page: dict[str, Any]) -> bool:
 def cmd_logs(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     api = TaskApiClient(kube, timeout=args.timeout)
     printer = TranscriptPrinter(tools=args.tools)
-    path = task_path(kube.namespace, args.name, "/transcript")
+    path = task_path(kube.namespace, args.name, "transcript")
     since = 0
     printed = 0
     try:

@@ -5,7 +5,6 @@ kubectl's order, ``in_cluster_last``); ``--context``; ``-n`` else the context's 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,6 @@ from unicore.errors import ConfigError
 
 from unicore_operator.kubectl_plugin.errors import PluginError
 
-DEFAULT_OPERATOR_NAMESPACE = "unicore-system"
-OPERATOR_NAMESPACE_ENV = "UNICORE_OPERATOR_NAMESPACE"
 GROUP = "unicore.dev"
 VERSION = "v1alpha1"
 PLURAL = "agenttasks"
@@ -24,11 +21,10 @@ PLURAL = "agenttasks"
 
 @dataclass
 class KubeContext:
-    """An authenticated API client plus the namespaces a command works in."""
+    """An authenticated API client plus the namespace a command works in."""
 
     api_client: Any
     namespace: str
-    operator_namespace: str
     user: str = ""
 
     def custom(self) -> Any:
@@ -61,9 +57,7 @@ def connect(
     kubeconfig: str | None = None,
     context: str | None = None,
     namespace: str | None = None,
-    operator_namespace: str | None = None,
 ) -> KubeContext:
-    operator_ns = operator_namespace or os.environ.get(OPERATOR_NAMESPACE_ENV) or DEFAULT_OPERATOR_NAMESPACE
     try:
         source = kube_config.choose_source(kubeconfig or None, in_cluster_last=True)
         if source.kind == "in-cluster":
@@ -72,7 +66,7 @@ def connect(
                 pod_ns = (Path(source.path) / "namespace").read_text().strip() or "default"
             except OSError:
                 pod_ns = "default"
-            return KubeContext(api_client, namespace or pod_ns, operator_ns, "serviceaccount")
+            return KubeContext(api_client, namespace or pod_ns, "serviceaccount")
         try:
             context_ns, user = _kubeconfig_namespace_and_user(source.path, context)
         except PluginError:
@@ -82,4 +76,4 @@ def connect(
         api_client = kube_config.load_api_client(source.path, context=context)
     except ConfigError as exc:
         raise PluginError(str(exc)) from None
-    return KubeContext(api_client, namespace or context_ns or "default", operator_ns, user)
+    return KubeContext(api_client, namespace or context_ns or "default", user)

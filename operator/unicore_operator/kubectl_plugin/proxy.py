@@ -1,10 +1,13 @@
-"""Calls to the operator's task API through the API server's service proxy, with the user's credentials.
+"""Calls to the operator's task API, a Kubernetes aggregated API, through the API server with the user's own
+credentials:
 
-    /api/v1/namespaces/<operator-ns>/services/unicore-operator:http/proxy/v1/...
+    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,messages}
 
-Reading needs ``get services/proxy`` and sending ``create services/proxy`` on ``unicore-operator:http`` in the
-operator's namespace. Transient failures (operator restarting, task not initialised yet) are retried until a
-deadline; callers make retries safe (``send`` reuses its message id).
+RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``) to read,
+``create`` on ``agenttasks/messages`` to send (group ``tasks.unicore.dev``; the chart's ClusterRoles
+unicore-agenttask-reader and -messenger, also aggregated into view and edit). Transient failures (operator
+restarting, task not initialised yet) are retried until a deadline; callers make retries safe (``send`` reuses its
+message id).
 """
 
 from __future__ import annotations
@@ -22,20 +25,19 @@ from unicore_operator.log import logger
 
 log = logger.getChild("kubectl")
 
-SERVICE = "unicore-operator"
-PORT_NAME = "http"
+GROUP = "tasks.unicore.dev"
+VERSION = "v1alpha1"
+API_BASE = f"/apis/{GROUP}/{VERSION}"
+APISERVICE = f"{VERSION}.{GROUP}"
 READER_ROLE = "unicore-agenttask-reader"
 MESSENGER_ROLE = "unicore-agenttask-messenger"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
 
-def proxy_base(operator_namespace: str) -> str:
-    return f"/api/v1/namespaces/{quote(operator_namespace)}/services/{SERVICE}:{PORT_NAME}/proxy"
-
-
-def task_path(namespace: str, name: str, suffix: str = "") -> str:
-    return f"/v1/namespaces/{quote(namespace)}/agenttasks/{quote(name)}{suffix}"
+def task_path(namespace: str, name: str, subresource: str) -> str:
+    """The path of an AgentTask's task API subresource (``transcript``, ``tree``, ``summary``, ``messages``)."""
+    return f"{API_BASE}/namespaces/{quote(namespace, safe='')}/agenttasks/{quote(name, safe='')}/{subresource}"
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
@@ -46,16 +48,19 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"message": str(value)[:500]}
 
 
-def forbidden_message(status_message: str, *, verb: str, operator_namespace: str) -> str:
-    """``forbidden: <user> cannot <verb> services/proxy ... (ask for the <role> role)``."""
+def forbidden_message(status_message: str, *, method: str, path: str) -> str:
+    """``forbidden: <user> cannot <verb> agenttasks/<sub> in namespace <ns>, so ... (ask for the <role> role)``."""
     match = re.search(r'User "([^"]+)"', status_message)
     user = match.group(1) if match else "you"
-    role = MESSENGER_ROLE if verb == "create" else READER_ROLE
-    what = "send messages to" if verb == "create" else "read transcripts of"
-    return (
-        f'forbidden: {user} cannot {verb} services/proxy "{SERVICE}:{PORT_NAME}" in namespace '
-        f"{operator_namespace}, so cannot {what} agent tasks (ask for the {role} role)"
-    )
+    parts = path.split("?", 1)[0].rstrip("/").split("/")
+    subresource = parts[-1]
+    namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else "?"
+    if method == "POST":
+        verb, role, what = "create", MESSENGER_ROLE, "send messages to"
+    else:
+        verb, role, what = "get", READER_ROLE, "read"
+    return (f"forbidden: {user} cannot {verb} agenttasks/{subresource} ({GROUP}) in namespace {namespace}, so "
+            f"cannot {what} its agent tasks (ask for the {role} role there)")
 
 
 class TaskApiClient:
@@ -92,7 +97,7 @@ class TaskApiClient:
         ]
         _method, url, header_params, serialized, post_params = api.param_serialize(
             method=method,
-            resource_path=proxy_base(self.kube.operator_namespace) + path,
+            resource_path=path,
             query_params=params,
             header_params=headers,
             body=body,
@@ -137,21 +142,19 @@ class TaskApiClient:
                 self.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            raise self._error(method, status, payload)
+            raise self._error(method, path, status, payload)
 
-    def _error(self, method: str, status: int, payload: dict[str, Any]) -> PluginError:
+    def _error(self, method: str, path: str, status: int, payload: dict[str, Any]) -> PluginError:
         message = str(payload.get("message") or payload)
         details = payload.get("details") or {}
-        operator_ns = self.kube.operator_namespace
         if status == 403:
-            verb = "create" if method == "POST" else "get"
-            return Forbidden(forbidden_message(message, verb=verb, operator_namespace=operator_ns))
+            return Forbidden(forbidden_message(message, method=method, path=path))
         if status == 401:
             return Forbidden(f"unauthorized: the API server did not accept your credentials ({message})")
-        if status == 404 and details.get("kind") == "services":
+        if status == 404 and not details.get("kind"):  # the API server's own 404: no such API group
             return Unreachable(
-                f"the UniCore operator's Service {SERVICE} was not found in namespace {operator_ns}: "
-                "is UniCore installed there? (set --operator-namespace or UNICORE_OPERATOR_NAMESPACE)"
+                f"the UniCore task API ({GROUP}/{VERSION}) is not served by this cluster: is UniCore installed, "
+                f"with its APIService {APISERVICE}? ({message})"
             )
         if status == 404:
             return NotFound(message)
@@ -161,7 +164,7 @@ class TaskApiClient:
             if payload.get("reason") == "TaskNotReady":
                 return Unreachable(f"{message} (gave up after {self.timeout:.0f}s)")
             return Unreachable(
-                f"the UniCore operator is not reachable through the API server (HTTP {status}: "
-                f"{message}); is it running in namespace {operator_ns}?"
+                f"the UniCore task API is not reachable through the API server (HTTP {status}: {message}); is the "
+                f"operator running? (kubectl get apiservice {APISERVICE})"
             )
         return PluginError(f"the task API answered HTTP {status}: {message}")

@@ -1,6 +1,6 @@
 """Errors of the task API, rendered as Kubernetes ``Status`` objects.
 
-The API is reached through the API server's service proxy, which passes the backend's status code and body
+The API is reached through the API server (an aggregated API), which passes the backend's status code and body
 through unchanged. Answering errors as ``kind: Status`` lets plain ``kubectl get --raw`` print them as
 ``Error from server (NotFound): agenttask "default/x" not found`` and lets the plugin read ``reason``.
 """
@@ -11,6 +11,8 @@ from typing import Any
 
 REASONS: dict[int, str] = {
     400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     409: "Conflict",

@@ -1,16 +1,19 @@
-"""The task API's route table and a framework-free dispatcher: (method, path, query, body) -> ApiResponse.
+"""The task API's routes, as a Kubernetes aggregated API (group ``tasks.unicore.dev``, version ``v1alpha1``), and a
+framework-free dispatcher.
 
-Routes (all JSON; errors are Kubernetes ``Status`` objects):
+Every task route is a subresource of an AgentTask in its namespace (JSON; errors are Kubernetes ``Status``
+objects), reached through the API server with the user's own credentials::
 
-    GET  /v1                                                  what this API serves
-    GET  /v1/namespaces/{ns}/agenttasks/{name}                task summary from Redis
-    GET  /v1/namespaces/{ns}/agenttasks/{name}/tree           the task and its descendants (bounded)
-    GET  /v1/namespaces/{ns}/agenttasks/{name}/transcript     ?since=<seq>&limit=<n>&turn=<n>&tools=true
-    POST /v1/namespaces/{ns}/agenttasks/{name}/messages       {"id": "<uuid>", "text": "...", "sender": "..."}
+    GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/summary      status, turns, tokens
+    GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/tree         the task and its descendants
+    GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/transcript   ?since=&limit=&turn=&tools=
+    POST /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/messages     {"id": "<uuid>", "text": "..."}
 
-Clients reach it through the API server's service proxy:
-``/api/v1/namespaces/<operator-ns>/services/unicore-operator:http/proxy/v1/...``
-(``get services/proxy`` to read, ``create services/proxy`` to send).
+Each route names the RBAC verb and subresource it needs (``get agenttasks/transcript``, ``create
+agenttasks/messages``, group ``tasks.unicore.dev``): the API server checks them before it proxies the request, and
+the operator's server (``server.py``) asks again with a SubjectAccessReview. The discovery documents the aggregator
+reads (``/apis``, ``/apis/tasks.unicore.dev``, ``/apis/tasks.unicore.dev/v1alpha1``) list only these subresources, so
+the bare resource ``agenttasks`` stays the CRD's (``unicore.dev``) for ``kubectl get agenttasks``.
 """
 
 from __future__ import annotations
@@ -21,13 +24,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.service import TaskApi, log
 
-PREFIX = "/v1/"
+GROUP = "tasks.unicore.dev"
+VERSION = "v1alpha1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+RESOURCE = "agenttasks"
+PREFIX = f"/apis/{GROUP_VERSION}"
 MAX_BODY_BYTES = 1024 * 1024  # the message cap (256 KiB) plus JSON escaping headroom
 
-_TASK = r"^/v1/namespaces/(?P<namespace>[^/]+)/agenttasks/(?P<name>[^/]+)"
+_TASK = re.compile(
+    rf"^{re.escape(PREFIX)}/namespaces/(?P<namespace>[^/]+)/{RESOURCE}/(?P<name>[^/]+)/(?P<subresource>[^/]+)$"
+)
 
 
 @dataclass
@@ -44,81 +54,132 @@ class ApiResponse:
         return "application/json"
 
 
-Handler = Callable[[TaskApi, dict[str, str], str, bytes], tuple[int, dict[str, Any]]]
+# (api, namespace, name, query, body, sender) -> (status, payload); ``sender``: the authenticated user, as stored
+Handler = Callable[[TaskApi, str, str, str, bytes, str], tuple[int, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
 class Route:
+    subresource: str
     method: str
-    pattern: re.Pattern[str]
-    handler: Handler
-    doc: str
-
-
-def _index(api: TaskApi, params: dict[str, str], query: str, body: bytes) -> tuple[int, dict[str, Any]]:
-    return 200, {
-        "kind": "TaskApi",
-        "version": "v1",
-        "routes": [f"{route.method} {route.doc}" for route in ROUTES],
-    }
+    verb: str  # the RBAC verb the API server derives from the method
+    kind: str  # the answer's kind (discovery)
+    handler: Handler = field(compare=False)
+    doc: str = ""
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("GET", re.compile(r"^/v1$"), _index, "/v1"),
-    Route(
-        "GET",
-        re.compile(_TASK + r"$"),
-        lambda api, p, q, b: api.get_task(p["namespace"], p["name"]),
-        "/v1/namespaces/{ns}/agenttasks/{name}",
-    ),
-    Route(
-        "GET",
-        re.compile(_TASK + r"/tree$"),
-        lambda api, p, q, b: api.get_tree(p["namespace"], p["name"]),
-        "/v1/namespaces/{ns}/agenttasks/{name}/tree",
-    ),
-    Route(
-        "GET",
-        re.compile(_TASK + r"/transcript$"),
-        lambda api, p, q, b: api.get_transcript(p["namespace"], p["name"], q),
-        "/v1/namespaces/{ns}/agenttasks/{name}/transcript?since=&limit=&turn=&tools=",
-    ),
-    Route(
-        "POST",
-        re.compile(_TASK + r"/messages$"),
-        lambda api, p, q, b: api.post_message(p["namespace"], p["name"], b),
-        "/v1/namespaces/{ns}/agenttasks/{name}/messages",
-    ),
+    Route("summary", "GET", "get", "TaskSummary",
+          lambda api, ns, name, q, b, sender: api.get_task(ns, name), "status, turns, tokens, last response"),
+    Route("tree", "GET", "get", "TaskTree",
+          lambda api, ns, name, q, b, sender: api.get_tree(ns, name), "the task and its descendants (bounded)"),
+    Route("transcript", "GET", "get", "TranscriptPage",
+          lambda api, ns, name, q, b, sender: api.get_transcript(ns, name, q),
+          "a page of messages: ?since=<seq>&limit=<n>&turn=<n>&tools=true"),
+    Route("messages", "POST", "create", "MessageReceipt",
+          lambda api, ns, name, q, b, sender: api.post_message(ns, name, b, sender=sender),
+          'queue a message, exactly once per id: {"id": "<uuid>", "text": "..."}'),
 )
 
 
-def handles(path: str) -> bool:
-    """Is ``path`` (without the query) the task API's?"""
-    return path == "/v1" or path.startswith(PREFIX)
+@dataclass(frozen=True)
+class Target:
+    """A request for one route of one task."""
+
+    route: Route
+    namespace: str
+    name: str
+
+    def attributes(self) -> Attributes:
+        return Attributes(verb=self.route.verb, namespace=self.namespace, name=self.name,
+                          subresource=self.route.subresource, group=GROUP, version=VERSION, resource=RESOURCE)
 
 
-def dispatch(api: TaskApi, method: str, path: str, query: str = "", body: bytes = b"") -> ApiResponse:
-    """Answer one request. Never raises: unexpected errors become a 500 Status (and are logged)."""
-    path = path.rstrip("/") or "/"
+def resolve(method: str, path: str) -> Target:
+    """The route of ``method path`` (the path without the query); ApiError 404 or 405 when there is none."""
+    match = _TASK.match(path.rstrip("/"))
+    if match is None:
+        raise ApiError(404, f"no task API route for {method} {path}; see GET {PREFIX}")
+    sub = match["subresource"]
+    routes = [route for route in ROUTES if route.subresource == sub]
+    if not routes:
+        raise ApiError(404, f"agenttasks have no subresource {sub!r} here (they have "
+                            f"{', '.join(r.subresource for r in ROUTES)})")
+    for route in routes:
+        if route.method == method.upper():
+            return Target(route, match["namespace"], match["name"])
+    allowed = ", ".join(sorted({route.method for route in routes}))
+    raise ApiError(405, f"{method} is not allowed on {path} (use {allowed})")
+
+
+def _version_entry() -> dict[str, str]:
+    return {"groupVersion": GROUP_VERSION, "version": VERSION}
+
+
+def _group() -> dict[str, Any]:
+    return {"name": GROUP, "versions": [_version_entry()], "preferredVersion": _version_entry()}
+
+
+def discovery(path: str) -> dict[str, Any] | None:
+    """The discovery document at ``path`` (``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``), else None."""
+    path = path.rstrip("/")
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group()]}
+    if path == f"/apis/{GROUP}":
+        return {"kind": "APIGroup", "apiVersion": "v1", **_group()}
+    if path == PREFIX:
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": GROUP_VERSION,
+            "resources": [
+                {"name": f"{RESOURCE}/{route.subresource}", "singularName": "", "namespaced": True,
+                 "kind": route.kind, "verbs": [route.verb]}
+                for route in ROUTES
+            ],
+        }
+    return None
+
+
+def openapi(path: str) -> dict[str, Any] | None:
+    """Minimal OpenAPI documents (``/openapi/v2``, ``/openapi/v3`` and its group version), so the aggregator's
+    OpenAPI controllers find a valid, empty spec instead of retrying a 404; the routes are described by discovery."""
+    info = {"title": "UniCore task API", "version": VERSION}
+    if path == "/openapi/v2":
+        return {"swagger": "2.0", "info": info, "paths": {}}
+    if path == "/openapi/v3":
+        return {"paths": {f"apis/{GROUP_VERSION}": {"serverRelativeURL": f"/openapi/v3/apis/{GROUP_VERSION}"}}}
+    if path == f"/openapi/v3/apis/{GROUP_VERSION}":
+        return {"openapi": "3.0.0", "info": info, "paths": {}}
+    return None
+
+
+def dispatch(api: TaskApi, target: Target, query: str = "", body: bytes = b"", *, sender: str) -> ApiResponse:
+    """Answer one request already authenticated (``sender``: the user, as the message's stored sender) and
+    authorized. Never raises: unexpected errors become a 500 Status (and are logged)."""
+    route = target.route
     try:
-        allowed: list[str] = []
-        for route in ROUTES:
-            match = route.pattern.match(path)
-            if not match:
-                continue
-            if route.method != method.upper():
-                allowed.append(route.method)
-                continue
-            status, payload = route.handler(api, match.groupdict(), query, body)
-            return ApiResponse(status, payload)
-        if allowed:
-            raise ApiError(405, f"{method} is not allowed on {path} (use {', '.join(sorted(set(allowed)))})")
-        raise ApiError(404, f"no task API route for {method} {path}; see GET /v1")
+        status, payload = route.handler(api, target.namespace, target.name, query, body, sender)
+        return ApiResponse(status, payload)
     except ApiError as exc:
-        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
-        return ApiResponse(exc.status, exc.body(), headers)
+        return error_response(exc)
     except Exception:
-        log.exception("task API %s %s failed", method, path)
-        return ApiResponse(
-            500, ApiError(500, f"internal error answering {method} {path}; see the operator log").body()
-        )
+        log.exception("task API %s %s of %s/%s failed", route.method, route.subresource, target.namespace,
+                      target.name)
+        return ApiResponse(500, ApiError(500, f"internal error answering {route.method} {route.subresource} of "
+                                              f"{target.namespace}/{target.name}; see the operator log").body())
+
+
+def answer(api: TaskApi, method: str, path: str, query: str = "", body: bytes = b"", *, sender: str) -> ApiResponse:
+    """``resolve`` + ``dispatch`` (an unknown route answers 404 or 405): the whole API of an authenticated and
+    authorized caller, without HTTP."""
+    try:
+        target = resolve(method, path)
+    except ApiError as exc:
+        return error_response(exc)
+    return dispatch(api, target, query, body, sender=sender)
+
+
+def error_response(exc: ApiError) -> ApiResponse:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+    return ApiResponse(exc.status, exc.body(), headers)

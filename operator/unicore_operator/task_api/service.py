@@ -29,6 +29,7 @@ from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 
 MESSAGE_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 USER_MESSAGE_PREFIX = "user:"  # keeps client ids apart from the ids the runtime gives completions and prompts
+USER_SENDER_PREFIX = "user:"  # a message's sender: "user:<the authenticated user>", never what the body says
 log = logger.getChild("task_api")
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 TREE_MAX_NODES = 1000
@@ -44,7 +45,11 @@ class MessageRequest(BaseModel):
         pattern=MESSAGE_ID_RE, description="client-chosen id; a retry with the same id is a no-op"
     )
     text: str = Field(min_length=1)
-    sender: str = Field("kubectl", max_length=253, description="informational; not authenticated")
+
+
+def sender_of(user: str) -> str:
+    """The stored sender of a message a user posted: their name as the API server authenticated it."""
+    return USER_SENDER_PREFIX + user
 
 
 def _query(raw: str) -> dict[str, str]:
@@ -96,13 +101,18 @@ class TaskApi:
         return obj
 
     # ------------------------------------------------------------------ routes
-    def post_message(self, namespace: str, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    def post_message(self, namespace: str, name: str, body: bytes, *, sender: str) -> tuple[int, dict[str, Any]]:
+        """Queue the body's message for the task; ``sender``: who posted it (``sender_of`` the authenticated
+        user), stored with it."""
         try:
             payload = json.loads(body or b"null")
         except ValueError as exc:
             raise ApiError(400, f"the body is not JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise ApiError(400, 'the body must be a JSON object like {"id": "<uuid>", "text": "..."}')
+        if "sender" in payload:
+            raise ApiError(422, "invalid message: sender: not accepted; a message's sender is the user the "
+                                "Kubernetes API server authenticated")
         try:
             request = MessageRequest.model_validate(payload)
         except ValidationError as exc:
@@ -120,7 +130,7 @@ class TaskApi:
         self._require_task(namespace, name)
         task_id = f"{namespace}/{name}"
         message = InboxMessage(
-            id=USER_MESSAGE_PREFIX + request.id, type="user", content=request.text, sender=request.sender
+            id=USER_MESSAGE_PREFIX + request.id, type="user", content=request.text, sender=sender
         )
         try:
             queued = self.store.queue_message(task_id, message)
@@ -139,7 +149,8 @@ class TaskApi:
                 503, f"Redis is unavailable ({exc}); retry with the same message id", retry_after=1
             ) from None
         self.store.activate(task_id, "message")
-        log.info("message %s for %s %s", request.id, task_id, "queued" if queued else "was already queued")
+        log.info("message %s from %s for %s %s", request.id, sender, task_id,
+                 "queued" if queued else "was already queued")
         return 202, {
             "kind": "MessageReceipt",
             "task": task_id,
