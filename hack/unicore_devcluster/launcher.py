@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -30,9 +31,30 @@ class ControlPlaneError(RuntimeError):
     """A control-plane process failed to start or to become ready."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_ports = random.SystemRandom()  # never a seeded sequence that another test process would repeat
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port that nothing is bound to right now (on any address), below the kernel's ephemeral range.
+
+    A component binds its port seconds after it was picked (the scheduler only once the API server is ready): a
+    port of the ephemeral range (what binding port 0 gives) may meanwhile become the local port of any outgoing
+    connection on this busy host, and the component then fails with "address already in use". Below that range
+    only another server's explicit pick can take it."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = _ports.randint(10000, max(10001, low - 1))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))  # noqa: S104 - a probe, closed at once
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no luck below the range: any free port
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
