@@ -33,6 +33,7 @@ class ControlPlaneError(RuntimeError):
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _ports = random.SystemRandom()  # never a seeded sequence that another test process would repeat
+NODE_PORTS = 30000  # Kubernetes' NodePort range starts here (kube-proxy of a real node)
 
 
 def free_port() -> int:
@@ -41,13 +42,13 @@ def free_port() -> int:
     A component binds its port seconds after it was picked (the scheduler only once the API server is ready): a
     port of the ephemeral range (what binding port 0 gives) may meanwhile become the local port of any outgoing
     connection on this busy host, and the component then fails with "address already in use". Below that range
-    only another server's explicit pick can take it."""
+    only another server's explicit pick can take it. Below the NodePort range (30000-32767) too."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     for _ in range(200):
-        port = _ports.randint(10000, max(10001, low - 1))
+        port = _ports.randint(10000, max(10001, min(low, NODE_PORTS) - 1))
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("0.0.0.0", port))  # noqa: S104 - a probe, closed at once
