@@ -12,13 +12,14 @@ What the API server needs (verified on v1.36; pkg/registry/core/service Resource
   ``--enable-aggregator-routing`` (the devcluster does); the operator's serving certificate must be valid for
   ``unicore-operator.<namespace>.svc`` and signed by the APIService's ``caBundle``.
 
-So this module creates: a selector-less Service ``unicore-operator`` (port ``http``, and ``task-api`` 443 when the
-task API's port is given), a placeholder Pod that never runs (a scheduling gate keeps it unscheduled) whose status
-claims the host's non-loopback IP, and an Endpoints object pointing at that IP with a targetRef to the placeholder;
-``register_task_api`` adds the APIService. The operator must listen on 0.0.0.0.
+So this module creates: a selector-less Service ``unicore-operator`` (port ``http``, and ``task-api`` 9443 as the
+chart's when the task API's port is given), a placeholder Pod that never runs (a scheduling gate keeps it
+unscheduled) whose status claims the host's non-loopback IP, and an Endpoints object pointing at that IP with a
+targetRef to the placeholder; ``serving_certificate`` issues the operator's certificate from the devcluster's CA,
+``register_task_api`` adds the APIService with that CA as its caBundle. The operator must listen on 0.0.0.0.
 
     python -m unicore_devcluster.operator_endpoint --namespace unicore-system --port 8080 \
-        --task-api-port 9443 --ca-file ca.crt
+        --task-api-port 9443 --cert-dir /tmp/operator-certs    # then UNICORE_TASK_API_CERT_DIR=/tmp/operator-certs
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SERVICE = "unicore-operator"
 PORT_NAME = "http"
 SERVICE_PORT = 8080
 TASK_API_PORT_NAME = "task-api"
-TASK_API_SERVICE_PORT = 443
+TASK_API_SERVICE_PORT = 9443  # as the chart's Service (443 is the webhook's)
 APISERVICE = "v1alpha1.tasks.unicore.dev"
 PLACEHOLDER = "unicore-operator-host"
 GATE = contract.HOST_PROCESS_GATE

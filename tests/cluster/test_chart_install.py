@@ -323,6 +323,8 @@ def test_chart_operator_runs_a_scripted_tree_with_the_charts_rbac(
             "--set",
             "admission.webhook.enabled=false",
             "--set",
+            "taskApi.enabled=false",  # the same for the aggregated task API (test_task_api_tenancy.py serves it)
+            "--set",
             "operator.resyncSeconds=2",
             "--set",
             "agent.turnRetryBackoffSeconds=1",

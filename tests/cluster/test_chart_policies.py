@@ -147,6 +147,8 @@ def test_the_webhook_with_a_certificate_of_your_own() -> None:
     assert base64.b64decode(hook["clientConfig"]["caBundle"]).decode() == pem
     pod = one(objs, "Deployment", "unicore-operator")["spec"]["template"]["spec"]
     assert {"name": "webhook-cert", "secret": {"secretName": "my-cert"}} in pod["volumes"]
+    # the task API serves the same certificate: its APIService trusts the same CA
+    assert base64.b64decode(one(objs, "APIService")["spec"]["caBundle"]).decode() == pem
     # cert-manager fills the bundle in
     injected = render("--set", "admission.webhook.existingSecret=my-cert", "--set-json",
                       'admission.webhook.annotations={"cert-manager.io/inject-ca-from":"agents/webhook"}',
@@ -154,6 +156,9 @@ def test_the_webhook_with_a_certificate_of_your_own() -> None:
     config = one(injected, "ValidatingWebhookConfiguration")
     assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "agents/webhook"}
     assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+    apiservice = one(injected, "APIService")  # the same injection, unless taskApi.annotations names its own
+    assert apiservice["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "agents/webhook"}
+    assert "caBundle" not in apiservice["spec"]
     proc = helm("template", "uc", str(CHART), "--kube-version", KUBE_VERSION,
                 "--set", "admission.webhook.existingSecret=my-cert", check=False)
     assert proc.returncode != 0 and "needs admission.webhook.caBundle" in proc.stderr, proc.stderr
@@ -161,11 +166,17 @@ def test_the_webhook_with_a_certificate_of_your_own() -> None:
 
 def test_admission_can_be_turned_off() -> None:
     objs = render("--set", "admission.webhook.enabled=false", namespace=NS)
-    assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "Secret", "unicore-operator-webhook")
+    assert not find(objs, "ValidatingWebhookConfiguration")
+    assert one(objs, "Secret", "unicore-operator-webhook")  # still the task API's serving certificate
     assert env_of(one(objs, "Deployment", "unicore-operator"))["UNICORE_WEBHOOK_PORT"] == "0"
     assert one(objs, "ValidatingAdmissionPolicy")  # the policy needs no webhook
     operator_policy = one(objs, "NetworkPolicy", "unicore-operator")
-    assert all(ports_of(rule) == {(8080, "TCP")} for rule in operator_policy["spec"]["ingress"])
+    assert {frozenset(ports_of(rule)) for rule in operator_policy["spec"]["ingress"]} == {
+        frozenset({(8080, "TCP")}), frozenset({(9443, "TCP")})}
+    neither = render("--set", "admission.webhook.enabled=false", "--set", "taskApi.enabled=false", namespace=NS)
+    assert not find(neither, "Secret", "unicore-operator-webhook")
+    assert not [v for v in one(neither, "Deployment", "unicore-operator")["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == "webhook-cert"]
     objs = render("--set", "admission.policy.enabled=false", namespace=NS)
     assert not find(objs, "ValidatingAdmissionPolicy") and not find(objs, "ValidatingAdmissionPolicyBinding")
 
@@ -190,7 +201,9 @@ def test_the_operator_accepts_only_the_api_server_and_prometheus() -> None:
     by_port = {frozenset(ports_of(rule)): rule["from"] for rule in spec["ingress"]}
     anywhere = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
     prometheus = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
-    assert by_port == {frozenset({(8080, "TCP")}): [prometheus, *anywhere], frozenset({(8443, "TCP")}): anywhere}
+    # the plain port serves no task data: only Prometheus reaches it; the API server reaches the task API and webhook
+    assert by_port == {frozenset({(8080, "TCP")}): [prometheus], frozenset({(8443, "TCP")}): anywhere,
+                       frozenset({(9443, "TCP")}): anywhere}
     # every rule names its sources: no rule admits every source on a port
     assert all(rule.get("from") for rule in spec["ingress"])
 
@@ -200,8 +213,8 @@ def test_the_operator_accepts_only_the_api_server_and_prometheus() -> None:
     rules = {frozenset(ports_of(r)): r["from"] for r in one(narrowed, "NetworkPolicy", "unicore-operator")["spec"]
              ["ingress"]}
     control_plane = {"ipBlock": {"cidr": "10.0.0.0/24"}}
-    assert rules == {frozenset({(8080, "TCP")}): [{"namespaceSelector": {"matchLabels": {"t": "obs"}}}, control_plane],
-                     frozenset({(8443, "TCP")}): [control_plane]}
+    assert rules == {frozenset({(8080, "TCP")}): [{"namespaceSelector": {"matchLabels": {"t": "obs"}}}],
+                     frozenset({(8443, "TCP")}): [control_plane], frozenset({(9443, "TCP")}): [control_plane]}
     # no sources at all: nothing is admitted (an empty `from` would admit everyone)
     closed = render("--set-json", "networkPolicy.apiServerFrom=[]", "--set-json", "networkPolicy.metricsFrom=[]",
                     namespace=NS)

@@ -211,8 +211,8 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
         assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), where
         if "secrets" in rule.get("resources", []):  # only redis.identities: create, and read/rewrite one name
             assert rule in IDENTITY_SECRET_RULES, f"{where} grants access to Secrets: {rule}"
-        if "services/proxy" in rule.get("resources", []):
-            assert rule.get("resourceNames") == ["unicore-operator:http"], where
+        # the task API is an aggregated API now: nobody needs the operator's service proxy
+        assert not any(r.startswith("services/proxy") for r in rule.get("resources", [])), where
     deployment = one(objs, "Deployment", "unicore-operator")
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
@@ -223,26 +223,30 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
     off = variant == "no-admission-no-network-policy"
     http = {"name": "http", "containerPort": 8080, "protocol": "TCP"}
     webhook = {"name": "webhook", "containerPort": 8443, "protocol": "TCP"}
-    assert container["ports"] == ([http] if off else [http, webhook])
+    task_api = {"name": "task-api", "containerPort": 9443, "protocol": "TCP"}
+    assert container["ports"] == ([http, task_api] if off else [http, webhook, task_api])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     names = [e["name"] for e in container["env"]]
     assert len(names) == len(set(names)), "duplicate env names"
     service = one(objs, "Service", "unicore-operator")
     assert service["spec"]["ports"][0]["name"] == "http" and service["spec"]["ports"][0]["port"] == 8080
+    assert service["spec"]["ports"][-1] == {"name": "task-api", "port": 9443, "targetPort": "task-api",
+                                            "protocol": "TCP"}
+    assert one(objs, "APIService", "v1alpha1.tasks.unicore.dev")["spec"]["service"]["port"] == 9443
     if off:
-        assert len(service["spec"]["ports"]) == 1 and not find(objs, "NetworkPolicy")
+        assert len(service["spec"]["ports"]) == 2 and not find(objs, "NetworkPolicy")
         assert not find(objs, "ValidatingAdmissionPolicy") and not find(objs, "ValidatingWebhookConfiguration")
     else:  # admission control and NetworkPolicies are on unless turned off
         assert service["spec"]["ports"][1] == {"name": "webhook", "port": 443, "targetPort": "webhook",
                                                "protocol": "TCP"}
         assert find(objs, "ValidatingAdmissionPolicy") and find(objs, "ValidatingWebhookConfiguration")
         assert {"unicore-operator", "unicore-agent"} <= {o["metadata"]["name"] for o in find(objs, "NetworkPolicy")}
-    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "APIService", "ValidatingAdmissionPolicy",
                       "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration")
     assert all(o["metadata"].get("namespace") for o in objs if o["kind"] not in cluster_scoped)
     # cluster-scoped objects carry the release namespace, so two releases never collide
     assert all(o["metadata"]["name"].endswith("-uc") for o in objs
-               if o["kind"] in cluster_scoped[2:])
+               if o["kind"] in cluster_scoped[3:])  # (one APIService per cluster: taskApi.enabled)
 
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -330,9 +334,9 @@ def test_defaults() -> None:
     viewer = one(objs, "ClusterRole", "unicore-agenttask-viewer")
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert set(viewer["rules"][0]["verbs"]) == {"get", "list", "watch"}
-    messenger = one(objs, "Role", "unicore-agenttask-messenger", "agents")
-    assert messenger["rules"][0]["verbs"] == ["create", "get"]
-    assert one(objs, "Role", "unicore-agenttask-reader", "agents")["rules"][0]["verbs"] == ["get"]
+    # reader and messenger: ClusterRoles to bind per namespace (test_chart_task_api.py checks what they grant)
+    for role in ("unicore-agenttask-messenger", "unicore-agenttask-reader"):
+        assert one(objs, "ClusterRole", role) and not find(objs, "Role", role)
 
     # optional objects are off by default; dashboards, NetworkPolicies and admission control are on
     assert not find(objs, "ServiceMonitor")

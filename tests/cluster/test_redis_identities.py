@@ -177,6 +177,7 @@ def test_the_charts_operator_with_the_charts_rbac_gives_its_namespace_a_redis_id
              "--set", "redis.identities.enabled=true", "--set", "redis.identities.resyncSeconds=2",
              "--set", "rbac.userRoles=false",  # cluster-scoped; another release may hold them
              "--set", "admission.webhook.enabled=false",  # a host-process operator pod: the API server cannot call it
+             "--set", "taskApi.enabled=false",  # (nor its aggregated task API)
              "--set", "operator.resyncSeconds=2", "--set", "agent.turnRetryBackoffSeconds=1",
              "--set-json", f'operator.extraEnv=[{{"name":"UNICORE_HTTP_PORT","value":"{_free_port()}"}}]', env=env)
         tasks = Tasks(api, namespace)

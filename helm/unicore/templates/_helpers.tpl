@@ -162,6 +162,8 @@ seccompProfile:
   "UNICORE_HTTP_PORT" "8080"
   "UNICORE_WEBHOOK_PORT" (ternary "8443" "0" $v.admission.webhook.enabled)
   "UNICORE_WEBHOOK_CERT_DIR" "/etc/unicore/webhook"
+  "UNICORE_TASK_API_PORT" (ternary "9443" "0" $v.taskApi.enabled)
+  "UNICORE_TASK_API_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
   "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
   "UNICORE_ADMISSION_TIMEOUT_SECONDS" (toString $v.watchdog.admissionTimeoutSeconds)
@@ -189,8 +191,8 @@ matchExpressions:
 {{- .Values.admission.webhook.existingSecret | default (printf "%s-webhook" (include "unicore.operatorName" .)) -}}
 {{- end }}
 
-{{/* The webhook's generated CA and serving certificate (base64 PEM: ca, crt, key): read back from the release's
-     Secret, else generated once per render; valid for the operator Service's names. */}}
+{{/* The operator's generated CA and serving certificate (base64 PEM: ca, crt, key) for the webhook and the task API:
+     read back from the release's Secret, else generated once per render; valid for the operator Service's names. */}}
 {{- define "unicore.webhookCert" -}}
 {{- $memo := .Values.admission.webhook -}}
 {{- if not (hasKey $memo "_cert") -}}
@@ -211,12 +213,23 @@ matchExpressions:
 
 {{/* The CA bundle (base64) of the ValidatingWebhookConfiguration; empty when cert-manager injects it. */}}
 {{- define "unicore.webhookCABundle" -}}
-{{- $w := .Values.admission.webhook -}}
+{{- include "unicore.servingCABundle" (dict "root" . "annotations" .Values.admission.webhook.annotations "where" "admission.webhook.annotations") -}}
+{{- end }}
+
+{{/* The CA bundle (base64) of the operator's serving certificate (the webhook's and the task API's, one Secret)
+     for an object with these annotations: pass (dict "root" $ "annotations" ... "where" "<values key>"). */}}
+{{- define "unicore.servingCABundle" -}}
+{{- $w := .root.Values.admission.webhook -}}
 {{- if not $w.existingSecret -}}
-{{- (include "unicore.webhookCert" . | fromJson).ca -}}
+{{- (include "unicore.webhookCert" .root | fromJson).ca -}}
 {{- else if $w.caBundle -}}
 {{- $w.caBundle | b64enc -}}
-{{- else if not (hasKey $w.annotations "cert-manager.io/inject-ca-from") -}}
-{{- fail "admission.webhook.existingSecret needs admission.webhook.caBundle (or the annotation cert-manager.io/inject-ca-from)" -}}
+{{- else if not (hasKey .annotations "cert-manager.io/inject-ca-from") -}}
+{{- fail (printf "admission.webhook.existingSecret needs admission.webhook.caBundle (or the annotation cert-manager.io/inject-ca-from in %s)" .where) -}}
 {{- end -}}
+{{- end }}
+
+{{/* "true" when the operator serves HTTPS (the webhook or the task API): their certificate Secret is mounted. */}}
+{{- define "unicore.servesTLS" -}}
+{{- if or .Values.admission.webhook.enabled .Values.taskApi.enabled }}true{{ end -}}
 {{- end }}
