@@ -1,4 +1,5 @@
-"""Operator lifecycle on the real control plane: suspend/resume, SIGKILL restart, deleting a tree."""
+"""Operator lifecycle on the real control plane with the real node (turn pods are containers under the kubelet, which
+stops them with SIGTERM when their Job goes): suspend/resume, SIGKILL restart, deleting a tree."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.cluster.operator_harness import (
 from tests.cluster.test_operator import role_texts, settled
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 SETTLE = 180.0
 
