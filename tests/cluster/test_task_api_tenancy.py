@@ -198,6 +198,14 @@ def test_each_user_reads_and_posts_in_their_own_namespace_and_is_forbidden_in_th
         denied = forbidden(env.raw(user, "create", "--raw", task_path(other, "chat", "messages"), "-f", str(body)))
         assert "Error from server (Forbidden)" in denied
         assert env.untouched(other) == before_other
+        # what docs/kubectl.md shows: `kubectl auth can-i --list` names the subresources where they are granted
+        for namespace, granted in ((own, True), (other, False)):
+            rules = kubectl(env.kubeconfig, "auth", "can-i", "--list", "-n", namespace, "--as", user).stdout
+            lines = {line.split()[0]: line for line in rules.splitlines() if line.strip()}
+            assert ("agenttasks.tasks.unicore.dev/messages" in lines) == granted, rules
+            assert ("agenttasks.tasks.unicore.dev/transcript" in lines) == granted, rules
+            if granted:
+                assert "[create]" in lines["agenttasks.tasks.unicore.dev/messages"]
 
 
 def test_a_reader_reads_but_cannot_send(tenants: Tenants) -> None:
