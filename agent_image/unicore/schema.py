@@ -18,7 +18,10 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_ITERATIONS = 250
 DEFAULT_MESSAGE_CAP_BYTES = 256 * 1024
 
-TASK_ID_RE = re.compile(r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# [<namespace>/]<name>: a DNS-1123 label, then a DNS-1123 subdomain (dot-separated labels, none empty: "a..b" is no
+# Kubernetes object name).
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+TASK_ID_RE = re.compile(rf"^(?:{_LABEL}/)?{_LABEL}(\.{_LABEL})*$")
 # Task id bounds: a name is at most an AgentTask name (253), a namespace at most a Kubernetes namespace (63).
 # Everything derived from an id with a tighter limit shortens it with a hash of the whole id: Job names (52,
 # unicore_operator.job_builder.turn_job_name), label values (63, unicore_operator.names.label_value), local
