@@ -2,9 +2,11 @@
 
 One operator (a host process) watches two namespaces and serves the task API as the aggregated API
 tasks.unicore.dev/v1alpha1 behind the real API server (APIService, front-proxy certificate, --enable-aggregator-
-routing). The chart's user ClusterRoles (rendered with `helm template`, applied as they are) are bound per namespace
-to users authenticated by client certificates the cluster CA signs: alice and bob hold the messenger role in their
-own namespace, carol only the reader role in alice's. Each reads and posts in their own namespace, through `kubectl
+routing). It runs as the chart's ServiceAccount with the chart's RBAC (rendered cluster-wide, applied as it is: its
+SubjectAccessReviews come from system:auth-delegator, the request-header CA from the kube-system RoleBinding). The
+chart's user ClusterRoles (rendered with `helm template`, applied as they are) are bound per namespace to users
+authenticated by client certificates the cluster CA signs: alice and bob hold the messenger role in their own
+namespace, carol only the reader role in alice's. Each reads and posts in their own namespace, through `kubectl
 agenttask logs/send/tree` (the real plugin on PATH) and through `kubectl get/create --raw`, and gets 403 in the other
 namespace with nothing read or written; the stored sender of a message is the authenticated user. Calls to the
 operator's port that do not come from the API server's front-proxy certificate get no task data.
@@ -89,6 +91,29 @@ def user_kubeconfig(admin: Path, folder: Path, user: str, cert: Any, namespace: 
     return path
 
 
+def token_kubeconfig(admin: Path, folder: Path, namespace: str, service_account: str) -> Path:
+    """A kubeconfig with a TokenRequest token of the ServiceAccount (what the chart's operator pod holds)."""
+    token = kubectl(admin, "create", "token", service_account, "-n", namespace, "--duration=2h").stdout.strip()
+    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
+    path = folder / f"{service_account}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": namespace}}]}))
+    return path
+
+
+def operator_rbac(chart: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """The chart's operator ServiceAccount and RBAC (rendered with rbac.clusterWide), the task API's included."""
+    cluster_name = f"unicore-operator-{namespace}"
+    return [one(chart, "ServiceAccount", "unicore-operator", namespace),
+            one(chart, "ClusterRole", cluster_name), one(chart, "ClusterRoleBinding", cluster_name),
+            one(chart, "ClusterRole", f"{cluster_name}-cluster-read"),
+            one(chart, "ClusterRoleBinding", f"{cluster_name}-cluster-read"),
+            one(chart, "ClusterRoleBinding", f"{cluster_name}-auth-delegator"),
+            one(chart, "RoleBinding", f"{cluster_name}-auth-reader", "kube-system")]
+
+
 def bind(api: Any, namespace: str, role: str, user: str) -> None:
     client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(namespace, {
         "metadata": {"name": f"{user}-{role}"},
@@ -113,14 +138,19 @@ def tenants(control_plane: Any, redis_server: Any, tmp_path_factory: pytest.Temp
         wait_for(lambda ns=namespace: core.read_namespaced_service_account("default", ns), timeout=30,
                  what="default SA")
         install_agent_rbac(control_plane.kubeconfig, namespace)
-    # the chart's user ClusterRoles, as rendered
-    chart = render(namespace=operator_ns)
+    # the chart's user ClusterRoles and the operator's RBAC, as rendered
+    chart = render("--set", "rbac.clusterWide=true", namespace=operator_ns)
     for role in ROLES:
         rbac.create_cluster_role(one(chart, "ClusterRole", role))
+    operator_objects = operator_rbac(chart, operator_ns)
+    applied = kubectl(control_plane.kubeconfig, "apply", "-f", "-",
+                      input_text=yaml.safe_dump_all(operator_objects), check=False)
+    assert applied.returncode == 0, applied.stderr
     store = TaskStore(redis.Redis.from_url(redis_server.url, decode_responses=True))
     try:
         with aggregated_task_api(control_plane, operator_ns, tmp) as endpoint:
-            operator = OperatorProcess(control_plane.kubeconfig, redis_server.url, a, tmp / "operator.log",
+            as_operator = token_kubeconfig(Path(control_plane.kubeconfig), tmp, operator_ns, "unicore-operator")
+            operator = OperatorProcess(as_operator, redis_server.url, a, tmp / "operator.log",
                                        **endpoint.env, UNICORE_NAMESPACES=f"{a},{b}",
                                        POD_NAME=f"operator-{suffix}").start()
             try:
@@ -149,6 +179,8 @@ def tenants(control_plane: Any, redis_server: Any, tmp_path_factory: pytest.Temp
     finally:
         for role in ROLES:
             rbac.delete_cluster_role(role)
+        kubectl(control_plane.kubeconfig, "delete", "--ignore-not-found", "-f", "-",
+                input_text=yaml.safe_dump_all(operator_objects), check=False)
         for namespace in (a, b, operator_ns):
             core.delete_namespace(namespace)
         api.close()
