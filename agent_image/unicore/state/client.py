@@ -36,8 +36,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -57,6 +57,14 @@ POOL_WAIT_SECONDS = 30.0  # how long a command waits for a free connection befor
 BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
 BACKOFF_CAP = 2.0
 RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
+# Connection errors no retry can mend: a wrong or rotated password (NOAUTH/WRONGPASS; redis-py makes them connection
+# errors) fails at once instead of after the whole retry window.
+FINAL_ERRORS: tuple[type[RedisError], ...] = (AuthenticationError,)
+
+
+def is_final(error: BaseException) -> bool:
+    """A credential error, also as redis.asyncio reports it (a ConnectionError raised from the AuthenticationError)."""
+    return any(isinstance(e, FINAL_ERRORS) for e in (error, error.__cause__, error.__context__))
 # REDIS_URL schemes that name a Redis Cluster (build_client / build_async_client return cluster clients for them).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -133,6 +141,8 @@ class BoundedRetry(Retry):
                 try:
                     return do()
                 except errors as error:
+                    if is_final(error):
+                        raise
                     failed: Exception = error
                 try:
                     fail(failed)  # disconnects; raises ``failed`` for errors the connection must not retry
@@ -170,6 +180,8 @@ class AsyncBoundedRetry(AsyncRetry):
                 try:
                     return await do()
                 except errors as error:
+                    if is_final(error):
+                        raise
                     failed: Exception = error
                 try:
                     await fail(failed)
