@@ -59,11 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unicore-operator: {exc}", file=sys.stderr)
         return 2
     from unicore_operator.redis_identities import identity_problem
+    from unicore_operator.task_api.server import task_api_problem
 
-    problem = identity_problem(settings)  # per-namespace Redis identities need ACL rights: say so in one line
-    if problem:
-        print(f"unicore-operator: {problem}", file=sys.stderr)
-        return 2
+    # per-namespace Redis identities need ACL rights, the task API the request-header CA: say so in one line
+    for check in (identity_problem, task_api_problem):
+        problem = check(settings)
+        if problem:
+            print(f"unicore-operator: {problem}", file=sys.stderr)
+            return 2
     import_handlers()
     try:
         asyncio.run(kopf.operator(

@@ -299,3 +299,31 @@ def test_the_operators_port_gives_no_task_data_without_the_front_proxy_certifica
     assert status == 403 and 'User "alice" cannot get resource "agenttasks/transcript"' in json.loads(text)["message"]
     status, text = direct(env, path, cert=proxy, user=None)
     assert status == 401 and "names no user" in text
+
+
+def test_an_operator_that_may_not_read_the_request_header_ca_says_so_at_start_up(
+        control_plane: Any, redis_server: Any, tmp_path: Path) -> None:
+    """Without the chart's kube-system RoleBinding the task API cannot authenticate anyone: the operator stops at
+    start-up with one line saying why (exit 2, no traceback) instead of serving it."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    namespace = f"norbac-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "bare"}})
+        bare = token_kubeconfig(Path(control_plane.kubeconfig), tmp_path, namespace, "bare")
+        with aggregated_task_api(control_plane, namespace, tmp_path) as endpoint:
+            operator = OperatorProcess(bare, redis_server.url, namespace, tmp_path / "operator.log", **endpoint.env)
+            operator.start()
+            assert operator.proc is not None
+            try:
+                assert operator.proc.wait(60) == 2
+            finally:
+                operator.stop()
+        assert operator.log().strip() == (
+            f"unicore-operator: the task API (UNICORE_TASK_API_PORT={endpoint.task_api_port}) cannot authenticate the "
+            "API server: the operator may not read the ConfigMap kube-system/extension-apiserver-authentication (bind "
+            "it the Role extension-apiserver-authentication-reader in kube-system, as the chart does)")
+    finally:
+        core.delete_namespace(namespace)
+        api.close()

@@ -34,6 +34,7 @@ from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
+from unicore_operator.settings import OperatorSettings
 from unicore_operator.task_api.authn import (
     CONFIGMAP_NAME,
     CONFIGMAP_NAMESPACE,
@@ -251,23 +252,56 @@ async def serve(app: web.Application, port: int, kube: KubeClients | None, host:
         await runner.cleanup()
 
 
-async def start_task_api(ctx: OperatorContext) -> None:
-    """Start-up hook (``composition``): serve the task API when UNICORE_TASK_API_PORT is set. A missing certificate
-    or request-header ConfigMap stops the operator at start-up, saying which in one line."""
-    port = ctx.settings.task_api_port
-    if not port:
-        return
-    cert_dir = Path(ctx.settings.task_api_cert_dir)
+def _authentication(settings: OperatorSettings, kube: KubeClients) -> Authentication:
+    """The task API's Authentication; ConfigError saying in one line why it cannot be had."""
+    port, cert_dir = settings.task_api_port, Path(settings.task_api_cert_dir)
     try:
-        config = await asyncio.to_thread(read_auth_config, ctx.kube)
+        config = read_auth_config(kube)
     except AuthConfigError as exc:
         raise ConfigError(f"the task API (UNICORE_TASK_API_PORT={port}) cannot authenticate the API server: "
                           f"{exc}") from exc
     try:
-        auth = Authentication(cert_dir, config)
+        return Authentication(cert_dir, config)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"the task API (UNICORE_TASK_API_PORT={port}) has no usable certificate in "
                           f"UNICORE_TASK_API_CERT_DIR={cert_dir} ({CERT_FILE}, {KEY_FILE}): {exc}") from exc
+
+
+def task_api_problem(settings: OperatorSettings) -> str | None:
+    """The start-up check (``main``, before Kopf starts) as one line: why the task API cannot be served (the
+    request-header ConfigMap unreadable or missing, no usable certificate), or None (no task API, the check passed,
+    or the API server not reachable yet: then the start-up hook checks once it is)."""
+    if not settings.task_api_port:
+        return None
+    from unicore.kube_config import load_api_client
+
+    try:
+        api = load_api_client()
+    except Exception:  # the operator's own start-up says why it has no credentials
+        return None
+    try:
+        _authentication(settings, KubeClients(api))
+    except ConfigError as exc:
+        return str(exc)
+    except Exception:  # the API server not reachable (yet): transient, the hook checks again
+        return None
+    finally:
+        api.close()
+    return None
+
+
+async def start_task_api(ctx: OperatorContext) -> None:
+    """Start-up hook (``composition``): serve the task API when UNICORE_TASK_API_PORT is set. A missing certificate
+    or request-header ConfigMap stops the operator (kopf.PermanentError), saying which in one line."""
+    import kopf
+
+    port = ctx.settings.task_api_port
+    if not port:
+        return
+    try:
+        auth = await asyncio.to_thread(_authentication, ctx.settings, ctx.kube)
+    except ConfigError as exc:
+        raise kopf.PermanentError(str(exc)) from exc
     app = build_app(TaskApi(ctx.store, context_lookup(ctx)), auth, Authorizer(ctx.kube.core.create))
     task = asyncio.get_running_loop().create_task(serve(app, port, ctx.kube), name="unicore-task-api")
     ctx.background.append(task)
