@@ -17,6 +17,10 @@ from unicore.state.client import build_async_client, build_client
 from tests.waiting import wait_for
 
 PASSWORD = "right-password"
+# Connections the server receives between the two counts: this count's own, the client's one refused attempt, and
+# at most one more when that attempt timed out connecting on a loaded machine (a blip, retried). The 30 s retry
+# window made 27.
+MOST = 3
 
 
 @pytest.fixture
@@ -50,7 +54,7 @@ def test_a_wrong_password_fails_on_the_first_connection(protected_redis: Path) -
     with pytest.raises(AuthenticationError):
         client.ping()
     client.close()
-    assert connections(protected_redis) - before == 2  # the client's one attempt + this count's own
+    assert connections(protected_redis) - before <= MOST
 
 
 def test_the_async_client_too(protected_redis: Path) -> None:
@@ -69,4 +73,4 @@ def test_the_async_client_too(protected_redis: Path) -> None:
     with pytest.raises(RedisConnectionError) as caught:
         asyncio.run(ping())
     assert isinstance(caught.value.__cause__ or caught.value, AuthenticationError)
-    assert connections(protected_redis) - before == 2
+    assert connections(protected_redis) - before <= MOST
