@@ -149,7 +149,7 @@ def policy_objects(namespace: str, port: int, ca_pem: bytes) -> list[tuple[str, 
 
 
 @pytest.fixture
-def cluster(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+def admission_env(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     """``start(policies=True)``: the operator (with its webhook) for the namespace, the chart's admission objects
     applied (unless ``policies`` is false), a suspended parent ``p``, and the two creators."""
     from unicore_devcluster import pki
@@ -224,9 +224,9 @@ def create_as(tasks: Tasks, name: str, spec: dict[str, Any]) -> Callable[[], Any
 # ------------------------------------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("creator", ["user", "agent"])
 def test_a_child_that_widens_its_parent_or_names_no_parent_of_its_namespace_is_refused(
-    cluster: Callable[..., Cluster], creator: str
+    admission_env: Callable[..., Cluster], creator: str
 ) -> None:
-    env = cluster()
+    env = admission_env()
     tasks = env.creators[creator]
     ns = env.namespace
     for case, extra, fragment in WIDENING:
@@ -255,8 +255,8 @@ def test_a_child_that_widens_its_parent_or_names_no_parent_of_its_namespace_is_r
     assert json.loads(stored["tools"]) == ["read_file"] and json.loads(stored["limits"])["max_descendants"] == 2
 
 
-def test_the_turn_pods_service_account_creates_only_children(cluster: Callable[..., Cluster]) -> None:
-    env = cluster()
+def test_the_turn_pods_service_account_creates_only_children(admission_env: Callable[..., Cluster]) -> None:
+    env = admission_env()
     message = refusal(create_as(env.creators["agent"], "fresh-root", {"prompt": "Start over, unlimited.",
                                                                       "limits": {"maxDescendants": 100000}}))
     assert f"the turn pods ServiceAccount (system:serviceaccount:{env.namespace}:unicore-agent) may create only " \
@@ -264,8 +264,8 @@ def test_the_turn_pods_service_account_creates_only_children(cluster: Callable[.
     env.creators["user"].create("user-root", {"prompt": "Mine.", "suspend": True})  # a user may start a tree
 
 
-def test_a_childs_limits_and_tools_stay_as_they_were_admitted(cluster: Callable[..., Cluster]) -> None:
-    env = cluster()
+def test_a_childs_limits_and_tools_stay_as_they_were_admitted(admission_env: Callable[..., Cluster]) -> None:
+    env = admission_env()
     user = env.creators["user"]
     user.create("p-a", {**NARROW, "parentRef": {"name": "p"}})
     env.initialised("p-a")
@@ -278,8 +278,8 @@ def test_a_childs_limits_and_tools_stay_as_they_were_admitted(cluster: Callable[
     user.patch("p", {"limits": {"maxDescendants": 4}})  # and a root's limits are its owner's
 
 
-def test_children_count_against_their_trees_budget(cluster: Callable[..., Cluster]) -> None:
-    env = cluster()
+def test_children_count_against_their_trees_budget(admission_env: Callable[..., Cluster]) -> None:
+    env = admission_env()
     for n, creator in enumerate(("user", "agent", "user")):
         env.creators[creator].create(f"p-c{n}", {**NARROW, "parentRef": {"name": "p"}})
         env.initialised(f"p-c{n}")  # its slot is reserved once the operator has initialised it
@@ -291,8 +291,8 @@ def test_children_count_against_their_trees_budget(cluster: Callable[..., Cluste
 
 
 # ------------------------------------------------------------------------------------------ the operator
-def test_without_the_policies_the_operator_refuses_the_same_children(cluster: Callable[..., Cluster]) -> None:
-    env = cluster(policies=False)
+def test_without_the_policies_the_operator_refuses_the_same_children(admission_env: Callable[..., Cluster]) -> None:
+    env = admission_env(policies=False)
     user = env.creators["user"]
     ns = env.namespace
     for case, extra, _ in WIDENING:
@@ -317,8 +317,9 @@ def test_without_the_policies_the_operator_refuses_the_same_children(cluster: Ca
     assert not [job for job in env.admin.jobs() if job.metadata.name.startswith("p-")]
 
 
-def test_children_are_refused_while_the_operator_is_down_and_roots_are_not(cluster: Callable[..., Cluster]) -> None:
-    env = cluster()
+def test_children_are_refused_while_the_operator_is_down_and_roots_are_not(
+        admission_env: Callable[..., Cluster]) -> None:
+    env = admission_env()
     env.operator.stop()
     # the API server cannot reach the webhook: an internal error, and the child is not made
     message = refusal(create_as(env.creators["user"], "p-a", {**NARROW, "parentRef": {"name": "p"}}), status=500)
@@ -340,9 +341,9 @@ SPAWN_SCRIPT = {
 }
 
 
-def test_spawn_task_makes_its_children_through_the_policies(cluster: Callable[..., Cluster]) -> None:
+def test_spawn_task_makes_its_children_through_the_policies(admission_env: Callable[..., Cluster]) -> None:
     """A turn pod (its ServiceAccount's token) creates the child; the webhook admits it and the tree completes."""
-    env = cluster()
+    env = admission_env()
     env.admin.create("tree", {"prompt": "Ask a, then report.", "model": "scripted", "script": SPAWN_SCRIPT,
                               "childTools": ["read_file", "task_status"]})
 
