@@ -38,10 +38,37 @@ class ModelResponse(BaseModel):
 
 
 @runtime_checkable
+class AnswerSink(Protocol):
+    """Where a model call puts its answer's text as it arrives (the live view; ``unicore.state.token_stream``
+    publishes it to the task's bounded Redis stream). Only live views read it: stored history stays one message
+    per model answer, written by the turn after the call returns.
+
+    ``attempt_started`` is called before each try of the call (a retried or cut stream starts again: whatever was
+    published for an earlier try is void); ``text`` with each text delta, in order."""
+
+    def attempt_started(self) -> None: ...
+
+    def text(self, delta: str) -> None: ...
+
+
+class NoSink:
+    """An AnswerSink that drops everything (calls made without a live view: summaries, tools, tests)."""
+
+    def attempt_started(self) -> None:
+        pass
+
+    def text(self, delta: str) -> None:
+        pass
+
+
+@runtime_checkable
 class Model(Protocol):
-    """A chat model. Implementations raise ``unicore.errors.ModelError`` on failure."""
+    """A chat model. Implementations raise ``unicore.errors.ModelError`` on failure.
+
+    ``sink`` (None: no live view) receives the answer's text as it arrives; a provider that cannot stream gives
+    the whole text as one delta when the call returns."""
 
     provider: str  # "scripted", "bedrock", "openai"
     name: str  # the resolved model name/id
 
-    def converse(self, request: ModelRequest) -> ModelResponse: ...
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse: ...

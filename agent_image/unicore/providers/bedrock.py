@@ -34,7 +34,7 @@ from pydantic_settings import NoDecode
 
 from unicore.errors import ConfigError, ModelError
 from unicore.log import get_logger
-from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import CallRunner, Retryable, flatten_tool_blocks, has_tool_blocks
 from unicore.providers.model_names import (
     ModelNameResolver,
@@ -246,7 +246,7 @@ class BedrockModel:
             uniform=uniform,
         )
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         params = converse_request(self.name, request)
         return self.runner.run(request, lambda: self._send(params))
 

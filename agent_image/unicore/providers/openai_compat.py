@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from unicore.errors import ConfigError, ModelError
 from unicore.log import get_logger
-from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import CallRunner, Retryable, tool_result_text
 from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, is_retryable, real_sleep
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits
@@ -222,7 +222,7 @@ class OpenAICompatModel:
             uniform=uniform,
         )
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         body = json.dumps(chat_request(self.name, request)).encode()
         return self.runner.run(request, lambda: self._send(body))
 

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from unicore.errors import ConfigError, TurnCancelled
 from unicore.history import latest_user_text
-from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.schema import ContentBlock, Usage, task_name
 
 
@@ -216,7 +216,7 @@ class ScriptedModel:
         elif self.cancel.wait(seconds):
             raise TurnCancelled("cancelled during the scripted model's sleep")
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         started = time.monotonic()
         if request.purpose == "summary":
             content: list[ContentBlock] = [{"text": self._summary(request)}]
