@@ -117,10 +117,6 @@ def default_workspace(task_id: str, settings: RuntimeSettings | None = None) -> 
     return settings.home / "workspaces" / task_id.replace("/", "__")
 
 
-def _label(value: str) -> str:
-    return "".join("_" if ch in "|,=" else ch for ch in value)
-
-
 # --------------------------------------------------------------------------- the runner
 
 
@@ -414,25 +410,16 @@ class _Turn:
         return ""
 
     def _call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
-        labels = {
-            "provider": _label(getattr(model, "provider", "?")),
-            "model": _label(getattr(model, "name", "?")),
-        }
-        began = time.monotonic()
+        # The model's metrics (model_calls_total, model_tokens_total, model_call_duration_seconds) have one owner,
+        # the provider's CallRunner (unicore.providers.calling), so a call is counted once.
         self.progress.mark(f"model call ({request.purpose})")
         try:
             response = model.converse(request)
         except (TurnCancelled, ModelError, ConfigError):
-            self.telemetry.incr("model_calls_total", {**labels, "outcome": "error"})
             raise
         except Exception as exc:  # a provider bug is a model failure of this turn
-            self.telemetry.incr("model_calls_total", {**labels, "outcome": "error"})
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
         self._end_step("after model call")
-        self.telemetry.incr("model_calls_total", {**labels, "outcome": "ok"})
-        self.telemetry.observe("model_call_duration_seconds", time.monotonic() - began, labels)
-        self.telemetry.incr("model_tokens_total", {**labels, "kind": "input"}, response.usage.input_tokens)
-        self.telemetry.incr("model_tokens_total", {**labels, "kind": "output"}, response.usage.output_tokens)
         if not response.content:
             raise ModelError("the model returned an empty message")
         return response

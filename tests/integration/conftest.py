@@ -77,10 +77,10 @@ class TurnRunner:
     hooks: dict[str, Callable[[ModelRequest], None]] = field(default_factory=dict)
     extra_tools: list[Tool] = field(default_factory=list)
 
-    def model_for(self, record: TaskRecord, _client: redis.Redis) -> RecordingModel:
+    def model_for(self, record: TaskRecord, client: redis.Redis) -> RecordingModel:
         model = self.models.get(record.id)
         if model is None:
-            model = RecordingModel(ScriptedModel(load_script(record.script or {})))
+            model = RecordingModel(ScriptedModel(load_script(record.script or {}), redis_client=client))
             self.models[record.id] = model
         model.before = self.hooks.get(record.id)
         return model

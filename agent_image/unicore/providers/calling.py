@@ -1,4 +1,7 @@
-"""The call loop every remote provider shares: limiter -> call -> retry throttling -> telemetry.
+"""The call loop every provider shares: limiter -> call -> retry throttling -> telemetry.
+
+``CallRunner`` is the one owner of the model metrics: every provider (the scripted model too) runs its calls
+through it and the turn records none, so one model call is counted once.
 
 Metrics (written to Redis through ``unicore.state.telemetry.Telemetry``; the operator exports them with the
 ``unicore_`` prefix):
@@ -37,12 +40,21 @@ class Retryable(Exception):
     process calling the model (the shared multiplier). False: a transient failure of the connection or the server
     (refused, reset, timed out, HTTP 500/502/504): retried the same way, but no reason to slow anyone down."""
 
-    def __init__(self, code: str, message: str, status: int | None = None, *, throttle: bool = True) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        status: int | None = None,
+        *,
+        throttle: bool = True,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.status = status
         self.throttle = throttle
+        self.retry_after = retry_after  # seconds the server asked for (HTTP Retry-After); used as the backoff
 
 
 class Metrics:
@@ -92,7 +104,7 @@ class CallRunner:
         self.delays: list[float] = []  # backoff delays of the last run (for logs and tests)
 
     def _labels(self, **extra: str) -> dict[str, str]:
-        return {"provider": self.provider, "model": self.model, **extra}
+        return {"provider": metric_label(self.provider), "model": metric_label(self.model), **extra}
 
     def run(self, request: ModelRequest, send: Callable[[], ModelResponse]) -> ModelResponse:
         self.delays = []
@@ -112,6 +124,8 @@ class CallRunner:
                 if attempt == self.policy.max_attempts:
                     break
                 delay = self.policy.delay(attempt, self.uniform)
+                if exc.retry_after is not None:  # the server said when: honour it, within the policy's cap
+                    delay = min(max(exc.retry_after, 0.0), self.policy.max_retry_after)
                 if exc.throttle:  # only throttling slows down every caller of the model
                     if self.coordinator is not None:
                         self.coordinator.throttled(delay)
@@ -157,6 +171,11 @@ class CallRunner:
             self.metrics.incr("model_tokens_total", self._labels(kind="input"), usage.input_tokens)
         if usage.output_tokens:
             self.metrics.incr("model_tokens_total", self._labels(kind="output"), usage.output_tokens)
+
+
+def metric_label(value: str) -> str:
+    """A label value telemetry accepts (``|``, ``,`` and ``=`` separate its fields)."""
+    return "".join("_" if ch in "|,=" else ch for ch in value)
 
 
 def flatten_tool_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ Accepted specs (the task record's ``model`` field, ``--model``, the AgentTask ``
 * ``scripted:PATH``       the scripted model with a YAML/JSON script file
 * ``bedrock:NAME``        Amazon Bedrock: a short name (``claude-sonnet-4``), a model / inference-profile
   id, or an ARN
-* ``openai:NAME``         an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``), model NAME
+* ``openai:NAME``         an OpenAI-compatible endpoint, model NAME: the endpoint of the map
+  ``UNICORE_OPENAI_ENDPOINTS`` that serves NAME (``unicore.providers.endpoints``), else ``OPENAI_BASE_URL``,
+  ``OPENAI_API_KEY``
 
 ``parse_model_spec`` only checks the syntax (no network, no files): the CRD / CLI validation uses it.
 """
@@ -92,16 +94,18 @@ def resolve_model(
             path = Path(parsed.name).expanduser()
             if not path.is_file():
                 raise ConfigError(f"script file {parsed.name!r} (from model spec {spec!r}) does not exist")
-            return ScriptedModel(load_script(path), name=str(parsed))
-        return ScriptedModel(load_script(script if script is not None else {}))  # no script: only the default
+            return ScriptedModel(load_script(path), name=str(parsed), redis_client=redis)
+        # no script: only the default
+        return ScriptedModel(load_script(script if script is not None else {}), redis_client=redis)
     if parsed.provider == "bedrock":
         from unicore.providers.bedrock import BedrockSettings, build_bedrock_model
 
         bedrock_settings = _pick(settings, "bedrock", BedrockSettings)
         return build_bedrock_model(parsed.name, settings=bedrock_settings, redis_client=redis)
+    from unicore.providers.endpoints import openai_settings_for
     from unicore.providers.openai_compat import OpenAISettings, build_openai_model
 
-    openai_settings = _pick(settings, "openai", OpenAISettings)
+    openai_settings = _pick(settings, "openai", OpenAISettings) or openai_settings_for(parsed.name)
     return build_openai_model(parsed.name, settings=openai_settings, redis_client=redis)
 
 

@@ -22,6 +22,9 @@ class RetryPolicy(BaseModel):
     base_delay: float = Field(default=2.0, ge=0.0)
     jitter: float = Field(default=0.2, ge=0.0, lt=1.0)
     max_delay: float = Field(default=600.0, gt=0.0)
+    # A server's Retry-After replaces the computed backoff, but never beyond this (a bad header must not park a
+    # turn for hours).
+    max_retry_after: float = Field(default=120.0, ge=0.0)
 
     def delay(self, attempt: int, uniform: Uniform = random.uniform) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based) before the next try."""

@@ -46,6 +46,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from unicore.errors import ConfigError, TurnCancelled
 from unicore.history import latest_user_text
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
+from unicore.providers.calling import CallRunner
+from unicore.providers.retry import RetryPolicy
 from unicore.schema import ContentBlock, Usage, task_name
 
 
@@ -202,10 +204,14 @@ class ScriptedModel:
 
     provider = "scripted"
 
-    def __init__(self, script: Script, *, name: str = "scripted") -> None:
+    def __init__(self, script: Script, *, name: str = "scripted", redis_client: Any = None) -> None:
         self.script = script
         self.name = name
         self.cancel: threading.Event | None = None  # set by the turn runner so a sleep can be interrupted
+        # the one owner of the model metrics, as for the remote providers (no Redis: no metrics)
+        self.runner = CallRunner(
+            "scripted", name, policy=RetryPolicy(max_attempts=1), redis_client=redis_client
+        )
 
     def set_cancel_event(self, event: threading.Event) -> None:
         self.cancel = event
@@ -217,6 +223,9 @@ class ScriptedModel:
             raise TurnCancelled("cancelled during the scripted model's sleep")
 
     def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
+        return self.runner.run(request, lambda: self._answer(request))
+
+    def _answer(self, request: ModelRequest) -> ModelResponse:
         started = time.monotonic()
         if request.purpose == "summary":
             content: list[ContentBlock] = [{"text": self._summary(request)}]
@@ -286,7 +295,7 @@ class ScriptedModel:
 def resolve_scripted(spec: str, *, redis: Any = None, script: dict[str, Any] | None = None) -> ScriptedModel:
     """``scripted`` (the record's stored script, or an empty script) or ``scripted:PATH`` (a script file)."""
     if spec == "scripted":
-        return ScriptedModel(load_script(script) if script else Script())
+        return ScriptedModel(load_script(script) if script else Script(), redis_client=redis)
     if spec.startswith("scripted:"):
-        return ScriptedModel(load_script(spec.split(":", 1)[1]), name=spec)
+        return ScriptedModel(load_script(spec.split(":", 1)[1]), name=spec, redis_client=redis)
     raise ConfigError(f"unknown model {spec!r}: use scripted, scripted:PATH, bedrock:<name> or openai:<name>")
