@@ -10,6 +10,8 @@ import copy
 import math
 from typing import Any
 
+from unicore.providers.endpoints import ENDPOINTS_ENV
+
 from unicore_operator import names
 from unicore_operator.resources import merge_resources
 from unicore_operator.settings import OperatorSettings
@@ -119,10 +121,32 @@ def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[di
     if settings.stall_seconds is not None:
         env.append({"name": "UNICORE_STALL_SECONDS", "value": f"{settings.stall_seconds:g}"})
     env += [{"name": name, "value": value} for name, value in sorted(settings.agent_extra_env.items())]
+    env += build_endpoint_env(task, settings)
     env_from: list[dict[str, Any]] = []
     if settings.agent_env_secret:
         env_from.append({"secretRef": {"name": settings.agent_env_secret}})
     return env, env_from
+
+
+def build_endpoint_env(task: dict[str, Any], settings: OperatorSettings) -> list[dict[str, Any]]:
+    """The endpoint map (``UNICORE_OPENAI_ENDPOINTS``: URLs, model names, Secret names, never a key) and, when the
+    task's model is ``openai:NAME`` and its endpoint has a key Secret, that one key as a ``secretKeyRef`` to the
+    Secret in the task's own namespace. ``optional``: a namespace without the Secret gets a pod whose turn fails with
+    the provider's one-line error (docs/install.md) instead of a pod that cannot start."""
+    endpoints = settings.openai_endpoints
+    if not endpoints:
+        return []
+    env: list[dict[str, Any]] = [{"name": ENDPOINTS_ENV, "value": endpoints.for_pods().to_json()}]
+    model = str((task.get("spec") or {}).get("model") or "")
+    provider, _, name = model.partition(":")
+    found = endpoints.lookup(name.strip()) if provider.strip().lower() == "openai" else None
+    if found is not None:
+        index, endpoint = found
+        key_env = endpoints.key_env(index)
+        if endpoint.api_key_secret is not None and key_env:
+            ref = {"name": endpoint.api_key_secret.name, "key": endpoint.api_key_secret.key, "optional": True}
+            env.append({"name": key_env, "valueFrom": {"secretKeyRef": ref}})
+    return env
 
 
 def restricted_pod_security_context() -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 from unicore.errors import ConfigError
+from unicore.providers.endpoints import ENDPOINTS_ENV, KEY_ENV_PREFIX, EndpointMap, parse_endpoints
 from unicore.settings import KeywordOnlySettings
 
 from unicore_operator.resources import Resources, ResourcesInvalid, check_resources
@@ -26,7 +27,7 @@ from unicore_operator.resources import Resources, ResourcesInvalid, check_resour
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
     "REDIS_URL", "UNICORE_TASK_ID", "UNICORE_SPAWNER", "UNICORE_NAMESPACE", "UNICORE_WORKSPACE", "HOME",
-    "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS",
+    "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS", ENDPOINTS_ENV,
 })
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # The turn container's default requests and limits: a turn mostly waits on its model, so it reserves a little CPU
@@ -125,6 +126,11 @@ class OperatorSettings(KeywordOnlySettings):
     # How often the operator re-applies every namespace's user from its Secret (a Redis that restarted without them,
     # a deleted Secret: a new password) and recreates missing Secrets.
     redis_identity_resync_seconds: float = Field(30.0, gt=0)
+    # OpenAI-compatible endpoints by model name (unicore.providers.endpoints): a JSON list of {"models": [names or
+    # globs], "baseUrl", "apiKeySecret": {"name", "key"}, "apiKeyEnv", "rpm", "tpm", "timeout"}. Turn pods get the
+    # map and, for their task's model, its endpoint's key as a secretKeyRef (optional) to the Secret in the task's
+    # namespace; the operator copies no Secret between namespaces. Empty = OPENAI_BASE_URL alone.
+    openai_endpoints: Annotated[EndpointMap, NoDecode] = Field(default_factory=EndpointMap)
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -210,6 +216,20 @@ class OperatorSettings(KeywordOnlySettings):
         if reserved:
             raise ValueError(f"{reserved} are set by the operator itself")
         return value
+
+    @field_validator("openai_endpoints", mode="before")
+    @classmethod
+    def _parse_endpoints(cls, value: object, info: ValidationInfo) -> object:
+        try:
+            endpoints = parse_endpoints(value, source="")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        taken = {endpoints.key_env(i) for i in range(len(endpoints.endpoints))}
+        extra = info.data.get("agent_extra_env") or {}
+        clash = sorted(name for name in extra if name.startswith(KEY_ENV_PREFIX) or name in taken)
+        if clash:
+            raise ValueError(f"{env_var('agent_extra_env')} sets {clash}, which carry the endpoint map's API keys")
+        return endpoints
 
     @property
     def cluster_wide(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from unicore.errors import ConfigError
+from unicore.providers.endpoints import parse_endpoints
 from unicore.state import client as redis_client
 from unicore_operator.settings import OperatorSettings, env_var, load_settings
 from unicore_operator.watchdog.adapter import thresholds_from
@@ -62,6 +63,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": ('{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}',
                                                   "agent_service_account_annotations",
                                                   {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}),
+    "UNICORE_OPENAI_ENDPOINTS": ('[{"models": ["llama-*"], "baseUrl": "http://vllm:8000/v1"}]', "openai_endpoints",
+                                 parse_endpoints([{"models": ["llama-*"], "baseUrl": "http://vllm:8000/v1"}])),
 }
 # Read by modules the operator shares with the runtime, not by OperatorSettings.
 SHARED_RUNTIME_VARS = {redis_client.RETRY_SECONDS_ENV, redis_client.SOCKET_TIMEOUT_ENV, "UNICORE_LOG_LEVEL"}
