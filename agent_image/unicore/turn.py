@@ -360,6 +360,8 @@ class _Turn:
             fault_point("after model call")
             self.outcome.iterations += 1
             try:
+                if response.refused:  # e.g. a failed tool call written as text: never the final answer
+                    raise BadAnswer(response.refused)
                 content = accept_answer(response.content, used_ids, max_bytes=self.store.message_cap_bytes)
             except BadAnswer as exc:  # never stored: the model is told why and asked again
                 log.warning("task %s: model answer refused: %s", self.task_id, exc)

@@ -35,6 +35,9 @@ class ModelResponse(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     model_id: str = ""
     latency_seconds: float = 0.0
+    # Not "" when the answer must not be stored (a tool call written as text that cannot be run): why, for the
+    # model. The turn refuses such an answer as it refuses an ``answers.BadAnswer`` and asks again.
+    refused: str = ""
 
 
 @runtime_checkable
