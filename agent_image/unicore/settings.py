@@ -156,8 +156,14 @@ class RuntimeSettings(EnvSettings):
     extra_tools: str = Field("", validation_alias="UNICORE_EXTRA_TOOLS")
     # The log level of console entrypoints; None = the entrypoint's default (the CLI WARNING, others INFO).
     log_level: str | None = Field(None, validation_alias="UNICORE_LOG_LEVEL")
+    # The live token stream of a task (unicore.state.token_stream): about this many entries are kept (0 = publish
+    # nothing), and it expires this long after its last entry.
+    live_stream_entries: int = Field(2000, ge=0, le=1_000_000, validation_alias="UNICORE_LIVE_STREAM_ENTRIES")
+    live_stream_ttl_seconds: float = Field(3600.0, gt=0, allow_inf_nan=False,
+                                           validation_alias="UNICORE_LIVE_STREAM_TTL_SECONDS")
 
-    @field_validator("stall_seconds", "workspace", "log_level", mode="before")
+    @field_validator("stall_seconds", "workspace", "log_level", "live_stream_entries", "live_stream_ttl_seconds",
+                     mode="before")
     @classmethod
     def _blank(cls, value: object, info: ValidationInfo) -> object:
         return _default_if_blank(cls, value, info)

@@ -48,6 +48,7 @@ from unicore.state.reads import tree_budget_use
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
 from unicore.state.telemetry import Telemetry
+from unicore.state.token_stream import StreamSettings, TokenStreamSink, publish_turn_end
 from unicore.tools.base import Spawner, Tool, ToolContext
 from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
 from unicore.turn_numbers import shown_turn
@@ -103,7 +104,9 @@ def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
 
 
 # The RuntimeSettings fields a turn uses (run_turn reads just these when it is not given settings).
-TURN_SETTINGS = frozenset({"stall_seconds", "summarize_turns", "workspace", "home"})
+TURN_SETTINGS = frozenset(
+    {"stall_seconds", "summarize_turns", "workspace", "home", "live_stream_entries", "live_stream_ttl_seconds"}
+)
 
 
 def default_workspace(task_id: str, settings: RuntimeSettings | None = None) -> Path:
@@ -160,6 +163,8 @@ class _Turn:
         self.pending_tool_uses: list[
             ContentBlock
         ] = []  # tool calls of the last answer still without a result
+        self.live = StreamSettings(entries=settings.live_stream_entries, ttl_seconds=settings.live_stream_ttl_seconds)
+        self.answer_seq = 0  # the seq the next model answer gets when stored (the live stream names calls by it)
 
     # ---- lifecycle
 
@@ -205,6 +210,8 @@ class _Turn:
                 except redis.RedisError as exc:
                     log.error("task %s: could not release the lease: %s", self.task_id, exc)
                 fault_point("after release")
+        if self.outcome.turn_number is not None and self.outcome.exit_code != EXIT_LEASE_LOST:
+            publish_turn_end(self.redis, self.task_id, self.outcome.turn_number, self.live)  # wakes live readers
         if self.outcome.turn_number is not None:
             self.telemetry.observe("turn_duration_seconds", time.monotonic() - started)
         if self.outcome.exit_code == EXIT_OK and self.outcome.turn_number is not None:
@@ -356,6 +363,7 @@ class _Turn:
                 tools=specs,
                 purpose="turn",
             )
+            self.answer_seq = messages[-1].seq + 1
             response = self._call_model(model, request)
             fault_point("after model call")
             self.outcome.iterations += 1
@@ -415,16 +423,27 @@ class _Turn:
         # The model's metrics (model_calls_total, model_tokens_total, model_call_duration_seconds) have one owner,
         # the provider's CallRunner (unicore.providers.calling), so a call is counted once.
         self.progress.mark(f"model call ({request.purpose})")
+        sink = self._answer_sink(request)
         try:
-            response = model.converse(request)
+            response = model.converse(request, sink)
         except (TurnCancelled, ModelError, ConfigError):
             raise
         except Exception as exc:  # a provider bug is a model failure of this turn
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            if sink is not None:
+                sink.close()
         self._end_step("after model call")
         if not response.content:
             raise ModelError("the model returned an empty message")
         return response
+
+    def _answer_sink(self, request: ModelRequest) -> TokenStreamSink | None:
+        """The live stream of a turn's model call (``unicore.state.token_stream``); None for summaries or when off."""
+        if request.purpose != "turn" or self.live.entries <= 0 or self.outcome.turn_number is None:
+            return None
+        return TokenStreamSink(self.redis, self.task_id, turn=self.outcome.turn_number,
+                               call=self.outcome.iterations, seq=self.answer_seq, settings=self.live)
 
     def _queue_result(self, result: ContentBlock) -> None:
         tool_id = result["toolResult"]["toolUseId"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 from pydantic import BaseModel
-from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.scripted import ScriptedModel, load_script
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore
@@ -57,11 +57,11 @@ class RecordingModel:
         if hasattr(self.inner, "set_cancel_event"):
             self.inner.set_cancel_event(event)
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         self.requests.append(request)
         if self.before is not None:
             self.before(request)
-        return self.inner.converse(request)
+        return self.inner.converse(request, sink)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 import redis
 from unicore.history import INTERRUPTED_TEXT
 from unicore.launch.local_spawner import LocalSpawner
-from unicore.providers.base import ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.schema import Limits, TaskSpec, Usage
 from unicore.state.store import TaskStore, connect
 from unicore.tools import policy
@@ -149,7 +149,7 @@ class DeeplyNestedAnswerModel:
         self.depth = depth
         self.requests: list[ModelRequest] = []
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         self.requests.append(request)
         if len(self.requests) == 1:
             use = {"toolUseId": "t1", "name": "note", "input": {"text": "x", "deep": _nested(self.depth)}}

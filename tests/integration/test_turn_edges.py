@@ -90,7 +90,7 @@ def test_invalid_tool_input_and_unknown_tool_become_error_results(store, turn):
 class FailingModel:
     provider, name = "scripted", "failing"
 
-    def converse(self, request):
+    def converse(self, request, sink=None):
         raise ModelError("the provider is down")
 
 

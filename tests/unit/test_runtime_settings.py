@@ -30,6 +30,8 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_SUMMARIZE_TURNS": ("0", False),
     "UNICORE_EXTRA_TOOLS": (" my_tools:TOOLS ", "my_tools:TOOLS"),
     "UNICORE_LOG_LEVEL": ("DEBUG", "DEBUG"),
+    "UNICORE_LIVE_STREAM_ENTRIES": ("0", 0),
+    "UNICORE_LIVE_STREAM_TTL_SECONDS": ("60", 60.0),
     "UNICORE_REDIS_RETRY_SECONDS": ("7.5", 7.5),
     "UNICORE_REDIS_SOCKET_TIMEOUT": ("0", 0.0),
     "OPENAI_BASE_URL": ("http://vllm:8000/v1", "http://vllm:8000/v1"),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -223,9 +224,9 @@ class ScriptedModel:
             raise TurnCancelled("cancelled during the scripted model's sleep")
 
     def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
-        return self.runner.run(request, lambda: self._answer(request))
+        return self.runner.run(request, lambda: self._answer(request, sink))
 
-    def _answer(self, request: ModelRequest) -> ModelResponse:
+    def _answer(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         started = time.monotonic()
         if request.purpose == "summary":
             content: list[ContentBlock] = [{"text": self._summary(request)}]
@@ -241,6 +242,10 @@ class ScriptedModel:
                 self._sleep(step.sleep)
             content = self._content(request, step, step_index)
             stop = "tool_use" if any("toolUse" in block for block in content) else "end_turn"
+            if sink is not None:  # the answer's text word by word, as a streaming model gives it
+                for block in content:
+                    for word in re.findall(r"\S+\s*|\s+", str(block.get("text", ""))):
+                        sink.text(word)
         input_tokens = count_tokens(_request_text(request))
         output_tokens = sum(count_tokens(str(b.get("text", b.get("toolUse", "")))) for b in content)
         return ModelResponse(

@@ -52,12 +52,13 @@ TURN_PARTS = tuple(
 )
 
 # Commands a turn sends on its namespace's task keys, directly or inside the state package's Lua scripts
-# (state/lua.py, slots.py, reports.py, store.py, reads.py, tree_reads.py).
+# (state/lua.py, slots.py, reports.py, store.py, reads.py, tree_reads.py, token_stream.py).
 TASK_COMMANDS = (
     "exists", "get", "set", "del", "incr", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hexists", "hincrby",
     "llen", "lrange", "lindex", "rpush", "ltrim",
     "zadd", "zrem", "zrange", "zcard", "zscore",
+    "xadd",  # the live token stream (state/token_stream.py): written, never read, by a turn
     "eval", "evalsha",
 )
 # Commands without keys a client needs: health checks, SELECT of the URL's database, the script cache (redis-py

@@ -93,6 +93,11 @@ class TaskKeys:
         """Set of turn Job names the watchdog recorded first (their own outcome, when it shows, is not a repeat)."""
         return task_key(self.task_id, "opreaped")
 
+    @property
+    def tokens(self) -> str:
+        """The live stream of the model's answers as they arrive (``state.token_stream``; bounded, expires)."""
+        return task_key(self.task_id, "tokens")
+
     def pattern(self) -> str:
         """A SCAN pattern matching exactly this task's keys (glob characters of the id escaped)."""
         escaped = "".join("\\" + ch if ch in "[]*?\\" else ch for ch in self.task_id)
@@ -115,4 +120,5 @@ class TaskKeys:
             self.operator,
             self.operator_jobs,
             self.operator_reaped,
+            self.tokens,
         ]
