@@ -170,6 +170,7 @@ seccompProfile:
   "UNICORE_MAX_REAPS" (toString $v.watchdog.maxReaps)
   "UNICORE_WATCHDOG_INTERVAL_SECONDS" (toString $v.watchdog.intervalSeconds)
   "UNICORE_LOG_LEVEL" $v.operator.logLevel
+  "UNICORE_OPENAI_ENDPOINTS" (toJson $v.provider.openai.endpoints)
 -}}
 {{- $env | toJson -}}
 {{- end }}
