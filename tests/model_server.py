@@ -1,0 +1,118 @@
+"""Start a private, real model server: llama.cpp's llama-server (hack/build-model-server.sh) with the GGUF of
+hack/fetch-model.py, on a free port of 127.0.0.1 (the real-model tests and bench/bench_time_to_first_token.py).
+
+The set-up is the one docs/models.md documents and ``make model-up`` runs: ``--jinja`` (the GGUF's own chat
+template, so tools are offered as the model was trained to see them), greedy sampling (``--temp 0``, fixed seed)
+as the server's default, so runs repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = REPO / "hack" / "build-model-server.sh"
+FETCH = REPO / "hack" / "fetch-model.py"
+OPT_OUT = "UNICORE_NO_MODEL"
+ALIAS = "qwen2.5-coder-0.5b"
+CONTEXT = 16384
+
+
+class ModelUnavailable(RuntimeError):
+    """The server or the model could not be built or fetched (the reason is the message)."""
+
+
+def _last_line(cmd: list[str], timeout: float) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+        raise ModelUnavailable(f"{' '.join(cmd)} failed ({proc.returncode}): {tail}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def server_binary(timeout: float = 3600) -> Path:
+    """llama-server from the cache, built first if missing (make test's model-bins builds it beforehand)."""
+    return Path(_last_line(["bash", str(BUILD)], timeout))
+
+
+def model_file(model: str = ALIAS, timeout: float = 1800) -> Path:
+    python = REPO / ".venv" / "bin" / "python"
+    return Path(_last_line([str(python if python.exists() else "python3"), str(FETCH), "--model", model], timeout))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ModelServer:
+    def __init__(self, *, model: str = ALIAS, context: int = CONTEXT, extra_args: tuple[str, ...] = ()) -> None:
+        self.alias = model
+        binary = server_binary()
+        gguf = model_file(model)
+        self.dir = Path(tempfile.mkdtemp(prefix="unicore-llama-"))
+        self.log_path = self.dir / "server.log"
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.command = [
+            str(binary), "--jinja", "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
+            "-c", str(context), "--alias", model, "--temp", "0", "--seed", "42", "--no-webui", *extra_args,
+        ]
+        start = time.monotonic()
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        try:
+            wait_for(self._healthy, timeout=180, interval=0.1,
+                     what=f"llama-server to answer /health (log: {self.log_path})")
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        self.ready_seconds = time.monotonic() - start
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise ModelUnavailable(f"llama-server exited with {self.proc.returncode}: {' | '.join(tail)}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+            return response.status == 200
+
+    def env(self) -> dict[str, str]:
+        """What a UniCore process needs to reach this server as ``openai:<alias>``."""
+        return {"OPENAI_BASE_URL": self.base_url}
+
+    def models(self) -> list[str]:
+        with urllib.request.urlopen(f"{self.base_url}/models", timeout=10) as response:
+            return [m["id"] for m in json.load(response)["data"]]
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, *, keep_log: bool = False) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not keep_log:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def opted_out() -> bool:
+    return os.environ.get(OPT_OUT) == "1"
