@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 from unicore.errors import ConfigError
 from unicore.providers.bedrock import BedrockEnvironment, BedrockSettings
+from unicore.providers.endpoints import EndpointEnvironment
 from unicore.providers.openai_compat import OpenAIEnvironment, OpenAISettings
 from unicore.settings import EnvSettings, RedisClientSettings, RuntimeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_NAME = re.compile(r"`((?:UNICORE_|OPENAI_|AWS_)[A-Z0-9_]+|REDIS_URL)`")
 RUNTIME_WHERE = ("runtime", "turn process")
-MODELS: tuple[type[EnvSettings], ...] = (RuntimeSettings, RedisClientSettings, OpenAIEnvironment, BedrockEnvironment)
+MODELS: tuple[type[EnvSettings], ...] = (
+    RuntimeSettings, RedisClientSettings, OpenAIEnvironment, EndpointEnvironment, BedrockEnvironment)
 
 # variable -> (a value to set, the value its field then has, which is not the default)
 SAMPLES: dict[str, tuple[str, Any]] = {
@@ -40,6 +42,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_OPENAI_MAX_ATTEMPTS": ("2", 2),
     "UNICORE_OPENAI_RPM": ("60", 60),
     "UNICORE_OPENAI_TPM": ("1000", 1000),
+    "UNICORE_OPENAI_ENDPOINTS": ('[{"models": ["a"], "baseUrl": "http://a"}]', '[{"models": ["a"], "baseUrl": "http://a"}]'),
     "AWS_REGION": ("eu-west-1", "eu-west-1"),
     "AWS_DEFAULT_REGION": ("us-east-2", "us-east-2"),
     "AWS_PROFILE": ("dev", "dev"),
