@@ -1,4 +1,8 @@
-"""OpenAI-compatible provider against a tiny real HTTP server on a free local port (no client mocking)."""
+"""OpenAI-compatible provider against a tiny real HTTP server on a free local port (no client mocking).
+
+This server answers every request with one JSON object, as a server that ignores ``stream: true`` does (the
+provider reads such an answer as well); the streamed answers are tested in tests/integration/test_openai_streaming.py.
+"""
 
 from __future__ import annotations
 
@@ -130,6 +134,8 @@ def test_plain_text(endpoint: FakeEndpoint) -> None:
         "model": "qwen2.5-7b-instruct",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         "max_tokens": 64,
+        "stream": True,
+        "stream_options": {"include_usage": True},
         "temperature": 0.1,
     }
 
