@@ -2,7 +2,7 @@
 
 ``unicore run [--model M] [--name NAME] [--script FILE] PROMPT``   create a root task, run its tree, print the answer
 ``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
-``unicore show TASK [--json]``                                      the transcript, turn by turn
+``unicore show TASK [--json | --follow]``                           the transcript, turn by turn (then live)
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
@@ -31,6 +31,8 @@ from unicore.cli_input import (
     read_script_file,
 )
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.follow import Follower
+from unicore.follow import block_lines as _block_lines
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
@@ -172,21 +174,9 @@ def _print_answer(store: TaskStore, task_id: str, message_id: str, code: int) ->
     return code
 
 
-def _block_lines(block: dict[str, Any]) -> list[str]:
-    if "text" in block:
-        return [str(block["text"])]
-    if "toolUse" in block:
-        use = block["toolUse"]
-        return [f"[tool call {use.get('name')} {use.get('toolUseId')}] {json.dumps(use.get('input'))}"]
-    if "toolResult" in block:
-        result = block["toolResult"]
-        body = " ".join(str(c.get("text", json.dumps(c.get("json")))) for c in result.get("content", []))
-        status = result.get("status", "success")
-        return [f"[tool result {result.get('toolUseId')} {status}] {body}"]
-    return [json.dumps(block)]
-
-
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.json and args.follow:
+        raise UsageError("--follow prints text as it comes; it does not go with --json")
     store = _store()
     record = store.get_task(args.task)
     turns = store.load_history(args.task)
@@ -221,6 +211,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     pending = store.pending_count(args.task)
     if pending:
         print(f"\n({pending} message(s) waiting in the inbox)")
+    if args.follow:
+        stored = [message.seq for turn in turns for message in turn.messages]
+        follower = Follower(store, args.task, printed_next=max(stored, default=-1) + 1,
+                            turn=turns[-1].turn_number if turns else None)
+        try:
+            follower.run()
+        except KeyboardInterrupt:
+            print()
     return EXIT_OK
 
 
@@ -282,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a task's transcript")
     show.add_argument("task")
     show.add_argument("--json", action="store_true", help="the stored turns and messages as JSON")
+    show.add_argument("--follow", "-f", action="store_true",
+                      help="then print the model's answers as they are written, until the task settles")
     show.set_defaults(func=cmd_show)
 
     tree = sub.add_parser("tree", help="print the task tree with statuses")
