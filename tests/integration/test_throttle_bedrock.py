@@ -15,6 +15,8 @@ from unicore.providers.retry import RetryPolicy
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
 
+from tests.bedrock_stream_stub import add_stream, text_events
+
 REGION = "us-west-2"
 ACCOUNT = "123456789012"
 PROFILE_ID = "us.anthropic.claude-sonnet-4-20250514-v1:0"
@@ -27,13 +29,8 @@ def client(service: str) -> Any:
     )
 
 
-def ok_answer(text: str = "ok") -> dict[str, Any]:
-    return {
-        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-        "stopReason": "end_turn",
-        "usage": {"inputTokens": 20, "outputTokens": 5, "totalTokens": 25},
-        "metrics": {"latencyMs": 10},
-    }
+def ok_answer(text: str = "ok") -> list[dict[str, Any]]:
+    return text_events(text, inp=20, out=5)
 
 
 def request() -> ModelRequest:
@@ -92,9 +89,7 @@ def test_short_names_are_discovered_once_then_served_from_redis(redis_client: re
         again = build_bedrock_model("nova-pro", settings=settings, redis_client=redis_client)
         assert again.name == "amazon.nova-pro-v1:0"
         # the resolved id is what Converse receives (Stubber checks the request)
-        runtime_stub.add_response(
-            "converse",
-            ok_answer(),
+        add_stream(runtime_stub, runtime, ok_answer(),
             {"modelId": PROFILE_ID, "messages": request().messages, "inferenceConfig": {"maxTokens": 100}},
         )
         assert model.converse(request()).content == [{"text": "ok"}]
@@ -131,8 +126,8 @@ def test_throttled_call_raises_the_shared_multiplier_and_records_metrics(redis_c
         uniform=no_jitter,
     )
     with Stubber(runtime) as stubber:
-        stubber.add_client_error("converse", "ThrottlingException", "Rate exceeded", http_status_code=429)
-        stubber.add_response("converse", ok_answer("after backoff"))
+        stubber.add_client_error("converse_stream", "ThrottlingException", "Rate exceeded", http_status_code=429)
+        add_stream(stubber, runtime, ok_answer("after backoff"))
         response = model.converse(request())
         stubber.assert_no_pending_responses()
     assert response.content == [{"text": "after backoff"}]

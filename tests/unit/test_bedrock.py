@@ -1,5 +1,5 @@
 """Bedrock provider against botocore's Stubber (every request is validated against the bedrock-runtime
-model)."""
+model; ConverseStream answers are real event streams: tests/bedrock_stream_stub.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from unicore.errors import ConfigError, ModelError
 from unicore.providers.base import ModelRequest, ToolSpec
 from unicore.providers.bedrock import BedrockModel, BedrockSettings, converse_request
 from unicore.providers.retry import RetryPolicy
+
+from tests.bedrock_stream_stub import add_stream, answer_events, text_events, tool_events
 
 MODEL_ID = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 
@@ -36,13 +38,8 @@ class Sleeps:
 
 def answer(
     content: list[dict[str, Any]], stop: str = "end_turn", inp: int = 11, out: int = 7
-) -> dict[str, Any]:
-    return {
-        "output": {"message": {"role": "assistant", "content": content}},
-        "stopReason": stop,
-        "usage": {"inputTokens": inp, "outputTokens": out, "totalTokens": inp + out},
-        "metrics": {"latencyMs": 42},
-    }
+) -> list[dict[str, Any]]:
+    return answer_events(content, stop, inp, out)
 
 
 @pytest.fixture
@@ -74,9 +71,7 @@ def test_plain_text_call_maps_request_and_response(stubbed: Any) -> None:
         max_tokens=256,
         temperature=0.2,
     )
-    stubber.add_response(
-        "converse",
-        answer([{"text": "Hi."}], inp=12, out=3),
+    add_stream(stubber, client, answer([{"text": "Hi."}], inp=12, out=3),
         expected_params={
             "modelId": MODEL_ID,
             "messages": [{"role": "user", "content": [{"text": "Say hi"}]}],
@@ -108,9 +103,7 @@ def test_tool_use_round_trip(stubbed: Any) -> None:
             {"toolSpec": {"name": "read_file", "description": "Read a file", "inputSchema": {"json": schema}}}
         ]
     }
-    stubber.add_response(
-        "converse",
-        answer(
+    add_stream(stubber, client, answer(
             [
                 {"text": "Reading."},
                 {"toolUse": {"toolUseId": "tu-1", "name": "read_file", "input": {"path": "a.txt"}}},
@@ -149,9 +142,7 @@ def test_tool_use_round_trip(stubbed: Any) -> None:
         },
     ]
     second = ModelRequest(task_id="demo", messages=history, tools=tools)
-    stubber.add_response(
-        "converse",
-        answer([{"text": "It says hello."}]),
+    add_stream(stubber, client, answer([{"text": "It says hello."}]),
         expected_params={
             "modelId": MODEL_ID,
             "messages": history,
@@ -183,18 +174,18 @@ def test_tool_blocks_without_tools_are_sent_as_text(stubbed: Any) -> None:
     assert "toolConfig" not in params
     assert params["messages"][1]["content"] == [{"text": '[called tool ls with {"d": "."}]'}]
     assert params["messages"][2]["content"] == [{"text": "[tool error: a b]"}]
-    stubber.add_response("converse", answer([{"text": "Listed files."}]), expected_params=params)
+    add_stream(stubber, client, answer([{"text": "Listed files."}]), expected_params=params)
     assert make_model(client).converse(request).content == [{"text": "Listed files."}]
 
 
 def test_throttling_is_retried_with_exponential_backoff_then_succeeds(stubbed: Any) -> None:
     client, stubber = stubbed
-    stubber.add_client_error("converse", "ThrottlingException", "Too many requests", http_status_code=429)
-    stubber.add_client_error("converse", "TooManyRequestsException", "slow down", http_status_code=429)
-    stubber.add_client_error("converse", "ServiceUnavailableException", "busy", http_status_code=503)
-    stubber.add_client_error("converse", "ModelNotReadyException", "warming up", http_status_code=429)
-    stubber.add_client_error("converse", "SomethingNew", "overloaded", http_status_code=503)
-    stubber.add_response("converse", answer([{"text": "Finally."}]))
+    stubber.add_client_error("converse_stream", "ThrottlingException", "Too many requests", http_status_code=429)
+    stubber.add_client_error("converse_stream", "TooManyRequestsException", "slow down", http_status_code=429)
+    stubber.add_client_error("converse_stream", "ServiceUnavailableException", "busy", http_status_code=503)
+    stubber.add_client_error("converse_stream", "ModelNotReadyException", "warming up", http_status_code=429)
+    stubber.add_client_error("converse_stream", "SomethingNew", "overloaded", http_status_code=503)
+    add_stream(stubber, client, answer([{"text": "Finally."}]))
     sleeps = Sleeps()
     jitters = iter([1.2, 0.8, 1.0, 1.1, 0.9])  # +20 %, -20 %, 0, +10 %, -10 %
     model = make_model(client, sleeps, uniform=lambda lo, hi: (lo, hi) == (0.8, 1.2) and next(jitters))
@@ -209,7 +200,7 @@ def test_throttling_is_retried_with_exponential_backoff_then_succeeds(stubbed: A
 def test_throttling_gives_up_after_eight_tries(stubbed: Any) -> None:
     client, stubber = stubbed
     for _ in range(8):
-        stubber.add_client_error("converse", "ThrottlingException", "Rate exceeded", http_status_code=429)
+        stubber.add_client_error("converse_stream", "ThrottlingException", "Rate exceeded", http_status_code=429)
     sleeps = Sleeps()
     rng = random.Random(7)
     model = make_model(client, sleeps, uniform=rng.uniform)
@@ -230,13 +221,12 @@ def test_throttling_gives_up_after_eight_tries(stubbed: Any) -> None:
         ("ValidationException", 400),
         ("AccessDeniedException", 403),
         ("ResourceNotFoundException", 404),
-        ("InternalServerException", 500),
         ("ModelErrorException", 424),
     ],
 )
 def test_other_errors_fail_immediately_with_code_and_message(stubbed: Any, code: str, status: int) -> None:
     client, stubber = stubbed
-    stubber.add_client_error("converse", code, f"the {code} message", http_status_code=status)
+    stubber.add_client_error("converse_stream", code, f"the {code} message", http_status_code=status)
     sleeps = Sleeps()
     with pytest.raises(ModelError) as info:
         make_model(client, sleeps).converse(
@@ -314,3 +304,77 @@ def test_settings_from_env() -> None:
         BedrockSettings.from_env({"UNICORE_BEDROCK_LIMITS": '{"x": {"rpm": -1}}'})
     with pytest.raises(ConfigError):
         BedrockSettings.from_env({"UNICORE_BEDROCK_RPM": "many"})
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+        self.attempts = 0
+
+    def attempt_started(self) -> None:
+        self.attempts += 1
+        self.deltas = []
+
+    def text(self, delta: str) -> None:
+        self.deltas.append(delta)
+
+
+def ask() -> ModelRequest:
+    return ModelRequest(task_id="t", messages=[{"role": "user", "content": [{"text": "x"}]}])
+
+
+def test_text_deltas_reach_the_sink_and_tool_input_fragments_are_joined(stubbed: Any) -> None:
+    client, stubber = stubbed
+    add_stream(stubber, client, text_events("Hello there, friend.", pieces=3))
+    add_stream(stubber, client, tool_events("Reading.", "tu-9", "read_file", '{"path": "a.txt", "max_bytes": 10}'))
+    sink = Sink()
+    model = make_model(client)
+    assert model.converse(ask(), sink).content == [{"text": "Hello there, friend."}]
+    assert sink.deltas == ["Hello t", "here, f", "riend."] and sink.attempts == 1
+    response = model.converse(ask(), sink)
+    assert response.stop_reason == "tool_use" and sink.deltas == ["Reading."]
+    assert response.content[1] == {
+        "toolUse": {"toolUseId": "tu-9", "name": "read_file", "input": {"path": "a.txt", "max_bytes": 10}}
+    }
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
+
+
+def test_a_connection_reset_mid_stream_is_retried_and_no_half_answer_returned(stubbed: Any) -> None:
+    client, stubber = stubbed
+    events = text_events("The whole answer, at last.", pieces=4)
+    add_stream(stubber, client, events, reset_after=3)  # two text deltas in, then the connection resets
+    add_stream(stubber, client, events[:-2])  # a body that ends cleanly but before messageStop: a cut too
+    add_stream(stubber, client, events)
+    sink, sleeps = Sink(), Sleeps()
+    response = make_model(client, sleeps).converse(ask(), sink)
+    assert response.content == [{"text": "The whole answer, at last."}]
+    assert sink.attempts == 3 and "".join(sink.deltas) == "The whole answer, at last."
+    assert sleeps.calls == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("code", ["throttlingException", "serviceUnavailableException",
+                                  "modelStreamErrorException", "internalServerException"])
+def test_exception_events_inside_the_stream_are_retried(stubbed: Any, code: str) -> None:
+    client, stubber = stubbed
+    add_stream(stubber, client, [*text_events("Hal")[:2], {code: {"message": "try again"}}])
+    add_stream(stubber, client, text_events("Whole."))
+    sleeps = Sleeps()
+    model = make_model(client, sleeps)
+    assert model.converse(ask()).content == [{"text": "Whole."}]
+    assert sleeps.calls == [2.0]
+
+
+def test_internal_server_errors_are_retried_as_transient(stubbed: Any) -> None:
+    client, stubber = stubbed
+    stubber.add_client_error("converse_stream", "InternalServerException", "oops", http_status_code=500)
+    add_stream(stubber, client, text_events("fine"))
+    sleeps = Sleeps()
+    assert make_model(client, sleeps).converse(ask()).content == [{"text": "fine"}]
+    assert sleeps.calls == [2.0]
+
+
+def test_a_validation_exception_event_fails_the_call(stubbed: Any) -> None:
+    client, stubber = stubbed
+    add_stream(stubber, client, [*text_events("x")[:1], {"validationException": {"message": "bad input"}}])
+    with pytest.raises(ModelError, match="ValidationException.*bad input"):
+        make_model(client).converse(ask())

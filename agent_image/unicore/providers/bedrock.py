@@ -1,4 +1,6 @@
-"""Amazon Bedrock through boto3 ``bedrock-runtime`` Converse.
+"""Amazon Bedrock through boto3 ``bedrock-runtime`` ConverseStream (the answer's text reaches the call's
+``AnswerSink`` as it arrives; ``unicore.providers.bedrock_stream`` folds the events into one answer; a stream that
+breaks off before ``messageStop`` is retried like a transient failure, never returned as half an answer).
 
 Configuration (``BedrockSettings.from_env``, the variables of ``BedrockEnvironment``): ``AWS_REGION`` /
 ``AWS_DEFAULT_REGION``, ``AWS_PROFILE`` (or any credential boto3 finds: env keys, IRSA / Pod Identity on
@@ -34,7 +36,8 @@ from pydantic_settings import NoDecode
 
 from unicore.errors import ConfigError, ModelError
 from unicore.log import get_logger
-from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
+from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse, NoSink
+from unicore.providers.bedrock_stream import STREAM_CUT_ERRORS, StreamCut, stream_response
 from unicore.providers.calling import CallRunner, Retryable, flatten_tool_blocks, has_tool_blocks
 from unicore.providers.model_names import (
     ModelNameResolver,
@@ -44,10 +47,12 @@ from unicore.providers.model_names import (
 )
 from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, is_retryable, real_sleep
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits
-from unicore.schema import Usage
 from unicore.settings import EnvSettings, Flag
 
 log = get_logger("bedrock")
+
+# Errors worth another try that are not throttling: "retry your request" (the stream broke on the server side).
+TRANSIENT_CODES = frozenset({"ModelStreamErrorException", "InternalServerException"})
 
 ClientFactory = Callable[[str], Any]  # service name ("bedrock-runtime" | "bedrock") -> boto3 client
 
@@ -166,7 +171,7 @@ def _model_limits(base: ThrottleLimits, raw: Any) -> ThrottleLimits:
 
 
 def converse_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
-    """ModelRequest -> keyword arguments of ``bedrock-runtime.converse``."""
+    """ModelRequest -> keyword arguments of ``bedrock-runtime.converse_stream`` (the same as ``converse``'s)."""
     messages = [{"role": m["role"], "content": list(m.get("content", []))} for m in request.messages]
     if not request.tools and has_tool_blocks(messages):
         # Converse rejects toolUse/toolResult blocks without a toolConfig (e.g. a summary call): show them
@@ -188,31 +193,6 @@ def converse_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
             tools.append({"toolSpec": spec})
         params["toolConfig"] = {"tools": tools}
     return params
-
-
-def converse_response(model_id: str, raw: Mapping[str, Any]) -> ModelResponse:
-    """A ``converse`` answer -> ModelResponse (text and toolUse blocks; other block kinds are dropped)."""
-    content: list[dict[str, Any]] = []
-    for block in raw.get("output", {}).get("message", {}).get("content", []):
-        if "text" in block:
-            content.append({"text": block["text"]})
-        elif "toolUse" in block:
-            use = block["toolUse"]
-            content.append(
-                {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"], "input": use.get("input")}}
-            )
-        else:
-            log.debug("dropping unsupported content block %s", sorted(block))
-    usage = raw.get("usage") or {}
-    inp, out = int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))
-    return ModelResponse(
-        content=content,
-        stop_reason=str(raw.get("stopReason", "end_turn")),
-        usage=Usage(
-            input_tokens=inp, output_tokens=out, total_tokens=int(usage.get("totalTokens", inp + out))
-        ),
-        model_id=model_id,
-    )
 
 
 # the model ----------
@@ -248,24 +228,33 @@ class BedrockModel:
 
     def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         params = converse_request(self.name, request)
-        return self.runner.run(request, lambda: self._send(params))
+        live = sink if sink is not None else NoSink()
+        return self.runner.run(request, lambda: self._send(params, live))
 
-    def _send(self, params: dict[str, Any]) -> ModelResponse:
+    def _send(self, params: dict[str, Any], sink: AnswerSink) -> ModelResponse:
+        sink.attempt_started()  # whatever an earlier try published is void
         try:
-            raw = self._client.converse(**params)
-        except ClientError as exc:
+            raw = self._client.converse_stream(**params)
+            return stream_response(self.name, raw["stream"], sink)
+        except ClientError as exc:  # also EventStreamError: an exception event inside the stream
             error = exc.response.get("Error", {})
             code = str(error.get("Code", "Unknown"))
+            code = code[:1].upper() + code[1:]  # stream exception events name the member: throttlingException
             message = str(error.get("Message", exc))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if is_retryable(code, status):
                 raise Retryable(code, message, status) from exc
+            if code in TRANSIENT_CODES:
+                raise Retryable(code, message, status, throttle=False) from exc
             raise ModelError(f"Bedrock {code} for model {self.name}: {message}") from exc
         except (NoCredentialsError, PartialCredentialsError, NoRegionError) as exc:
             raise ConfigError(aws_credentials_hint(exc)) from exc
+        except StreamCut as exc:
+            raise Retryable("stream cut", f"Bedrock {self.name}: {exc}", throttle=False) from exc
+        except STREAM_CUT_ERRORS as exc:  # the connection broke or timed out mid-stream
+            raise Retryable("stream cut", f"Bedrock {self.name}: {exc!r}", throttle=False) from exc
         except BotoCoreError as exc:
             raise ModelError(f"Bedrock call to {self.name} failed: {exc}") from exc
-        return converse_response(self.name, raw)
 
 
 def build_bedrock_model(

@@ -224,6 +224,6 @@ def aws_credentials_hint(exc: Exception) -> str:
     return (
         f"AWS is not configured for Bedrock ({exc}). Provide credentials and a region: set AWS_REGION "
         "(or AWS_DEFAULT_REGION) and either AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-        "or on Kubernetes "
-        "IRSA / EKS Pod Identity (a ServiceAccount annotated with an IAM role allowed bedrock:InvokeModel)."
+        "or on Kubernetes IRSA / EKS Pod Identity (a ServiceAccount annotated with an IAM role allowed "
+        "bedrock:InvokeModelWithResponseStream, which ConverseStream needs)."
     )
