@@ -42,6 +42,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_OPENAI_MAX_ATTEMPTS": ("2", 2),
     "UNICORE_OPENAI_RPM": ("60", 60),
     "UNICORE_OPENAI_TPM": ("1000", 1000),
+    "UNICORE_OPENAI_TEXT_TOOL_CALLS": ("0", False),
     "UNICORE_OPENAI_ENDPOINTS": ('[{"models": ["a"], "baseUrl": "http://a"}]', '[{"models": ["a"], "baseUrl": "http://a"}]'),
     "AWS_REGION": ("eu-west-1", "eu-west-1"),
     "AWS_DEFAULT_REGION": ("us-east-2", "us-east-2"),
