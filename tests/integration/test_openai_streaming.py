@@ -61,6 +61,7 @@ def server() -> Iterator[SSEServer]:
 @pytest.fixture(autouse=True)
 def fresh_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(openai_compat, "SERVED_NAMES", {})
+    monkeypatch.setattr(openai_compat, "NOT_STREAMING", set())
 
 
 def settings(server: SSEServer, attempts: int = 8) -> OpenAISettings:
@@ -146,6 +147,29 @@ def test_a_name_the_server_does_not_serve_uses_the_alias_from_models(server: SSE
     assert [r["body"]["model"] for r in server.posts()] == [
         "qwen2.5-coder-0.5b-instruct-q4_k_m", f"/models/{MODEL}", f"/models/{MODEL}"]
     assert [r["path"] for r in server.requests if r["method"] == "GET"] == ["/v1/models"]  # once per process
+
+
+def test_a_server_that_cannot_stream_tools_is_asked_without_streaming(server: SSEServer) -> None:
+    """Older llama-server builds answer a streamed request with tools with HTTP 500 "Cannot use tools with stream"."""
+    tools = [ToolSpec(name="read_file", description="", input_schema={"type": "object"})]
+    server.answers += [json_answer(500, {"error": {"code": 500, "message": "Cannot use tools with stream"}}),
+                       json_answer(200, {"model": MODEL, "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": "no stream"}}]}),
+                       json_answer(200, {"model": MODEL, "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": "still none"}}]})]
+    sink, sleeps = Sink(), list[float]()
+    qwen = model(server, sleeps)
+    assert qwen.converse(ask(tools), sink).content == [{"text": "no stream"}]
+    assert qwen.converse(ask(tools), sink).content == [{"text": "still none"}]
+    assert sink.deltas == ["still none"] and sleeps == []  # the whole text as one delta
+    assert [r["body"].get("stream", False) for r in server.posts()] == [True, False, False]
+
+
+def test_a_text_call_cut_at_max_tokens_is_refused_saying_so(server: SSEServer) -> None:
+    tools = [ToolSpec(name="write_file", description="", input_schema={"type": "object"})]
+    server.answers.append(stream(text_chunks(WRITE_CALL[:40], finish="length")))
+    response = model(server, []).converse(ask(tools))
+    assert "cut off at max_tokens" in response.refused and response.stop_reason == "max_tokens"
 
 
 # ---------------------------------------------------------------- through the turn (real Redis)

@@ -17,7 +17,8 @@ may be a tool call written as text is held back until decided); a stream cut bef
 as transient failures (no half answer is ever returned); 429/503 are throttling, and a ``Retry-After`` is the
 backoff (capped by ``RetryPolicy.max_retry_after``); missing or repeated tool-call ids get fresh unique ones;
 ``finish_reason: length`` is ``max_tokens``; missing usage is estimated (~4 characters a token); a server that
-ignores ``stream`` and answers one JSON object is read as such; a model name the server does not serve (HTTP 404,
+ignores ``stream`` and answers one JSON object is read as such, and one that refuses to stream (an older
+llama-server with tools) is asked without ``stream`` from then on; a model name the server does not serve (HTTP 404,
 or 400 naming the model) is looked up once per process in ``/models``: the id whose basename matches, else the
 only model served, is used instead (logged).
 """
@@ -62,6 +63,9 @@ TRANSIENT_STATUSES = frozenset({408, 500, 502, 504})
 
 # (base URL, configured model name) -> the model id the server serves instead (found in /models; per process)
 SERVED_NAMES: dict[tuple[str, str], str] = {}
+# (base URL, model id) of servers that refused to stream this request (older llama-server: "Cannot use tools with
+# stream"); asked without ``stream`` from then on (per process)
+NOT_STREAMING: set[tuple[str, str]] = set()
 
 
 class OpenAISettings(BaseModel):
@@ -209,6 +213,10 @@ class _NotServed(ModelError):
     """The server does not know the model name (HTTP 404, or 400 naming the model)."""
 
 
+class _NoStreaming(ModelError):
+    """The server refused to stream (HTTP 400/500 whose message names streaming)."""
+
+
 # the model ----------
 
 
@@ -246,11 +254,19 @@ class OpenAICompatModel:
         return self.runner.run(request, lambda: self._attempt(request, live))
 
     def _attempt(self, request: ModelRequest, sink: AnswerSink) -> ModelResponse:
-        try:
-            return self._send(request, sink)
-        except _NotServed:
-            if (self.settings.base_url, self.name) in SERVED_NAMES or not self._find_alias():
-                raise
+        for _ in range(3):  # at most: the alias found, streaming turned off
+            try:
+                return self._send(request, sink)
+            except _NotServed:
+                if (self.settings.base_url, self.name) in SERVED_NAMES or not self._find_alias():
+                    raise
+            except _NoStreaming as exc:
+                key = (self.settings.base_url, self.served_name)
+                if key in NOT_STREAMING:
+                    raise
+                log.warning("openai endpoint %s does not stream model %s (%s); asking without streaming",
+                            self.settings.base_url, self.served_name, exc)
+                NOT_STREAMING.add(key)
         return self._send(request, sink)
 
     def _find_alias(self) -> bool:
@@ -269,7 +285,7 @@ class OpenAICompatModel:
         SERVED_NAMES[(self.settings.base_url, self.name)] = alias
         return True
 
-    def _open(self, url: str, body: bytes | None) -> http.client.HTTPResponse:
+    def _open(self, url: str, body: bytes | None, *, streaming: bool = False) -> http.client.HTTPResponse:
         headers = {"Accept": "text/event-stream, application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -284,11 +300,15 @@ class OpenAICompatModel:
             wait = retry_after(exc.headers.get("Retry-After")) if exc.headers else None
             if is_retryable(None, exc.code):
                 raise Retryable(f"HTTP {exc.code}", detail, exc.code, retry_after=wait) from exc
+            if exc.code == 500 and streaming and "stream" in detail.lower():
+                raise _NoStreaming(f"HTTP {exc.code}: {detail}") from exc
             if exc.code in TRANSIENT_STATUSES:
                 raise Retryable(f"HTTP {exc.code}", detail, exc.code, throttle=False, retry_after=wait) from exc
             what = ModelError
             if body is not None and (exc.code == 404 or (exc.code == 400 and "model" in detail.lower())):
                 what = _NotServed
+            elif streaming and "stream" in detail.lower():
+                what = _NoStreaming
             raise what(f"openai endpoint {url} answered HTTP {exc.code} for model {self.name}: {detail}") from exc
         except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as exc:
             # refused / reset / timed out: the server restarts or is overloaded (a vLLM pod rolling); try again
@@ -298,11 +318,12 @@ class OpenAICompatModel:
     def _send(self, request: ModelRequest, sink: AnswerSink) -> ModelResponse:
         sink.attempt_started()  # whatever an earlier try published is void
         url = f"{self.settings.base_url}/chat/completions"
-        body = json.dumps(chat_request(self.served_name, request)).encode()
+        streaming = (self.settings.base_url, self.served_name) not in NOT_STREAMING
+        body = json.dumps(chat_request(self.served_name, request, stream=streaming)).encode()
         text_calls = self.settings.text_tool_calls and bool(request.tools)
         assembled = StreamAssembler()
         held = HeldText(sink, hold=text_calls)
-        with self._open(url, body) as answer:
+        with self._open(url, body, streaming=streaming) as answer:
             try:
                 if "json" in (answer.headers.get("Content-Type") or ""):  # the server ignored stream: true
                     held.text(assembled.feed(json.loads(answer.read())))
