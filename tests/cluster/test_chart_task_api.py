@@ -18,7 +18,8 @@ pytestmark = pytest.mark.cluster
 
 NS = "agents"
 GROUP = "tasks.unicore.dev"
-READS = {"apiGroups": [GROUP], "resources": ["agenttasks/transcript", "agenttasks/tree", "agenttasks/summary"],
+READS = {"apiGroups": [GROUP], "resources": ["agenttasks/transcript", "agenttasks/tree", "agenttasks/summary",
+                                            "agenttasks/stream"],
          "verbs": ["get"]}
 SENDS = {"apiGroups": [GROUP], "resources": ["agenttasks/messages"], "verbs": ["create"]}
 

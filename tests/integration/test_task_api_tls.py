@@ -34,6 +34,7 @@ pki = pytest.importorskip("unicore_devcluster.pki")
 
 API = "/apis/tasks.unicore.dev/v1alpha1"
 ALLOWED = {("alice", "team-a")}  # who may do anything in which namespace (the stand-in authorizer's table)
+READS = {("bob", "team-a", "transcript")}  # who may do only this (an older reader role, without agenttasks/stream)
 
 
 def free_port() -> int:
@@ -97,7 +98,10 @@ def server(redis_url: str, tmp_path: Path) -> Iterator[Server]:
     def review(path: str, body: dict[str, Any]) -> dict[str, Any]:
         reviews.append(body)
         spec = body["spec"]
-        return {**body, "status": {"allowed": (spec["user"], spec["resourceAttributes"]["namespace"]) in ALLOWED}}
+        where = spec["resourceAttributes"]
+        allowed = (spec["user"], where["namespace"]) in ALLOWED or (
+            spec["user"], where["namespace"], where["subresource"]) in READS
+        return {**body, "status": {"allowed": allowed}}
 
     app = build_app(TaskApi(store, static_lookup(lambda: objects)), Authentication(certs_dir, config),
                     Authorizer(review))
@@ -203,3 +207,30 @@ def test_discovery_and_health_are_public(server: Server) -> None:
     status, missing = server.call("GET", f"{API}/namespaces/team-a/agenttasks/demo/logs",
                                   headers={"X-Remote-User": "alice"})
     assert (status, missing["reason"]) == (404, "NotFound")
+
+
+def test_the_live_stream_is_a_long_poll_for_those_who_may_get_agenttasks_stream(server: Server) -> None:
+    from unicore.state.token_stream import TokenStreamSink
+
+    stream = f"{API}/namespaces/team-a/agenttasks/demo/stream"
+    alice, bob = {"X-Remote-User": "alice"}, {"X-Remote-User": "bob"}
+    status, first = server.call("GET", stream, headers=alice)
+    assert (status, first["kind"], first["entries"], first["next"]) == (200, "TokenStream", [], "0")
+
+    def publish_soon() -> None:
+        sink = TokenStreamSink(server.store.redis, "team-a/demo", turn=0, call=0, seq=1)
+        sink.text("live words")
+        sink.close()
+
+    writer = threading.Timer(0.3, publish_soon)
+    writer.start()
+    status, waited = server.call("GET", stream + "?after=0&wait=8", headers=alice)  # answered once the entry comes
+    writer.join()
+    assert status == 200 and [(e["kind"], e["text"]) for e in waited["entries"]][:1] == [("text", "live words")]
+    assert server.reviews[-1]["spec"]["resourceAttributes"]["subresource"] == "stream"
+    # bob may read the transcript but not the stream: refused, nothing read
+    assert server.call("GET", transcript("team-a"), headers=bob)[0] == 200
+    status, denied = server.call("GET", stream + "?after=0", headers=bob)
+    assert (status, denied["reason"]) == (403, "Forbidden")
+    assert 'cannot get resource "agenttasks/stream"' in denied["message"] and "entries" not in denied
+    assert server.call("GET", f"{API}/namespaces/team-b/agenttasks/demo/stream", headers=alice)[0] == 403

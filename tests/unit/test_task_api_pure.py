@@ -115,7 +115,7 @@ class ExplodingApi:
 
 def test_every_route_is_a_subresource_with_the_verb_the_api_server_checks() -> None:
     reads = {sub: resolve("GET", f"{BASE}/namespaces/team-a/agenttasks/demo/{sub}")
-             for sub in ("summary", "tree", "transcript")}
+             for sub in ("summary", "tree", "transcript", "stream")}
     for sub, target in reads.items():
         assert target.attributes() == Attributes(verb="get", namespace="team-a", name="demo", subresource=sub,
                                                  group="tasks.unicore.dev", version="v1alpha1", resource="agenttasks")
@@ -123,7 +123,8 @@ def test_every_route_is_a_subresource_with_the_verb_the_api_server_checks() -> N
     assert (post.route.verb, post.route.subresource, post.namespace, post.name) == (
         "create", "messages", "team-a", "demo")
     assert {(r.method, r.subresource) for r in ROUTES} == {("GET", "summary"), ("GET", "tree"),
-                                                          ("GET", "transcript"), ("POST", "messages")}
+                                                          ("GET", "transcript"), ("GET", "stream"),
+                                                          ("POST", "messages")}
     for method, path, code in (
         ("DELETE", f"{BASE}/namespaces/a/agenttasks/b/messages", 405),
         ("POST", f"{BASE}/namespaces/a/agenttasks/b/transcript", 405),
@@ -152,6 +153,7 @@ def test_discovery_lists_only_the_subresources() -> None:
         "agenttasks/summary": (["get"], True, "TaskSummary"),
         "agenttasks/tree": (["get"], True, "TaskTree"),
         "agenttasks/transcript": (["get"], True, "TranscriptPage"),
+        "agenttasks/stream": (["get"], True, "TokenStream"),
         "agenttasks/messages": (["create"], True, "MessageReceipt"),
     }
     assert discovery("/apis/unicore.dev") is None and discovery(f"{BASE}/namespaces") is None

@@ -20,7 +20,7 @@ from unicore_operator.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS
 EPILOG = """examples:
   kubectl agenttask tree -n demo              the task tree (add -w to refresh, -A for all namespaces)
   kubectl agenttask send demo "and now in French?"
-  kubectl agenttask logs demo --follow        the transcript, until the task is Idle
+  kubectl agenttask logs demo --follow        the transcript and live answers, until the task is Idle
   kubectl agenttask describe demo
 """
 
@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     logs = sub.add_parser("logs", parents=[common], help="print the transcript, turn by turn")
     logs.add_argument("name")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the task is Idle")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing, the model's answers as they are written, until the task is Idle")
     logs.add_argument("--tools", action="store_true", help="show tool inputs and results")
     logs.add_argument("--turn", type=_turn_number, metavar="N",
                       help="only turn N (numbered from 1: turn N runs as Job NAME-tN)")

@@ -16,6 +16,7 @@ from unicore.terminal import printable
 from unicore_operator.kubectl_plugin.describe_view import render_describe
 from unicore_operator.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
 from unicore_operator.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeContext
+from unicore_operator.kubectl_plugin.live_follow import LiveFollower
 from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
 from unicore_operator.kubectl_plugin.proxy import TaskApiClient, task_path
 from unicore_operator.kubectl_plugin.tree_view import parent_name, render_tree
@@ -192,6 +193,15 @@ def cmd_logs(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     api = TaskApiClient(kube, timeout=args.timeout)
     printer = TranscriptPrinter(tools=args.tools)
     path = task_path(kube.namespace, args.name, "transcript")
+    if args.follow and args.turn is None:  # the model's answers as they are written (live_follow.py)
+        live = LiveFollower(api, transcript_path=path, stream_path=task_path(kube.namespace, args.name, "stream"),
+                            printer=printer, out=out, tools=args.tools, page_size=args.page_size,
+                            finished=lambda state: _finished(kube, args.name, {"state": state}))
+        try:
+            if live.run():
+                return 0
+        except KeyboardInterrupt:
+            return 0
     since = 0
     printed = 0
     try:

@@ -1,10 +1,10 @@
 """Calls to the operator's task API, a Kubernetes aggregated API, through the API server with the user's own
 credentials:
 
-    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,messages}
+    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,stream,messages}
 
-RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``) to read,
-``create`` on ``agenttasks/messages`` to send (group ``tasks.unicore.dev``; the chart's ClusterRoles
+RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``, ``/stream``) to
+read, ``create`` on ``agenttasks/messages`` to send (group ``tasks.unicore.dev``; the chart's ClusterRoles
 unicore-agenttask-reader and -messenger, also aggregated into view and edit). Transient failures (operator
 restarting, task not initialised yet) are retried until a deadline; callers make retries safe (``send`` reuses its
 message id).
@@ -36,7 +36,8 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 
 
 def task_path(namespace: str, name: str, subresource: str) -> str:
-    """The path of an AgentTask's task API subresource (``transcript``, ``tree``, ``summary``, ``messages``)."""
+    """The path of an AgentTask's task API subresource (``transcript``, ``tree``, ``summary``, ``stream``,
+    ``messages``)."""
     return f"{API_BASE}/namespaces/{quote(namespace, safe='')}/agenttasks/{quote(name, safe='')}/{subresource}"
 
 

@@ -7,6 +7,7 @@ objects), reached through the API server with the user's own credentials::
     GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/summary      status, turns, tokens
     GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/tree         the task and its descendants
     GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/transcript   ?since=&limit=&turn=&tools=
+    GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/stream       ?after=&wait= (live answers)
     POST /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/messages     {"id": "<uuid>", "text": "..."}
 
 Each route names the RBAC verb and subresource it needs (``get agenttasks/transcript``, ``create
@@ -27,6 +28,7 @@ from typing import Any
 from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.service import TaskApi, log
+from unicore_operator.task_api.stream import STREAM, get_stream
 
 GROUP = "tasks.unicore.dev"
 VERSION = "v1alpha1"
@@ -76,6 +78,9 @@ ROUTES: tuple[Route, ...] = (
     Route("transcript", "GET", "get", "TranscriptPage",
           lambda api, ns, name, q, b, sender: api.get_transcript(ns, name, q),
           "a page of messages: ?since=<seq>&limit=<n>&turn=<n>&tools=true"),
+    Route(STREAM, "GET", "get", "TokenStream",
+          lambda api, ns, name, q, b, sender: get_stream(api, ns, name, q),
+          "the model's answers as they are written (live; a long poll): ?after=<entry id>&wait=<seconds>"),
     Route("messages", "POST", "create", "MessageReceipt",
           lambda api, ns, name, q, b, sender: api.post_message(ns, name, b, sender=sender),
           'queue a message, exactly once per id: {"id": "<uuid>", "text": "..."}'),

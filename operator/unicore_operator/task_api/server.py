@@ -21,8 +21,10 @@ The plain HTTP port (UNICORE_HTTP_PORT) serves only health and metrics.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ from unicore_operator.task_api.routes import (
     resolve,
 )
 from unicore_operator.task_api.service import TaskApi, sender_of
+from unicore_operator.task_api.stream import MAX_WAITERS, STREAM
 
 __all__ = ["Authentication", "build_app", "context_lookup", "read_auth_config", "serve", "start_task_api"]
 
@@ -214,15 +217,24 @@ async def handle(request: web.Request) -> web.Response:
         body = await _read_capped(request) if request.method in ("POST", "PUT", "PATCH") else b""
     except ApiError as exc:
         return _to_web(error_response(exc))
-    response = await asyncio.to_thread(dispatch, state["api"], target, request.query_string, body,
-                                       sender=sender_of(user.name))
+    call = functools.partial(dispatch, state["api"], target, request.query_string, body, sender=sender_of(user.name))
+    if target.route.subresource == STREAM:  # long polls wait in their own pool, never in the default executor's
+        response = await asyncio.get_running_loop().run_in_executor(state["stream_pool"], call)
+    else:
+        response = await asyncio.to_thread(call)
     return _to_web(response)
 
 
 def build_app(api: TaskApi, auth: Authentication, authorizer: Authorizer) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
-    app[STATE_KEY] = {"api": api, "auth": auth, "authorizer": authorizer}
+    pool = ThreadPoolExecutor(max_workers=MAX_WAITERS + 4, thread_name_prefix="task-api-stream")
+    app[STATE_KEY] = {"api": api, "auth": auth, "authorizer": authorizer, "stream_pool": pool}
     app.router.add_route("*", "/{tail:.*}", handle)
+
+    async def stop_pool(_app: web.Application) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(stop_pool)
     return app
 
 
