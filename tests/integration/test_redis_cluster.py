@@ -38,6 +38,11 @@ from tests.integration.test_fencing import (  # noqa: F401
     test_a_turn_reaped_during_its_model_call_writes_nothing_afterwards,
     test_a_zombie_turn_cannot_write_after_its_lease_expired_and_was_taken,
 )
+from tests.integration.test_live_stream import (  # noqa: F401 (the live token stream on the cluster)
+    test_a_local_turn_streams_its_answer_before_the_turn_ends,
+    test_a_new_try_is_marked_and_the_reader_starts_at_the_call_in_progress,
+    test_the_first_delta_goes_out_at_once_and_later_ones_are_batched,
+)
 from tests.integration.test_redis_identities import (  # noqa: F401  (the ACL users are made on every node)
     identities,
     test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_report,
