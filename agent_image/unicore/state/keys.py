@@ -15,6 +15,7 @@ BEDROCK_MODELS_CACHE = "uc:bedrock:models:{region}"  # providers.model_names: th
 THROTTLE_PREFIX = "uc:throttle:"  # providers.throttle: <prefix><tag>:win|tok|state
 FAULTS_PREFIX = "uc:faults:"  # faults: one key per armed kill point
 FAULTS_LOG = "uc:faults:log"  # faults: every kill, in order
+RETENTION_JOURNAL = "uc:retention:removing"  # state.retention: root id -> the tree being removed (JSON)
 
 
 def task_key(task_id: str, part: str) -> str:
@@ -98,6 +99,17 @@ class TaskKeys:
         """The live stream of the model's answers as they arrive (``state.token_stream``; bounded, expires)."""
         return task_key(self.task_id, "tokens")
 
+    @property
+    def retired(self) -> str:
+        """The task record while retention removes its tree (``state.retention``): renamed from ``task``, so the task
+        no longer exists for any turn or producer, and renamed back if the tree turns out not to be idle."""
+        return task_key(self.task_id, "retired")
+
+    @property
+    def archived(self) -> str:
+        """Tombstone left when retention removed the task: archive URL and time (``state.retention``)."""
+        return task_key(self.task_id, "archived")
+
     def pattern(self) -> str:
         """A SCAN pattern matching exactly this task's keys (glob characters of the id escaped)."""
         escaped = "".join("\\" + ch if ch in "[]*?\\" else ch for ch in self.task_id)
@@ -121,4 +133,6 @@ class TaskKeys:
             self.operator_jobs,
             self.operator_reaped,
             self.tokens,
+            self.retired,
+            self.archived,
         ]
