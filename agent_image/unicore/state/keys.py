@@ -46,6 +46,11 @@ class TaskKeys:
         return task_key(self.task_id, "messages")
 
     @property
+    def compactions(self) -> str:
+        """Append-only list of compaction records: summaries of the history before a seq (``state.compactions``)."""
+        return task_key(self.task_id, "compactions")
+
+    @property
     def inbox(self) -> str:
         return task_key(self.task_id, "inbox")
 
@@ -121,6 +126,7 @@ class TaskKeys:
             self.turns,
             self.turnmeta,
             self.messages,
+            self.compactions,
             self.inbox,
             self.seen,
             self.lease,
