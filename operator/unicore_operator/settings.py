@@ -68,6 +68,9 @@ class OperatorSettings(KeywordOnlySettings):
     turn_retry_backoff_seconds: float = Field(5.0, ge=0)
     default_turn_timeout_seconds: int = Field(3600, ge=10)
     resync_seconds: float = Field(30.0, gt=0)
+    # A tool call waiting for approval (spec.approval) longer than this is denied ("expired"), unless the task's
+    # spec.approval.timeoutSeconds says otherwise; 0 = it waits until someone decides.
+    approval_timeout_seconds: int = Field(86400, ge=0)
     redis_retention_seconds: int = Field(0, ge=0)
     http_port: int = Field(8080, ge=0, le=65535)  # /healthz, /readyz and /metrics; 0 = no HTTP server
     # The admission webhook for child AgentTasks (admission.py): HTTPS on this port (0 = none), with tls.crt and

@@ -41,6 +41,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS": ("120", "default_turn_timeout_seconds", 120),
     "UNICORE_POD_CREATE_RETRY_SECONDS": ("5", "pod_create_retry_seconds", 5.0),
     "UNICORE_RESYNC_SECONDS": ("3", "resync_seconds", 3.0),
+    "UNICORE_APPROVAL_TIMEOUT_SECONDS": ("600", "approval_timeout_seconds", 600),
     "UNICORE_REDIS_RETENTION_SECONDS": ("600", "redis_retention_seconds", 600),
     "UNICORE_HTTP_PORT": ("0", "http_port", 0),
     "UNICORE_WEBHOOK_PORT": ("8443", "webhook_port", 8443),

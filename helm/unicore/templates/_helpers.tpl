@@ -158,6 +158,7 @@ seccompProfile:
   "UNICORE_STALL_SECONDS" (toString $v.agent.stallSeconds)
   "UNICORE_WORKSPACE_CLAIM" (dig "workspace" "claimName" "" $v.agent)
   "UNICORE_RESYNC_SECONDS" (toString $v.operator.resyncSeconds)
+  "UNICORE_APPROVAL_TIMEOUT_SECONDS" (toString $v.operator.approvalTimeoutSeconds)
   "UNICORE_REDIS_RETENTION_SECONDS" (toString $v.operator.redisRetentionSeconds)
   "UNICORE_HTTP_PORT" "8080"
   "UNICORE_WEBHOOK_PORT" (ternary "8443" "0" $v.admission.webhook.enabled)
