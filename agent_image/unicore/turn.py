@@ -25,6 +25,8 @@ from typing import Any
 import redis
 
 from unicore.answers import BadAnswer, accept_answer, refusal_text, used_tool_use_ids
+from unicore.compaction import SUMMARY_SYSTEM, Compactor, HistoryView, answer_tool_ids
+from unicore.context_window import ContextSettings
 from unicore.errors import (
     ConfigError,
     LeaseBusy,
@@ -44,9 +46,10 @@ from unicore.providers.registry import resolve_model
 from unicore.reports import completion_message, completion_report, deliver_report
 from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, text_block, tool_result_block
 from unicore.settings import RuntimeSettings
+from unicore.state.compactions import Compaction, append_compaction, load_request_history, seen_tool_results
 from unicore.state.reads import tree_budget_use
 from unicore.state.records import Lease, TaskRecord, Turn
-from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore, history_messages
+from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore
 from unicore.state.telemetry import Telemetry
 from unicore.state.token_stream import StreamSettings, TokenStreamSink, publish_turn_end
 from unicore.tools.base import Spawner, Tool, ToolContext
@@ -140,6 +143,7 @@ class _Turn:
         system_prompt_builder: SystemPromptBuilder,
         stall_seconds: float,
         settings: RuntimeSettings,
+        context: ContextSettings,
     ) -> None:
         self.task_id = task_id
         self.redis = client
@@ -165,6 +169,9 @@ class _Turn:
         ] = []  # tool calls of the last answer still without a result
         self.live = StreamSettings(entries=settings.live_stream_entries, ttl_seconds=settings.live_stream_ttl_seconds)
         self.answer_seq = 0  # the seq the next model answer gets when stored (the live stream names calls by it)
+        self.context = context
+        self.view = HistoryView(None)  # the newest compaction and the messages after it (unicore.compaction)
+        self.compactor: Compactor | None = None
 
     # ---- lifecycle
 
@@ -317,23 +324,27 @@ class _Turn:
         self.progress.mark("drain")
         drained = self.store.drain(self.lease, first_drain=True)
         self.progress.mark("after drain")
-        turns = self.store.load_history(self.task_id)
-        messages = history_messages(turns)
-        if not messages:
+        loaded = load_request_history(self.redis, self.task_id)  # reads only from the newest compaction on
+        self.view = view = HistoryView(loaded.compaction, loaded.messages)
+        if loaded.turn is None or not view.messages:
             log.info("task %s: nothing to do (no messages)", self.task_id)
             return
-        current = turns[-1]
+        current = loaded.turn
+        window, limit = self.context.limit_for(record.model, getattr(model, "context_window", None))
+        self.compactor = Compactor(view, task_id=self.task_id, window=window, limit=limit,
+                                   summarize=lambda request: self._summary_call(model, request),
+                                   write=self._write_compaction)
         self.outcome.turn_number = current.turn_number
         set_scope(f"{self.task_id}#{current.turn_number}")
         fault_point("after drain")
-        if drained.empty and is_turn_ending(messages[-1]):
+        if drained.empty and is_turn_ending(view.messages[-1]):
             if current.ended_at is None:
                 log.info(
                     "task %s: turn %d was answered but not finished; finishing it",
                     self.task_id,
                     shown_turn(current.turn_number),
                 )
-                self._end_turn(model, record, current, message_text(messages[-1].content), "", 0)
+                self._end_turn(model, record, current, message_text(view.messages[-1].content), "", 0)
             else:
                 log.info("task %s: nothing to do", self.task_id)
             return
@@ -348,7 +359,7 @@ class _Turn:
 
         max_iterations = record.limits.max_iterations
         final_text, note = "", ""
-        used_ids = used_tool_use_ids(messages)  # tool-use ids are unique over the task's history (answers.py)
+        used_ids = used_tool_use_ids(view.messages)  # tool-use ids are unique over the task's history (answers.py)
         for _ in range(max_iterations):
             self._check_cancel()
             budget_note = self._budget_exhausted(record)
@@ -356,31 +367,35 @@ class _Turn:
                 note = budget_note
                 final_text = note
                 break
+            system = self.system_prompt_builder(self.store, record)
             request = ModelRequest(
                 task_id=self.task_id,
-                system=self.system_prompt_builder(self.store, record),
-                messages=build_request_messages(messages),
+                system=system,
+                messages=self.compactor.fit(system, specs),  # compacts first when the history passes the limit
                 tools=specs,
                 purpose="turn",
+                earlier_answers=view.earlier_answers,
             )
-            self.answer_seq = messages[-1].seq + 1
+            self.answer_seq = view.messages[-1].seq + 1
             response = self._call_model(model, request)
             fault_point("after model call")
             self.outcome.iterations += 1
             try:
                 if response.refused:  # e.g. a failed tool call written as text: never the final answer
                     raise BadAnswer(response.refused)
+                if view.compaction is not None:  # ids used before it are no longer in the view: ask the inbox
+                    used_ids |= seen_tool_results(self.redis, self.task_id, answer_tool_ids(response.content))
                 content = accept_answer(response.content, used_ids, max_bytes=self.store.message_cap_bytes)
             except BadAnswer as exc:  # never stored: the model is told why and asked again
                 log.warning("task %s: model answer refused: %s", self.task_id, exc)
                 refusal = self.store.append_message(
                     self.lease, "user", [text_block(refusal_text(str(exc)))], usage=response.usage
                 )
-                messages.append(refusal)
+                view.messages.append(refusal)
                 continue
             answer = self.store.append_message(self.lease, "assistant", content, usage=response.usage)
             fault_point("after answer")
-            messages.append(answer)
+            view.messages.append(answer)
             tool_uses = [block for block in content if "toolUse" in block]
             if not tool_uses:
                 final_text = message_text(content)
@@ -401,14 +416,14 @@ class _Turn:
             drained = self.store.drain(self.lease, first_drain=False)
             self.progress.mark("after drain")
             fault_point("after drain")
-            messages.extend(drained.messages)
+            view.messages.extend(drained.messages)
         else:
             note = f"stopped after max_iterations={max_iterations} model calls without a text-only answer"
             log.warning("task %s: %s", self.task_id, note)
-            final_text = message_text(messages[-1].content) if messages[-1].role == "assistant" else ""
+            last = view.messages[-1]
+            final_text = message_text(last.content) if last.role == "assistant" else ""
             final_text = final_text or note
-        turns = self.store.load_history(self.task_id)
-        self._end_turn(model, record, turns[-1], final_text, note, self.outcome.iterations)
+        self._end_turn(model, record, current, final_text, note, self.outcome.iterations)
 
     def _budget_exhausted(self, record: TaskRecord) -> str:
         spent = tree_budget_use(self.redis, record.root)
@@ -490,25 +505,43 @@ class _Turn:
         enabled = self.summarize
         if enabled is None:
             enabled = record.limits.summarize_turns and self.settings.summarize_turns
-        if not enabled or not turn.messages:
+        if not enabled or not self.view.turn_messages(turn.turn_number, turn.first_seq):
             return ""
-        messages = build_request_messages(turn.messages)
-        messages.append({"role": "user", "content": [{"text": SUMMARY_PROMPT}]})
-        request = ModelRequest(
-            task_id=self.task_id,
-            system="You summarize agent conversations.",
-            messages=build_request_messages(messages),
-            purpose="summary",
-            max_tokens=512,
-        )
+        prompt = {"role": "user", "content": [{"text": SUMMARY_PROMPT}]}
         try:
-            response = self._call_model(model, request)
+            if self.compactor is not None:  # the turn's messages fit: compacted first if the history does not
+                self.compactor.fit(SUMMARY_SYSTEM, (), [prompt])
+            messages = build_request_messages(self.view.turn_messages(turn.turn_number, turn.first_seq))
+            messages.append(prompt)
+            request = ModelRequest(
+                task_id=self.task_id,
+                system=SUMMARY_SYSTEM,
+                messages=build_request_messages(messages),
+                purpose="summary",
+                max_tokens=512,
+            )
+            response = self._summary_call(model, request)
         except (ModelError, ConfigError) as exc:
             log.warning("task %s: turn summary failed: %s", self.task_id, exc)
             return ""
+        return message_text(response.content)
+
+    def _summary_call(self, model: Model, request: ModelRequest) -> ModelResponse:
+        """A model call with purpose "summary" (the turn's, a compaction's); its usage counts for the task."""
+        response = self._call_model(model, request)
         assert self.lease is not None
         self.store.record_usage(self.lease, response.usage)
-        return message_text(response.content)
+        return response
+
+    def _write_compaction(self, record: Compaction) -> bool:
+        """Store a compaction record (fenced, append-only); counted once, when it is written."""
+        assert self.lease is not None
+        written = append_compaction(self.redis, self.lease, record)
+        if written:
+            self.telemetry.incr("compactions_total")
+            log.info("task %s: compacted: messages 1-%d summarized", self.task_id, record.upto)
+        fault_point("after compaction")
+        return written
 
 
 def _exit_reason(code: int) -> str:
@@ -543,6 +576,7 @@ def run_turn(
     system_prompt_builder: SystemPromptBuilder | None = None,
     stall_seconds: float | None = None,
     settings: RuntimeSettings | None = None,
+    context: ContextSettings | None = None,
 ) -> TurnOutcome:
     """Run exactly one turn of ``task_id`` and return its outcome (``exit_code`` as documented above).
 
@@ -550,7 +584,8 @@ def run_turn(
     ``summarize`` None = ``limits.summarize_turns`` and ``$UNICORE_SUMMARIZE_TURNS`` (default on).
     ``stall_seconds`` None = ``$UNICORE_STALL_SECONDS`` (default 900; ConfigError if malformed): a step
     running longer stops the heartbeat, so the lease expires and the watchdog reaps the hung turn.
-    ``settings`` None = the turn's variables (:data:`TURN_SETTINGS`) read from the environment now.
+    ``settings`` None = the turn's variables (:data:`TURN_SETTINGS`) read from the environment now; ``context``
+    None = the context-window variables (``unicore.context_window``) read from the environment now.
     """
     if settings is None:
         settings = RuntimeSettings.from_env(only=TURN_SETTINGS)
@@ -573,6 +608,7 @@ def run_turn(
         system_prompt_builder=system_prompt_builder or default_system_prompt,
         stall_seconds=stall,
         settings=settings,
+        context=context if context is not None else ContextSettings.from_env(),
     ).run()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from unicore import log as unicore_log
+from unicore.context_window import ContextSettings
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run exactly one turn of TASK and exit with its code (see ``unicore.turn``)."""
     try:
         settings = RuntimeSettings.from_env()  # the one read of the turn process's variables
+        context = ContextSettings.from_env()  # the model's context window (unicore.context_window)
     except ConfigError as exc:
         return _fail(str(exc))
     parser = _Parser(prog=PROG, description="Run one agent turn of a task, then exit.")
@@ -68,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = connect(redis_url(settings))
         spawner = spawner_from_settings(client, settings)
-        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings)
+        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
+                           context=context)
         code = outcome.exit_code
         if outcome.error:
             print(f"{PROG}: {args.task}: {printable(outcome.error)}", file=sys.stderr)

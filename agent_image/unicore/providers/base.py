@@ -27,6 +27,9 @@ class ModelRequest(BaseModel):
     max_tokens: int = 4096
     temperature: float | None = None
     purpose: Literal["turn", "summary"] = "turn"
+    # Assistant messages a compaction summary at the start of ``messages`` stands for (unicore.compaction): the
+    # scripted model counts its steps over the whole history with them.
+    earlier_answers: int = 0
 
 
 class ModelResponse(BaseModel):

@@ -72,12 +72,26 @@ class Metrics:
             self._telemetry.observe(name, value, labels)
 
 
-def estimate_tokens(request: ModelRequest) -> int:
-    """Tokens a call may consume, for the proactive limiter: ~4 characters per input token, plus max_tokens
-    (Bedrock reserves max_tokens against the tokens-per-minute quota when a call starts)."""
+CHARS_PER_TOKEN = 4
+
+
+def estimate_text_tokens(chars: int) -> int:
+    """Tokens of ``chars`` characters of request text (~4 characters per token)."""
+    return chars // CHARS_PER_TOKEN
+
+
+def estimate_input_tokens(request: ModelRequest) -> int:
+    """Input tokens of a request (system prompt, messages as JSON, tool definitions): the one estimator the limiter
+    and context compaction (``unicore.compaction``) share."""
     chars = len(request.system) + len(json.dumps(request.messages, default=str))
     chars += sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in request.tools)
-    return chars // 4 + request.max_tokens
+    return estimate_text_tokens(chars)
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """Tokens a call may consume, for the proactive limiter: the input estimate plus max_tokens (Bedrock reserves
+    max_tokens against the tokens-per-minute quota when a call starts)."""
+    return estimate_input_tokens(request) + request.max_tokens
 
 
 class CallRunner:

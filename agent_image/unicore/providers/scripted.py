@@ -26,8 +26,10 @@ that match the task's name or its full id (``<namespace>/<name>`` on Kubernetes)
 So ``"demo-a"`` beats ``"demo-*"``, which beats ``"*-a"``, which beats ``"*"``, whatever order they are written in.
 Local and cluster mode use the same function (``Script.steps_for``, through ``resolve_model``).
 
-The step is the number of assistant messages in the request, so the answer is a function of the stored
-history: deterministic across processes and restarts.
+The step is the number of assistant messages in the request (plus those a compaction summary at its start stands
+for, ``ModelRequest.earlier_answers``), so the answer is a function of the stored history: deterministic across
+processes and restarts. ``context_window: N`` (top level) gives the model a window of N tokens
+(``unicore.context_window``), so a test's history is compacted early.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class Script(BaseModel):
 
     default: str = "Done."
     tasks: dict[str, list[ScriptStep]] = Field(default_factory=dict)
+    # The model's context window in tokens (unicore.context_window): small, a test's history is compacted soon.
+    context_window: int | None = Field(None, ge=256)
 
     def steps_for(self, task_id: str) -> list[ScriptStep]:
         pattern = pick_pattern(self.tasks, task_id)
@@ -214,6 +218,10 @@ class ScriptedModel:
             "scripted", name, policy=RetryPolicy(max_attempts=1), redis_client=redis_client
         )
 
+    @property
+    def context_window(self) -> int | None:
+        return self.script.context_window
+
     def set_cancel_event(self, event: threading.Event) -> None:
         self.cancel = event
 
@@ -232,7 +240,7 @@ class ScriptedModel:
             content: list[ContentBlock] = [{"text": self._summary(request)}]
             stop = "end_turn"
         else:
-            step_index = sum(1 for m in request.messages if m.get("role") == "assistant")
+            step_index = request.earlier_answers + sum(1 for m in request.messages if m.get("role") == "assistant")
             steps = self.script.steps_for(request.task_id)
             if step_index < len(steps):
                 step = steps[step_index]
