@@ -41,3 +41,11 @@ class LimitExceeded(ToolError):
 
 class TurnCancelled(UniCoreError):
     """The turn was asked to stop (SIGTERM) and stopped at a safe point."""
+
+
+class NoSuchCall(UniCoreError):
+    """No tool call with that id waits for (or had) a person's decision in the task."""
+
+
+class AlreadyDecided(UniCoreError):
+    """The tool call was already approved, denied or answered; nothing was changed."""

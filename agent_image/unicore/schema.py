@@ -31,7 +31,9 @@ MAX_TASK_NAME = 253
 MAX_NAMESPACE = 63
 
 Role = Literal["user", "assistant"]
-InboxType = Literal["user", "completion", "tool_result"]
+# "decision": a wake-up queued when people decided every tool call a task waited for (``state.approvals``); it
+# carries no conversation content (the drain moves no message for it)
+InboxType = Literal["user", "completion", "tool_result", "decision"]
 ContentBlock = dict[str, Any]
 
 
@@ -77,6 +79,26 @@ class Limits(BaseModel):
     summarize_turns: bool = True
 
 
+APPROVE_ALL = "*"
+DEFAULT_APPROVAL_TIMEOUT_SECONDS = 3600
+
+
+class Approval(BaseModel):
+    """Which tool calls wait for a person's approval before they run (``state.approvals``, ``approvals_turn``).
+
+    ``tools``: tool names, or ``["*"]`` for every tool; an empty list gates nothing. A call not decided within
+    ``timeout_seconds`` is denied (by the operator's timer, or the local supervisor)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    tools: list[str] = Field(default_factory=list)
+    timeout_seconds: int = Field(default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, ge=1, le=30 * 24 * 3600,
+                                 alias="timeoutSeconds")
+
+    def gates(self, tool: str) -> bool:
+        return APPROVE_ALL in self.tools or tool in self.tools
+
+
 class TaskSpec(BaseModel):
     """What is needed to create a task (root or child)."""
 
@@ -91,6 +113,7 @@ class TaskSpec(BaseModel):
     child_tools: list[str] | None = None  # reduced toolset given to children
     limits: Limits = Field(default_factory=lambda: Limits())
     script: dict[str, Any] | None = None  # scripted model steps, inherited by children
+    approval: Approval | None = None  # tool calls that wait for a person (None: a child inherits its parent's)
 
     _check_id = field_validator("id")(lambda cls, v: validate_task_id(v))  # type: ignore[misc]
 
@@ -121,6 +144,9 @@ class InboxMessage(BaseModel):
     sender: str | None = None
     tool_use_id: str | None = None
     timestamp: float = Field(default_factory=time.time)
+    # on a tool_result that carries a person's answer to ``ask_user``: the id of the message the answer came in (a
+    # request: ``history.answer_to`` finds the answer to it); None otherwise
+    answers: str | None = None
 
 
 class Usage(BaseModel):

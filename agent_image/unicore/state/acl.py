@@ -57,6 +57,7 @@ TASK_COMMANDS = (
     "exists", "get", "set", "del", "incr", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hexists", "hincrby",
     "llen", "lrange", "lindex", "rpush", "ltrim",
+    "hdel", "lset", "lrem",  # state/approvals.py: a held result queued, an ask_user answer taken from the inbox
     "zadd", "zrem", "zrange", "zcard", "zscore",
     "xadd",  # the live token stream (state/token_stream.py): written, never read, by a turn
     "eval", "evalsha",

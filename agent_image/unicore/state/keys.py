@@ -105,6 +105,11 @@ class TaskKeys:
         return task_key(self.task_id, "tokens")
 
     @property
+    def approvals(self) -> str:
+        """Tool calls waiting for a person (approvals, ask_user questions) and their decisions (``state.approvals``)."""
+        return task_key(self.task_id, "approvals")
+
+    @property
     def retired(self) -> str:
         """The task record while retention removes its tree (``state.retention``): renamed from ``task``, so the task
         no longer exists for any turn or producer, and renamed back if the tree turns out not to be idle."""
@@ -141,4 +146,5 @@ class TaskKeys:
             self.tokens,
             self.retired,
             self.archived,
+            self.approvals,
         ]

@@ -165,6 +165,7 @@ else
     end
   end
 end
+if new_turn and #ARGV < 7 then new_turn = false end  -- only wake-ups drained (no message): no empty turn
 if new_turn then
   turn_number = nturns
   first_seq = nmsgs

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.schema import Limits
+from unicore.state import approvals
 from unicore.state.keys import TaskKeys
 
 CHUNK = 1000  # commands per pipeline flush: bounds one reply's size
@@ -79,14 +80,18 @@ def last_error(client: Any, task_id: str) -> str | None:
 
 
 def busy(client: Any, task_id: str) -> bool:
-    """Pending inbox entries, a live lease, or a turn not finished (status running): one round trip."""
+    """Pending inbox entries (not counted while the task waits for people and none of them answers: a blocked task
+    is settled, ``state.approvals.blocked``), a live lease, or a turn not finished (status running): one round
+    trip (more only when the inbox is not empty)."""
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.inbox)
     pipe.exists(keys.lease)
     pipe.hget(keys.task, "status")
     pending, leased, status = pipe.execute()
-    return bool(pending) or bool(leased) or status == "running"
+    if leased or status == "running":
+        return True
+    return bool(pending) and not approvals.blocked(client, task_id)
 
 
 __all__ = ["TranscriptHead", "busy", "inbox_lengths", "last_error", "read_message_slice", "read_transcript_head",

@@ -37,7 +37,7 @@ from unicore.schema import (
     task_name,
     text_block,
 )
-from unicore.state import lua
+from unicore.state import approvals, lua
 from unicore.state.activations import entry_fields
 from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
@@ -94,6 +94,7 @@ def build_drain_batch(raw_entries: Sequence[str]) -> list[tuple[list[ContentBloc
     parent's message) it holds: what ``unicore.history.answer_to`` finds a request's answer by. Completions and
     tool results are not requests and carry no ids."""
     tool_results: list[ContentBlock] = []
+    result_ids: list[str] = []
     texts: list[tuple[list[ContentBlock], list[str]]] = []
     for raw in raw_entries:
         try:
@@ -104,13 +105,17 @@ def build_drain_batch(raw_entries: Sequence[str]) -> list[tuple[list[ContentBloc
             log.warning("unreadable inbox entry kept as text: %.200s", raw)
             texts.append(([text_block(f"[unreadable inbox entry] {raw}")], []))
             continue
+        if entry.get("type") == "decision":  # a wake-up after people decided (state.approvals): no message
+            continue
         ids = [entry["id"]] if entry.get("type") == "user" and isinstance(entry.get("id"), str) else []
         kind, content = inbox_entry_to_content(entry)
         if kind == "tool_result":
             tool_results.append(content)
+            if isinstance(entry.get("answers"), str):  # a person's answer to ask_user: a request, like a send
+                result_ids.append(entry["answers"])
         else:
             texts.append(([text_block(content)], ids))
-    return ([(tool_results, [])] if tool_results else []) + texts
+    return ([(tool_results, result_ids)] if tool_results else []) + texts
 
 
 class TaskStore:
@@ -570,7 +575,8 @@ class TaskStore:
         return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
 
     def needs_turn(self, task_id: str) -> bool:
-        """True when a turn should run and none holds the lease: pending inbox entries; an unfinished turn (its
+        """True when a turn should run and none holds the lease: pending inbox entries (unless the task waits for
+        people and none of them answers: ``state.approvals.blocked``); an unfinished turn (its
         process died, or was cancelled, before the turn ended); or a report still owed to the parent (the turn
         ended but its process died before the report reached the parent's inbox)."""
         keys = self.keys(task_id)
@@ -581,7 +587,9 @@ class TaskStore:
         pending, leased, (status, turns, report_id) = pipe.execute()
         if leased:
             return False
-        if pending or status == "running" or report_id:
+        if status == "running" or report_id:
+            return True
+        if pending and not approvals.blocked(self.redis, task_id):  # waiting for people: messages wait too
             return True
         last = int(turns or 0) - 1
         return last >= 0 and not self.redis.hexists(keys.turnmeta, turn_meta_field(last, "ended_at"))

@@ -1,0 +1,494 @@
+"""Tool calls waiting for a person: approvals of gated tools and ``ask_user`` questions (issue 15).
+
+THE CONTRACT (the operator, the task API, the CLI and the turn use only what this module exports)
+
+A task's ``approval`` setting (``TaskRecord.approval``: ``tools`` = names or ``["*"]``, ``timeout_seconds``) names
+the tools whose calls wait for a person. When the model's answer calls such a tool (or ``ask_user``), the turn
+records a ``PendingCall`` (kind ``"approval"``, or ``"input"`` for a question) instead of running it, runs the
+other calls of the answer, and ends: the task is idle, ``waiting_for(task)`` says what it waits for, and no model
+call happens until every call of that answer is decided. Waiting costs nothing: no process, no pod.
+
+Readers (any Redis identity that may read the task's keys):
+- ``pending_calls(client, task)``: the undecided calls, in call order; ``calls(client, task)``: every recorded
+  call with its decision (for ``show`` and the task API);
+- ``waiting_for(client, task)``: ``"approval"`` while an approval is pending, else ``"input"`` while a question
+  is pending, else None. O(1) (two counters);
+- ``blocked(client, task)``: the task waits for people and nothing in its inbox answers them: it needs no turn,
+  whatever else waits in its inbox (``wakes`` is the pure rule). A scheduler (operator, local supervisor) starts no
+  turn for a blocked task; a user message wakes a task waiting for ``"input"`` (it is the answer).
+
+Deciders (the operator with its admin identity, the task API, the local CLI, the timeout timer):
+- ``decide(client, task, call_id, approve, by=, reason=)``: approve or deny one call (``call_id``), or every
+  pending approval of the task (``call_id`` None). Atomic (one Lua script): only a pending call changes; a call
+  already decided raises ``AlreadyDecided`` and changes nothing (so an approved tool runs once however often it is
+  approved); an unknown id raises ``NoSuchCall``. A question (kind input) can be denied, not approved: it is
+  answered by a user message. When the decision leaves nothing of the task pending, the same script queues one
+  wake-up entry (inbox type ``"decision"``; it carries no conversation text) and ``decide`` then activates the task
+  (``uc:activations``), so the operator or the local supervisor starts the turn that gives each decided call its
+  result (approved: the tool runs now; denied: an error result "denied by <who>: <reason>"). Returns the calls it
+  decided (with their new status).
+- ``expire_overdue(client, task, now=, timeout_seconds=)``: denies every approval pending since
+  ``now - timeout_seconds`` or earlier, by ``"timeout"``, with the reason ``"no decision within <N>s"``; returns
+  their ids. Same script, same wake-up.
+
+The turn's side (fenced by its lease, ``unicore.approvals_turn`` uses them): ``record_calls``, ``hold_result``,
+``answer_question``, ``start_call``, ``resolve``, ``drop_wakeups``, ``held_results``.
+
+Storage: one hash per task, ``uc:{T}:approvals`` (``TaskKeys.approvals``, inside the namespace's ACL patterns):
+``call:<id>`` the call as recorded (JSON, written once), ``state:<id>`` its decision (JSON of scalars only, so the
+scripts can rewrite it with cjson), ``held:<id>`` the result of an ungated call of the same answer, kept until the
+whole answer's results are queued together, ``pending:approval`` / ``pending:input`` counters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import redis
+
+from unicore.errors import AlreadyDecided, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.schema import ContentBlock, InboxMessage
+from unicore.state import lua
+from unicore.state.activations import entry_fields
+from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TaskKeys
+from unicore.state.records import Lease
+
+PendingKind = Literal["approval", "input"]
+CallStatus = Literal["pending", "approved", "denied", "answered"]
+TIMEOUT_DECIDER = "timeout"
+WAKEUP_TYPE = "decision"
+
+_CALL = "call:"
+_STATE = "state:"
+_HELD = "held:"
+_COUNT = "pending:"
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call waiting for (or decided by) a person."""
+
+    call_id: str
+    tool: str
+    input: dict[str, Any]
+    kind: PendingKind
+    turn: int
+    requested_at: float
+    question: str = ""  # ask_user's question
+    status: CallStatus = "pending"
+    decided_by: str = ""
+    reason: str = ""
+    decided_at: float | None = None
+    position: int = 0  # index of the call in the model's answer
+    answer: str = ""  # a question's answer (status answered)
+    answer_id: str = ""  # the id of the message that answered it
+    started_at: float | None = None  # an approved call: when the turn started its tool (it runs at most once)
+    resolved_at: float | None = None  # when its result was queued for the conversation
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+    def describe(self) -> str:
+        """One line for people (text is not escaped: print it with ``terminal.printable``)."""
+        if self.kind == "input":
+            return f"{self.call_id}: question: {self.question}"
+        arguments = json.dumps(self.input, ensure_ascii=False, sort_keys=True)
+        if len(arguments) > 200:
+            arguments = arguments[:197] + "..."
+        return f"{self.call_id}: {self.tool} {arguments}"
+
+    def result_text(self) -> str:
+        """The text a denied call's error result carries."""
+        who = self.decided_by or "?"
+        return f"denied by {who}: {self.reason}" if self.reason else f"denied by {who}"
+
+
+_STATE_FIELDS = ("status", "decided_by", "reason", "decided_at", "answer", "answer_id", "started_at",
+                 "resolved_at")
+
+
+def _call_json(call: PendingCall) -> str:
+    data = {k: v for k, v in asdict(call).items() if k not in _STATE_FIELDS}
+    return json.dumps(data)
+
+
+def _state_json(call: PendingCall) -> str:
+    data = {k: getattr(call, k) for k in _STATE_FIELDS if getattr(call, k) is not None}
+    data["kind"] = call.kind
+    data["requested_at"] = call.requested_at
+    return json.dumps(data)
+
+
+def _parse(call_raw: str, state_raw: str | None) -> PendingCall:
+    data = json.loads(call_raw)
+    state = json.loads(state_raw) if state_raw else {}
+    for name in _STATE_FIELDS:
+        value = state.get(name)
+        if value is not None:
+            data[name] = value
+    known = PendingCall.__dataclass_fields__
+    return PendingCall(**{k: v for k, v in data.items() if k in known})
+
+
+def _order(call: PendingCall) -> tuple[int, float, int, str]:
+    return (call.turn, call.requested_at, call.position, call.call_id)
+
+
+# --------------------------------------------------------------------------- scripts
+
+_DECODE_STATE = """
+local function is_set(value) return value ~= nil and value ~= cjson.null end
+"""
+
+# KEYS: approvals, inbox, seen, task
+# ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any)
+DECIDE = (
+    _DECODE_STATE
+    + """
+if redis.call('EXISTS', KEYS[4]) == 0 then return redis.error_reply('UC_NO_TASK') end
+local decided = {}
+local function decide_one(id, st)
+  if ARGV[2] == '1' then st['status'] = 'approved' else st['status'] = 'denied' end
+  st['decided_by'] = ARGV[3]
+  st['reason'] = ARGV[4]
+  st['decided_at'] = tonumber(ARGV[5])
+  redis.call('HSET', KEYS[1], 'state:' .. id, cjson.encode(st))
+  redis.call('HINCRBY', KEYS[1], 'pending:' .. st['kind'], -1)
+  decided[#decided + 1] = id
+end
+if ARGV[1] ~= '' then
+  local raw = redis.call('HGET', KEYS[1], 'state:' .. ARGV[1])
+  if not raw then return redis.error_reply('UC_NO_SUCH_CALL') end
+  local st = cjson.decode(raw)
+  if st['status'] ~= 'pending' then return redis.error_reply('UC_ALREADY_DECIDED ' .. st['status']) end
+  if st['kind'] == 'input' and ARGV[2] == '1' then return redis.error_reply('UC_QUESTION') end
+  decide_one(ARGV[1], st)
+else
+  local before = tonumber(ARGV[8])
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 6) == 'state:' then
+      local st = cjson.decode(redis.call('HGET', KEYS[1], field))
+      if st['status'] == 'pending' and st['kind'] == 'approval'
+          and (before == nil or st['requested_at'] <= before) then
+        decide_one(string.sub(field, 7), st)
+      end
+    end
+  end
+end
+if #decided > 0 then
+  local left = tonumber(redis.call('HGET', KEYS[1], 'pending:approval') or '0')
+    + tonumber(redis.call('HGET', KEYS[1], 'pending:input') or '0')
+  if left <= 0 and redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[6]) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[7])
+  end
+end
+return decided
+"""
+)
+
+# KEYS: lease, approvals   ARGV: token, then per call: id, kind, call json, state json
+RECORD_CALLS = (
+    lua._FENCE
+    + """
+local added = 0
+for i = 2, #ARGV, 4 do
+  if redis.call('HEXISTS', KEYS[2], 'call:' .. ARGV[i]) == 0 then
+    redis.call('HSET', KEYS[2], 'call:' .. ARGV[i], ARGV[i + 2], 'state:' .. ARGV[i], ARGV[i + 3])
+    redis.call('HINCRBY', KEYS[2], 'pending:' .. ARGV[i + 1], 1)
+    added = added + 1
+  end
+end
+return added
+"""
+)
+
+# KEYS: lease, approvals   ARGV: token, call id, held json
+HOLD_RESULT = (
+    lua._FENCE
+    + """
+redis.call('HSET', KEYS[2], 'held:' .. ARGV[2], ARGV[3])
+return 1
+"""
+)
+
+# KEYS: lease, approvals, inbox   ARGV: token, call id, inbox index, inbox entry (raw), answer, answer id, by, now
+# The user message at that inbox position becomes the answer of a pending question (it leaves the inbox).
+ANSWER = (
+    lua._FENCE
+    + """
+local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
+if not raw then return -1 end
+local st = cjson.decode(raw)
+if st['status'] ~= 'pending' or st['kind'] ~= 'input' then return 0 end
+if redis.call('LINDEX', KEYS[3], tonumber(ARGV[3])) ~= ARGV[4] then return redis.error_reply('UC_STALE_INBOX') end
+local marker = 'uc:answered:' .. ARGV[2]
+redis.call('LSET', KEYS[3], tonumber(ARGV[3]), marker)
+redis.call('LREM', KEYS[3], 1, marker)
+st['status'] = 'answered'
+st['answer'] = ARGV[5]
+st['answer_id'] = ARGV[6]
+st['decided_by'] = ARGV[7]
+st['decided_at'] = tonumber(ARGV[8])
+redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
+redis.call('HINCRBY', KEYS[2], 'pending:input', -1)
+return 1
+"""
+)
+
+# KEYS: lease, approvals   ARGV: token, call id, now
+# An approved call's tool may start only once: 1 = start it now, 0 = it was started before (a turn died after).
+START = (
+    lua._FENCE
+    + _DECODE_STATE
+    + """
+local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
+if not raw then return -1 end
+local st = cjson.decode(raw)
+if st['status'] ~= 'approved' or is_set(st['started_at']) then return 0 end
+st['started_at'] = tonumber(ARGV[3])
+redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
+return 1
+"""
+)
+
+# KEYS: lease, approvals, inbox, seen   ARGV: token, call id, entry id, entry json, now
+# Queue a call's result for the conversation (once: the entry id is remembered in the seen set) and mark it resolved.
+RESOLVE = (
+    lua._FENCE
+    + _DECODE_STATE
+    + """
+if redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3]) == 1 then redis.call('RPUSH', KEYS[3], ARGV[4]) end
+local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
+if raw then
+  local st = cjson.decode(raw)
+  if not is_set(st['resolved_at']) then
+    st['resolved_at'] = tonumber(ARGV[5])
+    redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
+  end
+end
+redis.call('HDEL', KEYS[2], 'held:' .. ARGV[2])
+return 1
+"""
+)
+
+# KEYS: lease, inbox   ARGV: token, raw entries to remove
+DROP_ENTRIES = (
+    lua._FENCE
+    + """
+local removed = 0
+for i = 2, #ARGV do removed = removed + redis.call('LREM', KEYS[2], 1, ARGV[i]) end
+return removed
+"""
+)
+
+
+def _run(client: redis.Redis, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    try:
+        return client.register_script(script)(keys=list(keys), args=list(args))
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if lua.LEASE_LOST in text:
+            raise LeaseLost(f"lease of {keys[0]} lost: write refused") from None
+        if "UC_NO_TASK" in text:
+            raise TaskNotFound(f"no task behind {keys[0]}") from None
+        raise
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
+    """Every recorded call of the task (pending, decided, resolved), in call order."""
+    data: dict[str, str] = client.hgetall(TaskKeys(task_id).approvals)
+    out = [_parse(raw, data.get(_STATE + field[len(_CALL):])) for field, raw in data.items() if field.startswith(_CALL)]
+    return sorted(out, key=_order)
+
+
+def pending_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
+    """The task's undecided calls, in call order."""
+    return [call for call in calls(client, task_id) if call.status == "pending"]
+
+
+def unresolved_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
+    """The calls whose result has not been queued for the conversation yet (pending or decided), in call order."""
+    return [call for call in calls(client, task_id) if call.resolved_at is None]
+
+
+def get_call(client: redis.Redis, task_id: str, call_id: str) -> PendingCall:
+    key = TaskKeys(task_id).approvals
+    call_raw, state_raw = client.hmget(key, [_CALL + call_id, _STATE + call_id])
+    if not call_raw:
+        raise NoSuchCall(f"task {task_id} has no tool call {call_id!r} waiting for a person")
+    return _parse(call_raw, state_raw)
+
+
+def waiting_for(client: redis.Redis, task_id: str) -> PendingKind | None:
+    """"approval" if an approval is pending, else "input" if a question is pending, else None (O(1))."""
+    approvals, questions = client.hmget(TaskKeys(task_id).approvals, [_COUNT + "approval", _COUNT + "input"])
+    if int(approvals or 0) > 0:
+        return "approval"
+    if int(questions or 0) > 0:
+        return "input"
+    return None
+
+
+def wakes(waiting: PendingKind | None, inbox_types: Iterable[str]) -> bool:
+    """Whether inbox entries of these types give the task a turn (pure). Not waiting: any entry. Waiting for
+    input: a user message (it answers the question) or a decision wake-up. Waiting for approval: only a wake-up
+    (a decision leaves one when nothing is pending any more); other messages wait in the inbox until then."""
+    types = set(inbox_types)
+    if waiting is None:
+        return bool(types)
+    if waiting == "input":
+        return bool(types & {"user", WAKEUP_TYPE})
+    return WAKEUP_TYPE in types
+
+
+def inbox_types(client: redis.Redis, task_id: str) -> list[str]:
+    out = []
+    for raw in client.lrange(TaskKeys(task_id).inbox, 0, -1):
+        try:
+            out.append(str(json.loads(raw).get("type", "")))
+        except (ValueError, AttributeError):
+            out.append("")
+    return out
+
+
+def blocked(client: redis.Redis, task_id: str) -> bool:
+    """The task waits for people and nothing in its inbox answers them: it needs no turn now."""
+    waiting = waiting_for(client, task_id)
+    return waiting is not None and not wakes(waiting, inbox_types(client, task_id))
+
+
+# --------------------------------------------------------------------------- deciders
+
+
+def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
+    client.xadd(ACTIVATIONS_STREAM, entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
+                maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+
+
+def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,
+            before: float | None) -> list[str]:
+    keys = TaskKeys(task_id)
+    wake = InboxMessage(id=f"decision:{uuid.uuid4().hex}", type=WAKEUP_TYPE,  # type: ignore[arg-type]
+                        content={"by": by, "approve": approve}, sender=by, timestamp=now)
+    try:
+        ids = _run(client, DECIDE, [keys.approvals, keys.inbox, keys.seen, keys.task],
+                   [call_id, "1" if approve else "0", by, reason, repr(now), wake.id, wake.model_dump_json(),
+                    "" if before is None else repr(before)])
+    except TaskNotFound:
+        raise TaskNotFound(f"no task {task_id!r}") from None
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if "UC_NO_SUCH_CALL" in text:
+            raise NoSuchCall(f"task {task_id} has no tool call {call_id!r} waiting for a person") from None
+        if "UC_ALREADY_DECIDED" in text:
+            status = text.rsplit(" ", 1)[-1]
+            raise AlreadyDecided(f"tool call {call_id} of {task_id} was already {status}; nothing changed") from None
+        if "UC_QUESTION" in text:
+            raise UniCoreError(
+                f"tool call {call_id} of {task_id} is a question: answer it with a message (send), or deny it"
+            ) from None
+        raise
+    ids = [str(i) for i in ids or []]
+    if ids:
+        _activate(client, task_id, "decision")
+    return ids
+
+
+def decide(client: redis.Redis, task_id: str, call_id: str | None, approve: bool, *, by: str,
+           reason: str = "") -> list[PendingCall]:
+    """Approve or deny ``call_id`` (None: every pending approval of the task); the decided calls. Atomic; raises
+    NoSuchCall, AlreadyDecided (nothing changed), TaskNotFound; approving a question is refused (UniCoreError)."""
+    ids = _decide(client, task_id, call_id or "", approve, by, reason, time.time(), None)
+    return [get_call(client, task_id, call) for call in ids]
+
+
+def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_seconds: float) -> list[str]:
+    """Deny every approval pending since ``now - timeout_seconds`` or earlier (by "timeout"); their ids."""
+    reason = f"no decision within {timeout_seconds:g}s"
+    return _decide(client, task_id, "", False, TIMEOUT_DECIDER, reason, now, now - timeout_seconds)
+
+
+# --------------------------------------------------------------------------- the turn's writes (fenced)
+
+
+def record_calls(client: redis.Redis, lease: Lease, calls_: Sequence[PendingCall]) -> int:
+    """Record calls waiting for a person (idempotent by call id: a call recorded before keeps its state)."""
+    if not calls_:
+        return 0
+    keys = TaskKeys(lease.task_id)
+    args: list[Any] = [lease.token]
+    for call in calls_:
+        args += [call.call_id, call.kind, _call_json(call), _state_json(replace(call, status="pending"))]
+    return int(_run(client, RECORD_CALLS, [keys.lease, keys.approvals], args))
+
+
+def hold_result(client: redis.Redis, lease: Lease, call_id: str, position: int, result: ContentBlock) -> None:
+    """Keep the result of an ungated call of a waiting answer until the whole answer's results are queued."""
+    keys = TaskKeys(lease.task_id)
+    _run(client, HOLD_RESULT, [keys.lease, keys.approvals],
+         [lease.token, call_id, json.dumps({"position": position, "result": result})])
+
+
+def held_results(client: redis.Redis, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
+    """call id -> (position, result block) of the held results."""
+    data: dict[str, str] = client.hgetall(TaskKeys(task_id).approvals)
+    out: dict[str, tuple[int, ContentBlock]] = {}
+    for field, raw in data.items():
+        if field.startswith(_HELD):
+            held = json.loads(raw)
+            out[field[len(_HELD):]] = (int(held.get("position", 0)), held["result"])
+    return out
+
+
+def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int, raw_entry: str, answer: str,
+                    answer_id: str, by: str) -> bool:
+    """The user message ``raw_entry`` at inbox position ``index`` answers the pending question ``call_id`` and leaves
+    the inbox. False if the call is no pending question; UniCoreError if the inbox moved under us."""
+    keys = TaskKeys(lease.task_id)
+    try:
+        done = _run(client, ANSWER, [keys.lease, keys.approvals, keys.inbox],
+                    [lease.token, call_id, index, raw_entry, answer, answer_id, by, repr(time.time())])
+    except redis.ResponseError as exc:
+        if lua.STALE_INBOX in str(exc):
+            raise UniCoreError(f"inbox of {lease.task_id} changed under the answer") from None
+        raise
+    return int(done) == 1
+
+
+def start_call(client: redis.Redis, lease: Lease, call_id: str) -> bool:
+    """True exactly once per approved call: the caller runs its tool now. False: it was started before (a turn
+    died after starting it: the tool may or may not have run) or the call is not approved."""
+    keys = TaskKeys(lease.task_id)
+    return int(_run(client, START, [keys.lease, keys.approvals], [lease.token, call_id, repr(time.time())])) == 1
+
+
+def resolve(client: redis.Redis, lease: Lease, call_id: str, message: InboxMessage) -> None:
+    """Queue the call's result (``message``, a tool_result entry; once by its id) and mark the call resolved."""
+    keys = TaskKeys(lease.task_id)
+    _run(client, RESOLVE, [keys.lease, keys.approvals, keys.inbox, keys.seen],
+         [lease.token, call_id, message.id, message.model_dump_json(), repr(message.timestamp)])
+
+
+def drop_entries(client: redis.Redis, lease: Lease, raw_entries: Sequence[str]) -> int:
+    """Remove these inbox entries (e.g. decision wake-ups that found the task still waiting)."""
+    if not raw_entries:
+        return 0
+    keys = TaskKeys(lease.task_id)
+    return int(_run(client, DROP_ENTRIES, [keys.lease, keys.inbox], [lease.token, *raw_entries]))
+
+
+__all__ = [
+    "AlreadyDecided", "CallStatus", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER", "WAKEUP_TYPE",
+    "answer_question", "blocked", "calls", "decide", "drop_entries", "expire_overdue", "get_call", "held_results",
+    "hold_result", "inbox_types", "pending_calls", "record_calls", "resolve", "start_call", "unresolved_calls",
+    "waiting_for", "wakes",
+]

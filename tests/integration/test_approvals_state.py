@@ -1,0 +1,205 @@
+"""state.approvals on a real redis-server: recording, deciding (atomic, once), expiry, wake-ups, the turn's writes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from unicore.errors import AlreadyDecided, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.schema import InboxMessage, TaskSpec, tool_result_block
+from unicore.state import approvals
+from unicore.state.approvals import PendingCall
+from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.state.store import TaskStore, build_drain_batch
+
+
+def _call(call_id: str, kind: str = "approval", position: int = 0, at: float = 1000.0, **extra) -> PendingCall:
+    tool = "ask_user" if kind == "input" else "write_file"
+    return PendingCall(call_id=call_id, tool=tool, input={"path": "a.txt", "content": "", "list": []}, kind=kind,
+                       turn=0, requested_at=at, position=position, **extra)
+
+
+@pytest.fixture
+def waiting(store: TaskStore):
+    """Task ``t`` with two approvals and a question recorded, no lease held."""
+    store.create_task(TaskSpec(id="t", prompt="hi"))
+    lease = store.acquire_lease("t", holder="test")
+    store.drain(lease, first_drain=True)
+    approvals.record_calls(store.redis, lease, [_call("c2", position=1), _call("c1", position=0),
+                                                _call("q", "input", position=2, question="Which file?")])
+    store.end_turn(lease, 0, last_response="")
+    store.release_lease(lease)
+    return store
+
+
+def test_recorded_calls_are_listed_in_call_order_and_the_task_waits_for_approval_first(waiting):
+    client = waiting.redis
+    assert [c.call_id for c in approvals.pending_calls(client, "t")] == ["c1", "c2", "q"]
+    first = approvals.pending_calls(client, "t")[0]
+    assert first.input == {"path": "a.txt", "content": "", "list": []}  # an empty list stays a list
+    assert first.status == "pending" and first.decided_at is None
+    assert approvals.waiting_for(client, "t") == "approval"
+    approvals.decide(client, "t", None, True, by="alice")
+    assert approvals.waiting_for(client, "t") == "input"
+    assert [c.call_id for c in approvals.pending_calls(client, "t")] == ["q"]
+
+
+def test_recording_again_keeps_a_decision(waiting):
+    client = waiting.redis
+    approvals.decide(client, "t", "c1", True, by="alice")
+    lease = waiting.acquire_lease("t", holder="again")
+    assert approvals.record_calls(client, lease, [_call("c1")]) == 0
+    assert approvals.get_call(client, "t", "c1").status == "approved"
+
+
+def test_a_second_approval_of_the_same_call_changes_nothing(waiting):
+    client = waiting.redis
+    [decided] = approvals.decide(client, "t", "c1", True, by="alice", reason="ok")
+    assert (decided.status, decided.decided_by, decided.reason) == ("approved", "alice", "ok")
+    before = client.hgetall(waiting.keys("t").approvals), client.lrange(waiting.keys("t").inbox, 0, -1)
+    with pytest.raises(AlreadyDecided, match="already approved"):
+        approvals.decide(client, "t", "c1", True, by="bob")
+    with pytest.raises(AlreadyDecided):
+        approvals.decide(client, "t", "c1", False, by="bob")
+    assert (client.hgetall(waiting.keys("t").approvals), client.lrange(waiting.keys("t").inbox, 0, -1)) == before
+
+
+def test_concurrent_approvals_decide_a_call_once(waiting):
+    client = waiting.redis
+    outcomes: list[str] = []
+
+    def approve(who: str) -> None:
+        try:
+            approvals.decide(client, "t", "c1", True, by=who)
+            outcomes.append("decided")
+        except AlreadyDecided:
+            outcomes.append("already")
+
+    threads = [threading.Thread(target=approve, args=(f"u{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["already"] * 7 + ["decided"]
+
+
+def test_unknown_calls_tasks_and_approving_a_question_are_refused(waiting):
+    client = waiting.redis
+    with pytest.raises(NoSuchCall):
+        approvals.decide(client, "t", "nope", True, by="alice")
+    with pytest.raises(TaskNotFound):
+        approvals.decide(client, "missing", None, True, by="alice")
+    with pytest.raises(UniCoreError, match="is a question"):
+        approvals.decide(client, "t", "q", True, by="alice")
+    [denied] = approvals.decide(client, "t", "q", False, by="alice", reason="no")
+    assert denied.status == "denied" and denied.result_text() == "denied by alice: no"
+
+
+def test_the_wake_up_is_queued_once_nothing_is_pending_and_the_task_is_activated(waiting):
+    client = waiting.redis
+    keys = waiting.keys("t")
+    client.delete(ACTIVATIONS_STREAM)
+    approvals.decide(client, "t", None, False, by="alice", reason="too risky")
+    assert client.llen(keys.inbox) == 0  # the question still waits: nothing to do yet
+    assert approvals.blocked(client, "t")
+    waiting.queue_text("t", "a.txt please")  # a user message answers the question: no longer blocked
+    assert not approvals.blocked(client, "t")
+    client.ltrim(keys.inbox, 1, 0)
+    approvals.decide(client, "t", "q", False, by="bob")
+    entries = [json.loads(raw) for raw in client.lrange(keys.inbox, 0, -1)]
+    assert [entry["type"] for entry in entries] == ["decision"]
+    assert approvals.waiting_for(client, "t") is None and not approvals.blocked(client, "t")
+    assert client.xlen(ACTIVATIONS_STREAM) == 2
+    assert build_drain_batch(client.lrange(keys.inbox, 0, -1)) == []  # no conversation content
+
+
+def test_blocked_tasks_keep_other_messages_for_later(waiting):
+    client = waiting.redis
+    waiting.queue_text("t", "a child finished", kind="completion")
+    waiting.queue_text("t", "hello")
+    assert approvals.blocked(client, "t")  # waiting for approval: a user message does not wake it
+    assert not waiting.needs_turn("t")
+    assert approvals.wakes(None, ["completion"]) and not approvals.wakes("approval", ["user", "completion"])
+    assert approvals.wakes("input", ["user"]) and not approvals.wakes("input", ["completion"])
+    assert approvals.wakes("approval", ["decision"])
+
+
+def test_expire_overdue_denies_only_old_approvals(store):
+    store.create_task(TaskSpec(id="t", prompt="hi"))
+    lease = store.acquire_lease("t", holder="test")
+    approvals.record_calls(store.redis, lease, [_call("old", at=100.0), _call("new", at=5000.0, position=1),
+                                                _call("q", "input", at=5000.0, position=2)])
+    assert approvals.expire_overdue(store.redis, "t", now=3700.0, timeout_seconds=3600) == ["old"]
+    old = approvals.get_call(store.redis, "t", "old")
+    assert (old.status, old.decided_by, old.reason) == ("denied", "timeout", "no decision within 3600s")
+    assert approvals.expire_overdue(store.redis, "t", now=3700.0, timeout_seconds=3600) == []
+    assert [c.call_id for c in approvals.pending_calls(store.redis, "t")] == ["new", "q"]
+
+
+def test_an_approved_call_starts_once_and_resolves_once(waiting):
+    client = waiting.redis
+    keys = waiting.keys("t")
+    approvals.decide(client, "t", "c1", True, by="alice")
+    lease = waiting.acquire_lease("t", holder="turn")
+    assert approvals.start_call(client, lease, "c1") is True
+    assert approvals.start_call(client, lease, "c1") is False  # a second turn would not run it again
+    assert approvals.start_call(client, lease, "c2") is False  # not approved
+    result = InboxMessage(id="tr:c1", type="tool_result", content=tool_result_block("c1", "done"),
+                          sender="t", tool_use_id="c1")
+    approvals.resolve(client, lease, "c1", result)
+    approvals.resolve(client, lease, "c1", result)
+    assert client.lrange(keys.inbox, 0, -1) == [result.model_dump_json()]
+    call = approvals.get_call(client, "t", "c1")
+    assert call.started_at is not None and call.resolved_at is not None
+    assert [c.call_id for c in approvals.unresolved_calls(client, "t")] == ["c2", "q"]
+
+
+def test_held_results_wait_with_the_calls_and_leave_when_resolved(waiting):
+    client = waiting.redis
+    lease = waiting.acquire_lease("t", holder="turn")
+    block = tool_result_block("u1", "listed")
+    approvals.hold_result(client, lease, "u1", 3, block)
+    assert approvals.held_results(client, "t") == {"u1": (3, block)}
+    approvals.resolve(client, lease, "u1", InboxMessage(id="tr:u1", type="tool_result", content=block))
+    assert approvals.held_results(client, "t") == {}
+
+
+def test_a_user_message_answers_a_question_and_leaves_the_inbox(waiting):
+    client = waiting.redis
+    keys = waiting.keys("t")
+    waiting.queue_text("t", "a child finished", kind="completion")
+    waiting.queue_text("t", "use b.txt", message_id="m1")
+    raw = client.lrange(keys.inbox, 0, -1)
+    lease = waiting.acquire_lease("t", holder="turn")
+    with pytest.raises(UniCoreError, match="changed"):
+        approvals.answer_question(client, lease, "q", 0, raw[1], "use b.txt", "m1", "user")
+    assert approvals.answer_question(client, lease, "q", 1, raw[1], "use b.txt", "m1", "user")
+    assert client.lrange(keys.inbox, 0, -1) == raw[:1]
+    q = approvals.get_call(client, "t", "q")
+    assert (q.status, q.answer, q.answer_id) == ("answered", "use b.txt", "m1")
+    assert not approvals.answer_question(client, lease, "q", 0, raw[0], "again", "m2", "user")
+
+
+def test_the_turn_side_writes_are_fenced(waiting):
+    client = waiting.redis
+    zombie = waiting.acquire_lease("t", holder="zombie")
+    waiting.break_lease("t", "zombie")
+    waiting.acquire_lease("t", holder="successor")
+    approvals.decide(client, "t", "c1", True, by="alice")
+    before = client.hgetall(waiting.keys("t").approvals)
+    for write in (
+        lambda: approvals.record_calls(client, zombie, [_call("x")]),
+        lambda: approvals.start_call(client, zombie, "c1"),
+        lambda: approvals.hold_result(client, zombie, "u", 0, tool_result_block("u", "x")),
+        lambda: approvals.resolve(client, zombie, "c1", InboxMessage(id="tr:c1", type="tool_result", content={})),
+        lambda: approvals.drop_entries(client, zombie, ["x"]),
+    ):
+        with pytest.raises(LeaseLost):
+            write()
+    assert client.hgetall(waiting.keys("t").approvals) == before
+
+
+def test_the_approvals_key_is_a_task_key(store):
+    keys = store.keys("ns/t")
+    assert keys.approvals == "uc:{ns/t}:approvals" and keys.approvals in keys.all()
