@@ -17,6 +17,7 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import redis
@@ -37,9 +38,11 @@ from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
 from unicore.settings import RuntimeSettings
+from unicore.state.compactions import read_compactions
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
+from unicore.transcript import compaction_mark
 from unicore.turn_numbers import shown_turn
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -180,12 +183,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = _store()
     record = store.get_task(args.task)
     turns = store.load_history(args.task)
+    compacted = {c.upto: c for c in read_compactions(store.redis, args.task)}  # where requests start (marks)
     if args.json:
         print(
             json.dumps(
                 {
                     "task": record.model_dump(mode="json"),
                     "turns": [turn.model_dump(mode="json") for turn in turns],
+                    "compactions": [asdict(c) for c in compacted.values()],
                     "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)],
                 },
                 indent=2,
@@ -201,6 +206,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     for turn in turns:
         print(f"\n=== Turn {shown_turn(turn.turn_number)} ===")
         for message in turn.messages:
+            if message.seq in compacted:
+                _show(compaction_mark(message.seq))
+                if args.compactions:
+                    _show(f"(compaction summary: {compacted[message.seq].summary})")
             who = "User" if message.role == "user" else "Assistant"
             for line in (line for block in message.content for line in _block_lines(block)):
                 _show(f"{who}: {line}")
@@ -282,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="the stored turns and messages as JSON")
     show.add_argument("--follow", "-f", action="store_true",
                       help="then print the model's answers as they are written, until the task settles")
+    show.add_argument("--compactions", action="store_true",
+                      help="print each compaction's summary under its mark (every message is shown either way)")
     show.set_defaults(func=cmd_show)
 
     tree = sub.add_parser("tree", help="print the task tree with statuses")

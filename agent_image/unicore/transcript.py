@@ -80,6 +80,12 @@ def transcribe(
     return "\n\n".join(lines)
 
 
+def compaction_mark(upto: int) -> str:
+    """The line transcripts print where a compaction record starts requests (``unicore.compaction``): the stored
+    messages 1..``upto`` (as users count them) are summarized; every message is still shown."""
+    return f"── compacted: messages 1-{upto:,} summarized ──"
+
+
 def omitted_marker(count: int, what: str = "conversation") -> str:
     return f"[... {count:,} earlier characters of the {what} omitted ...]"
 
