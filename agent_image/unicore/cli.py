@@ -4,6 +4,7 @@
 ``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
 ``unicore show TASK [--json | --follow]``                           the transcript, turn by turn (then live)
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
+``unicore gc [--ttl S] [--archive URL] [--dry-run]``                archive and remove trees idle past the TTL
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
 ``unicore.cli_input`` before anything is written). ``unicore-turn``: see ``unicore.turn``.
@@ -36,10 +37,12 @@ from unicore.follow import Follower
 from unicore.follow import block_lines as _block_lines
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
+from unicore.retention import add_gc_command
 from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
 from unicore.settings import RuntimeSettings
 from unicore.state.compactions import read_compactions
 from unicore.state.records import TaskRecord
+from unicore.state.retention import archived_note
 from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
 from unicore.transcript import compaction_mark
@@ -156,7 +159,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     url = redis_url()
     store = TaskStore(connect(url))
     message_id = args.id or uuid.uuid4().hex
-    store.queue_text(args.task, args.text, message_id=message_id)
+    try:
+        store.queue_text(args.task, args.text, message_id=message_id)
+    except TaskNotFound:
+        note = archived_note(store.redis, args.task)  # retention removed it: say where it went
+        if note is None:
+            raise
+        raise TaskNotFound(note.describe()) from None
     store.activate(args.task, "send")
     if args.no_wait:
         _show(f"queued for {args.task} (message {message_id})")
@@ -298,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree = sub.add_parser("tree", help="print the task tree with statuses")
     tree.add_argument("task", nargs="?")
     tree.set_defaults(func=cmd_tree)
+    add_gc_command(sub)
     return parser
 
 
