@@ -18,6 +18,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from pydantic_settings.sources.utils import parse_env_vars
+from unicore.archive import check_archive_url
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import ENDPOINTS_ENV, KEY_ENV_PREFIX, EndpointMap, parse_endpoints
 from unicore.settings import KeywordOnlySettings
@@ -72,6 +73,12 @@ class OperatorSettings(KeywordOnlySettings):
     # spec.approval.timeoutSeconds says otherwise; 0 = it waits until someone decides.
     approval_timeout_seconds: int = Field(86400, ge=0)
     redis_retention_seconds: int = Field(0, ge=0)
+    # Retention (unicore.retention, operator/retention.py): a task tree whose tasks are all Idle or Failed and that
+    # was idle longer than this is archived to retention_archive_url (file:///path or s3://bucket/prefix; None = not
+    # archived) and removed from Redis; its AgentTasks stay, phase Archived. 0 = off. Checked every interval.
+    retention_ttl_seconds: float = Field(0.0, ge=0, allow_inf_nan=False)
+    retention_archive_url: str | None = None
+    retention_interval_seconds: float = Field(300.0, gt=0, allow_inf_nan=False)
     http_port: int = Field(8080, ge=0, le=65535)  # /healthz, /readyz and /metrics; 0 = no HTTP server
     # The admission webhook for child AgentTasks (admission.py): HTTPS on this port (0 = none), with tls.crt and
     # tls.key from webhook_cert_dir (the chart's Secret unicore-operator-webhook), reloaded when they change.
@@ -146,6 +153,13 @@ class OperatorSettings(KeywordOnlySettings):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("retention_archive_url", mode="before")
+    @classmethod
+    def _archive_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            return check_archive_url(value) if value.strip() else None
+        return value
 
     @field_validator("redis_identity_secret", mode="before")
     @classmethod

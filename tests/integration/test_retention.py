@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import time
 from collections.abc import Callable
 from contextlib import redirect_stderr
@@ -231,3 +232,21 @@ def test_an_s3_object_that_does_not_read_back_deletes_nothing(
     outcomes = Retention(redis_client, HOUR, S3Sink("s3://archive", client), clock=LATER).run(["short"])
     assert [o.action for o in outcomes] == ["archive-failed"] and "AccessDenied" in outcomes[0].reason
     assert store.exists(ids[0]) and not redis_client.exists(RETENTION_JOURNAL)
+
+
+def test_the_task_api_answers_gone_for_a_removed_conversation(store: TaskStore, redis_client: redis.Redis) -> None:
+    from unicore_operator.task_api import answer
+    from unicore_operator.task_api.lookup import static_lookup
+    from unicore_operator.task_api.service import TaskApi
+
+    store.create_task(TaskSpec(id="team-a/gone"))
+    outcomes = Retention(redis_client, HOUR, None, clock=LATER).run(["team-a/gone"])
+    assert [o.action for o in outcomes] == ["removed"]
+    api = TaskApi(store, static_lookup(lambda: [{"metadata": {"namespace": "team-a", "name": "gone"}}]))
+    body = json.dumps({"id": "m1", "text": "are you there?"}).encode()
+    response = answer(api, "POST", "/apis/tasks.unicore.dev/v1alpha1/namespaces/team-a/agenttasks/gone/messages",
+                      body=body, sender="user:alice")
+    assert response.status == 410
+    payload = json.loads(response.encoded())
+    assert payload["reason"] == "Gone" and "idle past the retention TTL" in payload["message"]
+    assert not store.exists("team-a/gone")  # no empty conversation was started

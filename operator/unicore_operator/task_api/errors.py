@@ -20,6 +20,7 @@ REASONS: dict[int, str] = {
     413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",
+    410: "Gone",
     500: "InternalError",
     503: "ServiceUnavailable",
 }

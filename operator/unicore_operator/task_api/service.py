@@ -19,6 +19,7 @@ from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.reads import read_message_slice, read_transcript_head
 from unicore.state.records import parse_turn_headers
+from unicore.state.retention import archived_note
 from unicore.state.store import TaskStore
 from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 
@@ -135,6 +136,9 @@ class TaskApi:
         try:
             queued = self.store.queue_message(task_id, message)
         except TaskNotFound:
+            note = archived_note(self.store.redis, task_id)
+            if note is not None:  # retention removed its conversation: no retry will bring it back
+                raise ApiError(410, note.describe(), reason="Gone") from None
             raise ApiError(
                 503,
                 f"agenttask {task_id} exists but the operator has not initialised it yet; retry "
