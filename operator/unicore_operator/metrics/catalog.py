@@ -66,6 +66,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("unicore_turns_failed_total", "counter", "Turns that ended with an error, by reason.", "runtime",
                ("reason",), known=(("reason", TURN_FAILURE_REASONS),)),
     MetricSpec("unicore_turn_duration_seconds", "histogram", "Wall time of one turn.", "runtime"),
+    MetricSpec("unicore_compactions_total", "counter",
+               "Compaction records written: a request passed UNICORE_COMPACT_AT of the model's context window and "
+               "the history before a cut was summarized.", "runtime"),
     MetricSpec("unicore_model_calls_total", "counter", "Model calls by model, provider and outcome.", "runtime",
                ("model", "provider", "outcome"), known=(("outcome", MODEL_CALL_OUTCOMES),)),
     MetricSpec("unicore_model_call_duration_seconds", "histogram", "Latency of successful model calls.", "runtime",
