@@ -89,11 +89,10 @@ class Approval(BaseModel):
     ``tools``: tool names, or ``["*"]`` for every tool; an empty list gates nothing. A call not decided within
     ``timeout_seconds`` is denied (by the operator's timer, or the local supervisor)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
 
     tools: list[str] = Field(default_factory=list)
-    timeout_seconds: int = Field(default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, ge=1, le=30 * 24 * 3600,
-                                 alias="timeoutSeconds")
+    timeout_seconds: int = Field(default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, ge=1, le=30 * 24 * 3600)
 
     def gates(self, tool: str) -> bool:
         return APPROVE_ALL in self.tools or tool in self.tools

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from unicore.answers import BadAnswer, accept_answer, refusal_text, used_tool_use_ids
+from unicore.approvals_turn import ApprovalGate, Prepared
 from unicore.compaction import SUMMARY_SYSTEM, Compactor, HistoryView, answer_tool_ids
 from unicore.context_window import ContextSettings
 from unicore.errors import (
@@ -321,6 +322,10 @@ class _Turn:
             # this turn (whose end would store the next report) starts.
             log.info("task %s: the report of the last turn was owed; delivered now", self.task_id)
             fault_point("after notify")
+        gate = ApprovalGate(self.redis, self.lease, record, ctx, tools)  # unicore.approvals_turn
+        if gate.prepare() is Prepared.WAITING:  # a person has still to decide: no drain, no model call
+            self._end_waiting(record, gate.note)
+            return
         self.progress.mark("drain")
         drained = self.store.drain(self.lease, first_drain=True)
         self.progress.mark("after drain")
@@ -337,7 +342,7 @@ class _Turn:
         self.outcome.turn_number = current.turn_number
         set_scope(f"{self.task_id}#{current.turn_number}")
         fault_point("after drain")
-        if drained.empty and is_turn_ending(view.messages[-1]):
+        if not drained.messages and is_turn_ending(view.messages[-1]):
             if current.ended_at is None:
                 log.info(
                     "task %s: turn %d was answered but not finished; finishing it",
@@ -358,7 +363,7 @@ class _Turn:
         )
 
         max_iterations = record.limits.max_iterations
-        final_text, note = "", ""
+        final_text, note, waiting = "", "", False
         used_ids = used_tool_use_ids(view.messages)  # tool-use ids are unique over the task's history (answers.py)
         for _ in range(max_iterations):
             self._check_cancel()
@@ -400,6 +405,10 @@ class _Turn:
             if not tool_uses:
                 final_text = message_text(content)
                 break
+            if gate.wait(current.turn_number, tool_uses, time.time()) is not None:  # some calls wait for a person
+                final_text = note = gate.note
+                waiting = True
+                break
             self.pending_tool_uses = list(tool_uses)
             while self.pending_tool_uses:
                 self._check_cancel()
@@ -423,7 +432,7 @@ class _Turn:
             last = view.messages[-1]
             final_text = message_text(last.content) if last.role == "assistant" else ""
             final_text = final_text or note
-        self._end_turn(model, record, current, final_text, note, self.outcome.iterations)
+        self._end_turn(model, record, current, final_text, note, self.outcome.iterations, report=not waiting)
 
     def _budget_exhausted(self, record: TaskRecord) -> str:
         spent = tree_budget_use(self.redis, record.root)
@@ -475,15 +484,17 @@ class _Turn:
             self.store.queue_own_result(self.lease, message)
 
     def _end_turn(
-        self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str, iterations: int
+        self, model: Model, record: TaskRecord, turn: Turn, final_text: str, note: str, iterations: int,
+        *, report: bool = True,
     ) -> None:
+        """End the turn; ``report`` False (the task waits for a person): its parent is told nothing yet."""
         assert self.lease is not None
-        summary = self._summary(model, record, turn)
+        summary = self._summary(model, record, turn) if report else ""
         self.progress.mark("end turn")
         record = self.store.get_task(self.task_id)
-        report = (
+        owed = (
             completion_report(record, turn.turn_number, final_text, note, self.store.message_cap_bytes)
-            if record.parent
+            if record.parent and report
             else None
         )
         self.store.end_turn(
@@ -493,13 +504,23 @@ class _Turn:
             summary=summary,
             iterations=iterations,
             note=note,
-            report=report,
+            report=owed,
         )
         fault_point("after end turn")
         self.outcome.final_text, self.outcome.note = final_text, note
         deliver_report(self.store, self.task_id)  # owed until delivered: a crash here is redelivered later
         fault_point("after notify")
         log.info("task %s: turn %d ended after %d model calls", self.task_id, shown_turn(turn.turn_number), iterations)
+
+    def _end_waiting(self, record: TaskRecord, note: str) -> None:
+        """Still waiting for a person: end the last turn if its process died before it could (nothing else)."""
+        assert self.lease is not None
+        last = record.turns - 1
+        if last >= 0 and not self.store.turn_meta(self.task_id, last).get("ended_at"):
+            self.store.end_turn(self.lease, last, last_response=note, note=note)
+            self.outcome.turn_number = last
+        self.outcome.note = note
+        log.info("task %s: still %s", self.task_id, note)
 
     def _summary(self, model: Model, record: TaskRecord, turn: Turn) -> str:
         enabled = self.summarize

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from unicore.schema import SCHEMA_VERSION, Limits, Message, Usage
+from unicore.schema import SCHEMA_VERSION, Approval, Limits, Message, Usage
 
 TaskStatus = Literal["idle", "running"]
 
@@ -28,6 +28,7 @@ class TaskRecord(BaseModel):
     child_tools: list[str] | None = None
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     script: dict[str, Any] | None = None
+    approval: Approval | None = None  # tool calls that wait for a person (``state.approvals``)
     status: TaskStatus = "idle"
     turns: int = 0  # turns started (== number of stored turns)
     iterations: int = 0  # model calls of turns (assistant messages)
@@ -59,7 +60,7 @@ class TaskRecord(BaseModel):
             total_tokens=self.tree_total_tokens,
         )
 
-    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("tools", "child_tools", "limits", "script")
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("tools", "child_tools", "limits", "script", "approval")
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> TaskRecord:

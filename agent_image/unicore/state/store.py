@@ -27,6 +27,7 @@ from unicore.log import get_logger
 from unicore.schema import (
     DEFAULT_MESSAGE_CAP_BYTES,
     SCHEMA_VERSION,
+    Approval,
     ContentBlock,
     InboxMessage,
     Message,
@@ -82,6 +83,17 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
             return "tool_result", {"toolResult": block}
     content = entry.get("content")
     return "text", content if isinstance(content, str) else json.dumps(content)
+
+
+def inherited_approval(own: Approval | None, parent: Approval | None) -> Approval | None:
+    """A child's approval setting: what its parent's gates stays gated (a child only narrows what runs unasked);
+    its own tools join; its own timeout, else the parent's."""
+    if parent is None or not parent.tools:
+        return own
+    if own is None:
+        return parent
+    tools = list(dict.fromkeys([*parent.tools, *own.tools]))
+    return Approval(tools=tools, timeout_seconds=own.timeout_seconds)
 
 
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
@@ -167,6 +179,7 @@ class TaskStore:
             child_tools=spec.child_tools,
             limits=spec.limits,
             script=spec.script,
+            approval=inherited_approval(spec.approval, parent.approval if parent else None),
             created_at=now,
             updated_at=now,
             schema_version=SCHEMA_VERSION,

@@ -25,6 +25,7 @@ from unicore.providers.base import ToolSpec
 from unicore.schema import ContentBlock
 from unicore.settings import RuntimeSettings
 from unicore.tools import policy
+from unicore.tools.ask_user import AskUser
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.storeview import view_of
 from unicore.tools.tasks import MessageTask, SpawnTask, TaskStatus
@@ -34,7 +35,7 @@ log = get_logger("tools")
 
 ALL_TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus())
+    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus(), AskUser())
 }
 MAX_RESULT_CHARS = 100_000
 EXTRA_TOOLS_ENV = RuntimeSettings.env_var("extra_tools")
