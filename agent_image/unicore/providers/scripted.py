@@ -84,7 +84,7 @@ class Script(BaseModel):
     default: str = "Done."
     tasks: dict[str, list[ScriptStep]] = Field(default_factory=dict)
     # The model's context window in tokens (unicore.context_window): small, a test's history is compacted soon.
-    context_window: int | None = Field(None, ge=256)
+    context_window: int | None = Field(default=None, ge=256)
 
     def steps_for(self, task_id: str) -> list[ScriptStep]:
         pattern = pick_pattern(self.tasks, task_id)

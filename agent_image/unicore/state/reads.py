@@ -3,7 +3,7 @@ budget check and the local supervisor: the Redis layout's owner answers them, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from unicore.schema import Limits
@@ -39,10 +39,12 @@ class TranscriptHead:
     total: int  # messages stored
     status: str | None  # the record's status; None when the task has no record (not initialised)
     pending: int  # inbox entries waiting
+    raw_compactions: list[str] = field(default_factory=list)  # the compaction records as stored (state.compactions)
 
 
 def read_transcript_head(client: Any, task_id: str) -> TranscriptHead:
-    """Turn headers, turn metadata, message count, status and inbox length of a task: one round trip."""
+    """Turn headers, turn metadata, message count, status, inbox length and compaction records of a task: one
+    round trip."""
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)
     pipe.lrange(keys.turns, 0, -1)
@@ -50,9 +52,10 @@ def read_transcript_head(client: Any, task_id: str) -> TranscriptHead:
     pipe.llen(keys.messages)
     pipe.hmget(keys.task, ["status", "turns"])
     pipe.llen(keys.inbox)
-    raw_turns, meta, total, (status, _turns), pending = pipe.execute()
+    pipe.lrange(keys.compactions, 0, -1)
+    raw_turns, meta, total, (status, _turns), pending, raw_compactions = pipe.execute()
     return TranscriptHead(raw_turns=list(raw_turns), meta=dict(meta), total=int(total), status=status,
-                          pending=int(pending))
+                          pending=int(pending), raw_compactions=list(raw_compactions))
 
 
 def read_message_slice(client: Any, task_id: str, start: int, stop: int) -> list[str]:

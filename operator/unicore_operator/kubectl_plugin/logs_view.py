@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unicore.terminal import printable
-from unicore.transcript import transcribe
+from unicore.transcript import compaction_mark, transcribe
 
 from unicore_operator.kubectl_plugin.humanize import human_duration, parse_time
 
@@ -38,6 +38,7 @@ class TranscriptPrinter:
     def render(self, page: Mapping[str, Any]) -> str:
         for turn in page.get("turns") or []:
             self.turns[int(turn["number"])] = turn
+        marks = {int(mark["upto"]): mark for mark in page.get("compactions") or []}
         chunks: list[str] = []
         for message in page.get("messages") or []:
             number = int(message.get("turn", 0))
@@ -45,6 +46,11 @@ class TranscriptPrinter:
                 self.current_turn = number
                 banner = turn_banner(self.turns.get(number, {"number": number}))
                 chunks.append(("\n" if chunks or message.get("seq", 0) else "") + banner)
+            mark = marks.get(int(message.get("seq", -1)))
+            if mark is not None:  # requests start here: the messages before are summarized (all still shown)
+                chunks.append(compaction_mark(int(mark["upto"])))
+                if self.tools and mark.get("summary"):
+                    chunks.append(f"[compaction summary] {mark['summary']}")
             text = transcribe([message], include_tool_details=self.tools, tool_result_chars=None)
             if text:
                 chunks.append(text)

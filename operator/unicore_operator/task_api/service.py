@@ -196,6 +196,7 @@ class TaskApi:
             raw_messages=raw_messages,
             tools=tools,
             turn=turn,
+            raw_compactions=head.raw_compactions,
         )
         page = {
             "kind": "TranscriptPage",

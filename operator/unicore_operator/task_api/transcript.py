@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from unicore.state.compactions import Compaction
 from unicore.state.messages import load_message
 from unicore.state.records import TurnHeader, TurnMeta
 from unicore.turn_numbers import shown_turn
@@ -117,8 +118,11 @@ def build_page(
     tools: bool,
     turn: int | None,
     byte_budget: int = PAGE_BYTE_BUDGET,
+    raw_compactions: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The transcript page for messages ``raw_messages`` read from seq ``start`` (``turn``: Redis's number)."""
+    """The transcript page for messages ``raw_messages`` read from seq ``start`` (``turn``: Redis's number).
+    ``compactions``: the records whose mark falls in the page (before the message with seq ``upto``); their summary
+    only with ``tools``."""
     messages: list[dict[str, Any]] = []
     used = 0
     for raw in raw_messages:
@@ -147,4 +151,18 @@ def build_page(
         "turnCount": len(headers),
         "turns": turns,
         "messages": messages,
+        "compactions": compaction_marks(raw_compactions, start, next_seq, tools),
     }
+
+
+def compaction_marks(raw: Sequence[str], start: int, stop: int, tools: bool) -> list[dict[str, Any]]:
+    """The compaction records whose ``upto`` is a seq in [start, stop): where the page shows a mark."""
+    marks = []
+    for record in (Compaction.parse(item) for item in raw):
+        if record is None or not start <= record.upto < stop:
+            continue
+        mark: dict[str, Any] = {"upto": record.upto, "createdAt": record.created_at}
+        if tools:
+            mark["summary"] = clip_text(record.summary)
+        marks.append(mark)
+    return marks
