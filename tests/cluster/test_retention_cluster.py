@@ -1,0 +1,70 @@
+"""Retention on the real control plane (issue 15, item 4): the operator archives an idle tree to a directory, removes
+it from Redis and the AgentTask says Archived (phase, status.archive, conditions, an Event); a suspended tree past
+the same TTL is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from unicore.archive import read_document
+from unicore.state.keys import TaskKeys
+
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def retaining_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    install_agent_rbac(crd.kubeconfig, k8s_namespace)
+    proc = OperatorProcess(crd.kubeconfig, redis_url, k8s_namespace, tmp_path / "operator.log",
+                           UNICORE_RETENTION_TTL_SECONDS="3", UNICORE_RETENTION_INTERVAL_SECONDS="1",
+                           UNICORE_RETENTION_ARCHIVE_URL=(tmp_path / "archive").as_uri()).start()
+    yield proc
+    proc.stop()
+    print(f"--- operator log ({proc.log_path}):\n{proc.log(80)}")
+
+
+def test_an_idle_tree_is_archived_and_its_agenttask_says_archived(
+    retaining_operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+    tmp_path: Path,
+) -> None:
+    held = tasks.create("held", {"prompt": "wait for me", "gpus": 0, "suspend": True, "script": {"default": "ok"}})
+    assert held
+    tasks.create("old", {"prompt": "hello", "gpus": 0, "script": {"default": "hello back"}})
+    wait_for(lambda: tasks.phase("old") in ("Idle", "Archived"), timeout=90, what="the turn of old")
+    wait_for(lambda: tasks.phase("old") == "Archived", timeout=60,
+             what=f"old to be archived (phases {tasks.all_phases()})")
+
+    status = (tasks.get("old") or {})["status"]
+    files = list((tmp_path / "archive").rglob("*.jsonl"))
+    assert len(files) == 1 and status["archive"]["url"] == files[0].as_uri()
+    assert status["archive"]["archivedAt"] and files[0].as_uri() in status["message"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Archived"]["status"] == "True" and conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "Archived"
+    header, archived = read_document(files[0].read_bytes())
+    task_id = f"{k8s_namespace}/old"
+    assert header["tasks"] == [task_id]
+    stored = "\n".join(archived[0]["keys"]["messages"]["value"])  # the messages as Redis stored them
+    assert '"hello"' in stored and '"hello back"' in stored
+    assert not redis_client.exists(TaskKeys(task_id).task) and not redis_client.exists(TaskKeys(task_id).messages)
+    assert redis_client.hget(TaskKeys(task_id).archived, "url") == files[0].as_uri()
+    wait_for(lambda: task_events(tasks, "old", "Archived"), timeout=30, what="the Archived Event")
+    assert tasks.get("old") is not None  # the object stays until its user deletes it
+
+    # The suspended tree (its prompt still queued), older than `old` and so past the TTL in every pass that
+    # archived `old`, is still whole.
+    assert tasks.phase("held") == "Suspended"
+    assert redis_client.exists(TaskKeys(f"{k8s_namespace}/held").task)
+    assert redis_client.llen(TaskKeys(f"{k8s_namespace}/held").inbox) == 1
+
+    # The finalizer still cleans up: deleting the AgentTask removes the tombstone too.
+    tasks.delete("old")
+    wait_for(lambda: tasks.get("old") is None, timeout=30, what="old to be deleted")
+    assert not redis_client.exists(TaskKeys(task_id).archived)
