@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -35,6 +36,10 @@ log = logger.getChild("task_api")
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 TREE_MAX_NODES = 1000
 LAST_RESPONSE_CHARS = 1024
+
+
+# (namespace, name, the calls decided, by whom, the reason): called after a decision on tool calls
+DecidedHook = Callable[[str, str, list[Any], str, str], None]
 
 
 class MessageRequest(BaseModel):
@@ -84,10 +89,12 @@ def _bool_param(params: dict[str, str], key: str) -> bool:
 class TaskApi:
     """The read/write task API over one TaskStore; ``lookup`` says whether an AgentTask exists."""
 
-    def __init__(self, store: TaskStore, lookup: TaskLookup, *, message_cap_bytes: int | None = None) -> None:
+    def __init__(self, store: TaskStore, lookup: TaskLookup, *, message_cap_bytes: int | None = None,
+                 on_decided: DecidedHook | None = None) -> None:
         self.store = store
         self.lookup = lookup
         self.message_cap_bytes = message_cap_bytes or store.message_cap_bytes
+        self.on_decided = on_decided  # told of each decision on tool calls (``approvals``): the operator's Event
 
     # ------------------------------------------------------------------ helpers
     def _require_task(self, namespace: str, name: str) -> dict[str, Any]:
