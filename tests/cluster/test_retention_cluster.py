@@ -68,3 +68,22 @@ def test_an_idle_tree_is_archived_and_its_agenttask_says_archived(
     tasks.delete("old")
     wait_for(lambda: tasks.get("old") is None, timeout=30, what="old to be deleted")
     assert not redis_client.exists(TaskKeys(task_id).archived)
+
+
+def test_the_chart_passes_the_retention_values_and_refuses_bad_ones() -> None:
+    from tests.cluster.test_chart_render import CHART, KUBE_VERSION, env_of, helm, one, render
+
+    env = env_of(one(render(), "Deployment", "unicore-operator"))
+    assert env["UNICORE_RETENTION_TTL_SECONDS"] == "0"  # off by default
+    objs = render("--set", "operator.retention.ttlSeconds=86400", "--set",
+                  "operator.retention.archiveUrl=s3://archive/unicore", "--set",
+                  "operator.retention.s3EndpointUrl=http://minio:9000")
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_RETENTION_TTL_SECONDS"] == "86400"
+    assert env["UNICORE_RETENTION_ARCHIVE_URL"] == "s3://archive/unicore"
+    assert env["UNICORE_ARCHIVE_S3_ENDPOINT_URL"] == "http://minio:9000"
+    assert env["UNICORE_RETENTION_INTERVAL_SECONDS"] == "300"
+    for bad in ("operator.retention.archiveUrl=https://x", "operator.retention.ttlSeconds=-1",
+                "operator.retention.intervalSeconds=0", "operator.retention.ttl=5"):
+        proc = helm("template", "uc", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad, check=False)
+        assert proc.returncode != 0 and "values don't meet the specifications" in proc.stderr, (bad, proc.stderr)

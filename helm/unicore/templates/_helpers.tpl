@@ -160,6 +160,10 @@ seccompProfile:
   "UNICORE_RESYNC_SECONDS" (toString $v.operator.resyncSeconds)
   "UNICORE_APPROVAL_TIMEOUT_SECONDS" (toString $v.operator.approvalTimeoutSeconds)
   "UNICORE_REDIS_RETENTION_SECONDS" (toString $v.operator.redisRetentionSeconds)
+  "UNICORE_RETENTION_TTL_SECONDS" (toString $v.operator.retention.ttlSeconds)
+  "UNICORE_RETENTION_ARCHIVE_URL" $v.operator.retention.archiveUrl
+  "UNICORE_RETENTION_INTERVAL_SECONDS" (toString $v.operator.retention.intervalSeconds)
+  "UNICORE_ARCHIVE_S3_ENDPOINT_URL" $v.operator.retention.s3EndpointUrl
   "UNICORE_HTTP_PORT" "8080"
   "UNICORE_WEBHOOK_PORT" (ternary "8443" "0" $v.admission.webhook.enabled)
   "UNICORE_WEBHOOK_CERT_DIR" "/etc/unicore/webhook"
