@@ -26,6 +26,7 @@ from unicore.archive import ArchiveError, ArchiveSink, check_archive_url, docume
 from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.settings import EnvSettings
+from unicore.state import approvals
 from unicore.state import retention as state
 
 log = get_logger("retention")
@@ -130,16 +131,9 @@ class Retention:
 
 
 def human_waits(client: Any, task_ids: Sequence[str]) -> list[str]:
-    """The tasks waiting for a person (an approval or an answer), when the approvals state exists: such a tree is
-    not idle, whatever its age (the person decides, not the TTL)."""
-    try:
-        from unicore.state import approvals  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return []
-    waiting_for = getattr(approvals, "waiting_for", None)
-    if waiting_for is None:
-        return []
-    return [task_id for task_id in task_ids if waiting_for(client, task_id)]
+    """The tasks waiting for a person (an approval, or the answer to an ``ask_user`` question): such a tree is not
+    idle, whatever its age: the person decides, not the TTL."""
+    return [task_id for task_id in task_ids if approvals.waiting_for(client, task_id)]
 
 
 # --------------------------------------------------------------------------- unicore gc

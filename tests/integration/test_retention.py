@@ -129,6 +129,24 @@ def test_an_active_tree_is_kept_whole(
     assert {task_id: left_keys(redis_client, task_id) for task_id in ids} == before
 
 
+@pytest.mark.parametrize("kind", ["approval", "input"])
+def test_a_tree_waiting_for_a_person_is_kept_whatever_its_age(
+    kind: str, store: TaskStore, turn: TurnRunner, redis_client: redis.Redis,
+) -> None:
+    from unicore.state import approvals
+
+    ids = make_tree(store, turn, "asks", children=1)
+    lease = store.acquire_lease(ids[1])
+    call = approvals.PendingCall(call_id="c1", tool="write_file" if kind == "approval" else "ask_user",
+                                 input={"path": "x"}, kind=kind, turn=0, requested_at=time.time(),  # type: ignore[arg-type]
+                                 question="which one?" if kind == "input" else "")
+    approvals.record_calls(redis_client, lease, [call])
+    store.release_lease(lease)
+    outcomes = Retention(redis_client, HOUR, None, clock=LATER).run(["asks"])
+    assert [(o.action, o.reason) for o in outcomes] == [("kept", f"{ids[1]} is not settled (waiting)")]
+    assert all(store.exists(task_id) for task_id in ids)
+
+
 def test_a_tree_waiting_for_the_caller_or_failed_is_decided_by_the_caller(
     store: TaskStore, turn: TurnRunner, redis_client: redis.Redis,
 ) -> None:
