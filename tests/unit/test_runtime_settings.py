@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from unicore.context_window import ContextSettings
 from unicore.errors import ConfigError
 from unicore.providers.bedrock import BedrockEnvironment, BedrockSettings
 from unicore.providers.endpoints import EndpointEnvironment
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_NAME = re.compile(r"`((?:UNICORE_|OPENAI_|AWS_)[A-Z0-9_]+|REDIS_URL)`")
 RUNTIME_WHERE = ("runtime", "turn process")
 MODELS: tuple[type[EnvSettings], ...] = (
-    RuntimeSettings, RedisClientSettings, OpenAIEnvironment, EndpointEnvironment, BedrockEnvironment)
+    RuntimeSettings, RedisClientSettings, OpenAIEnvironment, EndpointEnvironment, BedrockEnvironment, ContextSettings)
 
 # variable -> (a value to set, the value its field then has, which is not the default)
 SAMPLES: dict[str, tuple[str, Any]] = {
@@ -55,6 +56,9 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_BEDROCK_LIMITS": ('{"nova-pro": {"rpm": 5}}', {"nova-pro": {"rpm": 5}}),
     "UNICORE_BEDROCK_MODEL_CACHE_TTL": ("60", 60),
     "UNICORE_BEDROCK_DISCOVERY": ("no", False),
+    "UNICORE_CONTEXT_WINDOW_TOKENS": ("8192", 8192),
+    "UNICORE_CONTEXT_WINDOWS": ('{"openai:qwen*": 4096}', '{"openai:qwen*": 4096}'),
+    "UNICORE_COMPACT_AT": ("0.5", 0.5),
 }
 
 
