@@ -39,6 +39,7 @@ from unicore_operator.reconcile import jobs_of
 ARCHIVED = "Archived"  # the phase, the condition type and the Event reason
 ARCHIVE_FAILED = "ArchiveFailed"
 SETTLED = frozenset({"Idle", "Failed"})
+MAX_DEPTH = 64  # parentRef hops followed to a task's root
 
 
 def _iso(timestamp: float) -> str:
@@ -95,6 +96,7 @@ class RetentionLoop:
             busy = body["metadata"].get("deletionTimestamp") or active_job(jobs_of(self.ctx, key)) is not None
             if phase not in SETTLED or busy or (body.get("spec") or {}).get("suspend"):
                 kept.add(task_id)
+                kept.add(self.root_of(key, body))  # also a child that has no Redis record yet keeps its tree
             else:
                 settled.append(task_id)
                 if phase == "Failed":
@@ -102,6 +104,19 @@ class RetentionLoop:
             if not (body.get("spec") or {}).get("parentRef"):
                 roots.append(task_id)
         return roots, failed, kept, settled
+
+    def root_of(self, key: TaskKey, body: dict[str, Any]) -> str:
+        """The task id of the root of ``body``'s tree, along the parentRefs in the index (a parent not indexed:
+        the root label the spawner sets, else the last ancestor found)."""
+        namespace, name = key
+        for _ in range(MAX_DEPTH):
+            parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
+            parent_body = self.ctx.indexed_task(namespace, parent) if parent else None
+            if parent_body is None:
+                label = (body["metadata"].get("labels") or {}).get(names.ROOT_LABEL) if parent else None
+                return names.task_id(namespace, label or parent or name)
+            body, name = parent_body, str(parent)
+        return names.task_id(namespace, name)
 
     async def run_pass(self) -> list[Outcome]:
         roots, failed, kept, settled = self.view()

@@ -119,3 +119,36 @@ def test_an_archived_agenttask_says_where_its_conversation_went() -> None:
     removed = archived_status(ArchivedNote("ns/t", "", NOW, "ns/t"), 60, {})
     assert removed["archive"]["url"] == "" and "not archived" in removed["message"]
     assert {c["type"]: c["reason"] for c in removed["conditions"]}["Archived"] == "Removed"
+
+
+def _task(name: str, phase: str | None, parent: str | None = None, **spec: object) -> dict[str, object]:
+    body_spec: dict[str, object] = dict(spec)
+    if parent:
+        body_spec["parentRef"] = {"name": parent}
+    return {"metadata": {"namespace": "ns", "name": name, "labels": {}}, "spec": body_spec,
+            "status": {"phase": phase} if phase else {}}
+
+
+def test_the_operator_offers_only_roots_whose_every_indexed_task_is_settled() -> None:
+    from types import SimpleNamespace
+
+    from unicore_operator.retention import RetentionLoop
+
+    bodies = [
+        _task("quiet", "Idle"), _task("quiet-a", "Failed", "quiet"),
+        _task("busy", "Idle"), _task("busy-a", "Idle", "busy"), _task("busy-a-x", None, "busy-a"),  # not set up
+        _task("asks", "WaitingForApproval"),
+        _task("held", "Idle", suspend=True),
+        _task("gone", "Archived"),
+    ]
+    index = {("ns", str(b["metadata"]["name"])): [b] for b in bodies}  # type: ignore[index]
+    ctx = SimpleNamespace(
+        agenttasks=index, turnjobs=None, redis=SimpleNamespace(sync=None),
+        settings=SimpleNamespace(retention_archive_url=None, retention_ttl_seconds=60.0),
+        watches=lambda namespace: True,
+        indexed_task=lambda namespace, name: (index.get((namespace, name)) or [None])[0],
+    )
+    roots, failed, kept, settled = RetentionLoop(ctx).view()  # type: ignore[arg-type]
+    assert [r for r in roots if r not in kept] == ["ns/quiet"]
+    assert failed == {"ns/quiet-a"} and {"ns/busy", "ns/busy-a-x", "ns/asks", "ns/held"} <= kept
+    assert "ns/gone" not in roots and "ns/gone" not in settled and "ns/quiet" in settled
