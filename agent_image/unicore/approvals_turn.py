@@ -28,6 +28,7 @@ from typing import Any
 
 import redis
 
+from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.schema import ContentBlock, InboxMessage, tool_result_block
 from unicore.state import approvals
@@ -112,6 +113,7 @@ class ApprovalGate:
             for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)) if kind is not None
         ]
         approvals.record_calls(self.redis, self.lease, pending)  # the task waits from here on
+        fault_point("after pending calls")
         for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)):
             if kind is None:
                 result = run_tool_call(self.ctx, self.tools.values(), {"toolUse": use})

@@ -4,6 +4,7 @@
 ``unicore send TASK TEXT [--no-wait]``                              queue a message, run the tree again
 ``unicore show TASK [--json | --follow]``                           the transcript, turn by turn (then live)
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
+``unicore approve|deny TASK [--call ID] [--reason TEXT]``, ``unicore pending TASK``   tool calls waiting for a person
 ``unicore gc [--ttl S] [--archive URL] [--dry-run]``                archive and remove trees idle past the TTL
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
@@ -24,6 +25,7 @@ from typing import Any
 import redis
 
 from unicore import log as unicore_log
+from unicore.cli_approvals import add_approval_commands, call_mark, print_waiting
 from unicore.cli_input import (
     UsageError,
     check_utf8_arguments,
@@ -38,8 +40,9 @@ from unicore.follow import block_lines as _block_lines
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.retention import add_gc_command
-from unicore.schema import Limits, TaskSpec, prompt_message_id, validate_task_id
+from unicore.schema import APPROVE_ALL, Approval, Limits, TaskSpec, prompt_message_id, validate_task_id
 from unicore.settings import RuntimeSettings
+from unicore.state import approvals
 from unicore.state.compactions import read_compactions
 from unicore.state.records import TaskRecord
 from unicore.state.retention import archived_note
@@ -128,6 +131,16 @@ def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: f
     return EXIT_OK
 
 
+def check_gated_tools(names: list[str]) -> None:
+    """``--require-approval`` names known tools (or ``*``); UsageError otherwise."""
+    from unicore.tools.registry import known_tools
+
+    unknown = sorted({name for name in names if name != APPROVE_ALL and name not in known_tools()})
+    if unknown:
+        raise UsageError(f"--require-approval: unknown tool(s) {', '.join(unknown)}; known tools: "
+                         f"{', '.join(sorted(known_tools()))} (or '{APPROVE_ALL}' for every tool)")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.name or f"task-{uuid.uuid4().hex[:8]}"
     try:
@@ -137,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "/" in name:  # local roots are bare names: their workspace folder is named after them
         return _fail(f"invalid task name {name!r}: a local task name has no '<namespace>/' part", EXIT_USAGE)
     model, script = script_spec(args.model, args.script)  # bad script files: refused before Redis is touched
+    check_gated_tools(args.require_approval or [])
     url = redis_url()
     store = TaskStore(connect(url))
     check_model(model, script, store.redis)
@@ -145,6 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec.limits.max_iterations = args.max_iterations
     if args.no_summary:
         spec.limits.summarize_turns = False
+    if args.require_approval:
+        spec.approval = Approval(tools=list(dict.fromkeys(args.require_approval)),
+                                 timeout_seconds=args.approval_timeout or Approval().timeout_seconds)
+    if args.ask_user:
+        from unicore.tools.policy import DEFAULT_TOOLS
+
+        spec.tools = [*DEFAULT_TOOLS, "ask_user"]
     message_id = prompt_message_id(name)
     if not store.create_task(spec):
         message_id = uuid.uuid4().hex
@@ -152,6 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message", file=sys.stderr)
     store.activate(name, "run")
     code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
+    if code == EXIT_OK and print_waiting(store, name):  # settled waiting for people: what and how to answer
+        return code
     return _print_answer(store, name, message_id, code)
 
 
@@ -171,6 +194,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         _show(f"queued for {args.task} (message {message_id})")
         return EXIT_OK
     code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
+    if code == EXIT_OK and print_waiting(store, store.get_task(args.task).root):
+        return code
     return _print_answer(store, args.task, message_id, code)
 
 
@@ -200,6 +225,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "task": record.model_dump(mode="json"),
                     "turns": [turn.model_dump(mode="json") for turn in turns],
                     "compactions": [asdict(c) for c in compacted.values()],
+                    "approvals": [asdict(c) for c in approvals.calls(store.redis, args.task)],
                     "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)],
                 },
                 indent=2,
@@ -212,6 +238,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if record.last_error:
         _show(f"Last error: {record.last_error}")
+    marks = {call.call_id: call_mark(call) for call in approvals.calls(store.redis, args.task)}
     for turn in turns:
         print(f"\n=== Turn {shown_turn(turn.turn_number)} ===")
         for message in turn.messages:
@@ -220,8 +247,11 @@ def cmd_show(args: argparse.Namespace) -> int:
                 if args.compactions:
                     _show(f"(compaction summary: {compacted[message.seq].summary})")
             who = "User" if message.role == "user" else "Assistant"
-            for line in (line for block in message.content for line in _block_lines(block)):
-                _show(f"{who}: {line}")
+            for block in message.content:
+                for line in _block_lines(block):
+                    _show(f"{who}: {line}")
+                if "toolUse" in block and block["toolUse"].get("toolUseId") in marks:  # waited for a person
+                    _show(f"  {marks[block['toolUse']['toolUseId']]}")
         if turn.note:
             _show(f"(note: {turn.note})")
         if turn.summary:
@@ -229,6 +259,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     pending = store.pending_count(args.task)
     if pending:
         print(f"\n({pending} message(s) waiting in the inbox)")
+    if approvals.waiting_for(store.redis, args.task):
+        print()
+        print_waiting(store, args.task)
     if args.follow:
         stored = [message.seq for turn in turns for message in turn.messages]
         follower = Follower(store, args.task, printed_next=max(stored, default=-1) + 1,
@@ -282,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"model calls per turn, {low}-{high} (default {Limits().max_iterations})",
     )
     run.add_argument("--no-summary", action="store_true", help="do not summarize turns")
+    run.add_argument("--require-approval", action="append", metavar="TOOL",
+                     help=f"calls of TOOL wait for 'unicore approve' (repeatable; '{APPROVE_ALL}': every tool)")
+    run.add_argument("--approval-timeout", type=int_between(1, 30 * 24 * 3600), metavar="SECONDS",
+                     help=f"deny approvals not decided within this time (default {Approval().timeout_seconds})")
+    run.add_argument("--ask-user", action="store_true",
+                     help="give the task the ask_user tool (its questions are answered with 'unicore send')")
     run.add_argument("--timeout", type=positive_seconds, help="give up after this many seconds")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
@@ -308,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree.add_argument("task", nargs="?")
     tree.set_defaults(func=cmd_tree)
     add_gc_command(sub)
+    add_approval_commands(sub)
     return parser
 
 

@@ -30,6 +30,7 @@ STEPS = (
     "after drain",
     "after model call",
     "after answer",
+    "after pending calls",
     "after tool result",
     "after end turn",
     "after notify",

@@ -3,7 +3,9 @@
 The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as
 a safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an unfinished turn
 whose process died), no live lease, no process of ours already running it. Children run in parallel. It returns
-when every task of the tree is idle with an empty inbox and no process is left.
+when every task of the tree is idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a
+waiting task runs no process) and no process is left. Approvals that waited past their task's timeout are denied
+here, as the operator's timer does on Kubernetes.
 
 Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
 while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
@@ -28,6 +30,8 @@ import redis
 
 from unicore.log import get_logger
 from unicore.reports import report_failure
+from unicore.schema import Approval
+from unicore.state import approvals
 from unicore.state.activations import ActivationConsumer, missing_group
 from unicore.state.reads import busy, last_error
 from unicore.state.store import TaskStore
@@ -224,9 +228,20 @@ class LocalSupervisor:
         """Pending inbox, a live lease, or a turn not finished (status running)."""
         return busy(self.redis, task_id)
 
+    def _expire_approvals(self, task_id: str) -> None:
+        """Deny the task's approvals that waited past its ``approval.timeout_seconds`` (the operator's timer does
+        this on Kubernetes); the denial wakes the task like any decision."""
+        if approvals.waiting_for(self.redis, task_id) != "approval":
+            return
+        setting = self.store.get_task(task_id).approval
+        timeout = setting.timeout_seconds if setting is not None else Approval().timeout_seconds
+        for call_id in approvals.expire_overdue(self.redis, task_id, now=time.time(), timeout_seconds=timeout):
+            self.on_event(f"approval of {task_id} call {call_id} denied: no decision within {timeout}s")
+
     def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
         if task_id in self.running or task_id in self.failed:
             return False
+        self._expire_approvals(task_id)
         if not self.store.needs_turn(task_id) or self._held(task_id):
             return False
         self._start(task_id)
