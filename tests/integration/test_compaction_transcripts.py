@@ -58,3 +58,32 @@ def test_pages_mark_each_compaction_once_and_show_every_message(redis_url: str) 
     assert all(f"message {i}" in text for i in range(30))
     plain = "".join(TranscriptPrinter(tools=False).render(page) for page in brief)
     assert compaction_mark(10) in plain and "the first ten" not in plain
+
+
+def test_show_marks_compactions_and_lists_them_in_json(redis_url: str, monkeypatch: Any, capsys: Any) -> None:
+    import json
+
+    from unicore import cli
+
+    store = TaskStore(redis.Redis.from_url(redis_url, decode_responses=True))
+    store.create_task(TaskSpec(id="local-long", prompt="message 0"))
+    lease = store.acquire_lease("local-long")
+    store.drain(lease, first_drain=True)
+    for i in range(1, 12):
+        store.append_message(lease, "assistant" if i % 2 else "user", [{"text": f"message {i}"}])
+    append_compaction(store.redis, lease, Compaction(upto=6, summary="six \x1b[2J summarized"))
+    store.release_lease(lease)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    capsys.readouterr()
+
+    assert cli.main(["show", "local-long"]) == 0
+    plain = capsys.readouterr().out
+    assert plain.count(compaction_mark(6)) == 1 and "six" not in plain
+    assert plain.index("message 5") < plain.index(compaction_mark(6)) < plain.index("message 6")
+    assert all(f"message {i}" in plain for i in range(12))
+    assert cli.main(["show", "local-long", "--compactions"]) == 0
+    detailed = capsys.readouterr().out
+    assert "(compaction summary: six" in detailed and "\x1b" not in detailed
+    assert cli.main(["show", "local-long", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["upto"] for c in data["compactions"]] == [6] and data["compactions"][0]["summary"].startswith("six")
