@@ -3,12 +3,25 @@
     Pending   work is queued (inbox not empty, or an interrupted turn to finish) and no turn Job runs yet, or the
               turn Job's pod cannot start yet (FailedCreate, Unschedulable, Queued: Ready's reason says which)
     Running   a turn Job of the task is active
+    WaitingForApproval  the last turn ended on a tool call that needs a person's approval (``spec.approval``), no turn
+              runs and nothing queued wakes the task: no Job is started until someone approves or denies the call (or
+              it times out: denied as expired)
+    WaitingForInput  the last turn ended on an ``ask_user`` question, no turn runs and nothing queued wakes the task:
+              the next user message is the answer
     Waiting   the last turn ended, nothing is queued, but children are still working
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
     Suspended spec.suspend is true (the active Job was deleted, none is started)
     Failed    the spec is invalid, or turns failed more than UNICORE_MAX_TURN_RETRIES times in a row
 
-Precedence: Failed > Suspended > Running > Pending > Waiting > Idle.
+Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > Waiting > Idle.
+- A turn that runs, and queued work that wakes the task (a decision's wake-up, a user message answering a question,
+  an interrupted turn), come before the wait: the task's turn is what it waits for then, not a person.
+- While a task waits for people, other queued messages (a child's report, a message sent while an approval waits)
+  do not make it Pending: they wait in the inbox until the decision (``unicore.state.approvals.wakes``), and the
+  message says how many wait.
+- A person's wait comes before the children's: the task cannot go on without the answer, whatever its children do,
+  and it is the one that needs acting on. An approval comes before a question when a turn left both.
+- Suspended comes first as before: a decision made meanwhile is kept, and its turn runs once resumed.
 """
 
 from __future__ import annotations
@@ -32,6 +45,8 @@ SUMMARY_MAX = 4096
 class Phase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
+    WAITING_FOR_APPROVAL = "WaitingForApproval"
+    WAITING_FOR_INPUT = "WaitingForInput"
     WAITING = "Waiting"
     IDLE = "Idle"
     SUSPENDED = "Suspended"
@@ -39,6 +54,47 @@ class Phase(StrEnum):
 
 
 SETTLED_PHASES = frozenset({Phase.IDLE, Phase.FAILED})
+HUMAN_PHASES = frozenset({Phase.WAITING_FOR_APPROVAL, Phase.WAITING_FOR_INPUT})
+APPROVAL, INPUT = "approval", "input"  # HumanWait.kind
+WAIT_TEXT_MAX = 200  # of a tool input or a question in the status message
+
+
+@dataclass(frozen=True)
+class HumanWait:
+    """What a task waits for from a human (``unicore.state.approvals.waiting_for``, in the operator's terms): the
+    tool calls awaiting a decision (``kind`` "approval": ``calls`` of them, the first one's ``call_id`` and
+    ``tool``), or an ``ask_user`` question (``kind`` "input": its ``call_id`` and ``question``)."""
+
+    kind: str
+    call_id: str = ""
+    tool: str = ""
+    question: str = ""
+    calls: int = 1
+    since: float = 0.0  # when the (oldest) call started waiting, unix time
+
+    def describe(self, held: int = 0) -> str:
+        """One line for the status message and the Ready condition (the model's text is clipped here; the plugin
+        escapes it when it prints); ``held``: messages queued meanwhile, which wait for the answer."""
+        queued = f"; {held} message(s) queued until then" if held else ""
+        if self.kind == INPUT:
+            question = truncate(self.question, WAIT_TEXT_MAX) or "(the question is not readable)"
+            return f"waiting for an answer (kubectl agenttask send) to: {question}{queued}"
+        what = f"tool {self.tool} (call {self.call_id})" if self.call_id else "a tool call"
+        more = f" and {self.calls - 1} more call(s)" if self.calls > 1 else ""
+        return f"waiting for approval of {what}{more}: kubectl agenttask approve/deny{queued}"
+
+    def status(self) -> dict[str, Any]:
+        """``status.waitingFor``: small and bounded (the plugin's tree and describe read it)."""
+        out: dict[str, Any] = {"kind": self.kind, "callId": self.call_id}
+        if self.kind == INPUT:
+            out["question"] = truncate(self.question, WAIT_TEXT_MAX)
+        else:
+            out["tool"] = self.tool
+            out["calls"] = self.calls
+        since = _iso(self.since)
+        if since:
+            out["since"] = since
+        return out
 
 
 @dataclass(frozen=True)
@@ -58,6 +114,11 @@ class TaskObservation:
     # Why the active Job's turn cannot start yet: (reason, message), e.g. ("FailedCreate", "Error creating: ...")
     # from the Job controller's Event on the Job, ("Unschedulable", "0/2 nodes are available: ...") from its pod.
     job_waiting: tuple[str, str] | None = None
+    # What the task waits for from a human (a pending approval, an ask_user question), when it does; then
+    # ``pending_messages`` counts only queued messages that give it a turn (a decision's wake-up, an answer), and
+    # ``held_messages`` the others, which wait in the inbox until then (``unicore.state.approvals.wakes``).
+    human: HumanWait | None = None
+    held_messages: int = 0
 
 
 # What a turn Job whose pod does not run yet is doing, by the reason it waits for.
@@ -106,6 +167,9 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
     if obs.pending_messages > 0 or obs.unfinished_turn:
         what = f"{obs.pending_messages} message(s) queued" if obs.pending_messages else "an interrupted turn"
         return Phase.PENDING, f"{what}{retry}"
+    if obs.human is not None:
+        phase = Phase.WAITING_FOR_INPUT if obs.human.kind == INPUT else Phase.WAITING_FOR_APPROVAL
+        return phase, obs.human.describe(obs.held_messages)
     working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)
     if working:
         return Phase.WAITING, f"waiting for {len(working)} child task(s): {', '.join(working[:5])}"
@@ -160,6 +224,8 @@ def ready_condition(phase: Phase, message: str, generation: int | None, previous
         Phase.IDLE: "Idle",
         Phase.PENDING: "TurnPending",
         Phase.RUNNING: "TurnRunning",
+        Phase.WAITING_FOR_APPROVAL: "WaitingForApproval",
+        Phase.WAITING_FOR_INPUT: "WaitingForInput",
         Phase.WAITING: "WaitingForChildren",
         Phase.SUSPENDED: "Suspended",
         Phase.FAILED: "Failed",
@@ -193,8 +259,10 @@ def build_status(
     previous: dict[str, Any] | None,
     now: str,
     reason: str | None = None,
+    human: HumanWait | None = None,
 ) -> dict[str, Any]:
-    """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields)."""
+    """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields);
+    ``waitingFor`` says what a task in a human phase waits for (absent otherwise)."""
     rec = record or TaskView(id="", model="")
     status: dict[str, Any] = {
         "phase": str(phase),
@@ -212,6 +280,10 @@ def build_status(
         "children": children,
         "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now, reason)],
     }
+    if human is not None and phase in HUMAN_PHASES:
+        status["waitingFor"] = human.status()
+    elif (previous or {}).get("waitingFor"):
+        status["waitingFor"] = None  # the status is merge-patched: null removes the field
     if rec.model:
         status["model"] = rec.model
     if generation is not None:

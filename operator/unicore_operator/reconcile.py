@@ -15,13 +15,14 @@ from unicore import contract
 from unicore.reports import deliver_report, report_failure
 from unicore.state.operator_state import TaskSnapshot
 
-from unicore_operator import events, metrics, names
+from unicore_operator import approvals, events, metrics, names
 from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.log import logger
 from unicore_operator.phases import (
+    HUMAN_PHASES,
     Phase,
     TaskObservation,
     build_status,
@@ -97,6 +98,7 @@ def pods_of(ctx: OperatorContext, key: TaskKey, job: str) -> list[PodView]:
 def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, active: str | None,
             children: list[dict[str, str]], waiting: tuple[str, str] | None = None) -> TaskObservation:
     spec = body.get("spec") or {}
+    human = approvals.human_wait(snap)
     return TaskObservation(
         suspended=bool(spec.get("suspend")),
         invalid_reason=spec_error(body),
@@ -105,7 +107,9 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         last_failure=snap.last_failure or None,
         active_job=active,
         lease_held=snap.lease_held,
-        pending_messages=snap.pending,
+        pending_messages=snap.runnable_pending,
+        held_messages=snap.pending - snap.runnable_pending,
+        human=human,
         unfinished_turn=snap.unfinished_turn(),
         children_phases={c["name"]: c["phase"] for c in children},
         job_waiting=waiting,
@@ -187,6 +191,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid)
         snap.report_delivered()
+    if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
+        snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
     children = children_of(ctx, snap)
     active_name = (running.name if running else None) or inflight
     obs = observe(ctx, body, snap, active_name, children, waiting)
@@ -215,6 +221,25 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         schedule_recheck(ctx, key, LEASE_RECHECK_SECONDS, "lease")
     await _mirror_status(ctx, body, snap, obs, children)
     return created
+
+
+async def _expire_overdue(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], snap: TaskSnapshot) -> bool:
+    """Deny the task's approvals that waited past its timeout (True when some were); else re-check when the oldest
+    one is due (see ``approvals``)."""
+    timeout = approvals.timeout_seconds(body.get("spec") or {}, snap.record, ctx.settings.approval_timeout_seconds)
+    due = approvals.overdue_at(snap.pending_calls, timeout)
+    if due is None:
+        return False
+    if due > time.time():
+        schedule_recheck(ctx, key, due - time.time(), "approval-timeout")
+        return False
+    denied = await asyncio.to_thread(approvals.expire, ctx.store.redis, names.task_id(*key), timeout)
+    if denied:
+        metrics.approval_decided("expired", len(denied))
+        logger.info("denied %d overdue approval(s) of %s/%s: %s", len(denied), *key, ", ".join(denied))
+        _post(ctx, body, events.WARNING, approvals.APPROVAL_EXPIRED,
+              f"denied tool call(s) {', '.join(denied)}: no decision within {timeout:g}s")
+    return bool(denied)
 
 
 async def _job_exists_and_runs(ctx: OperatorContext, key: TaskKey, job_name: str) -> bool:
@@ -268,7 +293,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
     status = build_status(
         phase=phase, message=message, record=snap.view, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
-        generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs),
+        generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs), human=obs.human,
     )
     if phase is Phase.FAILED and snap.parent:
         # Before the status: a crash in between repeats this, and the message id makes the repeat harmless.
@@ -277,9 +302,18 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
         ctx.written_status[key] = WrittenStatus(str(meta.get("uid")), body.get("status") or {},
                                                 merge_patch(previous, status))
+        if phase in HUMAN_PHASES and _started_waiting(previous, status):
+            _post(ctx, body, events.NORMAL, str(phase), message)
         if phase is Phase.FAILED and previous.get("phase") != Phase.FAILED:
             _post(ctx, body, events.WARNING, events.RETRIES_EXHAUSTED if snap.failed_attempts else events.INVALID_SPEC,
                   message)
+
+
+def _started_waiting(previous: dict[str, Any], status: dict[str, Any]) -> bool:
+    """The task waits for a person now and did not before, or for another call."""
+    if previous.get("phase") != status["phase"]:
+        return True
+    return bool((previous.get("waitingFor") or {}).get("callId") != (status.get("waitingFor") or {}).get("callId"))
 
 
 async def job_changed(ctx: OperatorContext, job: dict[str, Any], event_type: str | None) -> None:

@@ -115,16 +115,19 @@ class ExplodingApi:
 
 def test_every_route_is_a_subresource_with_the_verb_the_api_server_checks() -> None:
     reads = {sub: resolve("GET", f"{BASE}/namespaces/team-a/agenttasks/demo/{sub}")
-             for sub in ("summary", "tree", "transcript", "stream")}
+             for sub in ("summary", "tree", "transcript", "stream", "approvals")}
     for sub, target in reads.items():
         assert target.attributes() == Attributes(verb="get", namespace="team-a", name="demo", subresource=sub,
                                                  group="tasks.unicore.dev", version="v1alpha1", resource="agenttasks")
     post = resolve("POST", f"{BASE}/namespaces/team-a/agenttasks/demo/messages/")
     assert (post.route.verb, post.route.subresource, post.namespace, post.name) == (
         "create", "messages", "team-a", "demo")
+    decide = resolve("POST", f"{BASE}/namespaces/team-a/agenttasks/demo/approvals")
+    assert (decide.route.verb, decide.route.subresource) == ("create", "approvals")
     assert {(r.method, r.subresource) for r in ROUTES} == {("GET", "summary"), ("GET", "tree"),
                                                           ("GET", "transcript"), ("GET", "stream"),
-                                                          ("POST", "messages")}
+                                                          ("POST", "messages"), ("GET", "approvals"),
+                                                          ("POST", "approvals")}
     for method, path, code in (
         ("DELETE", f"{BASE}/namespaces/a/agenttasks/b/messages", 405),
         ("POST", f"{BASE}/namespaces/a/agenttasks/b/transcript", 405),
@@ -155,6 +158,7 @@ def test_discovery_lists_only_the_subresources() -> None:
         "agenttasks/transcript": (["get"], True, "TranscriptPage"),
         "agenttasks/stream": (["get"], True, "TokenStream"),
         "agenttasks/messages": (["create"], True, "MessageReceipt"),
+        "agenttasks/approvals": (["get", "create"], True, "ApprovalList"),  # one entry, both routes' verbs
     }
     assert discovery("/apis/unicore.dev") is None and discovery(f"{BASE}/namespaces") is None
 

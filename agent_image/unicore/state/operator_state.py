@@ -1,8 +1,10 @@
 """The operator's side of the Redis layout: one pipelined read per task, and its own small records of each task.
 
-``read_snapshot`` reads what a reconcile needs in a single round trip (two when the last turn has a header): the task
-record, the inbox length, whether a lease is held, the operator hash, the last turn header, the child ids and,
-optionally, which ended Jobs the accounting has not seen yet.
+``read_snapshot`` reads what a reconcile needs in a single round trip (two when the last turn has a header, one more
+when the task waits for people): the task record, the inbox length, whether a lease is held, the operator hash, the
+last turn header, the child ids, what the task waits for from people (``state.approvals.waiting_for``'s counters)
+and, optionally, which ended Jobs the accounting has not seen yet. A task that waits for people also gets its pending
+calls and whether its inbox holds anything that wakes it (``state.approvals.wakes``).
 
 The operator owns one small hash per task, ``uc:{T}:operator``: how many Jobs ended per turn (so a retried turn gets
 a new deterministic Job name), consecutive failures, the last failure and the earliest retry time; plus two sets of
@@ -16,13 +18,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
 
-from unicore.state import lua
+from unicore.state import approvals, lua
 from unicore.state.codec import text, text_hash, to_float, to_int
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.records import TurnMeta, turn_meta_field
@@ -57,6 +59,15 @@ class TaskSnapshot:
     last_turn: LastTurn | None = None
     unrecorded_jobs: tuple[str, ...] = ()  # of the ended Jobs asked about, those whose end is not recorded yet
     children: tuple[str, ...] = ()  # child task ids (``uc:{T}:children``), oldest first
+    waiting_for: approvals.PendingKind | None = None  # ``state.approvals.waiting_for``
+    pending_calls: tuple[approvals.PendingCall, ...] = ()  # read only when waiting_for is set
+    inbox_wakes: bool = True  # the queued messages give the task a turn (``state.approvals.wakes``)
+
+    @property
+    def runnable_pending(self) -> int:
+        """Queued messages that give the task a turn now: none while it waits for people and nothing queued
+        answers them (those messages stay queued until a decision or an answer comes)."""
+        return self.pending if self.inbox_wakes else 0
 
     @property
     def view(self) -> TaskView | None:
@@ -109,11 +120,12 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
     pipe.hgetall(keys.operator)
     pipe.lindex(keys.turns, -1)
     pipe.zrange(keys.children, 0, -1)
+    pipe.hmget(keys.approvals, _WAITING_FIELDS)
     if ended_jobs:
         pipe.smismember(keys.operator_jobs, list(ended_jobs))
     replies = await pipe.execute()
-    record_raw, pending, lease, op_raw, last_header, children = replies[:6]
-    recorded = replies[6] if ended_jobs else []
+    record_raw, pending, lease, op_raw, last_header, children, counters = replies[:7]
+    recorded = replies[7] if ended_jobs else []
     record = text_hash(record_raw)
     op = text_hash(op_raw)
     ended = {
@@ -133,7 +145,10 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         ended_jobs_by_turn=ended,
         unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
         children=tuple(text(child) for child in children or ()),
+        waiting_for=_waiting_from_counters(counters),
     )
+    if snap.waiting_for is not None:
+        await _read_waiting(client, keys, snap)
     if last_header:
         try:
             header = json.loads(text(last_header))
@@ -147,6 +162,48 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         snap.last_turn = LastTurn(number=number, ended_at=end.ended_at, summary=end.summary,
                                   started_at=float(started) if isinstance(started, int | float) else None)
     return snap
+
+
+# The parsing of ``state.approvals``' hash for a pipelined read (its own readers take a sync client, one call each).
+_WAITING_FIELDS = [approvals._COUNT + "approval", approvals._COUNT + "input"]
+
+
+def _waiting_from_counters(values: Sequence[object]) -> approvals.PendingKind | None:
+    """``waiting_for`` from the two counters (``_WAITING_FIELDS``) as HMGET returned them."""
+    approval, question = (to_int(text(value)) if value is not None else 0 for value in values)
+    return "approval" if approval > 0 else "input" if question > 0 else None
+
+
+def _calls_from_hash(data: dict[str, str]) -> list[approvals.PendingCall]:
+    """Every call in the approvals hash (as ``approvals.calls``), in call order."""
+    prefix, state = approvals._CALL, approvals._STATE
+    found = [approvals._parse(raw, data.get(state + name[len(prefix):])) for name, raw in data.items()
+             if name.startswith(prefix)]
+    return sorted(found, key=approvals._order)
+
+
+def _types_of(raw_entries: Iterable[str]) -> list[str]:
+    """The inbox entries' types (as ``approvals.inbox_types``)."""
+    types = []
+    for raw in raw_entries:
+        try:
+            types.append(str(json.loads(raw).get("type", "")))
+        except (ValueError, AttributeError):
+            types.append("")
+    return types
+
+
+async def _read_waiting(client: aioredis.Redis, keys: TaskKeys, snap: TaskSnapshot) -> None:
+    """The pending calls of a task that waits for people and, when messages are queued, whether one wakes it."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.approvals)
+    if snap.pending:
+        pipe.lrange(keys.inbox, 0, -1)
+    replies = await pipe.execute()
+    found = _calls_from_hash(text_hash(replies[0]))
+    snap.pending_calls = tuple(call for call in found if call.status == "pending")
+    if snap.pending:
+        snap.inbox_wakes = approvals.wakes(snap.waiting_for, _types_of(text(raw) for raw in replies[1]))
 
 
 class OperatorRecords:

@@ -1,4 +1,4 @@
-"""``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, suspend, resume,
+"""``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, approve, deny, suspend, resume,
 describe."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import IO
 from unicore.terminal import printable
 from unicore.turn_numbers import FIRST_SHOWN_TURN
 
-from unicore_operator.kubectl_plugin import commands
+from unicore_operator.kubectl_plugin import approvals, commands
 from unicore_operator.kubectl_plugin.errors import PluginError
 from unicore_operator.kubectl_plugin.kube import connect
 from unicore_operator.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS
@@ -21,6 +21,7 @@ EPILOG = """examples:
   kubectl agenttask tree -n demo              the task tree (add -w to refresh, -A for all namespaces)
   kubectl agenttask send demo "and now in French?"
   kubectl agenttask logs demo --follow        the transcript and live answers, until the task is Idle
+  kubectl agenttask approve demo              let the tool call that waits for approval run (or: deny)
   kubectl agenttask describe demo
 """
 
@@ -97,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to keep retrying while the operator is unreachable",
     )
     logs.set_defaults(func=commands.cmd_logs)
+
+    approvals.add_parsers(sub, common, DEFAULT_TIMEOUT_SECONDS)
 
     for verb, func, text in (
         ("suspend", commands.cmd_suspend, "stop the active turn; start no new ones"),

@@ -13,6 +13,8 @@ from typing import IO, Any
 
 from unicore.terminal import printable
 
+from unicore_operator.kubectl_plugin.approvals import fetch as fetch_approvals
+from unicore_operator.kubectl_plugin.approvals import render_approvals
 from unicore_operator.kubectl_plugin.describe_view import render_describe
 from unicore_operator.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
 from unicore_operator.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeContext
@@ -278,5 +280,9 @@ def cmd_describe(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> i
         status = getattr(exc, "status", None)
         out_note = "forbidden" if status == 403 else f"unavailable ({status or exc})"
         events = [{"type": "Warning", "reason": "EventsHidden", "message": f"cannot list events: {out_note}"}]
-    out.write(render_describe(obj, children, events, _now()))
+    approval_lines: list[str] = []
+    status = obj.get("status") or {}
+    if status.get("phase") == "WaitingForApproval" or (obj.get("spec") or {}).get("approval"):
+        approval_lines = render_approvals(fetch_approvals(kube, args.name), status.get("waitingFor"))
+    out.write(render_describe(obj, children, events, _now(), approval_lines))
     return 0

@@ -31,7 +31,9 @@ def render_describe(
     children: Sequence[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     now: datetime.datetime,
+    approvals: Sequence[str] = (),
 ) -> str:
+    """The text; ``approvals``: the lines of ``approvals.render_approvals`` (none: the section is left out)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -88,6 +90,16 @@ def render_describe(
         if last_turn.get("summary"):
             lines.append(_field("Summary", one_line(last_turn["summary"], 300), 4))
     lines.append(_field("Last Response", one_line(status.get("lastResponse"), 300) or "<none>", 2))
+    waiting = status.get("waitingFor") or {}
+    if waiting.get("kind") == "approval":
+        more = f" (+{int(waiting.get('calls') or 1) - 1} more)" if int(waiting.get("calls") or 1) > 1 else ""
+        lines.append(_field("Waiting For", f"approval of call {waiting.get('callId')} ({waiting.get('tool')}){more} "
+                                           f"since {waiting.get('since', '?')}: kubectl agenttask approve|deny "
+                                           f"{meta.get('name')}", 2))
+    elif waiting.get("kind") == "input":
+        lines.append(_field("Waiting For", f"an answer since {waiting.get('since', '?')}: kubectl agenttask send "
+                                           f"{meta.get('name')} TEXT", 2))
+        lines.append(_field("Question", one_line(waiting.get("question"), 300), 4))
     conditions = status.get("conditions") or []
     lines.append("  Conditions:" + ("" if conditions else " <none>"))
     for cond in conditions:
@@ -95,6 +107,7 @@ def render_describe(
             f"    {cond.get('type')}={cond.get('status')} reason={cond.get('reason', '')} "
             f"observedGeneration={cond.get('observedGeneration', '')}: {cond.get('message', '')}".rstrip()
         )
+    lines.extend(approvals)
     lines.append("Children:" + ("" if children else " <none>"))
     for child in sorted(
         children,

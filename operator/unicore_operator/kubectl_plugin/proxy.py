@@ -1,13 +1,14 @@
 """Calls to the operator's task API, a Kubernetes aggregated API, through the API server with the user's own
 credentials:
 
-    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,stream,messages}
+    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,stream,messages,
+                                                                       approvals}
 
-RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``, ``/stream``) to
-read, ``create`` on ``agenttasks/messages`` to send (group ``tasks.unicore.dev``; the chart's ClusterRoles
-unicore-agenttask-reader and -messenger, also aggregated into view and edit). Transient failures (operator
-restarting, task not initialised yet) are retried until a deadline; callers make retries safe (``send`` reuses its
-message id).
+RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``, ``/stream``,
+``/approvals``) to read, ``create`` on ``agenttasks/messages`` to send and on ``agenttasks/approvals`` to decide
+(group ``tasks.unicore.dev``; the chart's ClusterRoles unicore-agenttask-reader and -messenger, also aggregated into
+view and edit). Transient failures (operator restarting, task not initialised yet) are retried until a deadline;
+callers make retries safe (``send`` reuses its message id; a decision repeated answers 409 AlreadyDecided).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def forbidden_message(status_message: str, *, method: str, path: str) -> str:
     parts = path.split("?", 1)[0].rstrip("/").split("/")
     subresource = parts[-1]
     namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else "?"
-    if method == "POST":
+    if method == "POST" and subresource == "approvals":
+        verb, role, what = "create", MESSENGER_ROLE, "approve or deny tool calls of"
+    elif method == "POST":
         verb, role, what = "create", MESSENGER_ROLE, "send messages to"
     else:
         verb, role, what = "get", READER_ROLE, "read"
@@ -161,6 +164,8 @@ class TaskApiClient:
             return NotFound(message)
         if status == 0:
             return Unreachable(message)
+        if status == 409:  # a decision repeated (AlreadyDecided): the server says what was decided before
+            return PluginError(message)
         if status in RETRYABLE_STATUS:
             if payload.get("reason") == "TaskNotReady":
                 return Unreachable(f"{message} (gave up after {self.timeout:.0f}s)")

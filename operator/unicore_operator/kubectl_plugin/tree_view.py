@@ -24,6 +24,8 @@ PHASE_ICONS_UTF8: dict[str, str] = {
     "Suspended": "⏸",
     "Failed": "✖",
     "Waiting": "…",
+    "WaitingForApproval": "?",
+    "WaitingForInput": "?",
 }
 PHASE_ICONS_ASCII: dict[str, str] = {
     "Idle": "+",
@@ -32,9 +34,12 @@ PHASE_ICONS_ASCII: dict[str, str] = {
     "Suspended": "=",
     "Failed": "x",
     "Waiting": ".",
+    "WaitingForApproval": "?",
+    "WaitingForInput": "?",
 }
 UNKNOWN_ICON = {True: "◌", False: "?"}
 SETTLED = frozenset({"Idle", "Failed"})
+HUMAN = frozenset({"WaitingForApproval", "WaitingForInput"})  # the message says what the human is asked
 LAST_RESPONSE_MAX = 60
 
 
@@ -126,7 +131,7 @@ def _age(obj: Mapping[str, Any], now: datetime.datetime) -> str:
 
 def _message(obj: Mapping[str, Any]) -> str:
     status = obj.get("status") or {}
-    if status.get("phase") == "Failed" and status.get("message"):
+    if status.get("phase") in HUMAN | {"Failed"} and status.get("message"):
         return str(status["message"])
     return str(status.get("lastResponse") or "")
 

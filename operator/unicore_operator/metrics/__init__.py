@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from unicore_operator.metrics.operator_metrics import (
     REGISTRY,
+    approval_decided,
     job_created,
     job_failed,
     job_reaped,
@@ -20,6 +21,6 @@ from unicore_operator.metrics.operator_metrics import (
     observe_watchdog_scan,
 )
 
-__all__ = ["REGISTRY", "job_created", "job_failed", "job_reaped", "observe_activation",
+__all__ = ["REGISTRY", "approval_decided", "job_created", "job_failed", "job_reaped", "observe_activation",
            "observe_activation_latency", "observe_watchdog_scan"]
 

@@ -57,7 +57,9 @@ MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.tur
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
 REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission_timeout", "heartbeat_stale",
                 "lease_holder_gone", "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
-TASK_PHASES = ("Pending", "Running", "Waiting", "Idle", "Suspended", "Failed")  # unicore_operator.phases.Phase
+APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approvals.DECISIONS
+TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "Waiting", "Idle", "Suspended",
+               "Failed")  # unicore_operator.phases.Phase
 
 CATALOG: tuple[MetricSpec, ...] = (
     # --- measured by turn Jobs, exported from Redis
@@ -96,6 +98,13 @@ CATALOG: tuple[MetricSpec, ...] = (
                "operator", ("namespace", "root")),
     MetricSpec("unicore_tree_active_jobs", "gauge", "Running turn Jobs of a task tree.", "operator",
                ("namespace", "root")),
+    MetricSpec("unicore_approvals_total", "counter",
+               "Decisions on tool calls that needed approval: approved or denied by a user (task API), or denied "
+               "because nobody decided in time (expired).", "operator", ("decision",),
+               known=(("decision", APPROVAL_DECISIONS),)),
+    MetricSpec("unicore_approvals_pending", "gauge",
+               "Tool calls waiting for a user's approval, over the tasks the operator watches (from their status).",
+               "operator"),
     MetricSpec("unicore_jobs_created_total", "counter", "Turn Jobs created by the operator.", "operator"),
     MetricSpec("unicore_jobs_failed_total", "counter", "Turn Jobs that failed, by reason.", "operator",
                ("reason",), known=(("reason", JOB_FAILURE_REASONS),)),

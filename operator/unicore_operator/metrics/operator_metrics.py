@@ -37,6 +37,7 @@ WATCHDOG_SCAN = Histogram("unicore_watchdog_scan_duration_seconds",
                           _help("unicore_watchdog_scan_duration_seconds"), buckets=SCAN_BUCKETS, registry=REGISTRY)
 WATCHDOG_LAST_SCAN = Gauge("unicore_watchdog_last_scan_timestamp_seconds",
                            _help("unicore_watchdog_last_scan_timestamp_seconds"), registry=REGISTRY)
+APPROVALS = Counter("unicore_approvals", _help("unicore_approvals_total"), ["decision"], registry=REGISTRY)
 BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
 
 
@@ -51,6 +52,7 @@ def declare_known(metric: Counter, spec: MetricSpec) -> None:
 
 declare_known(JOBS_FAILED, BY_NAME["unicore_jobs_failed_total"])
 declare_known(JOBS_REAPED, BY_NAME["unicore_jobs_reaped_total"])
+declare_known(APPROVALS, BY_NAME["unicore_approvals_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -78,6 +80,12 @@ def job_failed(reason: str) -> None:
 
 def job_reaped(reason: str) -> None:
     JOBS_REAPED.labels(reason=reason).inc()
+
+
+def approval_decided(decision: str, count: int = 1) -> None:
+    """Call once per tool call decided: ``decision`` approved or denied (by a user), expired (denied on timeout)."""
+    if count > 0:
+        APPROVALS.labels(decision=decision).inc(count)
 
 
 def observe_activation_latency(seconds: float) -> None:

@@ -4,6 +4,8 @@
   the operator watches (known from the start) and every namespace a task is in;
 - ``unicore_inbox_messages{namespace}``: sum of inbox lengths (one server-side script call per 1,000 tasks), 0 for a
   watched namespace without tasks;
+- ``unicore_approvals_pending``: tool calls awaiting a user's decision, from the status of tasks in phase
+  WaitingForApproval (``status.waitingFor.calls``); 0 without any;
 - ``unicore_tree_*{namespace,root}``: per task tree, for at most ``max_trees`` roots (the ones with the most
   tasks), so the label stays bounded however many trees exist.
 """
@@ -49,6 +51,7 @@ def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int],
     tree_phase: Counter[tuple[str, str, str]] = Counter()
     tree_size: Counter[tuple[str, str]] = Counter()
     tree_sums: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    approvals_pending = 0
     for body in tasks:
         meta, status = body.get("metadata") or {}, body.get("status") or {}
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -65,6 +68,8 @@ def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int],
         tree_sums["turns"][tree] += int(status.get("turns") or 0)
         tree_sums["inbox"][tree] += depth
         tree_sums["jobs"][tree] += 1 if status.get("activeJob") else 0
+        if phase == "WaitingForApproval":
+            approvals_pending += _calls(status.get("waitingFor"))
 
     tasks_g = _gauge("unicore_tasks")
     inbox_g = _gauge("unicore_inbox_messages")
@@ -87,7 +92,17 @@ def task_families(tasks: Iterable[Mapping[str, Any]], depths: Mapping[str, int],
             tree_tasks.add_metric([ns, root, phase], tree_phase.get((ns, root, phase), 0))
         for key, fam in families.items():
             fam.add_metric([ns, root], tree_sums[key][(ns, root)])
-    return [tasks_g, inbox_g, tree_tasks, *families.values()]
+    pending_g = _gauge("unicore_approvals_pending")
+    pending_g.add_metric([], approvals_pending)
+    return [tasks_g, inbox_g, pending_g, tree_tasks, *families.values()]
+
+
+def _calls(waiting: Any) -> int:
+    """Tool calls a WaitingForApproval status waits for (at least 1: the phase says one waits)."""
+    try:
+        return max(1, int((waiting or {}).get("calls") or 1))
+    except (TypeError, ValueError, AttributeError):
+        return 1
 
 
 class TaskStateCollector(Collector):

@@ -9,12 +9,16 @@ objects), reached through the API server with the user's own credentials::
     GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/transcript   ?since=&limit=&turn=&tools=
     GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/stream       ?after=&wait= (live answers)
     POST /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/messages     {"id": "<uuid>", "text": "..."}
+    GET  /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/approvals    calls waiting for a person
+    POST /apis/tasks.unicore.dev/v1alpha1/namespaces/{ns}/agenttasks/{name}/approvals    {"callId": "...",
+                                                                          "decision": "approve"|"deny", "reason": ""}
 
 Each route names the RBAC verb and subresource it needs (``get agenttasks/transcript``, ``create
-agenttasks/messages``, group ``tasks.unicore.dev``): the API server checks them before it proxies the request, and
-the operator's server (``server.py``) asks again with a SubjectAccessReview. The discovery documents the aggregator
-reads (``/apis``, ``/apis/tasks.unicore.dev``, ``/apis/tasks.unicore.dev/v1alpha1``) list only these subresources, so
-the bare resource ``agenttasks`` stays the CRD's (``unicore.dev``) for ``kubectl get agenttasks``.
+agenttasks/messages``, ``get``/``create agenttasks/approvals``, group ``tasks.unicore.dev``): the API server checks
+them before it proxies the request, and the operator's server (``server.py``) asks again with a SubjectAccessReview.
+The discovery documents the aggregator reads (``/apis``, ``/apis/tasks.unicore.dev``,
+``/apis/tasks.unicore.dev/v1alpha1``) list only these subresources, so the bare resource ``agenttasks`` stays the
+CRD's (``unicore.dev``) for ``kubectl get agenttasks``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore_operator.task_api.approvals import APPROVALS, get_approvals, post_decision
 from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.service import TaskApi, log
@@ -84,6 +89,12 @@ ROUTES: tuple[Route, ...] = (
     Route("messages", "POST", "create", "MessageReceipt",
           lambda api, ns, name, q, b, sender: api.post_message(ns, name, b, sender=sender),
           'queue a message, exactly once per id: {"id": "<uuid>", "text": "..."}'),
+    Route(APPROVALS, "GET", "get", "ApprovalList",
+          lambda api, ns, name, q, b, sender: get_approvals(api, ns, name),
+          "tool calls waiting for a person (approvals, questions) and the decisions on them"),
+    Route(APPROVALS, "POST", "create", "ApprovalReceipt",
+          lambda api, ns, name, q, b, sender: post_decision(api, ns, name, b, sender=sender),
+          'approve or deny a tool call (once): {"callId": "<id>", "decision": "approve"|"deny", "reason": "..."}'),
 )
 
 
@@ -109,7 +120,7 @@ def resolve(method: str, path: str) -> Target:
     routes = [route for route in ROUTES if route.subresource == sub]
     if not routes:
         raise ApiError(404, f"agenttasks have no subresource {sub!r} here (they have "
-                            f"{', '.join(r.subresource for r in ROUTES)})")
+                            f"{', '.join(dict.fromkeys(r.subresource for r in ROUTES))})")
     for route in routes:
         if route.method == method.upper():
             return Target(route, match["namespace"], match["name"])
@@ -125,6 +136,19 @@ def _group() -> dict[str, Any]:
     return {"name": GROUP, "versions": [_version_entry()], "preferredVersion": _version_entry()}
 
 
+def _resources() -> list[dict[str, Any]]:
+    """One APIResource per subresource, with the verbs of all its routes (``approvals``: get and create; the kind
+    of its first route)."""
+    found: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        entry = found.setdefault(route.subresource, {
+            "name": f"{RESOURCE}/{route.subresource}", "singularName": "", "namespaced": True, "kind": route.kind,
+            "verbs": []})
+        if route.verb not in entry["verbs"]:
+            entry["verbs"].append(route.verb)
+    return list(found.values())
+
+
 def discovery(path: str) -> dict[str, Any] | None:
     """The discovery document at ``path`` (``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``), else None."""
     path = path.rstrip("/")
@@ -137,11 +161,7 @@ def discovery(path: str) -> dict[str, Any] | None:
             "kind": "APIResourceList",
             "apiVersion": "v1",
             "groupVersion": GROUP_VERSION,
-            "resources": [
-                {"name": f"{RESOURCE}/{route.subresource}", "singularName": "", "namespaced": True,
-                 "kind": route.kind, "verbs": [route.verb]}
-                for route in ROUTES
-            ],
+            "resources": _resources(),
         }
     return None
 

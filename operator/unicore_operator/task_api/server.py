@@ -32,6 +32,7 @@ from aiohttp import web
 from kubernetes.client.rest import ApiException
 from unicore.errors import ConfigError
 
+from unicore_operator.approvals import decision_events
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
 from unicore_operator.kube import KubeClients
@@ -314,6 +315,7 @@ async def start_task_api(ctx: OperatorContext) -> None:
         auth = await asyncio.to_thread(_authentication, ctx.settings, ctx.kube)
     except ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
-    app = build_app(TaskApi(ctx.store, context_lookup(ctx)), auth, Authorizer(ctx.kube.core.create))
+    api = TaskApi(ctx.store, context_lookup(ctx), on_decided=decision_events(ctx))
+    app = build_app(api, auth, Authorizer(ctx.kube.core.create))
     task = asyncio.get_running_loop().create_task(serve(app, port, ctx.kube), name="unicore-task-api")
     ctx.background.append(task)
