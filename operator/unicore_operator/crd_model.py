@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
-from unicore.schema import Limits, TaskSpec
+from unicore.schema import Approval, Limits, TaskSpec
 from unicore.state.task_views import TaskView
 from unicore.tools import policy
 
@@ -43,6 +43,18 @@ class LimitsSpec(CamelModel):
 
     def set_fields(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
+
+
+class ApprovalSpec(CamelModel):
+    """``spec.approval``: tool calls that wait for a person (``unicore.state.approvals``)."""
+
+    tools: list[str] = Field(default_factory=list)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+
+    def runtime(self) -> Approval:
+        if self.timeout_seconds is None:
+            return Approval(tools=self.tools)
+        return Approval(tools=self.tools, timeout_seconds=self.timeout_seconds)
 
 
 class ResourcesSpec(CamelModel):
@@ -77,6 +89,7 @@ class AgentTaskSpec(CamelModel):
     tools: list[str] | None = None
     child_tools: list[str] | None = None
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
+    approval: ApprovalSpec | None = None
     parent_ref: ParentRef | None = None
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
@@ -143,6 +156,7 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
             child_tools=spec.child_tools,
             limits=limits,
             script=script,
+            approval=spec.approval.runtime() if spec.approval is not None else None,  # a child adds its parent's
         )
     except ValidationError as exc:
         raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
-from unicore_operator.crd_model import AgentTaskSpec, LimitsSpec, ParentRef, SpecInvalid, parse_spec
+from unicore_operator.crd_model import AgentTaskSpec, ApprovalSpec, LimitsSpec, ParentRef, SpecInvalid, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def aliases(model: type[BaseModel]) -> set[str]:
 
 @pytest.mark.parametrize(
     ("model", "path"),
-    [(AgentTaskSpec, ()), (LimitsSpec, ("limits",)), (ParentRef, ("parentRef",))],
+    [(AgentTaskSpec, ()), (LimitsSpec, ("limits",)), (ParentRef, ("parentRef",)), (ApprovalSpec, ("approval",))],
 )
 def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
     schema = crd_spec_schema()
@@ -65,3 +65,17 @@ def test_unknown_and_out_of_range_keys_are_reported_by_their_yaml_path() -> None
         parse_spec({"prompt": "x", "limits": {"maxIterations": 0}})
     with pytest.raises(SpecInvalid, match=r"spec\.queuename: Extra inputs are not permitted"):
         parse_spec({"prompt": "x", "queuename": "q"})
+
+
+def test_spec_approval_reaches_the_runtime_task_spec() -> None:
+    from unicore.schema import Approval
+    from unicore_operator.crd_model import to_task_spec
+
+    spec = parse_spec({"prompt": "hi", "approval": {"tools": ["write_file", "spawn_task"], "timeoutSeconds": 60}})
+    assert to_task_spec("ns", "t", spec, None).approval == Approval(tools=["write_file", "spawn_task"],
+                                                                    timeout_seconds=60)
+    every = parse_spec({"prompt": "hi", "approval": {"tools": ["*"]}})
+    assert to_task_spec("ns", "t", every, None).approval == Approval(tools=["*"], timeout_seconds=3600)
+    assert to_task_spec("ns", "t", parse_spec({"prompt": "hi"}), None).approval is None
+    with pytest.raises(SpecInvalid, match="spec.approval.timeoutSeconds"):
+        parse_spec({"prompt": "hi", "approval": {"tools": ["*"], "timeoutSeconds": 0}})
