@@ -69,9 +69,9 @@ class OperatorSettings(KeywordOnlySettings):
     turn_retry_backoff_seconds: float = Field(5.0, ge=0)
     default_turn_timeout_seconds: int = Field(3600, ge=10)
     resync_seconds: float = Field(30.0, gt=0)
-    # A tool call waiting for approval (spec.approval) longer than this is denied ("expired"), unless the task's
-    # spec.approval.timeoutSeconds says otherwise; 0 = it waits until someone decides.
-    approval_timeout_seconds: int = Field(86400, ge=0)
+    # A tool call waiting for approval (spec.approval) longer than this is denied ("expired") when the task's
+    # spec.approval sets no timeoutSeconds (the CRD's documented default, 3600); 0 = it waits until someone decides.
+    approval_timeout_seconds: int = Field(3600, ge=0)
     redis_retention_seconds: int = Field(0, ge=0)
     # Retention (unicore.retention, operator/retention.py): a task tree whose tasks are all Idle or Failed and that
     # was idle longer than this is archived to retention_archive_url (file:///path or s3://bucket/prefix; None = not
