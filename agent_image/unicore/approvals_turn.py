@@ -13,7 +13,7 @@ result "denied by <who>: <reason>"; answered -> the answer. The drain that follo
 conversation and the model goes on. While something is still pending, ``prepare`` says so and the turn ends
 without draining (decision wake-ups found then are dropped: a later decision queues a new one).
 
-Never twice: an approved call's tool starts only after ``state.approvals.start_call`` marked it started (atomic,
+Never twice: an approved call's tool starts only after ``state.approval_writes.start_call`` marked it started (atomic,
 fenced); a turn that dies after that mark gives the call the error result ``INTERRUPTED_TEXT`` instead of running it
 again (at most once). Results are queued under the id ``tr:<call id>``, remembered in the task's seen set, so a
 repeated resolution queues nothing.
@@ -31,6 +31,7 @@ import redis
 from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.schema import ContentBlock, InboxMessage, tool_result_block
+from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.approvals import PendingCall
 from unicore.state.records import Lease, TaskRecord
@@ -112,12 +113,12 @@ class ApprovalGate:
                         question=str((use.get("input") or {}).get("question", "")) if kind == "input" else "")
             for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)) if kind is not None
         ]
-        approvals.record_calls(self.redis, self.lease, pending)  # the task waits from here on
+        writes.record_calls(self.redis, self.lease, pending)  # the task waits from here on
         fault_point("after pending calls")
         for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)):
             if kind is None:
                 result = run_tool_call(self.ctx, self.tools.values(), {"toolUse": use})
-                approvals.hold_result(self.redis, self.lease, str(use["toolUseId"]), position, result)
+                writes.hold_result(self.redis, self.lease, str(use["toolUseId"]), position, result)
         self.note = waiting_note(pending)
         log.info("task %s: %s", self.lease.task_id, printable(self.note, multiline=False))
         return self.note
@@ -126,7 +127,7 @@ class ApprovalGate:
 
     def prepare(self) -> Prepared:
         calls = approvals.unresolved_calls(self.redis, self.lease.task_id)
-        held = approvals.held_results(self.redis, self.lease.task_id)
+        held = writes.held_results(self.redis, self.lease.task_id)
         if not calls and not held:
             return Prepared.NOTHING
         if any(call.kind == "input" and call.status == "pending" for call in calls):
@@ -145,7 +146,7 @@ class ApprovalGate:
             if isinstance(item, PendingCall):
                 self._resolve(item)
             else:
-                approvals.resolve(self.redis, self.lease, call_id, result_entry(call_id, item, self.lease.task_id))
+                writes.resolve(self.redis, self.lease, call_id, result_entry(call_id, item, self.lease.task_id))
         return Prepared.RESOLVED
 
     def _take_answers(self, calls: Sequence[PendingCall]) -> None:
@@ -163,14 +164,14 @@ class ApprovalGate:
             content = entry.get("content")
             answer = content if isinstance(content, str) else json.dumps(content)
             by = str(entry.get("sender") or "user")
-            approvals.answer_question(self.redis, self.lease, question.call_id, index, raw, answer,
+            writes.answer_question(self.redis, self.lease, question.call_id, index, raw, answer,
                                       str(entry.get("id", "")), by)
             # the entry left the inbox: the next one moved to this index
 
     def _drop_wakeups(self) -> None:
         raw_entries = self.redis.lrange(self.ctx.store.keys(self.lease.task_id).inbox, 0, -1)
         wakeups = [raw for raw in raw_entries if _decode(raw).get("type") == approvals.WAKEUP_TYPE]
-        approvals.drop_entries(self.redis, self.lease, wakeups)
+        writes.drop_entries(self.redis, self.lease, wakeups)
 
     def _resolve(self, call: PendingCall) -> None:
         answers = None
@@ -179,7 +180,7 @@ class ApprovalGate:
             answers = call.answer_id or None
         elif call.status == "denied":
             block = tool_result_block(call.call_id, f"Error: {call.result_text()}", error=True)
-        elif approvals.start_call(self.redis, self.lease, call.call_id):
+        elif writes.start_call(self.redis, self.lease, call.call_id):
             log.info("task %s: running approved call %s (%s)", self.lease.task_id, call.call_id, call.tool)
             use = {"toolUseId": call.call_id, "name": call.tool, "input": call.input}
             block = run_tool_call(self.ctx, self.tools.values(), {"toolUse": use})
@@ -187,7 +188,7 @@ class ApprovalGate:
             log.warning("task %s: approved call %s was started before; not run again", self.lease.task_id,
                         call.call_id)
             block = tool_result_block(call.call_id, INTERRUPTED_TEXT, error=True)
-        approvals.resolve(self.redis, self.lease, call.call_id,
+        writes.resolve(self.redis, self.lease, call.call_id,
                           result_entry(call.call_id, block, self.lease.task_id, answers))
 
 

@@ -8,6 +8,7 @@ import threading
 import pytest
 from unicore.errors import AlreadyDecided, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
 from unicore.schema import InboxMessage, TaskSpec, tool_result_block
+from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.approvals import PendingCall
 from unicore.state.keys import ACTIVATIONS_STREAM
@@ -26,7 +27,7 @@ def waiting(store: TaskStore):
     store.create_task(TaskSpec(id="t", prompt="hi"))
     lease = store.acquire_lease("t", holder="test")
     store.drain(lease, first_drain=True)
-    approvals.record_calls(store.redis, lease, [_call("c2", position=1), _call("c1", position=0),
+    writes.record_calls(store.redis, lease, [_call("c2", position=1), _call("c1", position=0),
                                                 _call("q", "input", position=2, question="Which file?")])
     store.end_turn(lease, 0, last_response="")
     store.release_lease(lease)
@@ -49,7 +50,7 @@ def test_recording_again_keeps_a_decision(waiting):
     client = waiting.redis
     approvals.decide(client, "t", "c1", True, by="alice")
     lease = waiting.acquire_lease("t", holder="again")
-    assert approvals.record_calls(client, lease, [_call("c1")]) == 0
+    assert writes.record_calls(client, lease, [_call("c1")]) == 0
     assert approvals.get_call(client, "t", "c1").status == "approved"
 
 
@@ -128,7 +129,7 @@ def test_blocked_tasks_keep_other_messages_for_later(waiting):
 def test_expire_overdue_denies_only_old_approvals(store):
     store.create_task(TaskSpec(id="t", prompt="hi"))
     lease = store.acquire_lease("t", holder="test")
-    approvals.record_calls(store.redis, lease, [_call("old", at=100.0), _call("new", at=5000.0, position=1),
+    writes.record_calls(store.redis, lease, [_call("old", at=100.0), _call("new", at=5000.0, position=1),
                                                 _call("q", "input", at=5000.0, position=2)])
     assert approvals.expire_overdue(store.redis, "t", now=3700.0, timeout_seconds=3600) == ["old"]
     old = approvals.get_call(store.redis, "t", "old")
@@ -142,13 +143,13 @@ def test_an_approved_call_starts_once_and_resolves_once(waiting):
     keys = waiting.keys("t")
     approvals.decide(client, "t", "c1", True, by="alice")
     lease = waiting.acquire_lease("t", holder="turn")
-    assert approvals.start_call(client, lease, "c1") is True
-    assert approvals.start_call(client, lease, "c1") is False  # a second turn would not run it again
-    assert approvals.start_call(client, lease, "c2") is False  # not approved
+    assert writes.start_call(client, lease, "c1") is True
+    assert writes.start_call(client, lease, "c1") is False  # a second turn would not run it again
+    assert writes.start_call(client, lease, "c2") is False  # not approved
     result = InboxMessage(id="tr:c1", type="tool_result", content=tool_result_block("c1", "done"),
                           sender="t", tool_use_id="c1")
-    approvals.resolve(client, lease, "c1", result)
-    approvals.resolve(client, lease, "c1", result)
+    writes.resolve(client, lease, "c1", result)
+    writes.resolve(client, lease, "c1", result)
     assert client.lrange(keys.inbox, 0, -1) == [result.model_dump_json()]
     call = approvals.get_call(client, "t", "c1")
     assert call.started_at is not None and call.resolved_at is not None
@@ -159,10 +160,10 @@ def test_held_results_wait_with_the_calls_and_leave_when_resolved(waiting):
     client = waiting.redis
     lease = waiting.acquire_lease("t", holder="turn")
     block = tool_result_block("u1", "listed")
-    approvals.hold_result(client, lease, "u1", 3, block)
-    assert approvals.held_results(client, "t") == {"u1": (3, block)}
-    approvals.resolve(client, lease, "u1", InboxMessage(id="tr:u1", type="tool_result", content=block))
-    assert approvals.held_results(client, "t") == {}
+    writes.hold_result(client, lease, "u1", 3, block)
+    assert writes.held_results(client, "t") == {"u1": (3, block)}
+    writes.resolve(client, lease, "u1", InboxMessage(id="tr:u1", type="tool_result", content=block))
+    assert writes.held_results(client, "t") == {}
 
 
 def test_a_user_message_answers_a_question_and_leaves_the_inbox(waiting):
@@ -173,12 +174,12 @@ def test_a_user_message_answers_a_question_and_leaves_the_inbox(waiting):
     raw = client.lrange(keys.inbox, 0, -1)
     lease = waiting.acquire_lease("t", holder="turn")
     with pytest.raises(UniCoreError, match="changed"):
-        approvals.answer_question(client, lease, "q", 0, raw[1], "use b.txt", "m1", "user")
-    assert approvals.answer_question(client, lease, "q", 1, raw[1], "use b.txt", "m1", "user")
+        writes.answer_question(client, lease, "q", 0, raw[1], "use b.txt", "m1", "user")
+    assert writes.answer_question(client, lease, "q", 1, raw[1], "use b.txt", "m1", "user")
     assert client.lrange(keys.inbox, 0, -1) == raw[:1]
     q = approvals.get_call(client, "t", "q")
     assert (q.status, q.answer, q.answer_id) == ("answered", "use b.txt", "m1")
-    assert not approvals.answer_question(client, lease, "q", 0, raw[0], "again", "m2", "user")
+    assert not writes.answer_question(client, lease, "q", 0, raw[0], "again", "m2", "user")
 
 
 def test_the_turn_side_writes_are_fenced(waiting):
@@ -189,11 +190,11 @@ def test_the_turn_side_writes_are_fenced(waiting):
     approvals.decide(client, "t", "c1", True, by="alice")
     before = client.hgetall(waiting.keys("t").approvals)
     for write in (
-        lambda: approvals.record_calls(client, zombie, [_call("x")]),
-        lambda: approvals.start_call(client, zombie, "c1"),
-        lambda: approvals.hold_result(client, zombie, "u", 0, tool_result_block("u", "x")),
-        lambda: approvals.resolve(client, zombie, "c1", InboxMessage(id="tr:c1", type="tool_result", content={})),
-        lambda: approvals.drop_entries(client, zombie, ["x"]),
+        lambda: writes.record_calls(client, zombie, [_call("x")]),
+        lambda: writes.start_call(client, zombie, "c1"),
+        lambda: writes.hold_result(client, zombie, "u", 0, tool_result_block("u", "x")),
+        lambda: writes.resolve(client, zombie, "c1", InboxMessage(id="tr:c1", type="tool_result", content={})),
+        lambda: writes.drop_entries(client, zombie, ["x"]),
     ):
         with pytest.raises(LeaseLost):
             write()

@@ -11,6 +11,7 @@ from unicore.approvals_turn import INTERRUPTED_TEXT
 from unicore.errors import AlreadyDecided
 from unicore.history import answer_to
 from unicore.schema import Approval, TaskSpec
+from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.store import TaskStore
 from unicore.tools.base import Tool, ToolContext
@@ -111,7 +112,7 @@ def test_an_approved_call_started_by_a_turn_that_died_is_not_run_again(store, tu
     [call] = approvals.pending_calls(store.redis, "t")
     approvals.decide(store.redis, "t", call.call_id, True, by="alice")
     dead = store.acquire_lease("t", holder="dead-turn")
-    assert approvals.start_call(store.redis, dead, call.call_id)  # then it died before the result was stored
+    assert writes.start_call(store.redis, dead, call.call_id)  # then it died before the result was stored
     store.break_lease("t", "dead-turn")
     turn("t")
     [result] = _results(turn.requests("t")[-1])

@@ -45,106 +45,30 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from collections.abc import Iterable
 
 import redis
 
-from unicore.errors import AlreadyDecided, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
-from unicore.schema import ContentBlock, InboxMessage
-from unicore.state import lua
+from unicore.errors import AlreadyDecided, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.schema import InboxMessage
 from unicore.state.activations import entry_fields
+from unicore.state.approval_records import (  # the records' format, shared with the turn's writes
+    _CALL,
+    _COUNT,
+    _DECODE_STATE,
+    _STATE,
+    TIMEOUT_DECIDER,
+    WAKEUP_TYPE,
+    CallStatus,
+    PendingCall,
+    PendingKind,
+    _order,
+    _parse,
+    run_script,
+)
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TaskKeys
-from unicore.state.records import Lease
-
-PendingKind = Literal["approval", "input"]
-CallStatus = Literal["pending", "approved", "denied", "answered"]
-TIMEOUT_DECIDER = "timeout"
-WAKEUP_TYPE = "decision"
-
-_CALL = "call:"
-_STATE = "state:"
-_HELD = "held:"
-_COUNT = "pending:"
-
-
-@dataclass(frozen=True)
-class PendingCall:
-    """A tool call waiting for (or decided by) a person."""
-
-    call_id: str
-    tool: str
-    input: dict[str, Any]
-    kind: PendingKind
-    turn: int
-    requested_at: float
-    question: str = ""  # ask_user's question
-    status: CallStatus = "pending"
-    decided_by: str = ""
-    reason: str = ""
-    decided_at: float | None = None
-    position: int = 0  # index of the call in the model's answer
-    answer: str = ""  # a question's answer (status answered)
-    answer_id: str = ""  # the id of the message that answered it
-    started_at: float | None = None  # an approved call: when the turn started its tool (it runs at most once)
-    resolved_at: float | None = None  # when its result was queued for the conversation
-
-    @property
-    def decided(self) -> bool:
-        return self.status != "pending"
-
-    def describe(self) -> str:
-        """One line for people (text is not escaped: print it with ``terminal.printable``)."""
-        if self.kind == "input":
-            return f"{self.call_id}: question: {self.question}"
-        arguments = json.dumps(self.input, ensure_ascii=False, sort_keys=True)
-        if len(arguments) > 200:
-            arguments = arguments[:197] + "..."
-        return f"{self.call_id}: {self.tool} {arguments}"
-
-    def result_text(self) -> str:
-        """The text a denied call's error result carries."""
-        who = self.decided_by or "?"
-        return f"denied by {who}: {self.reason}" if self.reason else f"denied by {who}"
-
-
-_STATE_FIELDS = ("status", "decided_by", "reason", "decided_at", "answer", "answer_id", "started_at",
-                 "resolved_at")
-
-
-def _call_json(call: PendingCall) -> str:
-    data = {k: v for k, v in asdict(call).items() if k not in _STATE_FIELDS}
-    return json.dumps(data)
-
-
-def _state_json(call: PendingCall) -> str:
-    data = {k: getattr(call, k) for k in _STATE_FIELDS if getattr(call, k) is not None}
-    data["kind"] = call.kind
-    data["requested_at"] = call.requested_at
-    return json.dumps(data)
-
-
-def _parse(call_raw: str, state_raw: str | None) -> PendingCall:
-    data = json.loads(call_raw)
-    state = json.loads(state_raw) if state_raw else {}
-    for name in _STATE_FIELDS:
-        value = state.get(name)
-        if value is not None:
-            data[name] = value
-    known = PendingCall.__dataclass_fields__
-    return PendingCall(**{k: v for k, v in data.items() if k in known})
-
-
-def _order(call: PendingCall) -> tuple[int, float, int, str]:
-    return (call.turn, call.requested_at, call.position, call.call_id)
-
 
 # --------------------------------------------------------------------------- scripts
-
-_DECODE_STATE = """
-local function is_set(value) return value ~= nil and value ~= cjson.null end
-"""
 
 # KEYS: approvals, inbox, seen, task
 # ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any)
@@ -191,114 +115,6 @@ end
 return decided
 """
 )
-
-# KEYS: lease, approvals   ARGV: token, then per call: id, kind, call json, state json
-RECORD_CALLS = (
-    lua._FENCE
-    + """
-local added = 0
-for i = 2, #ARGV, 4 do
-  if redis.call('HEXISTS', KEYS[2], 'call:' .. ARGV[i]) == 0 then
-    redis.call('HSET', KEYS[2], 'call:' .. ARGV[i], ARGV[i + 2], 'state:' .. ARGV[i], ARGV[i + 3])
-    redis.call('HINCRBY', KEYS[2], 'pending:' .. ARGV[i + 1], 1)
-    added = added + 1
-  end
-end
-return added
-"""
-)
-
-# KEYS: lease, approvals   ARGV: token, call id, held json
-HOLD_RESULT = (
-    lua._FENCE
-    + """
-redis.call('HSET', KEYS[2], 'held:' .. ARGV[2], ARGV[3])
-return 1
-"""
-)
-
-# KEYS: lease, approvals, inbox   ARGV: token, call id, inbox index, inbox entry (raw), answer, answer id, by, now
-# The user message at that inbox position becomes the answer of a pending question (it leaves the inbox).
-ANSWER = (
-    lua._FENCE
-    + """
-local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
-if not raw then return -1 end
-local st = cjson.decode(raw)
-if st['status'] ~= 'pending' or st['kind'] ~= 'input' then return 0 end
-if redis.call('LINDEX', KEYS[3], tonumber(ARGV[3])) ~= ARGV[4] then return redis.error_reply('UC_STALE_INBOX') end
-local marker = 'uc:answered:' .. ARGV[2]
-redis.call('LSET', KEYS[3], tonumber(ARGV[3]), marker)
-redis.call('LREM', KEYS[3], 1, marker)
-st['status'] = 'answered'
-st['answer'] = ARGV[5]
-st['answer_id'] = ARGV[6]
-st['decided_by'] = ARGV[7]
-st['decided_at'] = tonumber(ARGV[8])
-redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
-redis.call('HINCRBY', KEYS[2], 'pending:input', -1)
-return 1
-"""
-)
-
-# KEYS: lease, approvals   ARGV: token, call id, now
-# An approved call's tool may start only once: 1 = start it now, 0 = it was started before (a turn died after).
-START = (
-    lua._FENCE
-    + _DECODE_STATE
-    + """
-local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
-if not raw then return -1 end
-local st = cjson.decode(raw)
-if st['status'] ~= 'approved' or is_set(st['started_at']) then return 0 end
-st['started_at'] = tonumber(ARGV[3])
-redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
-return 1
-"""
-)
-
-# KEYS: lease, approvals, inbox, seen   ARGV: token, call id, entry id, entry json, now
-# Queue a call's result for the conversation (once: the entry id is remembered in the seen set) and mark it resolved.
-RESOLVE = (
-    lua._FENCE
-    + _DECODE_STATE
-    + """
-if redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[3]) == 1 then redis.call('RPUSH', KEYS[3], ARGV[4]) end
-local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
-if raw then
-  local st = cjson.decode(raw)
-  if not is_set(st['resolved_at']) then
-    st['resolved_at'] = tonumber(ARGV[5])
-    redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
-  end
-end
-redis.call('HDEL', KEYS[2], 'held:' .. ARGV[2])
-return 1
-"""
-)
-
-# KEYS: lease, inbox   ARGV: token, raw entries to remove
-DROP_ENTRIES = (
-    lua._FENCE
-    + """
-local removed = 0
-for i = 2, #ARGV do removed = removed + redis.call('LREM', KEYS[2], 1, ARGV[i]) end
-return removed
-"""
-)
-
-
-def _run(client: redis.Redis, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    try:
-        return client.register_script(script)(keys=list(keys), args=list(args))
-    except redis.ResponseError as exc:
-        text = str(exc)
-        if lua.LEASE_LOST in text:
-            raise LeaseLost(f"lease of {keys[0]} lost: write refused") from None
-        if "UC_NO_TASK" in text:
-            raise TaskNotFound(f"no task behind {keys[0]}") from None
-        raise
-
 
 # --------------------------------------------------------------------------- readers
 
@@ -380,7 +196,7 @@ def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: 
     wake = InboxMessage(id=f"decision:{uuid.uuid4().hex}", type=WAKEUP_TYPE,  # type: ignore[arg-type]
                         content={"by": by, "approve": approve}, sender=by, timestamp=now)
     try:
-        ids = _run(client, DECIDE, [keys.approvals, keys.inbox, keys.seen, keys.task],
+        ids = run_script(client, DECIDE, [keys.approvals, keys.inbox, keys.seen, keys.task],
                    [call_id, "1" if approve else "0", by, reason, repr(now), wake.id, wake.model_dump_json(),
                     "" if before is None else repr(before)])
     except TaskNotFound:
@@ -417,78 +233,22 @@ def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_sec
     return _decide(client, task_id, "", False, TIMEOUT_DECIDER, reason, now, now - timeout_seconds)
 
 
-# --------------------------------------------------------------------------- the turn's writes (fenced)
-
-
-def record_calls(client: redis.Redis, lease: Lease, calls_: Sequence[PendingCall]) -> int:
-    """Record calls waiting for a person (idempotent by call id: a call recorded before keeps its state)."""
-    if not calls_:
-        return 0
-    keys = TaskKeys(lease.task_id)
-    args: list[Any] = [lease.token]
-    for call in calls_:
-        args += [call.call_id, call.kind, _call_json(call), _state_json(replace(call, status="pending"))]
-    return int(_run(client, RECORD_CALLS, [keys.lease, keys.approvals], args))
-
-
-def hold_result(client: redis.Redis, lease: Lease, call_id: str, position: int, result: ContentBlock) -> None:
-    """Keep the result of an ungated call of a waiting answer until the whole answer's results are queued."""
-    keys = TaskKeys(lease.task_id)
-    _run(client, HOLD_RESULT, [keys.lease, keys.approvals],
-         [lease.token, call_id, json.dumps({"position": position, "result": result})])
-
-
-def held_results(client: redis.Redis, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
-    """call id -> (position, result block) of the held results."""
-    data: dict[str, str] = client.hgetall(TaskKeys(task_id).approvals)
-    out: dict[str, tuple[int, ContentBlock]] = {}
-    for field, raw in data.items():
-        if field.startswith(_HELD):
-            held = json.loads(raw)
-            out[field[len(_HELD):]] = (int(held.get("position", 0)), held["result"])
-    return out
-
-
-def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int, raw_entry: str, answer: str,
-                    answer_id: str, by: str) -> bool:
-    """The user message ``raw_entry`` at inbox position ``index`` answers the pending question ``call_id`` and leaves
-    the inbox. False if the call is no pending question; UniCoreError if the inbox moved under us."""
-    keys = TaskKeys(lease.task_id)
-    try:
-        done = _run(client, ANSWER, [keys.lease, keys.approvals, keys.inbox],
-                    [lease.token, call_id, index, raw_entry, answer, answer_id, by, repr(time.time())])
-    except redis.ResponseError as exc:
-        if lua.STALE_INBOX in str(exc):
-            raise UniCoreError(f"inbox of {lease.task_id} changed under the answer") from None
-        raise
-    return int(done) == 1
-
-
-def start_call(client: redis.Redis, lease: Lease, call_id: str) -> bool:
-    """True exactly once per approved call: the caller runs its tool now. False: it was started before (a turn
-    died after starting it: the tool may or may not have run) or the call is not approved."""
-    keys = TaskKeys(lease.task_id)
-    return int(_run(client, START, [keys.lease, keys.approvals], [lease.token, call_id, repr(time.time())])) == 1
-
-
-def resolve(client: redis.Redis, lease: Lease, call_id: str, message: InboxMessage) -> None:
-    """Queue the call's result (``message``, a tool_result entry; once by its id) and mark the call resolved."""
-    keys = TaskKeys(lease.task_id)
-    _run(client, RESOLVE, [keys.lease, keys.approvals, keys.inbox, keys.seen],
-         [lease.token, call_id, message.id, message.model_dump_json(), repr(message.timestamp)])
-
-
-def drop_entries(client: redis.Redis, lease: Lease, raw_entries: Sequence[str]) -> int:
-    """Remove these inbox entries (e.g. decision wake-ups that found the task still waiting)."""
-    if not raw_entries:
-        return 0
-    keys = TaskKeys(lease.task_id)
-    return int(_run(client, DROP_ENTRIES, [keys.lease, keys.inbox], [lease.token, *raw_entries]))
-
-
 __all__ = [
     "AlreadyDecided", "CallStatus", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER", "WAKEUP_TYPE",
-    "answer_question", "blocked", "calls", "decide", "drop_entries", "expire_overdue", "get_call", "held_results",
-    "hold_result", "inbox_types", "pending_calls", "record_calls", "resolve", "start_call", "unresolved_calls",
-    "waiting_for", "wakes",
+    "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_types", "pending_calls", "run_script",
+    "unresolved_calls", "waiting_for", "wakes",
 ]
+
+# The turn's writes live in state.approval_writes; re-exported here (imported last: that module uses this one).
+from unicore.state.approval_writes import (  # noqa: E402, I001
+    answer_question,
+    drop_entries,
+    held_results,
+    hold_result,
+    record_calls,
+    resolve,
+    start_call,
+)
+
+__all__ += ["answer_question", "drop_entries", "held_results", "hold_result", "record_calls", "resolve",
+            "start_call"]

@@ -1,0 +1,114 @@
+"""The stored form of a tool call waiting for a person (``state.approvals``' hash ``uc:{T}:approvals``), shared by
+the readers and deciders (``state.approvals``) and the turn's writes (``state.approval_writes``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import redis
+
+from unicore.errors import LeaseLost, TaskNotFound
+from unicore.state import lua
+
+PendingKind = Literal["approval", "input"]
+CallStatus = Literal["pending", "approved", "denied", "answered"]
+TIMEOUT_DECIDER = "timeout"
+WAKEUP_TYPE = "decision"
+
+_CALL = "call:"
+_STATE = "state:"
+_HELD = "held:"
+_COUNT = "pending:"
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call waiting for (or decided by) a person."""
+
+    call_id: str
+    tool: str
+    input: dict[str, Any]
+    kind: PendingKind
+    turn: int
+    requested_at: float
+    question: str = ""  # ask_user's question
+    status: CallStatus = "pending"
+    decided_by: str = ""
+    reason: str = ""
+    decided_at: float | None = None
+    position: int = 0  # index of the call in the model's answer
+    answer: str = ""  # a question's answer (status answered)
+    answer_id: str = ""  # the id of the message that answered it
+    started_at: float | None = None  # an approved call: when the turn started its tool (it runs at most once)
+    resolved_at: float | None = None  # when its result was queued for the conversation
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+    def describe(self) -> str:
+        """One line for people (text is not escaped: print it with ``terminal.printable``)."""
+        if self.kind == "input":
+            return f"{self.call_id}: question: {self.question}"
+        arguments = json.dumps(self.input, ensure_ascii=False, sort_keys=True)
+        if len(arguments) > 200:
+            arguments = arguments[:197] + "..."
+        return f"{self.call_id}: {self.tool} {arguments}"
+
+    def result_text(self) -> str:
+        """The text a denied call's error result carries."""
+        who = self.decided_by or "?"
+        return f"denied by {who}: {self.reason}" if self.reason else f"denied by {who}"
+
+
+_STATE_FIELDS = ("status", "decided_by", "reason", "decided_at", "answer", "answer_id", "started_at",
+                 "resolved_at")
+
+
+def _call_json(call: PendingCall) -> str:
+    data = {k: v for k, v in asdict(call).items() if k not in _STATE_FIELDS}
+    return json.dumps(data)
+
+
+def _state_json(call: PendingCall) -> str:
+    data = {k: getattr(call, k) for k in _STATE_FIELDS if getattr(call, k) is not None}
+    data["kind"] = call.kind
+    data["requested_at"] = call.requested_at
+    return json.dumps(data)
+
+
+def _parse(call_raw: str, state_raw: str | None) -> PendingCall:
+    data = json.loads(call_raw)
+    state = json.loads(state_raw) if state_raw else {}
+    for name in _STATE_FIELDS:
+        value = state.get(name)
+        if value is not None:
+            data[name] = value
+    known = PendingCall.__dataclass_fields__
+    return PendingCall(**{k: v for k, v in data.items() if k in known})
+
+
+def _order(call: PendingCall) -> tuple[int, float, int, str]:
+    return (call.turn, call.requested_at, call.position, call.call_id)
+
+
+_DECODE_STATE = """
+local function is_set(value) return value ~= nil and value ~= cjson.null end
+"""
+
+
+def run_script(client: redis.Redis, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    try:
+        return client.register_script(script)(keys=list(keys), args=list(args))
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if lua.LEASE_LOST in text:
+            raise LeaseLost(f"lease of {keys[0]} lost: write refused") from None
+        if "UC_NO_TASK" in text:
+            raise TaskNotFound(f"no task behind {keys[0]}") from None
+        raise
+
+__all__ = ["CallStatus", "PendingCall", "PendingKind", "run_script"]
