@@ -23,7 +23,8 @@ from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
 from unicore_operator.kubectl_plugin.proxy import TaskApiClient, task_path
 from unicore_operator.kubectl_plugin.tree_view import parent_name, render_tree
 
-SETTLED_PHASES = frozenset({"Idle", "Failed"})
+# `logs --follow` stops at these: nothing more comes (a task waiting for people runs nothing until they answer)
+SETTLED_PHASES = frozenset({"Idle", "Failed", "WaitingForApproval", "WaitingForInput"})
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MAX_TEXT_BYTES = 256 * 1024
 
