@@ -158,3 +158,36 @@ def test_a_child_inherits_its_parents_gates_and_a_waiting_child_reports_nothing(
     turn("p-c")
     inbox = [json.loads(m.model_dump_json()) for m in store.inbox("p")]
     assert [m["type"] for m in inbox] == ["user", "completion"] and "child done" in inbox[1]["content"]
+
+
+def test_a_namespaces_own_redis_user_records_waits_and_resolves_them(redis_client, redis_url, tmp_path):
+    """The turn's side under the agent namespace's ACL user (state.acl); the decision with the admin identity."""
+    from redis.exceptions import NoPermissionError
+    from unicore.state import acl
+    from unicore.state.client import build_client
+
+    from tests.integration.conftest import NoteTool, TurnRunner
+
+    admin = TaskStore(redis_client)
+    password = acl.new_password()
+    acl.apply_namespace_user(redis_client, "team-a", password)
+    try:
+        tenant = build_client(acl.identity_url(redis_url, acl.namespace_user("team-a"), password),
+                              decode_responses=True, retry_for=0)
+        script = {"tasks": {"t": [{"tool_use": [{"name": "note", "input": {"text": "gated"}},
+                                                {"name": "ask_user", "input": {"question": "ok?"}}]},
+                                  {"echo_results": True}]}}
+        admin.create_task(TaskSpec(id="team-a/t", prompt="go", script=script, tools=["note", "ask_user"],
+                                   approval=Approval(tools=["note"])))
+        runner = TurnRunner(tenant, tmp_path, extra_tools=[NoteTool()])
+        assert runner("team-a/t").exit_code == EXIT_OK
+        assert approvals.waiting_for(redis_client, "team-a/t") == "approval"
+        approvals.decide(redis_client, "team-a/t", None, True, by="alice")
+        admin.queue_text("team-a/t", "yes", message_id="m1")
+        done = runner("team-a/t")
+        assert done.exit_code == EXIT_OK and "noted: gated" in done.final_text and "yes" in done.final_text
+        with pytest.raises(NoPermissionError):  # it really is the namespace's restricted user
+            tenant.acl_whoami()
+        tenant.close()
+    finally:
+        acl.delete_namespace_user(redis_client, "team-a")
