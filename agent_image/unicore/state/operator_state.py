@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis
 import redis.asyncio as aioredis
 
+from unicore.state import approval_records as records_of_calls
 from unicore.state import approvals, lua
 from unicore.state.codec import text, text_hash, to_float, to_int
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
@@ -164,8 +165,9 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
     return snap
 
 
-# The parsing of ``state.approvals``' hash for a pipelined read (its own readers take a sync client, one call each).
-_WAITING_FIELDS = [approvals._COUNT + "approval", approvals._COUNT + "input"]
+# The parsing of ``state.approvals``' hash (its stored form: ``state.approval_records``) for a pipelined read (the
+# readers of ``state.approvals`` take a sync client, one call each).
+_WAITING_FIELDS = [records_of_calls._COUNT + "approval", records_of_calls._COUNT + "input"]
 
 
 def _waiting_from_counters(values: Sequence[object]) -> approvals.PendingKind | None:
@@ -176,10 +178,10 @@ def _waiting_from_counters(values: Sequence[object]) -> approvals.PendingKind | 
 
 def _calls_from_hash(data: dict[str, str]) -> list[approvals.PendingCall]:
     """Every call in the approvals hash (as ``approvals.calls``), in call order."""
-    prefix, state = approvals._CALL, approvals._STATE
-    found = [approvals._parse(raw, data.get(state + name[len(prefix):])) for name, raw in data.items()
+    prefix, state = records_of_calls._CALL, records_of_calls._STATE
+    found = [records_of_calls._parse(raw, data.get(state + name[len(prefix):])) for name, raw in data.items()
              if name.startswith(prefix)]
-    return sorted(found, key=approvals._order)
+    return sorted(found, key=records_of_calls._order)
 
 
 def _types_of(raw_entries: Iterable[str]) -> list[str]:
