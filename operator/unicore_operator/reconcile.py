@@ -228,12 +228,12 @@ async def _expire_overdue(ctx: OperatorContext, key: TaskKey, body: dict[str, An
     one is due (see ``approvals``)."""
     timeout = approvals.timeout_seconds(body.get("spec") or {}, snap.record, ctx.settings.approval_timeout_seconds)
     due = approvals.overdue_at(snap.pending_calls, timeout)
-    if due is None:
-        return False
-    if due > time.time():
+    denied: list[str] = []
+    if due is not None and due <= time.time():
+        denied = await asyncio.to_thread(approvals.expire, ctx.store.redis, names.task_id(*key), timeout)
+        due = approvals.overdue_at([call for call in snap.pending_calls if call.call_id not in denied], timeout)
+    if due is not None:  # the next one not due yet
         schedule_recheck(ctx, key, due - time.time(), "approval-timeout")
-        return False
-    denied = await asyncio.to_thread(approvals.expire, ctx.store.redis, names.task_id(*key), timeout)
     if denied:
         metrics.approval_decided("expired", len(denied))
         logger.info("denied %d overdue approval(s) of %s/%s: %s", len(denied), *key, ", ".join(denied))
