@@ -273,11 +273,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tree_line(depth: int, record: TaskRecord) -> str:
+def _tree_line(depth: int, record: TaskRecord, waiting: str | None = None) -> str:
     last = record.last_response.strip().splitlines()[0] if record.last_response.strip() else ""
     last = last if len(last) <= 60 else last[:57] + "..."
+    status = record.status + (f", waiting for {waiting}" if waiting else "")  # approval or input (a question)
     return (
-        f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{record.status}]  turns={record.turns}  "
+        f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{status}]  turns={record.turns}  "
         f"tokens={record.total_tokens}" + (f"  last: {last}" if last else "")
     )
 
@@ -292,7 +293,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print("no tasks")
     for root in roots:
         for depth, record in store.tree(root):
-            _show(_tree_line(depth, record))
+            _show(_tree_line(depth, record, approvals.waiting_for(store.redis, record.id)))
     return EXIT_OK
 
 

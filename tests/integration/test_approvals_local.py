@@ -62,6 +62,7 @@ def test_run_settles_waiting_then_approve_runs_the_tool_once_and_the_conversatio
     assert f"unicore approve ap --call {call.call_id}" in run.stdout
     assert not out.exists() and store.lease_holder("ap") is None and store.get_task("ap").status == "idle"
 
+    assert unicore("tree", "ap", env=cli_env).stdout.startswith("ap  [idle, waiting for approval]  turns=1")
     pending = unicore("pending", "ap", env=cli_env)
     assert pending.returncode == 0 and "approved text" in pending.stdout
     assert "[waiting for approval]" in unicore("show", "ap", env=cli_env).stdout
