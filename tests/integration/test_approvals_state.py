@@ -144,8 +144,12 @@ def test_an_approved_call_starts_once_and_resolves_once(waiting):
     approvals.decide(client, "t", "c1", True, by="alice")
     lease = waiting.acquire_lease("t", holder="turn")
     assert writes.start_call(client, lease, "c1") is True
-    assert writes.start_call(client, lease, "c1") is False  # a second turn would not run it again
-    assert writes.start_call(client, lease, "c2") is False  # not approved
+    assert writes.start_call(client, lease, "c1") is True  # the same turn's retry after a lost reply
+    waiting.release_lease(lease)
+    successor = waiting.acquire_lease("t", holder="successor")
+    assert writes.start_call(client, successor, "c1") is False  # another turn does not run it again
+    assert writes.start_call(client, successor, "c2") is False  # not approved
+    lease = successor
     result = InboxMessage(id="tr:c1", type="tool_result", content=tool_result_block("c1", "done"),
                           sender="t", tool_use_id="c1")
     writes.resolve(client, lease, "c1", result)

@@ -74,6 +74,8 @@ return 1
 
 # KEYS: lease, approvals   ARGV: token, call id, now
 # An approved call's tool may start only once: 1 = start it now, 0 = it was started before (a turn died after).
+# The starting turn's token is kept with the mark, so the Redis client's retry of this script after a lost reply
+# (the same token) still gets 1.
 START = (
     lua._FENCE
     + _DECODE_STATE
@@ -81,8 +83,14 @@ START = (
 local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
 if not raw then return -1 end
 local st = cjson.decode(raw)
-if st['status'] ~= 'approved' or is_set(st['started_at']) then return 0 end
+if st['status'] ~= 'approved' then return 0 end
+if is_set(st['started_at']) then
+  -- the same turn's retry after a lost reply (same token) may go on; any other turn may not
+  if st['started_by'] == ARGV[1] then return 1 end
+  return 0
+end
 st['started_at'] = tonumber(ARGV[3])
+st['started_by'] = ARGV[1]
 redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
 return 1
 """
