@@ -208,3 +208,22 @@ def test_the_turn_side_writes_are_fenced(waiting):
 def test_the_approvals_key_is_a_task_key(store):
     keys = store.keys("ns/t")
     assert keys.approvals == "uc:{ns/t}:approvals" and keys.approvals in keys.all()
+
+
+def test_a_decision_retried_after_a_lost_reply_answers_as_the_first_run(waiting):
+    """The Redis client re-sends a script whose reply was lost: the same decision (same id) is not a second one."""
+    client = waiting.redis
+    keys = waiting.keys("t")
+
+    def run(call_id: str, decision: str) -> list[str]:
+        args = [call_id, "1", "alice", "", "1000.5", decision, '{"type": "decision"}', ""]
+        return sorted(approvals.run_script(client, approvals.DECIDE,
+                                           [keys.approvals, keys.inbox, keys.seen, keys.task], args))
+
+    assert run("c1", "decision:one") == ["c1"]
+    assert run("c1", "decision:one") == ["c1"]  # the retry
+    with pytest.raises(AlreadyDecided):
+        approvals.decide(client, "t", "c1", True, by="alice")  # a new decision
+    assert run("", "decision:all") == ["c2"]  # every pending approval
+    assert run("", "decision:all") == ["c2"]  # its retry: the same answer, nothing new decided
+    assert [c.call_id for c in approvals.pending_calls(client, "t")] == ["q"]

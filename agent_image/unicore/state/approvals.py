@@ -72,6 +72,8 @@ from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TaskKeys
 
 # KEYS: approvals, inbox, seen, task
 # ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any)
+# The wake id names the decision too (kept with each call it decided): the Redis client's retry of the script after a
+# lost reply finds its own decision and answers as the first run did, instead of AlreadyDecided.
 DECIDE = (
     _DECODE_STATE
     + """
@@ -82,6 +84,7 @@ local function decide_one(id, st)
   st['decided_by'] = ARGV[3]
   st['reason'] = ARGV[4]
   st['decided_at'] = tonumber(ARGV[5])
+  st['decision'] = ARGV[6]
   redis.call('HSET', KEYS[1], 'state:' .. id, cjson.encode(st))
   redis.call('HINCRBY', KEYS[1], 'pending:' .. st['kind'], -1)
   decided[#decided + 1] = id
@@ -90,7 +93,10 @@ if ARGV[1] ~= '' then
   local raw = redis.call('HGET', KEYS[1], 'state:' .. ARGV[1])
   if not raw then return redis.error_reply('UC_NO_SUCH_CALL') end
   local st = cjson.decode(raw)
-  if st['status'] ~= 'pending' then return redis.error_reply('UC_ALREADY_DECIDED ' .. st['status']) end
+  if st['status'] ~= 'pending' then
+    if st['decision'] == ARGV[6] then return {ARGV[1]} end  -- this very call, retried after a lost reply
+    return redis.error_reply('UC_ALREADY_DECIDED ' .. st['status'])
+  end
   if st['kind'] == 'input' and ARGV[2] == '1' then return redis.error_reply('UC_QUESTION') end
   decide_one(ARGV[1], st)
 else
@@ -101,6 +107,8 @@ else
       if st['status'] == 'pending' and st['kind'] == 'approval'
           and (before == nil or st['requested_at'] <= before) then
         decide_one(string.sub(field, 7), st)
+      elseif st['decision'] == ARGV[6] then  -- decided by this very call (a retry after a lost reply)
+        decided[#decided + 1] = string.sub(field, 7)
       end
     end
   end
