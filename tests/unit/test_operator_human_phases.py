@@ -222,3 +222,14 @@ def test_approval_metrics_are_exported_at_zero_and_count_from_the_statuses() -> 
     samples = scrape(counted)
     assert samples[("unicore_approvals_pending", ())] == 3
     assert samples[("unicore_tasks", (("namespace", "demo"), ("phase", "WaitingForApproval")))] == 2
+
+
+def test_a_refused_decision_says_which_right_is_missing() -> None:
+    from unicore_operator.kubectl_plugin.proxy import forbidden_message
+
+    status = ('agenttasks.tasks.unicore.dev "demo" is forbidden: User "carol" cannot create resource '
+              '"agenttasks/approvals" in API group "tasks.unicore.dev" in the namespace "team-a"')
+    assert forbidden_message(status, method="POST", path="/apis/tasks.unicore.dev/v1alpha1/namespaces/team-a/"
+                             "agenttasks/demo/approvals") == (
+        "forbidden: carol cannot create agenttasks/approvals (tasks.unicore.dev) in namespace team-a, so cannot "
+        "approve or deny tool calls of its agent tasks (ask for the unicore-agenttask-messenger role there)")
