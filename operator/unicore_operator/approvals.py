@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from unicore_operator.context import OperatorContext
 
 DECISIONS = ("approved", "denied", "expired")  # unicore_approvals_total{decision}
-WAITING_FOR_APPROVAL = "WaitingForApproval"  # Event reasons: a task started waiting
-WAITING_FOR_INPUT = "WaitingForInput"
+# Event reasons (a task that starts waiting gets an Event named after its phase: WaitingForApproval/WaitingForInput)
 APPROVAL_DECIDED = "ApprovalDecided"  # a user decided (task API)
 APPROVAL_EXPIRED = "ApprovalExpired"  # nobody decided in time
 
@@ -98,5 +97,5 @@ def decision_events(ctx: OperatorContext) -> Callable[[str, str, list[Any], str,
     return post
 
 
-__all__ = ["APPROVAL_DECIDED", "APPROVAL_EXPIRED", "DECISIONS", "WAITING_FOR_APPROVAL", "WAITING_FOR_INPUT",
-           "decided_text", "decision_events", "expire", "human_wait", "overdue_at", "timeout_seconds"]
+__all__ = ["APPROVAL_DECIDED", "APPROVAL_EXPIRED", "DECISIONS", "decided_text", "decision_events", "expire",
+           "human_wait", "overdue_at", "timeout_seconds"]

@@ -224,8 +224,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
 
 
 async def _expire_overdue(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], snap: TaskSnapshot) -> bool:
-    """Deny the task's approvals that waited past its timeout (True when some were); else re-check when the oldest
-    one is due (see ``approvals``)."""
+    """Deny the task's approvals that waited past its timeout (True when some were), and re-check when the next
+    pending one is due (see ``approvals``)."""
     timeout = approvals.timeout_seconds(body.get("spec") or {}, snap.record, ctx.settings.approval_timeout_seconds)
     due = approvals.overdue_at(snap.pending_calls, timeout)
     denied: list[str] = []
