@@ -3,9 +3,9 @@
 A session fixture starts the cluster (``tests.redis_cluster``); this module overrides ``redis_url`` and
 ``redis_client`` so that the shared ``store`` and ``turn`` fixtures (tests/integration/conftest.py) run on a
 ``redis.cluster.RedisCluster`` built by ``unicore.state.client.build_client``. Existing single-Redis tests are
-re-collected here by importing them (store, drain, fencing and leases, the seed sequences with full in-process
-turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads, turns under a namespace's own ACL
-user, made on every node, and its NOPERMs); the rest are cluster-only checks
+re-collected here by importing them (store, drain, fencing and leases, approvals and ask_user, the seed sequences
+with full in-process turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads, turns under a
+namespace's own ACL user, made on every node, and its NOPERMs); the rest are cluster-only checks
 (activations consumer groups, telemetry, slots, the operator's RedisState, the async client).
 """
 
@@ -33,6 +33,20 @@ from unicore_operator.metrics.state_collector import inbox_depths
 from unicore_operator.redis_state import RedisState
 
 # Re-collected on the cluster (pytest runs every test function found in this module's namespace).
+from tests.integration.test_approvals_state import (  # noqa: F401 (the approvals' scripts on the cluster)
+    test_a_decision_retried_after_a_lost_reply_answers_as_the_first_run,
+    test_a_second_approval_of_the_same_call_changes_nothing,
+    test_a_user_message_answers_a_question_and_leaves_the_inbox,
+    test_an_approved_call_starts_once_and_resolves_once,
+    test_expire_overdue_denies_only_old_approvals,
+    test_the_wake_up_is_queued_once_nothing_is_pending_and_the_task_is_activated,
+    waiting,
+)
+from tests.integration.test_approvals_turn import (  # noqa: F401 (gated turns and ask_user on the cluster)
+    gated,
+    test_an_approved_call_runs_once_after_the_decision_and_the_conversation_goes_on,
+    test_ask_user_waits_and_the_next_user_message_is_its_result,
+)
 from tests.integration.test_fencing import (  # noqa: F401
     test_a_live_lease_refuses_a_second_turn,
     test_a_turn_reaped_during_its_model_call_writes_nothing_afterwards,
