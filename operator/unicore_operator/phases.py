@@ -12,6 +12,8 @@
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
     Suspended spec.suspend is true (the active Job was deleted, none is started)
     Failed    the spec is invalid, or turns failed more than UNICORE_MAX_TURN_RETRIES times in a row
+    Archived  retention removed the task's idle tree from Redis (operator/retention.py sets it; never decided here:
+              the reconcile leaves a task without a Redis record alone)
 
 Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > Waiting > Idle.
 - A turn that runs, and queued work that wakes the task (a decision's wake-up, a user message answering a question,
@@ -51,6 +53,7 @@ class Phase(StrEnum):
     IDLE = "Idle"
     SUSPENDED = "Suspended"
     FAILED = "Failed"
+    ARCHIVED = "Archived"
 
 
 SETTLED_PHASES = frozenset({Phase.IDLE, Phase.FAILED})
@@ -229,6 +232,7 @@ def ready_condition(phase: Phase, message: str, generation: int | None, previous
         Phase.WAITING: "WaitingForChildren",
         Phase.SUSPENDED: "Suspended",
         Phase.FAILED: "Failed",
+        Phase.ARCHIVED: "Archived",
     }[phase]
     old = next((c for c in previous or [] if c.get("type") == "Ready"), None)
     transition = old.get("lastTransitionTime") if old and old.get("status") == status else now

@@ -34,11 +34,12 @@ from unicore_operator import events, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import TaskKey, active_job, first
 from unicore_operator.log import logger
+from unicore_operator.phases import SETTLED_PHASES, Phase
 from unicore_operator.reconcile import jobs_of
 
-ARCHIVED = "Archived"  # the phase, the condition type and the Event reason
+ARCHIVED = str(Phase.ARCHIVED)  # the phase, the condition type and the Event reason
 ARCHIVE_FAILED = "ArchiveFailed"
-SETTLED = frozenset({"Idle", "Failed"})
+SETTLED = frozenset(str(phase) for phase in SETTLED_PHASES)
 MAX_DEPTH = 64  # parentRef hops followed to a task's root
 
 

@@ -268,3 +268,6 @@ def test_the_task_api_answers_gone_for_a_removed_conversation(store: TaskStore, 
     payload = json.loads(response.encoded())
     assert payload["reason"] == "Gone" and "idle past the retention TTL" in payload["message"]
     assert not store.exists("team-a/gone")  # no empty conversation was started
+    logs = answer(api, "GET", "/apis/tasks.unicore.dev/v1alpha1/namespaces/team-a/agenttasks/gone/transcript",
+                  sender="user:alice")
+    assert logs.status == 410 and "is no longer in Redis" in json.loads(logs.encoded())["message"]

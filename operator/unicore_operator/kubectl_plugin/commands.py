@@ -24,7 +24,7 @@ from unicore_operator.kubectl_plugin.proxy import TaskApiClient, task_path
 from unicore_operator.kubectl_plugin.tree_view import parent_name, render_tree
 
 # `logs --follow` stops at these: nothing more comes (a task waiting for people runs nothing until they answer)
-SETTLED_PHASES = frozenset({"Idle", "Failed", "WaitingForApproval", "WaitingForInput"})
+SETTLED_PHASES = frozenset({"Idle", "Failed", "WaitingForApproval", "WaitingForInput", "Archived"})
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MAX_TEXT_BYTES = 256 * 1024
 

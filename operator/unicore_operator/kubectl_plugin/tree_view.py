@@ -26,6 +26,7 @@ PHASE_ICONS_UTF8: dict[str, str] = {
     "Waiting": "…",
     "WaitingForApproval": "?",
     "WaitingForInput": "?",
+    "Archived": "▫",
 }
 PHASE_ICONS_ASCII: dict[str, str] = {
     "Idle": "+",
@@ -36,9 +37,10 @@ PHASE_ICONS_ASCII: dict[str, str] = {
     "Waiting": ".",
     "WaitingForApproval": "?",
     "WaitingForInput": "?",
+    "Archived": "-",
 }
 UNKNOWN_ICON = {True: "◌", False: "?"}
-SETTLED = frozenset({"Idle", "Failed"})
+SETTLED = frozenset({"Idle", "Failed", "Archived"})
 HUMAN = frozenset({"WaitingForApproval", "WaitingForInput"})  # the message says what the human is asked
 LAST_RESPONSE_MAX = 60
 

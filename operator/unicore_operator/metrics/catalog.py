@@ -59,7 +59,7 @@ REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission
                 "lease_holder_gone", "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
 APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approvals.DECISIONS
 TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "Waiting", "Idle", "Suspended",
-               "Failed")  # unicore_operator.phases.Phase
+               "Failed", "Archived")  # unicore_operator.phases.Phase
 
 CATALOG: tuple[MetricSpec, ...] = (
     # --- measured by turn Jobs, exported from Redis

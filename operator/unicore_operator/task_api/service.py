@@ -181,6 +181,9 @@ class TaskApi:
         task_id = f"{namespace}/{name}"
         try:
             head = read_transcript_head(self.store.redis, task_id)
+            note = archived_note(self.store.redis, task_id) if head.status is None else None
+            if note is not None:  # retention removed the conversation: the archive holds it
+                raise ApiError(410, note.describe(), reason="Gone")
             headers = parse_turn_headers(head.raw_turns)
             window = pages.page_window(headers, head.total, since=since, limit=limit, turn=turn)
             if window is None:
