@@ -25,12 +25,13 @@ from unicore.state.keys import FAULTS_LOG
 
 ENV = "UNICORE_FAULTS"
 LOG_KEY = FAULTS_LOG
+# Steps every tree run reaches (the kill-once harness must hit them all). Points only some turns reach are in
+# APPROVAL_STEPS (``kill:<point>`` works for those too).
 STEPS = (
     "after lease",
     "after drain",
     "after model call",
     "after answer",
-    "after pending calls",
     "after tool result",
     "after end turn",
     "after notify",
@@ -73,4 +74,7 @@ def fault_point(step: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["ENV", "LOG_KEY", "STEPS", "fault_point", "set_scope"]
+# A turn whose answer calls a gated tool or ask_user, right after it recorded the calls (``approvals_turn``).
+APPROVAL_STEPS = ("after pending calls",)
+
+__all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "STEPS", "fault_point", "set_scope"]
