@@ -22,7 +22,7 @@ repeated resolution queues nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -76,7 +76,8 @@ class ApprovalGate:
     """One turn's approvals: ``wait`` after an answer with tool calls, ``prepare`` before the first drain."""
 
     def __init__(self, client: redis.Redis, lease: Lease, record: TaskRecord, ctx: ToolContext,
-                 tools: Sequence[Tool]) -> None:
+                 tools: Sequence[Tool], on_step: Callable[[str], None] | None = None) -> None:
+        self.on_step = on_step or (lambda _step: None)  # the turn's progress marks (stall detection)
         self.redis = client
         self.lease = lease
         self.record = record
@@ -117,6 +118,7 @@ class ApprovalGate:
         fault_point("after pending calls")
         for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)):
             if kind is None:
+                self.on_step(f"tool {use.get('name')}")
                 result = run_tool_call(self.ctx, self.tools.values(), {"toolUse": use})
                 writes.hold_result(self.redis, self.lease, str(use["toolUseId"]), position, result)
         self.note = waiting_note(pending)
@@ -183,6 +185,7 @@ class ApprovalGate:
         elif writes.start_call(self.redis, self.lease, call.call_id):
             log.info("task %s: running approved call %s (%s)", self.lease.task_id, call.call_id, call.tool)
             use = {"toolUseId": call.call_id, "name": call.tool, "input": call.input}
+            self.on_step(f"tool {call.tool}")
             block = run_tool_call(self.ctx, self.tools.values(), {"toolUse": use})
         else:
             log.warning("task %s: approved call %s was started before; not run again", self.lease.task_id,

@@ -322,7 +322,7 @@ class _Turn:
             # this turn (whose end would store the next report) starts.
             log.info("task %s: the report of the last turn was owed; delivered now", self.task_id)
             fault_point("after notify")
-        gate = ApprovalGate(self.redis, self.lease, record, ctx, tools)  # unicore.approvals_turn
+        gate = ApprovalGate(self.redis, self.lease, record, ctx, tools, self.progress.mark)  # approvals_turn
         if gate.prepare() is Prepared.WAITING:  # a person has still to decide: no drain, no model call
             self._end_waiting(record, gate.note)
             return
