@@ -148,7 +148,7 @@ class ApprovalGate:
             if isinstance(item, PendingCall):
                 self._resolve(item)
             else:
-                writes.resolve(self.redis, self.lease, call_id, result_entry(call_id, item, self.lease.task_id))
+                self._queue(call_id, result_entry(call_id, item, self.lease.task_id))
         return Prepared.RESOLVED
 
     def _take_answers(self, calls: Sequence[PendingCall]) -> None:
@@ -191,8 +191,16 @@ class ApprovalGate:
             log.warning("task %s: approved call %s was started before; not run again", self.lease.task_id,
                         call.call_id)
             block = tool_result_block(call.call_id, INTERRUPTED_TEXT, error=True)
-        writes.resolve(self.redis, self.lease, call.call_id,
-                          result_entry(call.call_id, block, self.lease.task_id, answers))
+        self._queue(call.call_id, result_entry(call.call_id, block, self.lease.task_id, answers))
+
+    def _queue(self, call_id: str, entry: InboxMessage) -> None:
+        """Queue a call's result (as ``turn._queue_result`` does: one over the message cap becomes an error)."""
+        size = len(entry.model_dump_json().encode())
+        if size > self.ctx.store.message_cap_bytes:
+            text = (f"Error: the tool result was too large to keep ({size} bytes, over the cap of "
+                    f"{self.ctx.store.message_cap_bytes} bytes)")
+            entry = entry.model_copy(update={"content": tool_result_block(call_id, text, error=True)})
+        writes.resolve(self.redis, self.lease, call_id, entry)
 
 
 def _decode(raw: str) -> dict[str, Any]:

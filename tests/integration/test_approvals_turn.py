@@ -191,3 +191,17 @@ def test_a_namespaces_own_redis_user_records_waits_and_resolves_them(redis_clien
         tenant.close()
     finally:
         acl.delete_namespace_user(redis_client, "team-a")
+
+
+def test_an_answer_too_large_for_a_result_becomes_an_error_result(store, turn, gated):
+    from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage
+
+    gated("t", [{"tool_use": [{"name": "ask_user", "input": {"question": "Everything?"}}]}, {"echo_results": True}],
+          tools=["ask_user"])
+    turn("t")
+    probe = InboxMessage(id="m-big", type="user", content="", sender="user")
+    answer = "x" * (DEFAULT_MESSAGE_CAP_BYTES - len(probe.model_dump_json().encode()) - 10)  # a queueable message
+    assert store.queue_message("t", InboxMessage(id="m-big", type="user", content=answer, sender="user"))
+    turn("t")
+    [result] = _results(turn.requests("t")[-1])
+    assert result["status"] == "error" and "too large to keep" in result["content"][0]["text"]
