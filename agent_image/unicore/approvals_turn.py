@@ -166,9 +166,10 @@ class ApprovalGate:
             content = entry.get("content")
             answer = content if isinstance(content, str) else json.dumps(content)
             by = str(entry.get("sender") or "user")
-            writes.answer_question(self.redis, self.lease, question.call_id, index, raw, answer,
-                                      str(entry.get("id", "")), by)
-            # the entry left the inbox: the next one moved to this index
+            if not writes.answer_question(self.redis, self.lease, question.call_id, index, raw, answer,
+                                          str(entry.get("id", "")), by):
+                index += 1  # the question was decided meanwhile (denied): the message stays, for the model
+            # else the entry left the inbox: the next one moved to this index
 
     def _drop_wakeups(self) -> None:
         raw_entries = self.redis.lrange(self.ctx.store.keys(self.lease.task_id).inbox, 0, -1)
