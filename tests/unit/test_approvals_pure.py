@@ -49,5 +49,6 @@ def test_marks_notes_and_denial_texts() -> None:
     assert waiting_note([call(), call("input", call_id="q")]) == (
         "waiting for approval of write_file (c1) and an answer to ask_user (q)")
     assert waiting_note([]) == ""
-    long = call(input={"content": "x" * 500})
+    long = PendingCall(call_id="c1", tool="write_file", input={"content": "x" * 500}, kind="approval", turn=0,
+                       requested_at=1.0)
     assert len(long.describe()) < 230 and long.describe().endswith("...")
