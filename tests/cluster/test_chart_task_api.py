@@ -19,9 +19,10 @@ pytestmark = pytest.mark.cluster
 NS = "agents"
 GROUP = "tasks.unicore.dev"
 READS = {"apiGroups": [GROUP], "resources": ["agenttasks/transcript", "agenttasks/tree", "agenttasks/summary",
-                                            "agenttasks/stream"],
+                                            "agenttasks/stream", "agenttasks/approvals"],
          "verbs": ["get"]}
-SENDS = {"apiGroups": [GROUP], "resources": ["agenttasks/messages"], "verbs": ["create"]}
+# sending messages and deciding approvals (kubectl agenttask send / approve / deny)
+SENDS = {"apiGroups": [GROUP], "resources": ["agenttasks/messages", "agenttasks/approvals"], "verbs": ["create"]}
 
 
 def settings_of(objs: list[dict[str, Any]]) -> Any:
