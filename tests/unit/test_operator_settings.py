@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from unicore.archive import ArchiveEnvironment
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import parse_endpoints
 from unicore.state import client as redis_client
@@ -43,6 +44,9 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_RESYNC_SECONDS": ("3", "resync_seconds", 3.0),
     "UNICORE_APPROVAL_TIMEOUT_SECONDS": ("600", "approval_timeout_seconds", 600),
     "UNICORE_REDIS_RETENTION_SECONDS": ("600", "redis_retention_seconds", 600),
+    "UNICORE_RETENTION_TTL_SECONDS": ("86400", "retention_ttl_seconds", 86400.0),
+    "UNICORE_RETENTION_ARCHIVE_URL": ("s3://archive/unicore", "retention_archive_url", "s3://archive/unicore"),
+    "UNICORE_RETENTION_INTERVAL_SECONDS": ("60", "retention_interval_seconds", 60.0),
     "UNICORE_HTTP_PORT": ("0", "http_port", 0),
     "UNICORE_WEBHOOK_PORT": ("8443", "webhook_port", 8443),
     "UNICORE_WEBHOOK_CERT_DIR": ("/run/certs", "webhook_cert_dir", "/run/certs"),
@@ -68,7 +72,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
                                  parse_endpoints([{"models": ["llama-*"], "baseUrl": "http://vllm:8000/v1"}])),
 }
 # Read by modules the operator shares with the runtime, not by OperatorSettings.
-SHARED_RUNTIME_VARS = {redis_client.RETRY_SECONDS_ENV, redis_client.SOCKET_TIMEOUT_ENV, "UNICORE_LOG_LEVEL"}
+SHARED_RUNTIME_VARS = {redis_client.RETRY_SECONDS_ENV, redis_client.SOCKET_TIMEOUT_ENV, "UNICORE_LOG_LEVEL",
+                       ArchiveEnvironment.env_var("s3_endpoint_url")}
 
 
 def contract_operator_vars() -> set[str]:
