@@ -153,7 +153,7 @@ class ApprovalGate:
 
     def _take_answers(self, calls: Sequence[PendingCall]) -> None:
         questions = [call for call in calls if call.kind == "input" and call.status == "pending"]
-        raw_entries = self.redis.lrange(self.ctx.store.keys(self.lease.task_id).inbox, 0, -1)
+        raw_entries = approvals.inbox_entries(self.redis, self.lease.task_id)
         index = 0
         for raw in raw_entries:
             if not questions:
@@ -172,7 +172,7 @@ class ApprovalGate:
             # else the entry left the inbox: the next one moved to this index
 
     def _drop_wakeups(self) -> None:
-        raw_entries = self.redis.lrange(self.ctx.store.keys(self.lease.task_id).inbox, 0, -1)
+        raw_entries = approvals.inbox_entries(self.redis, self.lease.task_id)
         wakeups = [raw for raw in raw_entries if _decode(raw).get("type") == approvals.WAKEUP_TYPE]
         writes.drop_entries(self.redis, self.lease, wakeups)
 

@@ -174,6 +174,11 @@ def wakes(waiting: PendingKind | None, inbox_types: Iterable[str]) -> bool:
     return WAKEUP_TYPE in types
 
 
+def inbox_entries(client: redis.Redis, task_id: str) -> list[str]:
+    """The task's inbox entries as stored (JSON), oldest first."""
+    return list(client.lrange(TaskKeys(task_id).inbox, 0, -1))
+
+
 def inbox_types(client: redis.Redis, task_id: str) -> list[str]:
     out = []
     for raw in client.lrange(TaskKeys(task_id).inbox, 0, -1):
@@ -243,8 +248,8 @@ def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_sec
 
 __all__ = [
     "AlreadyDecided", "CallStatus", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER", "WAKEUP_TYPE",
-    "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_types", "pending_calls", "run_script",
-    "unresolved_calls", "waiting_for", "wakes",
+    "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_entries", "inbox_types", "pending_calls",
+    "run_script", "unresolved_calls", "waiting_for", "wakes",
 ]
 
 # The turn's writes live in state.approval_writes; re-exported here (imported last: that module uses this one).
