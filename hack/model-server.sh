@@ -8,7 +8,7 @@
 #   hack/model-server.sh status
 #
 # Settings (environment): UNICORE_MODEL_PORT (8090), UNICORE_MODEL_CTX (16384), UNICORE_MODEL (qwen2.5-coder-0.5b,
-# or qwen2.5-coder-1.5b), UNICORE_MODEL_TEMP (0: greedy, so runs repeat). The served model's name (its --alias) is
+# or qwen2.5-coder-1.5b), UNICORE_MODEL_TEMP (0: greedy, so runs repeat), UNICORE_MODEL_THREADS (1). The served model's name (its --alias) is
 # UNICORE_MODEL's value. State: ${UNICORE_CACHE:-$HOME/.cache/unicore}/model-server/ (pid, port, alias, server.log).
 set -euo pipefail
 
@@ -19,6 +19,7 @@ PORT="${UNICORE_MODEL_PORT:-8090}"
 CTX="${UNICORE_MODEL_CTX:-16384}"
 MODEL="${UNICORE_MODEL:-qwen2.5-coder-0.5b}"
 TEMP="${UNICORE_MODEL_TEMP:-0}"
+THREADS="${UNICORE_MODEL_THREADS:-1}"  # 2 threads collapse to <1 token/s on a busy 2-core machine (docs/models.md)
 READY_TIMEOUT=120
 log() { echo "[model-server] $*" >&2; }
 fail() { echo "model-server: $*" >&2; exit 1; }
@@ -64,7 +65,7 @@ up() {
   if health "$PORT"; then fail "port $PORT already serves something; set UNICORE_MODEL_PORT to a free port"; fi
   local start=$SECONDS
   setsid "$server" --jinja -m "$gguf" --host 127.0.0.1 --port "$PORT" -c "$CTX" --alias "$MODEL" \
-    --temp "$TEMP" --seed 42 --no-webui >"$STATE/server.log" 2>&1 </dev/null &
+    --temp "$TEMP" --seed 42 --no-webui -t "$THREADS" >"$STATE/server.log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$STATE/pid"
   echo "$PORT" >"$STATE/port"

@@ -25,7 +25,11 @@ BUILD = REPO / "hack" / "build-model-server.sh"
 FETCH = REPO / "hack" / "fetch-model.py"
 OPT_OUT = "UNICORE_NO_MODEL"
 ALIAS = "qwen2.5-coder-0.5b"
+TOOL_ALIAS = "qwen2.5-coder-1.5b"  # the smallest one that ends a turn after a tool result (docs/models.md)
 CONTEXT = 16384
+# One thread: on a shared 2-core machine two llama.cpp threads wait for each other at every barrier and generation
+# falls from ~15 to under 1 token/s under load (docs/models.md, "Threads").
+THREADS = int(os.environ.get("UNICORE_MODEL_THREADS") or 1)
 
 
 class ModelUnavailable(RuntimeError):
@@ -67,7 +71,8 @@ class ModelServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.command = [
             str(binary), "--jinja", "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-            "-c", str(context), "--alias", model, "--temp", "0", "--seed", "42", "--no-webui", *extra_args,
+            "-c", str(context), "--alias", model, "--temp", "0", "--seed", "42", "--no-webui", "-t", str(THREADS),
+            *extra_args,
         ]
         start = time.monotonic()
         with self.log_path.open("wb") as log:
