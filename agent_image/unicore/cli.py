@@ -178,17 +178,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _print_answer(store, name, message_id, code)
 
 
+def _where_it_went(store: TaskStore, task_id: str, exc: TaskNotFound) -> TaskNotFound:
+    """A missing task that retention removed says where its conversation went; others stay as they are."""
+    note = archived_note(store.redis, task_id)
+    return TaskNotFound(note.describe()) if note is not None else exc
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     url = redis_url()
     store = TaskStore(connect(url))
     message_id = args.id or uuid.uuid4().hex
     try:
         store.queue_text(args.task, args.text, message_id=message_id)
-    except TaskNotFound:
-        note = archived_note(store.redis, args.task)  # retention removed it: say where it went
-        if note is None:
-            raise
-        raise TaskNotFound(note.describe()) from None
+    except TaskNotFound as exc:
+        raise _where_it_went(store, args.task, exc) from None
     store.activate(args.task, "send")
     if args.no_wait:
         _show(f"queued for {args.task} (message {message_id})")
@@ -215,7 +218,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json and args.follow:
         raise UsageError("--follow prints text as it comes; it does not go with --json")
     store = _store()
-    record = store.get_task(args.task)
+    try:
+        record = store.get_task(args.task)
+    except TaskNotFound as exc:
+        raise _where_it_went(store, args.task, exc) from None
     turns = store.load_history(args.task)
     compacted = {c.upto: c for c in read_compactions(store.redis, args.task)}  # where requests start (marks)
     if args.json:

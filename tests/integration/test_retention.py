@@ -105,6 +105,13 @@ def test_an_idle_tree_past_its_ttl_is_archived_then_removed(
     assert "task old was idle past the retention TTL" in err.getvalue() and removed.url in err.getvalue()
     assert err.getvalue().count("\n") == 1
     assert not store.exists("old") and not redis_client.llen(TaskKeys("old").inbox)
+    err = io.StringIO()
+    with redirect_stderr(err):
+        assert cli.main(["show", "old"]) == 1
+    assert "task old was idle past the retention TTL" in err.getvalue() and removed.url in err.getvalue()
+    with redirect_stderr(io.StringIO()) as missing:
+        assert cli.main(["show", "never-was"]) == 1
+    assert "no task 'never-was'" in missing.getvalue()
 
 
 @pytest.mark.parametrize("activity", ["queued message", "lease", "owed report", "interrupted turn"])
