@@ -95,6 +95,31 @@ def _order(call: PendingCall) -> tuple[int, float, int, str]:
     return (call.turn, call.requested_at, call.position, call.call_id)
 
 
+# The two counter fields ``waiting_for`` reads (HMGET them in this order; ``waiting_from_counters`` reads the reply).
+WAITING_FIELDS: tuple[str, str] = (_COUNT + "approval", _COUNT + "input")
+
+
+def waiting_from_counters(values: Sequence[object]) -> PendingKind | None:
+    """``waiting_for`` from the two counters (``WAITING_FIELDS``) as HMGET returned them (bytes, text or None)."""
+    approval, question = (_count(value) for value in values)
+    return "approval" if approval > 0 else "input" if question > 0 else None
+
+
+def _count(value: object) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(value.decode() if isinstance(value, bytes) else str(value))
+    except ValueError:
+        return 0
+
+
+def calls_from_hash(data: dict[str, str]) -> list[PendingCall]:
+    """Every call in the approvals hash (decoded to text), in call order: for readers that fetched it themselves."""
+    found = [_parse(raw, data.get(_STATE + name[len(_CALL):])) for name, raw in data.items() if name.startswith(_CALL)]
+    return sorted(found, key=_order)
+
+
 _DECODE_STATE = """
 local function is_set(value) return value ~= nil and value ~= cjson.null end
 """

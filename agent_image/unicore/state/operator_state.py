@@ -121,7 +121,7 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
     pipe.hgetall(keys.operator)
     pipe.lindex(keys.turns, -1)
     pipe.zrange(keys.children, 0, -1)
-    pipe.hmget(keys.approvals, _WAITING_FIELDS)
+    pipe.hmget(keys.approvals, list(records_of_calls.WAITING_FIELDS))
     if ended_jobs:
         pipe.smismember(keys.operator_jobs, list(ended_jobs))
     replies = await pipe.execute()
@@ -146,7 +146,7 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         ended_jobs_by_turn=ended,
         unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
         children=tuple(text(child) for child in children or ()),
-        waiting_for=_waiting_from_counters(counters),
+        waiting_for=records_of_calls.waiting_from_counters(counters),
     )
     if snap.waiting_for is not None:
         await _read_waiting(client, keys, snap)
@@ -163,25 +163,6 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         snap.last_turn = LastTurn(number=number, ended_at=end.ended_at, summary=end.summary,
                                   started_at=float(started) if isinstance(started, int | float) else None)
     return snap
-
-
-# The parsing of ``state.approvals``' hash (its stored form: ``state.approval_records``) for a pipelined read (the
-# readers of ``state.approvals`` take a sync client, one call each).
-_WAITING_FIELDS = [records_of_calls._COUNT + "approval", records_of_calls._COUNT + "input"]
-
-
-def _waiting_from_counters(values: Sequence[object]) -> approvals.PendingKind | None:
-    """``waiting_for`` from the two counters (``_WAITING_FIELDS``) as HMGET returned them."""
-    approval, question = (to_int(text(value)) if value is not None else 0 for value in values)
-    return "approval" if approval > 0 else "input" if question > 0 else None
-
-
-def _calls_from_hash(data: dict[str, str]) -> list[approvals.PendingCall]:
-    """Every call in the approvals hash (as ``approvals.calls``), in call order."""
-    prefix, state = records_of_calls._CALL, records_of_calls._STATE
-    found = [records_of_calls._parse(raw, data.get(state + name[len(prefix):])) for name, raw in data.items()
-             if name.startswith(prefix)]
-    return sorted(found, key=records_of_calls._order)
 
 
 def _types_of(raw_entries: Iterable[str]) -> list[str]:
@@ -202,7 +183,7 @@ async def _read_waiting(client: aioredis.Redis, keys: TaskKeys, snap: TaskSnapsh
     if snap.pending:
         pipe.lrange(keys.inbox, 0, -1)
     replies = await pipe.execute()
-    found = _calls_from_hash(text_hash(replies[0]))
+    found = records_of_calls.calls_from_hash(text_hash(replies[0]))
     snap.pending_calls = tuple(call for call in found if call.status == "pending")
     if snap.pending:
         snap.inbox_wakes = approvals.wakes(snap.waiting_for, _types_of(text(raw) for raw in replies[1]))
