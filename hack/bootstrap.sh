@@ -25,3 +25,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
   # Debian's package starts a system service; UniCore starts its own servers.
   ($SUDO service redis-server stop || true) >/dev/null 2>&1
 fi
+# tests/ui drive Debian's chromium with Playwright (never `playwright install`: no downloaded browsers).
+if ! [ -x /usr/bin/chromium ]; then
+  echo "bootstrap: chromium not found; installing Debian's package (for tests/ui)" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi

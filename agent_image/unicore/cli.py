@@ -6,6 +6,7 @@
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 ``unicore approve|deny TASK [--call ID] [--reason TEXT]``, ``unicore pending TASK``   tool calls waiting for a person
 ``unicore gc [--ttl S] [--archive URL] [--dry-run]``                archive and remove trees idle past the TTL
+``unicore ui [--port P] [--open]``                                  the web UI on 127.0.0.1 (``unicore.ui``)
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
 ``unicore.cli_input`` before anything is written). ``unicore-turn``: see ``unicore.turn``.
@@ -50,6 +51,7 @@ from unicore.state.store import TaskStore, connect
 from unicore.terminal import printable
 from unicore.transcript import compaction_mark
 from unicore.turn_numbers import shown_turn
+from unicore.ui.cli import add_ui_command
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -355,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree.set_defaults(func=cmd_tree)
     add_gc_command(sub)
     add_approval_commands(sub)
+    add_ui_command(sub)
     return parser
 
 

@@ -1,0 +1,220 @@
+"""The UI's backend for local mode: every read and write of ``unicore ui`` goes through ``LocalBackend``, which reads
+Redis directly through ``unicore.state`` (no Redis layout here). The cluster-mode UI (issue 16, later) implements the
+same methods over the operator's task API, so the HTTP layer (``unicore.ui.server``) does not change.
+
+Running trees: a task created or sent a message from the UI is run by a ``LocalSupervisor`` in a thread of the UI
+process (one per root), as ``unicore run``/``unicore send`` do in the foreground; a message arriving while that
+thread settles makes it run again rather than starting a second supervisor for the same tree.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from unicore.launch.embedded_redis import unicore_home
+from unicore.schema import TaskSpec, validate_task_id
+from unicore.state import approvals
+from unicore.state.messages import load_message
+from unicore.state.reads import read_message_slice
+from unicore.state.records import TaskRecord
+from unicore.state.store import TaskStore
+from unicore.state.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
+
+MAX_ROOTS = 200  # roots shown in the tree view (newest first)
+MAX_NODES = 1000  # tasks per tree view
+PAGE_MAX = 500  # messages per transcript page
+
+
+class BadRequest(ValueError):
+    """A request the UI refuses with 400 (the message is shown to the user)."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a task's event stream is: stored messages sent (``messages``) and the last live token entry sent."""
+
+    messages: int
+    tokens: str
+
+    def text(self) -> str:
+        return f"{self.messages}/{self.tokens}"
+
+    @classmethod
+    def parse(cls, value: str) -> Cursor:
+        messages, _, tokens = value.partition("/")
+        try:
+            count = int(messages)
+            check_entry_id(tokens)
+        except ValueError:
+            raise BadRequest(f"bad event id {value!r}") from None
+        if count < 0:
+            raise BadRequest(f"bad event id {value!r}")
+        return cls(count, tokens)
+
+
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, n = entry_id.partition("-")
+    return int(ms), int(n or 0)
+
+
+def node_json(depth: int, record: TaskRecord, waiting: str | None) -> dict[str, Any]:
+    phase = ("running" if record.status == "running" else "waiting" if waiting
+             else "failed" if record.last_error else "done" if record.turns else "queued")
+    return {
+        "phase": phase, "id": record.id, "parent": record.parent, "depth": depth,
+        "status": record.status, "waiting": waiting,
+        "turns": record.turns, "tokens": record.total_tokens, "model": record.model,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "last": record.last_response[:200], "error": record.last_error[:500],
+    }
+
+
+class LocalBackend:
+    """Reads and writes of the UI in local mode (module doc)."""
+
+    def __init__(self, store: TaskStore, redis_url: str) -> None:
+        self.store = store
+        self.redis_url = redis_url
+        self._lock = threading.Lock()
+        self._runners: dict[str, bool] = {}  # root -> run again after settling
+
+    # ------------------------------------------------------------------ reads
+
+    def roots(self) -> list[str]:
+        records = [self.store.get_task(t) for t in self.store.list_tasks()]
+        roots = sorted((r for r in records if not r.parent), key=lambda r: r.created_at, reverse=True)
+        return [r.id for r in roots[:MAX_ROOTS]]
+
+    def forest(self) -> list[dict[str, Any]]:
+        """Every root's tree, flattened depth first (newest root first), at most MAX_NODES tasks."""
+        nodes: list[dict[str, Any]] = []
+        for root in self.roots():
+            for depth, record in self.store.tree(root):
+                nodes.append(node_json(depth, record, approvals.waiting_for(self.store.redis, record.id)))
+                if len(nodes) >= MAX_NODES:
+                    return nodes
+        return nodes
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        record = self.store.get_task(task_id)  # TaskNotFound -> 404
+        node = node_json(record.depth, record, approvals.waiting_for(self.store.redis, task_id))
+        node["children"] = self.store.children(task_id)
+        node["messages"] = live_state(self.store.redis, task_id).messages
+        node["pending_calls"] = [
+            {"call_id": c.call_id, "tool": c.tool, "input": c.input}
+            for c in approvals.pending_calls(self.store.redis, task_id)
+        ]
+        return node
+
+    def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]:
+        self.store.get_task(task_id)
+        count = max(0, min(count, PAGE_MAX))
+        raws = read_message_slice(self.store.redis, task_id, max(0, start), max(0, start) + count)
+        return [load_message(raw).model_dump(mode="json") for raw in raws]
+
+    # ------------------------------------------------------------------ writes
+
+    def create(self, prompt: str, model: str, name: str | None) -> str:
+        from unicore.cli import check_model, script_spec
+
+        name = name or f"task-{uuid.uuid4().hex[:8]}"
+        try:
+            validate_task_id(name)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        if "/" in name:
+            raise BadRequest("a local task name has no '<namespace>/' part")
+        if not prompt.strip():
+            raise BadRequest("the prompt is empty")
+        spec_model, script = script_spec(model or "scripted", None)
+        check_model(spec_model, script, self.store.redis)
+        spec = TaskSpec(id=name, prompt=prompt, model=spec_model, script=script)
+        if not self.store.create_task(spec):
+            raise BadRequest(f"task {name} exists")
+        self.store.activate(name, "run")
+        self.run_tree(name)
+        return name
+
+    def send(self, task_id: str, text: str, client_id: str) -> bool:
+        """Queue ``text`` once per ``client_id`` (a repeat is accepted and not queued again); runs the tree."""
+        if not text.strip():
+            raise BadRequest("the message is empty")
+        queued = self.store.queue_text(task_id, text, message_id=client_id)
+        self.store.activate(task_id, "send")
+        self.run_tree(self.store.get_task(task_id).root)
+        return queued
+
+    def decide(self, task_id: str, call_id: str, approve: bool) -> None:
+        approvals.decide(self.store.redis, task_id, call_id, approve, by="ui", reason="")
+        self.run_tree(self.store.get_task(task_id).root)
+
+    def run_tree(self, root: str) -> None:
+        with self._lock:
+            if root in self._runners:
+                self._runners[root] = True
+                return
+            self._runners[root] = False
+        threading.Thread(target=self._run, args=(root,), name=f"ui-run-{root}", daemon=True).start()
+
+    def _run(self, root: str) -> None:
+        from unicore.launch.local import LocalSupervisor
+
+        supervisor = LocalSupervisor(self.store.redis, self.redis_url, log_dir=unicore_home() / "logs")
+        while True:
+            try:
+                supervisor.run_until_settled(root)
+            finally:
+                with self._lock:
+                    again = self._runners.get(root, False)
+                    if not again:
+                        self._runners.pop(root, None)
+                    else:
+                        self._runners[root] = False
+            if not again:
+                return
+
+    # ------------------------------------------------------------------ live events
+
+    def task_events(self, task_id: str, cursor: Cursor | int, *, wait_seconds: float = 1.0,
+                    stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """(event id, event name, data) of one task: stored messages (``message``), live text of calls whose answer
+        is not stored yet (``token``) and the task's state when it changes (``task``). ``cursor`` is a resumed
+        event id (everything after it, nothing twice) or, for a new stream, the number of messages the page has
+        (then the call in progress is sent from its start). The event id is the cursor after the event."""
+        client = self.store.redis
+        self.store.get_task(task_id)  # TaskNotFound -> 404 before the stream starts
+        pending: list[StreamEntry] = []
+        if isinstance(cursor, int):
+            pending, after = current_call(client, task_id)
+            cursor = Cursor(cursor, "0" if pending else after)  # the pending entries move it on
+        last_state: tuple[Any, ...] | None = None
+        while stop is None or not stop.is_set():
+            state = live_state(client, task_id)
+            if cursor.messages < state.messages:
+                for raw in read_message_slice(client, task_id, cursor.messages, state.messages):
+                    message = load_message(raw).model_dump(mode="json")
+                    cursor = Cursor(cursor.messages + 1, cursor.tokens)
+                    yield cursor.text(), "message", message
+            record = self.store.get_task(task_id)
+            now = (record.status, record.turns, record.total_tokens, state.busy)
+            if now != last_state:
+                last_state = now
+                yield cursor.text(), "task", {**node_json(record.depth, record, None), "busy": state.busy,
+                                              "messages": state.messages}
+            if pending:
+                entries, pending = pending, []
+            else:
+                entries = read_after(client, task_id, cursor.tokens, wait_seconds=wait_seconds)
+            for entry in entries:
+                cursor = Cursor(cursor.messages, max(cursor.tokens, entry.id, key=_entry_key))
+                if entry.kind in ("text", "attempt", "end") and entry.seq >= cursor.messages:
+                    yield cursor.text(), "token", {"seq": entry.seq, "attempt": entry.attempt,
+                                                   "kind": entry.kind, "text": entry.text}
+
+
+__all__ = ["BadRequest", "Cursor", "LocalBackend"]

@@ -1,0 +1,42 @@
+"""``unicore ui [--port P] [--open]``: the local web UI (``unicore.ui.server``) on 127.0.0.1, until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import webbrowser
+from typing import Any
+
+from unicore.cli_input import int_between
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from unicore.launch.embedded_redis import redis_url
+    from unicore.state.store import TaskStore, connect
+    from unicore.ui.backend import LocalBackend
+    from unicore.ui.server import UIServer
+
+    url = redis_url()
+    server = UIServer(LocalBackend(TaskStore(connect(url)), url), port=args.port)
+    print(f"UniCore UI: {server.url}", flush=True)
+    print("(the token in the URL is this run's password; Ctrl-C stops the server)", file=sys.stderr, flush=True)
+    if args.open:
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server.server_close()
+    return 0
+
+
+def add_ui_command(sub: Any) -> None:
+    ui = sub.add_parser("ui", help="serve the web UI on 127.0.0.1 (prints its URL with a per-run token)")
+    ui.add_argument("--port", type=int_between(0, 65535), default=8765, help="TCP port (0: any free one; default 8765)")
+    ui.add_argument("--open", action="store_true", help="open the URL in the default browser")
+    ui.set_defaults(func=cmd_ui)
+
+
+__all__ = ["add_ui_command"]

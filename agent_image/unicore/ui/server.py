@@ -1,0 +1,262 @@
+"""``unicore ui``'s HTTP server: the static page, the JSON API and Server-Sent Events over ``LocalBackend``.
+
+Security (the UI can start turns, so it is guarded like Jupyter): it binds 127.0.0.1 by default; a random per-run
+token in the printed URL (``?token=``) sets an HttpOnly, SameSite=Strict cookie and redirects to the bare path;
+every other request without that cookie gets 401. A POST also needs the ``X-CSRF-Token`` header equal to the per-run
+value the page reads from its meta tag, a ``Host`` naming this server and, when sent, an ``Origin`` of this server
+(403 otherwise). Every response carries a strict Content-Security-Policy (no inline script or style, nothing from
+other origins).
+
+API (JSON; the cluster-mode backend serves the same):
+``GET  /api/tree``                              every root's tree (flattened, with depth)
+``GET  /api/tasks/T``                           one task (status, turns, tokens, children, pending calls)
+``GET  /api/tasks/T/messages?start=&count=``    a page of the transcript
+``GET  /api/events``                            SSE ``tree``: the forest when it changes
+``GET  /api/tasks/T/events?from=N``             SSE ``message``/``token``/``task`` (``Last-Event-ID`` resumes)
+``POST /api/tasks``                             {prompt, model, name?} -> {id}
+``POST /api/tasks/T/messages``                  {text, client_id} -> {queued}
+``POST /api/tasks/T/calls/C``                   {approve: bool}
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+from http import HTTPStatus
+from http.cookies import SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.ui.backend import BadRequest, Cursor, LocalBackend
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+COOKIE = "unicore_ui"
+STATIC = {"/app.js": "text/javascript", "/app.css": "text/css"}
+MAX_BODY = 1 << 20
+TREE_CHECK_SECONDS = 0.5  # the tree stream's check loop (no Redis stream of task changes exists yet)
+
+
+def asset(name: str) -> bytes:
+    return resources.files("unicore.ui").joinpath("static", name).read_bytes()
+
+
+class UIServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, backend: LocalBackend, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__((host, port), UIHandler)
+        self.backend = backend
+        self.token = secrets.token_urlsafe(32)
+        self.csrf = secrets.token_urlsafe(32)
+        self.stopping = threading.Event()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        super().shutdown()
+
+
+class UIHandler(BaseHTTPRequestHandler):
+    server: UIServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: the URL holds the token
+        return
+
+    # ------------------------------------------------------------------ responses
+
+    def _headers(self, status: int, ctype: str, length: int | None, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Security-Policy", CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+        self._headers(status, ctype, len(body), extra)
+        self.wfile.write(body)
+
+    def _json(self, status: int, data: Any) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(status, {"error": message})
+
+    # ------------------------------------------------------------------ checks
+
+    def _authorized(self) -> bool:
+        cookie = SimpleCookie(self.headers.get("Cookie", ""))
+        morsel = cookie.get(COOKIE)
+        return morsel is not None and hmac.compare_digest(morsel.value, self.server.token)
+
+    def _same_origin(self) -> bool:
+        port = self.server.port
+        hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+        if self.headers.get("Host", "") not in hosts:
+            return False
+        origin = self.headers.get("Origin")
+        return origin is None or origin in {f"http://{h}" for h in hosts}
+
+    def _gate(self, query: dict[str, list[str]], path: str) -> bool:
+        """Whether to go on; sends the cookie-setting redirect or the 401 itself."""
+        token = (query.get("token") or [""])[0]
+        if token and hmac.compare_digest(token, self.server.token):
+            cookie = f"{COOKIE}={self.server.token}; HttpOnly; SameSite=Strict; Path=/"
+            self._send(HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": path, "Set-Cookie": cookie})
+            return False
+        if not self._authorized():
+            self._error(HTTPStatus.UNAUTHORIZED, "open the URL printed by 'unicore ui' (it holds the token)")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ routes
+
+    def do_GET(self) -> None:  # noqa: N802
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query)
+        if not self._gate(query, parts.path):
+            return
+        try:
+            self._get(parts.path, query)
+        except TaskNotFound as exc:
+            self._error(HTTPStatus.NOT_FOUND, str(exc))
+        except BadRequest as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _get(self, path: str, query: dict[str, list[str]]) -> None:
+        backend = self.server.backend
+        segments = [unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
+        if path in ("/", "/index.html"):
+            page = asset("index.html").replace(b"__CSRF__", self.server.csrf.encode())
+            self._send(HTTPStatus.OK, page, "text/html; charset=utf-8")
+        elif path in STATIC:
+            self._send(HTTPStatus.OK, asset(path[1:]), STATIC[path] + "; charset=utf-8")
+        elif segments == ["api", "tree"]:
+            self._json(HTTPStatus.OK, {"nodes": backend.forest()})
+        elif segments == ["api", "events"]:
+            self._tree_events()
+        elif len(segments) == 3 and segments[:2] == ["api", "tasks"]:
+            self._json(HTTPStatus.OK, backend.task(segments[2]))
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "messages":
+            start, count = _int(query, "start", 0), _int(query, "count", 200)
+            self._json(HTTPStatus.OK, {"messages": backend.messages(segments[2], start, count)})
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "events":
+            resume = self.headers.get("Last-Event-ID")
+            cursor: Cursor | int = Cursor.parse(resume) if resume else _int(query, "from", 0)
+            self._task_events(segments[2], cursor)
+        else:
+            self._error(HTTPStatus.NOT_FOUND, "no such page")
+
+    def do_POST(self) -> None:  # noqa: N802
+        parts = urlsplit(self.path)
+        if not self._gate({}, parts.path):
+            return
+        csrf = self.headers.get("X-CSRF-Token", "")
+        if not (csrf and hmac.compare_digest(csrf, self.server.csrf) and self._same_origin()):
+            self._error(HTTPStatus.FORBIDDEN, "missing or wrong CSRF token or origin")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise BadRequest("request too large")
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(body, dict):
+                raise BadRequest("the body is a JSON object")
+            self._post([unquote(s) for s in parts.path.strip("/").split("/")], body)
+        except (ValueError, MessageTooLarge) as exc:  # BadRequest, bad JSON, too large
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        except TaskNotFound as exc:
+            self._error(HTTPStatus.NOT_FOUND, str(exc))
+        except UniCoreError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f"{type(exc).__name__}: {exc}")
+
+    def _post(self, segments: list[str], body: dict[str, Any]) -> None:
+        backend = self.server.backend
+        if segments == ["api", "tasks"]:
+            model = _text(body, "model") or "scripted"
+            name = backend.create(_text(body, "prompt"), model, _text(body, "name") or None)
+            self._json(HTTPStatus.CREATED, {"id": name})
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "messages":
+            client_id = _text(body, "client_id")
+            if not 8 <= len(client_id) <= 64 or not client_id.replace("-", "").isalnum():
+                raise BadRequest("client_id: 8-64 letters, digits or '-'")
+            queued = backend.send(segments[2], _text(body, "text"), client_id)
+            self._json(HTTPStatus.OK, {"queued": queued})
+        elif len(segments) == 5 and segments[:2] == ["api", "tasks"] and segments[3] == "calls":
+            backend.decide(segments[2], segments[4], bool(body.get("approve")))
+            self._json(HTTPStatus.OK, {"ok": True})
+        else:
+            self._error(HTTPStatus.NOT_FOUND, "no such endpoint")
+
+    # ------------------------------------------------------------------ server-sent events
+
+    def _sse_start(self) -> None:
+        self.close_connection = True
+        self._headers(HTTPStatus.OK, "text/event-stream; charset=utf-8", None, {"Connection": "close"})
+
+    def _event(self, event_id: str, name: str, data: Any) -> None:
+        self.wfile.write(f"id: {event_id}\nevent: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        self.wfile.flush()
+
+    def _task_events(self, task_id: str, cursor: Cursor | int) -> None:
+        events = self.server.backend.task_events(task_id, cursor, stop=self.server.stopping)
+        first = next(events)  # TaskNotFound / BadRequest before the headers go out
+        self._sse_start()
+        self._event(*first)
+        for event in events:
+            self._event(*event)
+
+    def _tree_events(self) -> None:
+        """A bounded check loop: the forest is read every TREE_CHECK_SECONDS and sent when it changed; the event id
+        is a version of it (a resumed stream gets the current forest, which holds every change it missed)."""
+        self._sse_start()
+        last = ""
+        while not self.server.stopping.is_set():
+            body = json.dumps(self.server.backend.forest())
+            if body != last:
+                last = body
+                version = secrets.token_hex(8)
+                self.wfile.write(f"id: {version}\nevent: tree\ndata: {body}\n\n".encode())
+                self.wfile.flush()
+            else:
+                self.wfile.write(b": keepalive\n\n")
+                self.wfile.flush()
+            self.server.stopping.wait(TREE_CHECK_SECONDS)
+
+
+def _int(query: dict[str, list[str]], name: str, default: int) -> int:
+    try:
+        return int((query.get(name) or [str(default)])[0])
+    except ValueError:
+        raise BadRequest(f"{name}: a number") from None
+
+
+def _text(body: dict[str, Any], name: str) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise BadRequest(f"{name}: a string")
+    return value
+
+
+__all__ = ["CSP", "UIServer"]

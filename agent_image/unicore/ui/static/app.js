@@ -1,0 +1,255 @@
+// UniCore UI: the task tree and a task's transcript, live by Server-Sent Events. Every text that comes from a
+// model, a user or a tool is set with textContent (never innerHTML).
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+const PAGE = 200;
+const ICONS = { running: "\u25b6", done: "\u2713", waiting: "\u23f8", failed: "\u2717", queued: "\u25cb" };
+let source = null;
+let view = 0; // bumped by every route change: a view whose awaits finish after the user moved on does nothing
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "text") node.textContent = value;
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: { "Accept": "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.headers["X-CSRF-Token"] = csrf;
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || `${response.status} ${response.statusText}`);
+  return data;
+}
+
+function seconds(node) {
+  if (!node.created_at) return "";
+  const end = node.phase === "running" ? Date.now() / 1000 : node.updated_at;
+  return `${Math.max(0, end - node.created_at).toFixed(1)}s`;
+}
+
+function phaseLabel(node) {
+  return node.phase === "waiting" ? `waiting for ${node.waiting}` : node.phase;
+}
+
+function connect(url, handlers) {
+  if (source) source.close();
+  source = new EventSource(url);
+  const conn = document.getElementById("conn");
+  source.onopen = () => { conn.textContent = "live"; };
+  source.onerror = () => { conn.textContent = "reconnecting\u2026"; };
+  for (const [name, handler] of Object.entries(handlers)) {
+    source.addEventListener(name, (event) => handler(JSON.parse(event.data)));
+  }
+}
+
+// ------------------------------------------------------------------ tree view
+
+function renderTree(nodes) {
+  const list = document.getElementById("tree");
+  list.replaceChildren(...nodes.map((node) => el("li",
+    { class: `phase-${node.phase}`, "data-task": node.id, "data-phase": node.phase },
+    el("span", { class: "icon", role: "img", "aria-label": phaseLabel(node), text: ICONS[node.phase] || "?" }),
+    el("span", { text: "\u00a0\u00a0".repeat(node.depth) }),
+    el("a", { href: `#/task/${encodeURIComponent(node.id)}`, text: node.id }),
+    el("span", { class: "meta", text: `${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 ${seconds(node)}` }),
+  )));
+  document.getElementById("tree-empty").hidden = nodes.length > 0;
+}
+
+function showTree() {
+  view += 1;
+  document.getElementById("task-view").hidden = true;
+  document.getElementById("tree-view").hidden = false;
+  document.title = "UniCore";
+  connect("/api/events", { tree: renderTree });
+}
+
+document.getElementById("create-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const error = document.getElementById("create-error");
+  error.textContent = "";
+  try {
+    const created = await api("POST", "/api/tasks", {
+      prompt: form.prompt.value, model: form.model.value, name: form.elements.name.value,
+    });
+    form.prompt.value = "";
+    form.elements.name.value = "";
+    location.hash = `#/task/${encodeURIComponent(created.id)}`;
+  } catch (err) {
+    error.textContent = err.message;
+  }
+});
+
+// ------------------------------------------------------------------ task view
+
+let task = null; // {id, first, shown, turn, calls: Map(toolUseId -> details), live: Map(seq -> {node, attempt})}
+
+function blockNodes(block) {
+  if ("text" in block) return [el("div", { class: "text", text: String(block.text) })];
+  if ("toolUse" in block) {
+    const use = block.toolUse;
+    const details = el("details", { class: "tool" },
+      el("summary", { text: `tool call ${use.name}` }),
+      el("div", { class: "who", text: "input" }),
+      el("pre", { text: JSON.stringify(use.input, null, 2) }));
+    task.calls.set(use.toolUseId, details);
+    return [details];
+  }
+  if ("toolResult" in block) {
+    const result = block.toolResult;
+    const body = (result.content || []).map((c) => ("text" in c ? String(c.text) : JSON.stringify(c.json, null, 2)));
+    const nodes = [el("div", { class: "who", text: `result (${result.status || "success"})` }),
+      el("pre", { text: body.join("\n") })];
+    const call = task.calls.get(result.toolUseId);
+    if (call) { call.append(...nodes); return []; }
+    return [el("details", { class: "tool" }, el("summary", { text: `tool result ${result.toolUseId}` }), ...nodes)];
+  }
+  return [el("pre", { text: JSON.stringify(block) })];
+}
+
+function messageNode(message) {
+  const who = message.role === "user" ? "User" : "Assistant";
+  const blocks = message.content.flatMap(blockNodes);
+  if (!blocks.length) return null; // tool results only: shown inside their calls' <details>
+  return el("li", { class: `msg ${message.role}`, "data-seq": String(message.seq) },
+    el("div", { class: "who", text: who }), ...blocks);
+}
+
+function addMessage(message, before = null) {
+  const list = document.getElementById("transcript");
+  const nodes = [];
+  if (message.turn_number !== task.turn) {
+    task.turn = message.turn_number;
+    nodes.push(el("li", {}, el("h2", { text: `Turn ${message.turn_number + 1}` })));
+  }
+  const node = messageNode(message);
+  if (node) nodes.push(node);
+  if (before) before.before(...nodes); else list.append(...nodes);
+  const live = task.live.get(message.seq);
+  if (live) { live.node.remove(); task.live.delete(message.seq); }
+  task.shown = Math.max(task.shown, message.seq + 1);
+}
+
+function onToken(entry) {
+  if (entry.seq < task.shown) return;
+  let live = task.live.get(entry.seq);
+  if (!live || entry.attempt > live.attempt) {
+    if (live) live.node.remove();
+    live = { node: el("div", { class: "msg assistant streaming", "data-seq": String(entry.seq) },
+      el("div", { class: "who", text: "Assistant (writing\u2026)" }), el("div", { class: "text" })), attempt: entry.attempt };
+    task.live.set(entry.seq, live);
+    document.getElementById("live").append(live.node);
+  }
+  if (entry.attempt < live.attempt) return;
+  if (entry.kind === "text") live.node.lastChild.textContent += entry.text;
+}
+
+function onTask(node) {
+  document.getElementById("task-status").textContent =
+    `${ICONS[node.phase] || ""} ${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 model ${node.model}`;
+  document.getElementById("task-status").dataset.phase = node.phase;
+  document.getElementById("task-error").textContent = node.error || "";
+}
+
+function renderLinks(info) {
+  const links = [];
+  if (info.parent) links.push("parent: ", el("a", { href: `#/task/${encodeURIComponent(info.parent)}`, text: info.parent }), " ");
+  if (info.children.length) links.push("children: ");
+  for (const child of info.children) links.push(el("a", { href: `#/task/${encodeURIComponent(child)}`, text: child }), " ");
+  document.getElementById("task-links").replaceChildren(...links);
+  const pending = document.getElementById("pending");
+  pending.replaceChildren(...info.pending_calls.map((call) => {
+    const decide = (approve) => async () => {
+      await api("POST", `/api/tasks/${encodeURIComponent(info.id)}/calls/${encodeURIComponent(call.call_id)}`, { approve });
+      showTask(info.id);
+    };
+    const approve = el("button", { type: "button", text: "Approve" });
+    const deny = el("button", { type: "button", text: "Deny" });
+    approve.addEventListener("click", decide(true));
+    deny.addEventListener("click", decide(false));
+    return el("div", { class: "msg" }, el("div", { class: "who", text: `waiting: ${call.tool}` }),
+      el("pre", { text: JSON.stringify(call.input, null, 2) }), approve, deny);
+  }));
+}
+
+async function showTask(id) {
+  const mine = ++view;
+  document.getElementById("tree-view").hidden = true;
+  document.getElementById("task-view").hidden = false;
+  document.getElementById("task-title").textContent = id;
+  document.title = `${id} \u00b7 UniCore`;
+  document.getElementById("transcript").replaceChildren();
+  document.getElementById("live").replaceChildren();
+  task = { id, first: 0, shown: 0, turn: null, calls: new Map(), live: new Map(), clientId: null };
+  try {
+    const info = await api("GET", `/api/tasks/${encodeURIComponent(id)}`);
+    if (mine !== view) return;
+    onTask(info);
+    renderLinks(info);
+    task.first = Math.max(0, info.messages - PAGE);
+    const page = await api("GET", `/api/tasks/${encodeURIComponent(id)}/messages?start=${task.first}&count=${PAGE}`);
+    if (mine !== view) return;
+    page.messages.forEach((m) => addMessage(m));
+    task.shown = task.first + page.messages.length;
+    document.getElementById("earlier").hidden = task.first === 0;
+    connect(`/api/tasks/${encodeURIComponent(id)}/events?from=${task.shown}`, {
+      message: addMessage, token: onToken, task: (node) => { onTask(node); refreshLinks(id); },
+    });
+  } catch (err) {
+    document.getElementById("task-error").textContent = err.message;
+  }
+}
+
+async function refreshLinks(id) {
+  try { renderLinks(await api("GET", `/api/tasks/${encodeURIComponent(id)}`)); } catch { /* the stream retries */ }
+}
+
+document.getElementById("earlier").addEventListener("click", async () => {
+  const start = Math.max(0, task.first - PAGE);
+  const page = await api("GET", `/api/tasks/${encodeURIComponent(task.id)}/messages?start=${start}&count=${task.first - start}`);
+  const anchor = document.getElementById("transcript").firstChild;
+  const turn = task.turn;
+  task.turn = null;
+  page.messages.forEach((m) => addMessage(m, anchor));
+  task.turn = turn;
+  task.first = start;
+  document.getElementById("earlier").hidden = start === 0;
+});
+
+document.getElementById("send-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const button = form.querySelector("button");
+  const error = document.getElementById("send-error");
+  error.textContent = "";
+  task.clientId = task.clientId || crypto.randomUUID(); // kept until it is accepted: a retry is not sent twice
+  button.disabled = true;
+  try {
+    await api("POST", `/api/tasks/${encodeURIComponent(task.id)}/messages`, { text: form.text.value, client_id: task.clientId });
+    task.clientId = null;
+    form.text.value = "";
+  } catch (err) {
+    error.textContent = err.message;
+  } finally {
+    button.disabled = false;
+  }
+});
+
+// ------------------------------------------------------------------ routing
+
+function route() {
+  const match = location.hash.match(/^#\/task\/(.+)$/);
+  if (match) showTask(decodeURIComponent(match[1])); else showTree();
+}
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,105 @@
+"""The web UI in a real browser (Debian's chromium via Playwright): ``unicore ui`` and the task trees it starts run
+for real (real redis-server, scripted model, the local supervisor, turn processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+from unicore.schema import TaskSpec
+from unicore.state.store import TaskStore, connect
+from unicore.state.token_stream import StreamSettings, publish
+
+from tests.ui.conftest import REPO, UI
+
+pytestmark = pytest.mark.ui
+SETTLE = 90_000  # ms: a tree of three tasks on a busy 2-core machine
+DOCS = REPO / "docs"
+
+TREE_SCRIPT = """
+default: "Done."
+tasks:
+  "water":
+    - tool_use:
+        - {name: spawn_task, input: {name: a, prompt: "Find the boiling point of water."}}
+        - {name: spawn_task, input: {name: b, prompt: "Find the freezing point of water."}}
+    - text: "I asked two helpers; waiting for them."
+    - text: "Report: both helpers answered."
+    - sleep: 1.0
+      text: "Follow-up answer: water boils at 100 C at sea level."
+  "water-*":
+    - sleep: 1.0
+      text: "Helper reporting: done."
+"""
+HOSTILE = '<script>alert(1)</script> and <img src=x onerror="alert(2)"> stay text'
+
+
+def create(page: Any, ui: UI, prompt: str, model: str, name: str) -> None:
+    page.goto(ui.url)
+    page.get_by_label("Prompt").fill(prompt)
+    page.get_by_label("Model").fill(model)
+    page.get_by_label("Name (optional)").fill(name)
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator("#task-title")).to_have_text(name)
+
+
+def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page, ui, tmp_path: Path):
+    script = tmp_path / "tree.yaml"
+    script.write_text(TREE_SCRIPT)
+    create(page, ui, "Tell me about water.", f"scripted:{script}", "water")
+    page.evaluate("window.notReloaded = true")  # a reload would lose it: everything below arrives live
+
+    page.get_by_role("link", name="All tasks").click()
+    for child in ("water-a", "water-b"):  # spawned by the model after the page was opened
+        expect(page.locator(f'li[data-task="{child}"]')).to_have_attribute("data-phase", "done", timeout=SETTLE)
+    expect(page.locator('li[data-task="water"]')).to_have_attribute("data-phase", "done", timeout=SETTLE)
+    expect(page.locator('li[data-task="water"] .meta')).to_contain_text("turns 2")
+    page.screenshot(path=str(DOCS / "ui-tree.png"))
+
+    page.get_by_role("link", name="water", exact=True).click()
+    transcript = page.locator("#transcript")
+    expect(transcript).to_contain_text("Report: both helpers answered.")
+    transcript.locator("summary").first.click()  # the spawn call, opened: its input and result
+    expect(transcript.locator("details").first).to_contain_text("water-a")
+    page.get_by_label("Message").fill("And the boiling point?")
+    page.get_by_role("button", name="Send").click()
+    expect(transcript).to_contain_text("And the boiling point?", timeout=SETTLE)
+    expect(transcript).to_contain_text("Follow-up answer: water boils at 100 C", timeout=SETTLE)
+    expect(page.locator("#task-status")).to_have_attribute("data-phase", "done", timeout=SETTLE)
+    assert page.evaluate("window.notReloaded") is True
+    assert transcript.get_by_text("And the boiling point?").count() == 1  # sent once
+    page.screenshot(path=str(DOCS / "ui-task.png"), full_page=True)
+
+
+def test_model_text_with_markup_is_shown_as_text(page, ui, tmp_path: Path):
+    script = tmp_path / "hostile.yaml"
+    script.write_text("tasks:\n  hostile:\n    - text: '" + HOSTILE + "'\n")
+    create(page, ui, "Say something nasty.", f"scripted:{script}", "hostile")
+    answer = page.locator("#transcript .msg.assistant .text")
+    expect(answer).to_have_text(HOSTILE, timeout=SETTLE)
+    assert answer.evaluate("node => node.textContent") == HOSTILE
+    assert page.locator("img").count() == 0
+    assert page.locator("#transcript script").count() == 0
+    assert ui.dialogs == []
+
+
+def test_the_running_calls_tokens_stream_in_and_a_new_try_replaces_them(page, ui, redis_url):
+    store = TaskStore(connect(redis_url))
+    store.create_task(TaskSpec(id="live", prompt="Stream something.", model="scripted"))  # not activated: idle
+    page.goto(ui.url)
+    page.goto(f"{ui.base}/#/task/live")
+    expect(page.locator("#conn")).to_have_text("live")
+
+    def entry(attempt: int, text: str) -> dict[str, Any]:
+        return {"turn": 0, "call": 0, "seq": 1, "attempt": attempt, "kind": "text", "text": text}
+
+    streaming = page.locator("#live .streaming .text")
+    publish(store.redis, "live", [entry(1, "Hello ")], StreamSettings())
+    expect(streaming).to_have_text("Hello ")
+    publish(store.redis, "live", [entry(1, "<b>world</b>")], StreamSettings())
+    expect(streaming).to_have_text("Hello <b>world</b>")
+    publish(store.redis, "live", [entry(2, "Again")], StreamSettings())  # a new try: the old text is void
+    expect(streaming).to_have_text("Again")
+    assert page.locator("#live b").count() == 0
