@@ -183,9 +183,10 @@ class LocalBackend:
     def task_events(self, task_id: str, cursor: Cursor | int, *, wait_seconds: float = 1.0,
                     stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
         """(event id, event name, data) of one task: stored messages (``message``), live text of calls whose answer
-        is not stored yet (``token``) and the task's state when it changes (``task``). ``cursor`` is a resumed
-        event id (everything after it, nothing twice) or, for a new stream, the number of messages the page has
-        (then the call in progress is sent from its start). The event id is the cursor after the event."""
+        is not stored yet (``token``) and the task's state when it changes (``task``); an empty name after a quiet
+        wait (a keepalive). ``cursor`` is a resumed event id (everything after it, nothing twice) or, for a new
+        stream, the number of messages the page has (then the call in progress is sent from its start). The event
+        id is the cursor after the event."""
         client = self.store.redis
         self.store.get_task(task_id)  # TaskNotFound -> 404 before the stream starts
         pending: list[StreamEntry] = []
@@ -201,10 +202,11 @@ class LocalBackend:
                     cursor = Cursor(cursor.messages + 1, cursor.tokens)
                     yield cursor.text(), "message", message
             record = self.store.get_task(task_id)
-            now = (record.status, record.turns, record.total_tokens, state.busy)
+            waiting = approvals.waiting_for(client, task_id)
+            now = (record.status, record.turns, record.total_tokens, state.busy, waiting)
             if now != last_state:
                 last_state = now
-                yield cursor.text(), "task", {**node_json(record.depth, record, None), "busy": state.busy,
+                yield cursor.text(), "task", {**node_json(record.depth, record, waiting), "busy": state.busy,
                                               "messages": state.messages}
             if pending:
                 entries, pending = pending, []
@@ -215,6 +217,8 @@ class LocalBackend:
                 if entry.kind in ("text", "attempt", "end") and entry.seq >= cursor.messages:
                     yield cursor.text(), "token", {"seq": entry.seq, "attempt": entry.attempt,
                                                    "kind": entry.kind, "text": entry.text}
+            if not entries:
+                yield cursor.text(), "", {}  # nothing new: the server sends a comment (a closed client shows)
 
 
 __all__ = ["BadRequest", "Cursor", "LocalBackend"]

@@ -216,6 +216,10 @@ class UIHandler(BaseHTTPRequestHandler):
         self._headers(HTTPStatus.OK, "text/event-stream; charset=utf-8", None, {"Connection": "close"})
 
     def _event(self, event_id: str, name: str, data: Any) -> None:
+        if not name:  # keepalive: a write to a closed connection ends the handler's thread
+            self.wfile.write(b": keepalive\n\n")
+            self.wfile.flush()
+            return
         self.wfile.write(f"id: {event_id}\nevent: {name}\ndata: {json.dumps(data)}\n\n".encode())
         self.wfile.flush()
 
