@@ -103,3 +103,21 @@ def test_the_running_calls_tokens_stream_in_and_a_new_try_replaces_them(page, ui
     publish(store.redis, "live", [entry(2, "Again")], StreamSettings())  # a new try: the old text is void
     expect(streaming).to_have_text("Again")
     assert page.locator("#live b").count() == 0
+
+
+def test_a_gated_call_waits_for_the_approve_button_then_runs(page, ui):
+    page.goto(ui.url)
+    page.get_by_label("Prompt").fill("Release note")
+    page.get_by_label("Model").fill(f"scripted:{REPO / 'examples' / 'approval-script.yaml'}")
+    page.get_by_label("Name (optional)").fill("rel")
+    page.get_by_label("Tools that wait for approval (comma-separated, optional)").fill("write_file")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator("#task-status")).to_have_attribute("data-phase", "waiting", timeout=SETTLE)
+    expect(page.locator("#pending")).to_contain_text("write_file")
+    approve = page.get_by_role("button", name="Approve")
+    approve.focus()
+    page.keyboard.press("Enter")  # keyboard only
+    expect(page.locator("#task-status")).to_have_attribute("data-phase", "done", timeout=SETTLE)
+    expect(page.locator("#pending")).to_be_empty()
+    call = page.locator("#transcript details").first
+    expect(call).to_contain_text("result (success)", timeout=SETTLE)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.launch.embedded_redis import unicore_home
-from unicore.schema import TaskSpec, validate_task_id
+from unicore.schema import Approval, TaskSpec, validate_task_id
 from unicore.state import approvals
 from unicore.state.messages import load_message
 from unicore.state.reads import read_message_slice
@@ -119,8 +119,9 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, prompt: str, model: str, name: str | None) -> str:
-        from unicore.cli import check_model, script_spec
+    def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None) -> str:
+        """Create and run a root task (as ``unicore run``); ``gated``: tools whose calls wait for approval."""
+        from unicore.cli import check_gated_tools, check_model, script_spec
 
         name = name or f"task-{uuid.uuid4().hex[:8]}"
         try:
@@ -134,6 +135,9 @@ class LocalBackend:
         spec_model, script = script_spec(model or "scripted", None)
         check_model(spec_model, script, self.store.redis)
         spec = TaskSpec(id=name, prompt=prompt, model=spec_model, script=script)
+        if gated:
+            check_gated_tools(gated)
+            spec.approval = Approval(tools=list(dict.fromkeys(gated)))
         if not self.store.create_task(spec):
             raise BadRequest(f"task {name} exists")
         self.store.activate(name, "run")

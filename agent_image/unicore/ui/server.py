@@ -13,7 +13,7 @@ API (JSON; the cluster-mode backend serves the same):
 ``GET  /api/tasks/T/messages?start=&count=``    a page of the transcript
 ``GET  /api/events``                            SSE ``tree``: the forest when it changes
 ``GET  /api/tasks/T/events?from=N``             SSE ``message``/``token``/``task`` (``Last-Event-ID`` resumes)
-``POST /api/tasks``                             {prompt, model, name?} -> {id}
+``POST /api/tasks``                             {prompt, model, name?, require_approval?} -> {id}
 ``POST /api/tasks/T/messages``                  {text, client_id} -> {queued}
 ``POST /api/tasks/T/calls/C``                   {approve: bool}
 """
@@ -31,6 +31,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from unicore.cli_input import UsageError
 from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.ui.backend import BadRequest, Cursor, LocalBackend
 
@@ -184,7 +185,7 @@ class UIHandler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise BadRequest("the body is a JSON object")
             self._post([unquote(s) for s in parts.path.strip("/").split("/")], body)
-        except (ValueError, MessageTooLarge) as exc:  # BadRequest, bad JSON, too large
+        except (ValueError, MessageTooLarge, UsageError) as exc:  # BadRequest, bad JSON, a bad script, too large
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
         except TaskNotFound as exc:
             self._error(HTTPStatus.NOT_FOUND, str(exc))
@@ -195,7 +196,8 @@ class UIHandler(BaseHTTPRequestHandler):
         backend = self.server.backend
         if segments == ["api", "tasks"]:
             model = _text(body, "model") or "scripted"
-            name = backend.create(_text(body, "prompt"), model, _text(body, "name") or None)
+            gated = [t.strip() for t in _text(body, "require_approval").split(",") if t.strip()]
+            name = backend.create(_text(body, "prompt"), model, _text(body, "name") or None, gated)
             self._json(HTTPStatus.CREATED, {"id": name})
         elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "messages":
             client_id = _text(body, "client_id")

@@ -81,6 +81,7 @@ document.getElementById("create-form").addEventListener("submit", async (event) 
   try {
     const created = await api("POST", "/api/tasks", {
       prompt: form.prompt.value, model: form.model.value, name: form.elements.name.value,
+      require_approval: form.require_approval.value,
     });
     form.prompt.value = "";
     form.elements.name.value = "";
