@@ -33,6 +33,13 @@ tasks:
     - sleep: 1.0
       text: "Helper reporting: done."
 """
+WATCH_STREAMING = """() => {
+  window.streamed = [];
+  new MutationObserver((changes) => {
+    for (const change of changes) for (const node of change.addedNodes)
+      if (node.classList && node.classList.contains("streaming")) window.streamed.push(node);
+  }).observe(document.getElementById("live"), { childList: true });
+}"""
 HOSTILE = '<script>alert(1)</script> and <img src=x onerror="alert(2)"> stay text'
 
 
@@ -63,12 +70,16 @@ def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page,
     expect(transcript).to_contain_text("Report: both helpers answered.")
     transcript.locator("summary").first.click()  # the spawn call, opened: its input and result
     expect(transcript.locator("details").first).to_contain_text("water-a")
+    page.evaluate(WATCH_STREAMING)
     page.get_by_label("Message").fill("And the boiling point?")
     page.get_by_role("button", name="Send").click()
     expect(transcript).to_contain_text("And the boiling point?", timeout=SETTLE)
     expect(transcript).to_contain_text("Follow-up answer: water boils at 100 C", timeout=SETTLE)
     expect(page.locator("#task-status")).to_have_attribute("data-phase", "done", timeout=SETTLE)
     assert page.evaluate("window.notReloaded") is True
+    streamed = page.evaluate("window.streamed.map(node => node.textContent)")  # live text before the stored answer
+    assert any("Follow-up answer:" in text for text in streamed), streamed
+    assert page.locator("#live .streaming").count() == 0  # replaced by the stored message
     assert transcript.get_by_text("And the boiling point?").count() == 1  # sent once
     page.screenshot(path=str(DOCS / "ui-task.png"), full_page=True)
 
