@@ -132,3 +132,17 @@ def test_a_gated_call_waits_for_the_approve_button_then_runs(page, ui):
     expect(page.locator("#pending")).to_be_empty()
     call = page.locator("#transcript details").first
     expect(call).to_contain_text("result (success)", timeout=SETTLE)
+
+
+def test_light_and_dark_follow_the_system(browser, ui):
+    colours = {}
+    for scheme in ("light", "dark"):
+        context = browser.new_context(color_scheme=scheme)
+        try:
+            opened = context.new_page()
+            opened.goto(ui.url)
+            expect(opened.locator("#conn")).to_have_text("live")
+            colours[scheme] = opened.evaluate("getComputedStyle(document.body).backgroundColor")
+        finally:
+            context.close()
+    assert colours == {"light": "rgb(255, 255, 255)", "dark": "rgb(13, 17, 23)"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from typing import Any
 
 import pytest
@@ -91,7 +92,9 @@ def test_a_message_with_the_same_client_id_is_queued_once(ui, redis_url):
 def read_events(reply: http.client.HTTPResponse, count: int) -> list[tuple[str, str, dict[str, Any]]]:
     events: list[tuple[str, str, dict[str, Any]]] = []
     fields: dict[str, str] = {}
+    deadline = time.monotonic() + 30  # keepalives come every second: a missing event must not hang the test
     while len(events) < count:
+        assert time.monotonic() < deadline, f"only {len(events)} of {count} events came: {events}"
         line = reply.readline().decode()
         assert line, "the stream ended"
         if line == "\n":
@@ -128,6 +131,33 @@ def test_last_event_id_resumes_a_task_stream_with_no_gap_and_no_duplicate(ui, re
     assert [e[2]["text"] for e in again] == ["three ", "four ", "five ", "six"]
     assert request(ui, "GET", "/api/tasks/resume/events",
                    headers={"Cookie": jar, "Last-Event-ID": "garbage"}).status == 400
+
+
+def test_last_event_id_resumes_stored_messages_with_no_gap_and_no_duplicate(ui, redis_url, tmp_path):
+    from unicore.state.reads import busy
+
+    from tests.waiting import wait_for
+
+    script = tmp_path / "three.yaml"
+    script.write_text("tasks:\n  three:\n    - text: 'first answer'\n")
+    jar = cookie(ui)
+    headers = {"Cookie": jar, "X-CSRF-Token": csrf(ui, jar)}
+    body = {"prompt": "go", "model": f"scripted:{script}", "name": "three"}
+    assert request(ui, "POST", "/api/tasks", headers=headers, body=body).status == 201
+    store = TaskStore(connect(redis_url))
+    wait_for(lambda: store.message_count("three") == 2 and not busy(store.redis, "three"), timeout=60)
+    reply = request(ui, "POST", "/api/tasks/three/messages", headers=headers,
+                    body={"text": "again", "client_id": "again-0001"})
+    assert reply.status == 200
+    wait_for(lambda: store.message_count("three") == 4 and not busy(store.redis, "three"), timeout=60)
+
+    stream = request(ui, "GET", "/api/tasks/three/events?from=0", headers={"Cookie": jar})
+    messages = [e for e in read_events(stream, 5) if e[1] == "message"]  # and one "task"
+    assert [m[2]["seq"] for m in messages] == [0, 1, 2, 3]
+    resumed = request(ui, "GET", "/api/tasks/three/events", headers={"Cookie": jar, "Last-Event-ID": messages[1][0]})
+    again = [e for e in read_events(resumed, 3) if e[1] == "message"]
+    assert [m[2]["seq"] for m in again] == [2, 3]
+    assert again[0][2]["content"] == [{"text": "again"}]
 
 
 def test_a_bad_port_is_one_line_and_exit_2():
