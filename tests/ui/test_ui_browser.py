@@ -3,6 +3,7 @@ for real (real redis-server, scripted model, the local supervisor, turn processe
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ from tests.ui.conftest import REPO, UI
 pytestmark = pytest.mark.ui
 SETTLE = 90_000  # ms: a tree of three tasks on a busy 2-core machine
 DOCS = REPO / "docs"
+
+
+def screenshot(page: Any, name: str, tmp_path: Path, **options: Any) -> None:
+    """docs/<name> when it is missing or UNICORE_UI_SCREENSHOTS=1 (so a test run leaves the tree clean), else tmp."""
+    target = DOCS / name
+    if target.exists() and os.environ.get("UNICORE_UI_SCREENSHOTS") != "1":
+        target = tmp_path / name
+    page.screenshot(path=str(target), **options)
+    assert target.stat().st_size > 0
 
 TREE_SCRIPT = """
 default: "Done."
@@ -63,7 +73,7 @@ def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page,
         expect(page.locator(f'li[data-task="{child}"]')).to_have_attribute("data-phase", "done", timeout=SETTLE)
     expect(page.locator('li[data-task="water"]')).to_have_attribute("data-phase", "done", timeout=SETTLE)
     expect(page.locator('li[data-task="water"] .meta')).to_contain_text("turns 2")
-    page.screenshot(path=str(DOCS / "ui-tree.png"))
+    screenshot(page, "ui-tree.png", tmp_path)
 
     page.get_by_role("link", name="water", exact=True).click()
     transcript = page.locator("#transcript")
@@ -81,7 +91,7 @@ def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page,
     assert any("Follow-up answer:" in text for text in streamed), streamed
     assert page.locator("#live .streaming").count() == 0  # replaced by the stored message
     assert transcript.get_by_text("And the boiling point?").count() == 1  # sent once
-    page.screenshot(path=str(DOCS / "ui-task.png"), full_page=True)
+    screenshot(page, "ui-task.png", tmp_path, full_page=True)
 
 
 def test_model_text_with_markup_is_shown_as_text(page, ui, tmp_path: Path):
