@@ -44,7 +44,7 @@ def csrf(ui: UI, jar: str) -> str:
 def test_a_request_without_the_token_gets_401(ui, path):
     assert request(ui, "GET", path).status == 401
     assert request(ui, "GET", path + "?token=wrong").status == 401
-    assert request(ui, "GET", path, headers={"Cookie": "unicore_ui=wrong"}).status == 401
+    assert request(ui, "GET", path, headers={"Cookie": f"unicore_ui_{ui.port}=wrong"}).status == 401
 
 
 def test_the_token_sets_a_cookie_and_pages_carry_a_strict_csp(ui):

@@ -37,7 +37,7 @@ from unicore.ui.backend import BadRequest, Cursor, LocalBackend
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
-COOKIE = "unicore_ui"
+COOKIE = "unicore_ui_{port}"  # per port: cookies ignore ports, and two runs must not overwrite each other's
 STATIC = {"/app.js": "text/javascript", "/app.css": "text/css"}
 MAX_BODY = 1 << 20
 TREE_CHECK_SECONDS = 0.5  # the tree stream's check loop (no Redis stream of task changes exists yet)
@@ -106,7 +106,7 @@ class UIHandler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         cookie = SimpleCookie(self.headers.get("Cookie", ""))
-        morsel = cookie.get(COOKIE)
+        morsel = cookie.get(COOKIE.format(port=self.server.port))
         return morsel is not None and hmac.compare_digest(morsel.value, self.server.token)
 
     def _same_origin(self) -> bool:
@@ -121,7 +121,7 @@ class UIHandler(BaseHTTPRequestHandler):
         """Whether to go on; sends the cookie-setting redirect or the 401 itself."""
         token = (query.get("token") or [""])[0]
         if token and hmac.compare_digest(token, self.server.token):
-            cookie = f"{COOKIE}={self.server.token}; HttpOnly; SameSite=Strict; Path=/"
+            cookie = f"{COOKIE.format(port=self.server.port)}={self.server.token}; HttpOnly; SameSite=Strict; Path=/"
             self._send(HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": path, "Set-Cookie": cookie})
             return False
         if not self._authorized():
@@ -230,8 +230,11 @@ class UIHandler(BaseHTTPRequestHandler):
         first = next(events)  # TaskNotFound / BadRequest before the headers go out
         self._sse_start()
         self._event(*first)
-        for event in events:
-            self._event(*event)
+        try:
+            for event in events:
+                self._event(*event)
+        except UniCoreError:  # e.g. the task removed (retention): the stream ends, the page reconnects and sees 404
+            return
 
     def _tree_events(self) -> None:
         """A bounded check loop: the forest is read every TREE_CHECK_SECONDS and sent when it changed; the event id
@@ -239,7 +242,10 @@ class UIHandler(BaseHTTPRequestHandler):
         self._sse_start()
         last = ""
         while not self.server.stopping.is_set():
-            body = json.dumps(self.server.backend.forest())
+            try:
+                body = json.dumps(self.server.backend.forest())
+            except UniCoreError:  # e.g. a task removed while read: the page reconnects and reads again
+                return
             if body != last:
                 last = body
                 version = secrets.token_hex(8)
