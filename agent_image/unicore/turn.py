@@ -458,9 +458,9 @@ class _Turn:
             if sink is not None:
                 sink.close()
         self._end_step("after model call")
-        if not response.content:
+        if not response.content and request.purpose != "turn":
             raise ModelError("the model returned an empty message")
-        return response
+        return response  # an empty turn answer is refused by accept_answer: the model is told and asked again
 
     def _answer_sink(self, request: ModelRequest) -> TokenStreamSink | None:
         """The live stream of a turn's model call (``unicore.state.token_stream``); None for summaries or when off."""

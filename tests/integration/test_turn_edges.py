@@ -178,3 +178,34 @@ def test_turn_summary_usage_and_telemetry(store, turn, redis_client):
     assert float(counters["turns_started_total|"]) >= 1
     assert float(counters["turns_finished_total|"]) >= 1
     assert any(k.startswith("model_tokens_total|kind=output") for k in counters)
+
+
+class EmptyOnceModel:
+    """Answers its first call with an empty message (no content blocks), as llama-server's Qwen2.5-Coder 1.5B did
+    when woken after a spawn (docs/models.md), then with text."""
+
+    provider, name = "scripted", "empty-once"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def converse(self, request, sink=None):
+        from unicore.providers.base import ModelResponse
+
+        self.calls += 1
+        if self.calls == 1:
+            return ModelResponse(content=[], stop_reason="end_turn")
+        return ModelResponse(content=[{"text": "answered after all"}], stop_reason="end_turn")
+
+
+def test_an_empty_answer_is_refused_and_asked_again_not_a_failed_turn(store, turn):
+    store.create_task(TaskSpec(id="empty", prompt="say something", script={"default": "unused"}))
+    turn.models["empty"] = RecordingModel(EmptyOnceModel())
+    outcome = turn("empty")
+    assert outcome.exit_code == 0 and outcome.final_text == "answered after all"
+    assert store.get_task("empty").last_error == ""
+    roles_and_texts = [(m.role, m.content[0].get("text", "")) for m in store.messages("empty")]
+    assert roles_and_texts[0] == ("user", "say something")
+    assert roles_and_texts[1][0] == "user" and "no content blocks" in roles_and_texts[1][1]  # the model was told why
+    assert roles_and_texts[2] == ("assistant", "answered after all")
+    assert len(turn.requests("empty")) == 2
