@@ -74,8 +74,10 @@ def ui(redis_url: str, tmp_path: Path) -> Iterator[UI]:
             process.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """One Chromium for the package's tests. Package scope, not session: Playwright's sync API keeps an event loop
+    running in the main thread while it is open, so every later test calling ``asyncio.run`` would fail."""
     from playwright.sync_api import sync_playwright
 
     if not os.access(CHROMIUM, os.X_OK):
