@@ -206,11 +206,18 @@ def test_turn_pod_service_account_is_least_privilege(control_plane: Any, install
         review = client.AuthorizationV1Api(agent).create_self_subject_access_review({"spec": {"resourceAttributes": {
             "group": group, "resource": plural, "verb": "create", "namespace": namespace}}})
         assert review.status.allowed
-        # ... but only children (spec.parentRef): the chart's admission policy refuses a root from them
-        with pytest.raises(ApiException) as refused:
-            custom.create_namespaced_custom_object(group, version, namespace, plural, task, dry_run="All")
-        assert refused.value.status == 403
-        assert "may create only child AgentTasks" in refused.value.body
+        # ... but only children (spec.parentRef): the chart's admission policy refuses a root from them (the API
+        # server starts enforcing a new ValidatingAdmissionPolicy once its policy informer has it: wait for that)
+        def refusal() -> ApiException | None:
+            try:
+                custom.create_namespaced_custom_object(group, version, namespace, plural, task, dry_run="All")
+            except ApiException as exc:
+                return exc
+            return None
+
+        refused = wait_for(refusal, timeout=30, interval=0.5, what="the admission policy refusing a root")
+        assert refused.status == 403
+        assert "may create only child AgentTasks" in refused.body
         assert (
             status_of(lambda: custom.list_namespaced_custom_object(group, version, namespace, plural)) == 200
         )
