@@ -22,6 +22,7 @@ from unicore.state.store import TaskStore
 from unicore.state.telemetry import COUNTERS_KEY
 from unicore.turn import EXIT_OK, run_turn
 
+from tests.answer_sink import RecordingSink as Sink
 from tests.sse_server import (
     MODEL,
     SSEServer,
@@ -38,19 +39,6 @@ from tests.sse_server import (
 from tests.waiting import wait_for
 
 WRITE_CALL = '{"name": "write_file", "arguments": {"path": "hello.txt", "content": "Hello from Qwen"}}'
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.deltas: list[str] = []
-        self.attempts = 0
-
-    def attempt_started(self) -> None:
-        self.attempts += 1
-        self.deltas = []
-
-    def text(self, delta: str) -> None:
-        self.deltas.append(delta)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from unicore.providers.base import ModelRequest, ToolSpec
 from unicore.providers.bedrock import BedrockModel, BedrockSettings, converse_request
 from unicore.providers.retry import RetryPolicy
 
+from tests.answer_sink import RecordingSink as Sink
 from tests.bedrock_stream_stub import add_stream, answer_events, text_events, tool_events
 
 MODEL_ID = "us.anthropic.claude-sonnet-4-20250514-v1:0"
@@ -304,19 +305,6 @@ def test_settings_from_env() -> None:
         BedrockSettings.from_env({"UNICORE_BEDROCK_LIMITS": '{"x": {"rpm": -1}}'})
     with pytest.raises(ConfigError):
         BedrockSettings.from_env({"UNICORE_BEDROCK_RPM": "many"})
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.deltas: list[str] = []
-        self.attempts = 0
-
-    def attempt_started(self) -> None:
-        self.attempts += 1
-        self.deltas = []
-
-    def text(self, delta: str) -> None:
-        self.deltas.append(delta)
 
 
 def ask() -> ModelRequest:
