@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Start or stop the local real model server: llama.cpp's llama-server (hack/build-model-server.sh) serving
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M (hack/fetch-model.py), OpenAI-compatible, on 127.0.0.1.
+# Qwen2.5-Coder-1.5B-Instruct Q4_K_M by default (hack/fetch-model.py), OpenAI-compatible, on 127.0.0.1.
 #
 #   hack/model-server.sh up      # build/fetch what is missing, start it in the background, wait for /health,
 #                                # print `export OPENAI_BASE_URL=...` and the --model to use
 #   hack/model-server.sh down    # stop it
 #   hack/model-server.sh status
 #
-# Settings (environment): UNICORE_MODEL_PORT (8090), UNICORE_MODEL_CTX (16384), UNICORE_MODEL (qwen2.5-coder-0.5b,
-# or qwen2.5-coder-1.5b), UNICORE_MODEL_TEMP (0: greedy, so runs repeat), UNICORE_MODEL_THREADS (1). The served model's name (its --alias) is
+# Settings (environment): UNICORE_MODEL_PORT (8090), UNICORE_MODEL_CTX (16384), UNICORE_MODEL (qwen2.5-coder-1.5b,
+# or the faster qwen2.5-coder-0.5b for plain answers), UNICORE_MODEL_TEMP (0: greedy, so runs repeat), UNICORE_MODEL_THREADS (1). The served model's name (its --alias) is
 # UNICORE_MODEL's value. State: ${UNICORE_CACHE:-$HOME/.cache/unicore}/model-server/ (pid, port, alias, server.log).
 set -euo pipefail
 
@@ -17,7 +17,7 @@ CACHE="${UNICORE_CACHE:-$HOME/.cache/unicore}"
 STATE="$CACHE/model-server"
 PORT="${UNICORE_MODEL_PORT:-8090}"
 CTX="${UNICORE_MODEL_CTX:-16384}"
-MODEL="${UNICORE_MODEL:-qwen2.5-coder-0.5b}"
+MODEL="${UNICORE_MODEL:-qwen2.5-coder-1.5b}"  # the 0.5B repeats a tool call after its result
 TEMP="${UNICORE_MODEL_TEMP:-0}"
 THREADS="${UNICORE_MODEL_THREADS:-1}"  # 2 threads collapse to <1 token/s on a busy 2-core machine (docs/models.md)
 READY_TIMEOUT=120
