@@ -42,6 +42,28 @@ def test_several_calls(text: str) -> None:
     assert result.kind == "calls" and [c["name"] for c in result.calls] == ["write_file", "list_files"]
 
 
+@pytest.mark.parametrize("text", [
+    '{{"name": "read_file", "arguments": {"path": "a.txt"}}}',  # the outer pair doubled
+    '{{"name": "read_file", "arguments": {{"path": "a.txt"}}}}',  # every pair doubled (a format template)
+    '```json\n{{"name": "read_file", "arguments": {{"path": "a.txt"}}}}\n```',
+])
+def test_a_call_written_with_doubled_braces_is_taken(text: str) -> None:
+    """The 1.5B, shown a transcript, wrote its calls as ``{{...}}`` and each was refused until the turn ran out of
+    iterations (docs/models.md)."""
+    assert parse_text_tool_calls(text, TOOLS).calls == [{"name": "read_file", "input": {"path": "a.txt"}}]
+
+
+@pytest.mark.parametrize("text", [
+    '{{"name": "read_file", "arguments": {"path": 3}}}',  # undoubled, but its arguments do not fit the schema
+    '{{"status": "ok"}}',  # not call-shaped once undoubled: not a call, and not call-like either
+])
+def test_doubled_braces_still_validate(text: str) -> None:
+    result = parse_text_tool_calls(text, TOOLS)
+    assert result.calls == [] and result.kind in ("failed", "text")
+    if "read_file" in text:
+        assert result.kind == "failed" and "path: expected string" in result.problem
+
+
 def test_openai_shaped_and_string_arguments() -> None:
     text = '{"type": "function", "function": {"name": "read_file", "arguments": "{\\"path\\": \\"a.txt\\"}"}}'
     assert parse_text_tool_calls(text, TOOLS).calls == [{"name": "read_file", "input": {"path": "a.txt"}}]

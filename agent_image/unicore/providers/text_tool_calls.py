@@ -83,6 +83,28 @@ def _decode_sequence(text: str) -> tuple[list[Any], bool]:
         values.append(value)
 
 
+def _undoubled(text: str) -> list[str]:
+    """Readings of a call written with doubled braces, as in a Python format template (``{{"name": ...}}``: the
+    1.5B wrote that after seeing such text, docs/models.md): the outer pair dropped, or every pair halved."""
+    stripped = text.strip()
+    if not (stripped.startswith("{{") and stripped.endswith("}}")):
+        return []
+    return [stripped[1:-1], stripped.replace("{{", "{").replace("}}", "}")]
+
+
+def _decode_call_json(text: str) -> tuple[list[Any], bool]:
+    """:func:`_decode_sequence`, and when that fails on a doubled-brace call, the first reading of
+    :func:`_undoubled` that decodes whole into call-shaped objects."""
+    values, whole = _decode_sequence(text)
+    if whole:
+        return values, whole
+    for reading in _undoubled(text):
+        decoded, complete = _decode_sequence(reading)
+        if complete and decoded and all(_call_shaped(v) for v in _flatten(decoded)):
+            return decoded, True
+    return values, whole
+
+
 def _segments(text: str) -> list[str] | None:
     """Split a call-shaped answer into JSON segments; None when text other than fences/tags/JSON remains."""
     segments: list[str] = []
@@ -178,7 +200,7 @@ def parse_text_tool_calls(text: str, tools: Sequence[ToolSpec]) -> TextCalls:
             return _failed_if_call_like(stripped, "the answer mixes a tool call with other text")
         values: list[Any] = []
         for segment in split:
-            decoded, whole = _decode_sequence(segment)
+            decoded, whole = _decode_call_json(segment)
             if not whole:
                 problem = "the tool call is not valid JSON"
                 if decoded:
@@ -190,7 +212,7 @@ def parse_text_tool_calls(text: str, tools: Sequence[ToolSpec]) -> TextCalls:
     fenced = [m.group(m.lastindex or 1) for m in (*_TAG.finditer(stripped), *_FENCE.finditer(stripped))]
     values = []
     for segment in fenced:
-        decoded, whole = _decode_sequence(segment)
+        decoded, whole = _decode_call_json(segment)
         if not whole:
             if _looks_like_call(segment) and segment.lstrip().startswith("{"):
                 return TextCalls("failed", problem="the tool call is not valid JSON")
