@@ -23,6 +23,7 @@ from unicore.state.reads import read_message_slice
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore
 from unicore.state.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
+from unicore.ui.backend_protocol import polled_tree_changes
 
 MAX_ROOTS = 200  # roots shown in the tree view (newest first)
 MAX_NODES = 1000  # tasks per tree view
@@ -99,6 +100,10 @@ class LocalBackend:
                 if len(nodes) >= MAX_NODES:
                     return nodes
         return nodes
+
+    def tree_changes(self, stop: threading.Event) -> Iterator[list[dict[str, Any]] | None]:
+        """The tree feed: the forest polled (no Redis stream of task changes exists yet)."""
+        return polled_tree_changes(self.forest, stop)
 
     def task(self, task_id: str) -> dict[str, Any]:
         record = self.store.get_task(task_id)  # TaskNotFound -> 404

@@ -21,6 +21,7 @@ API (JSON; the cluster-mode backend serves the same):
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import secrets
 import threading
@@ -33,14 +34,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from unicore.cli_input import UsageError
 from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
-from unicore.ui.backend import BadRequest, Cursor, LocalBackend
+from unicore.ui.backend import BadRequest, Cursor
+from unicore.ui.backend_protocol import BackendRefusal, UIBackend
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 COOKIE = "unicore_ui_{port}"  # per port: cookies ignore ports, and two runs must not overwrite each other's
 STATIC = {"/app.js": "text/javascript", "/app.css": "text/css"}
 MAX_BODY = 1 << 20
-TREE_CHECK_SECONDS = 0.5  # the tree stream's check loop (no Redis stream of task changes exists yet)
 
 
 def asset(name: str) -> bytes:
@@ -50,7 +51,7 @@ def asset(name: str) -> bytes:
 class UIServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, backend: LocalBackend, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, backend: UIBackend, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__((host, port), UIHandler)
         self.backend = backend
         self.token = secrets.token_urlsafe(32)
@@ -142,6 +143,8 @@ class UIHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, str(exc))
         except BadRequest as exc:
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        except BackendRefusal as exc:  # e.g. 403: the API server's reason, one line
+            self._error(exc.status, exc.message)
         except (BrokenPipeError, ConnectionResetError):
             return
 
@@ -189,6 +192,8 @@ class UIHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
         except TaskNotFound as exc:
             self._error(HTTPStatus.NOT_FOUND, str(exc))
+        except BackendRefusal as exc:
+            self._error(exc.status, exc.message)
         except UniCoreError as exc:
             self._error(HTTPStatus.BAD_REQUEST, f"{type(exc).__name__}: {exc}")
 
@@ -233,28 +238,26 @@ class UIHandler(BaseHTTPRequestHandler):
         try:
             for event in events:
                 self._event(*event)
-        except UniCoreError:  # e.g. the task removed (retention): the stream ends, the page reconnects and sees 404
-            return
+        except (UniCoreError, BackendRefusal):  # e.g. the task removed (retention) or a right revoked: the stream
+            return  # ends, the page reconnects and sees the 404 or 403
 
     def _tree_events(self) -> None:
-        """A bounded check loop: the forest is read every TREE_CHECK_SECONDS and sent when it changed; the event id
-        is a version of it (a resumed stream gets the current forest, which holds every change it missed)."""
+        """The backend's tree feed (``UIBackend.tree_changes``): the forest each time it changed, a keepalive when
+        quiet; the event id is a version of it (a resumed stream gets the current forest, which holds every change it
+        missed)."""
+        changes = self.server.backend.tree_changes(self.server.stopping)
+        first = next(changes, None)  # Forbidden etc. before the headers go out
         self._sse_start()
-        last = ""
-        while not self.server.stopping.is_set():
-            try:
-                body = json.dumps(self.server.backend.forest())
-            except UniCoreError:  # e.g. a task removed while read: the page reconnects and reads again
-                return
-            if body != last:
-                last = body
-                version = secrets.token_hex(8)
-                self.wfile.write(f"id: {version}\nevent: tree\ndata: {body}\n\n".encode())
+        try:
+            for nodes in itertools.chain([first], changes):
+                if nodes is None:
+                    self.wfile.write(b": keepalive\n\n")
+                else:
+                    body = json.dumps(nodes)
+                    self.wfile.write(f"id: {secrets.token_hex(8)}\nevent: tree\ndata: {body}\n\n".encode())
                 self.wfile.flush()
-            else:
-                self.wfile.write(b": keepalive\n\n")
-                self.wfile.flush()
-            self.server.stopping.wait(TREE_CHECK_SECONDS)
+        except (UniCoreError, BackendRefusal):  # e.g. a task removed while read: the page reconnects and reads again
+            return
 
 
 def _int(query: dict[str, list[str]], name: str, default: int) -> int:
