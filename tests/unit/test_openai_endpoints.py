@@ -115,6 +115,18 @@ def test_settings_come_from_the_models_endpoint_with_its_key_and_limits() -> Non
     assert local.timeout == 12 and local.retry.max_attempts == 2  # what the entry leaves out: the provider's own
 
 
+def test_text_tool_calls_is_a_per_endpoint_setting_over_the_providers_default() -> None:
+    entries = [{"models": ["qwen-*"], "baseUrl": "http://llama:8080/v1"},
+               {"models": ["gpt-*"], "baseUrl": "https://api.example.com/v1", "textToolCalls": False}]
+    mapped = {ENDPOINTS_ENV: parse_endpoints(entries).for_pods().to_json()}
+    assert openai_settings_for("qwen-7b", mapped).text_tool_calls is True  # the provider's default: on
+    assert openai_settings_for("gpt-4o", mapped).text_tool_calls is False
+    everywhere_off = {**mapped, "UNICORE_OPENAI_TEXT_TOOL_CALLS": "0"}
+    assert openai_settings_for("qwen-7b", everywhere_off).text_tool_calls is False
+    assert openai_settings_for("gpt-4o", {**mapped, ENDPOINTS_ENV: parse_endpoints(
+        [{**entries[1], "textToolCalls": True}]).to_json(), "UNICORE_OPENAI_TEXT_TOOL_CALLS": "0"}).text_tool_calls
+
+
 def test_a_missing_key_names_the_variable_and_the_secret_never_a_value() -> None:
     with pytest.raises(ConfigError) as caught:
         openai_settings_for("gpt-4o", env(OPENAI_API_KEY="sk-default"))

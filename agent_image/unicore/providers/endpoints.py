@@ -4,7 +4,8 @@ One install can use a vLLM pool per model and a hosted API: ``UNICORE_OPENAI_END
 
     [{"models": ["llama-3-70b", "llama-*"], "baseUrl": "http://vllm-llama.models.svc:8000/v1"},
      {"models": ["gpt-*"], "baseUrl": "https://api.openai.com/v1",
-      "apiKeySecret": {"name": "openai-key", "key": "api-key"}, "apiKeyEnv": "UNICORE_OPENAI_KEY_1", "rpm": 500}]
+      "apiKeySecret": {"name": "openai-key", "key": "api-key"}, "apiKeyEnv": "UNICORE_OPENAI_KEY_1", "rpm": 500,
+      "textToolCalls": false}]
 
 ``models`` holds exact names or globs (``*``, ``?``, ``[...]``, matched case-sensitively). A model name resolves to
 the most specific entry: an exact name first, then the glob with the most literal characters, then the entry listed
@@ -78,6 +79,9 @@ class Endpoint(BaseModel):
     rpm: int | None = Field(None, ge=0)
     tpm: int | None = Field(None, ge=0)
     timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
+    # run tool calls these models write as text (unicore.providers.text_tool_calls); unset: the provider's own
+    # UNICORE_OPENAI_TEXT_TOOL_CALLS (on). Off for servers whose parser always fills tool_calls.
+    text_tool_calls: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -254,7 +258,7 @@ def openai_settings_for(name: str, env: Mapping[str, str] | None = None) -> Any:
         if not key:
             raise ConfigError(_missing_key(name, endpoint, key_env))
         update["api_key"] = key
-    for field in ("rpm", "tpm", "timeout"):
+    for field in ("rpm", "tpm", "timeout", "text_tool_calls"):
         if getattr(endpoint, field) is not None:
             update[field] = getattr(endpoint, field)
     return provider_env.model_copy(update=update).settings()
