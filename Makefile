@@ -39,7 +39,7 @@ model-bins: bootstrap ## build (or reuse from cache) llama-server and fetch the 
 	else hack/build-model-server.sh >/dev/null && $(BIN)/python hack/fetch-model.py >/dev/null \
 	  && $(BIN)/python hack/fetch-model.py --model qwen2.5-coder-1.5b >/dev/null; fi
 
-model-up: bootstrap ## start the real model server in the background (llama-server + Qwen2.5-Coder-0.5B); prints `export OPENAI_BASE_URL=...`
+model-up: bootstrap ## start the real model server in the background (llama-server + Qwen2.5-Coder-1.5B; UNICORE_MODEL=qwen2.5-coder-0.5b for the faster one); prints `export OPENAI_BASE_URL=...`
 	@hack/model-server.sh up
 
 model-down: ## stop the real model server
