@@ -5,6 +5,7 @@
 ``unicore show TASK [--json | --follow]``                           the transcript, turn by turn (then live)
 ``unicore tree [TASK]``                                             the tree with statuses, turns and tokens
 ``unicore approve|deny TASK [--call ID] [--reason TEXT]``, ``unicore pending TASK``   tool calls waiting for a person
+``unicore suspend|resume|stop TASK``                                pause a task (stop: its whole subtree), resume
 ``unicore gc [--ttl S] [--archive URL] [--dry-run]``                archive and remove trees idle past the TTL
 ``unicore ui [--port P] [--open]``                                  the web UI on 127.0.0.1 (``unicore.ui``)
 
@@ -27,6 +28,7 @@ import redis
 
 from unicore import log as unicore_log
 from unicore.cli_approvals import add_approval_commands, call_mark, print_waiting
+from unicore.cli_control import add_control_commands, print_suspended
 from unicore.cli_input import (
     UsageError,
     check_utf8_arguments,
@@ -175,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message", file=sys.stderr)
     store.activate(name, "run")
     code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
-    if code == EXIT_OK and print_waiting(store, name):  # settled waiting for people: what and how to answer
+    if code == EXIT_OK and (print_waiting(store, name) or print_suspended(store, name)):  # what to do next
         return code
     return _print_answer(store, name, message_id, code)
 
@@ -199,7 +201,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         _show(f"queued for {args.task} (message {message_id})")
         return EXIT_OK
     code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
-    if code == EXIT_OK and print_waiting(store, store.get_task(args.task).root):
+    if code == EXIT_OK and (print_waiting(store, store.get_task(args.task).root) or print_suspended(store, args.task)):
         return code
     return _print_answer(store, args.task, message_id, code)
 
@@ -285,6 +287,7 @@ def _tree_line(depth: int, record: TaskRecord, waiting: str | None = None) -> st
     last = record.last_response.strip().splitlines()[0] if record.last_response.strip() else ""
     last = last if len(last) <= 60 else last[:57] + "..."
     status = record.status + (f", waiting for {waiting}" if waiting else "")  # approval or input (a question)
+    status += ", suspended" if record.suspended else ""
     return (
         f"{'  ' * depth}{'- ' if depth else ''}{record.id}  [{status}]  turns={record.turns}  "
         f"tokens={record.total_tokens}" + (f"  last: {last}" if last else "")
@@ -357,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree.set_defaults(func=cmd_tree)
     add_gc_command(sub)
     add_approval_commands(sub)
+    add_control_commands(sub)
     add_ui_command(sub)
     return parser
 

@@ -10,6 +10,11 @@ here, as the operator's timer does on Kubernetes.
 Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
 while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
 child. Any other message (user, tool result) starts the parent at once.
+
+Suspended tasks (``state.suspension``: ``unicore suspend|stop``, the web UI) start no turn, and a running turn of
+one is stopped as the operator stops a suspended task's Job: SIGTERM (the turn stops at a safe point, its unanswered
+tool calls recorded as cancelled), SIGKILL after ``SUSPEND_GRACE_SECONDS``. Checked on the task's activation (a
+suspend activates it) and on every scan, so whichever supervisor runs the turn stops it within a second.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from unicore.state import approvals
 from unicore.state.activations import ActivationConsumer, missing_group
 from unicore.state.reads import busy, last_error
 from unicore.state.store import TaskStore
+from unicore.state.suspension import suspended_flags
 
 log = get_logger("launch.local")
 
@@ -43,6 +49,7 @@ DEFAULT_HOLD_SECONDS = 120.0
 # A turn killed by a signal (OOM killer, kill -9) is restarted this many times in a row before the task counts as
 # failed for the rest of the run (the operator's equivalent is UNICORE_MAX_TURN_RETRIES).
 DEFAULT_CRASH_RESTARTS = 3
+SUSPEND_GRACE_SECONDS = 30.0  # a suspended turn's SIGTERM -> SIGKILL (a pod's default termination grace period)
 
 
 @dataclass
@@ -121,6 +128,7 @@ class LocalSupervisor:
         self.failed: dict[str, int] = {}
         self.max_crash_restarts = max_crash_restarts
         self.crashes: dict[str, int] = {}  # task id -> turns in a row killed by a signal
+        self.stopping: dict[str, float] = {}  # task id -> when its turn was told to stop (the task was suspended)
         self.activations = ActivationConsumer(client, CONSUMER_GROUP, self.consumer)
         self.activations.ensure_group()
 
@@ -169,7 +177,10 @@ class LocalSupervisor:
             self.store.break_lease(task_id, f"{run.holder_host}:{run.process.pid}")
             report.turns_run += 1
             report.exit_codes.append((task_id, code))
-            if code in (0, 3):  # 3: another live turn holds the lease; it will finish the work
+            if self.stopping.pop(task_id, None) is not None:  # suspended: stopped on purpose, not a failure
+                self.crashes.pop(task_id, None)
+                self.on_event(f"turn stopped: {task_id} (suspended; exit {code})")
+            elif code in (0, 3):  # 3: another live turn holds the lease; it will finish the work
                 self.crashes.pop(task_id, None)
                 self.on_event(
                     f"turn finished: {task_id} (exit {code}, {time.monotonic() - run.started:.1f}s)"
@@ -190,6 +201,23 @@ class LocalSupervisor:
         """Count a crash of ``task_id``'s turn; True while it is within ``max_crash_restarts`` in a row."""
         self.crashes[task_id] = self.crashes.get(task_id, 0) + 1
         return self.crashes[task_id] <= self.max_crash_restarts
+
+    def _stop_suspended(self, task_ids: list[str]) -> None:
+        """SIGTERM the running turns of those of ``task_ids`` that are suspended; SIGKILL one still running after
+        the grace period."""
+        now = time.monotonic()
+        for task_id, since in self.stopping.items():
+            run = self.running.get(task_id)
+            if run is not None and run.process.poll() is None and now - since > SUSPEND_GRACE_SECONDS:
+                run.process.kill()
+        candidates = [t for t in task_ids if t in self.running and t not in self.stopping]
+        if not candidates:
+            return
+        for task_id, suspended in zip(candidates, suspended_flags(self.redis, candidates), strict=True):
+            if suspended:
+                self.stopping[task_id] = now
+                self.running[task_id].process.terminate()
+                self.on_event(f"turn stopping: {task_id} (suspended)")
 
     def stop_all(self, timeout: float = 10.0) -> None:
         """SIGTERM every running turn (they stop at a safe point), then wait."""
@@ -271,6 +299,7 @@ class LocalSupervisor:
                 now = time.monotonic()
                 started = False
                 if now >= next_scan or not self.running:
+                    self._stop_suspended(list(self.running))
                     tree = self.tree_ids(root_id)
                     for task_id in tree:
                         started |= self._maybe_start(task_id, report)
@@ -282,7 +311,9 @@ class LocalSupervisor:
                 if deadline is not None and time.monotonic() > deadline:
                     return report
                 tree_set = set(self.tree_ids(root_id))
-                for task_id in self._read_activations(int(self.poll_seconds * 1000)):
+                activated = self._read_activations(int(self.poll_seconds * 1000))
+                self._stop_suspended([t for t in activated if t in tree_set])
+                for task_id in activated:
                     if task_id in tree_set:
                         self._maybe_start(task_id, report)
         except KeyboardInterrupt:

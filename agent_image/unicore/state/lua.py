@@ -49,6 +49,15 @@ return result
 """
 
 
+# KEYS: task   ARGV: '1' (suspend) | '0' (resume), now. -1: no such task; 0: already so; 1: changed.
+SET_SUSPENDED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local now_on = redis.call('HGET', KEYS[1], 'suspended') == '1'
+if now_on == (ARGV[1] == '1') then return 0 end
+redis.call('HSET', KEYS[1], 'suspended', ARGV[1], 'suspended_at', ARGV[2], 'updated_at', ARGV[2])
+return 1
+"""
+
 # KEYS: task, inbox, seen   ARGV: created_at, prompt_id ('' = none), prompt_entry, field, value, ...
 CREATE_TASK = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end

@@ -85,14 +85,19 @@ def last_error(client: Any, task_id: str) -> str | None:
 def busy(client: Any, task_id: str) -> bool:
     """Pending inbox entries (not counted while the task waits for people and none of them answers: a blocked task
     is settled, ``state.approvals.blocked``), a live lease, or a turn not finished (status running): one round
-    trip (more only when the inbox is not empty)."""
+    trip (more only when the inbox is not empty). A suspended task (``state.suspension``) is settled once no
+    process holds its lease."""
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.inbox)
     pipe.exists(keys.lease)
-    pipe.hget(keys.task, "status")
-    pending, leased, status = pipe.execute()
-    if leased or status == "running":
+    pipe.hmget(keys.task, ["status", "suspended"])
+    pending, leased, (status, suspended) = pipe.execute()
+    if leased:
+        return True
+    if suspended == "1":
+        return False
+    if status == "running":
         return True
     return bool(pending) and not approvals.blocked(client, task_id)
 

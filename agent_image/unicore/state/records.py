@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from unicore.schema import SCHEMA_VERSION, Approval, Limits, Message, Usage
+from unicore.schema import SCHEMA_VERSION, Approval, Limits, MCPServerRef, Message, Usage
 
 TaskStatus = Literal["idle", "running"]
 
@@ -29,6 +29,8 @@ class TaskRecord(BaseModel):
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     script: dict[str, Any] | None = None
     approval: Approval | None = None  # tool calls that wait for a person (``state.approvals``)
+    mcp_servers: list[MCPServerRef] | None = None  # MCP servers whose tools the task uses (``TaskSpec``)
+    mcp_definitions: list[dict[str, Any]] | None = None  # local mode, on a root: the tree's MCP server definitions
     status: TaskStatus = "idle"
     turns: int = 0  # turns started (== number of stored turns)
     iterations: int = 0  # model calls of turns (assistant messages)
@@ -44,6 +46,8 @@ class TaskRecord(BaseModel):
     last_response: str = ""
     last_error: str = ""
     lease_holder: str = ""
+    suspended: bool = False  # local mode's suspend (``state.suspension``); on Kubernetes spec.suspend is the truth
+    suspended_at: float = 0.0  # when ``suspended`` last changed
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -60,7 +64,9 @@ class TaskRecord(BaseModel):
             total_tokens=self.tree_total_tokens,
         )
 
-    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("tools", "child_tools", "limits", "script", "approval")
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = (
+        "tools", "child_tools", "limits", "script", "approval", "mcp_servers", "mcp_definitions"
+    )
 
     @classmethod
     def from_hash(cls, data: dict[str, str]) -> TaskRecord:

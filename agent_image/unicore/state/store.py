@@ -180,6 +180,7 @@ class TaskStore:
             limits=spec.limits,
             script=spec.script,
             approval=inherited_approval(spec.approval, parent.approval if parent else None),
+            suspended=parent.suspended if parent else False,  # spawned while its parent was stopped: stays still
             created_at=now,
             updated_at=now,
             schema_version=SCHEMA_VERSION,
@@ -591,14 +592,15 @@ class TaskStore:
         """True when a turn should run and none holds the lease: pending inbox entries (unless the task waits for
         people and none of them answers: ``state.approvals.blocked``); an unfinished turn (its
         process died, or was cancelled, before the turn ended); or a report still owed to the parent (the turn
-        ended but its process died before the report reached the parent's inbox)."""
+        ended but its process died before the report reached the parent's inbox). Never for a suspended task
+        (local mode, ``state.suspension``)."""
         keys = self.keys(task_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(keys.inbox)
         pipe.exists(keys.lease)
-        pipe.hmget(keys.task, ["status", "turns", "report_id"])
-        pending, leased, (status, turns, report_id) = pipe.execute()
-        if leased:
+        pipe.hmget(keys.task, ["status", "turns", "report_id", "suspended"])
+        pending, leased, (status, turns, report_id, suspended) = pipe.execute()
+        if leased or suspended == "1":
             return False
         if status == "running" or report_id:
             return True
