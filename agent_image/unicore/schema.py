@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -98,6 +98,38 @@ class Approval(BaseModel):
         return APPROVE_ALL in self.tools or tool in self.tools
 
 
+# An MCP server's name (``metadata.name`` of an MCPServer; ``unicore.mcp_config``): a DNS-1123 label of at most 32
+# characters, so ``<server>__<tool>`` (the name the model sees) keeps at least 30 characters for the tool.
+MCP_SERVER_NAME_RE = re.compile(rf"^{_LABEL}$")
+MAX_MCP_SERVER_NAME = 32
+
+
+def validate_mcp_server_name(name: str) -> str:
+    if len(name) > MAX_MCP_SERVER_NAME or not MCP_SERVER_NAME_RE.match(name):
+        raise ValueError(
+            f"invalid MCP server name {name[:80]!r}: use 1-{MAX_MCP_SERVER_NAME} lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+class MCPServerRef(BaseModel):
+    """A server a task uses (``mcpServers: [{name: time, tools: [get_current_time]}]``): ``tools`` is the allow-list
+    of the server's tools (their names on the server); None = every tool the server lists (docs/mcp.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    tools: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = None
+
+    _check_name = field_validator("name")(lambda cls, v: validate_mcp_server_name(v))  # type: ignore[misc]
+
+    @field_validator("tools")
+    @classmethod
+    def _unique(cls, tools: list[str] | None) -> list[str] | None:
+        return None if tools is None else list(dict.fromkeys(tools))
+
+
 class TaskSpec(BaseModel):
     """What is needed to create a task (root or child)."""
 
@@ -113,6 +145,20 @@ class TaskSpec(BaseModel):
     limits: Limits = Field(default_factory=lambda: Limits())
     script: dict[str, Any] | None = None  # scripted model steps, inherited by children
     approval: Approval | None = None  # tool calls that wait for a person (None: a child inherits its parent's)
+    mcp_servers: list[MCPServerRef] | None = None  # MCP servers whose tools the task uses (a child gets none)
+    # Local mode only: the MCP server definitions `unicore run --mcp-server` gave the tree (camelCase dicts, as in
+    # ``unicore.mcp_config``), stored on the root; the local supervisor passes them to the tree's turns in
+    # UNICORE_MCP_SERVERS. None on Kubernetes, where the operator resolves MCPServer resources.
+    mcp_definitions: list[dict[str, Any]] | None = None
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _one_ref_per_server(cls, refs: list[MCPServerRef] | None) -> list[MCPServerRef] | None:
+        names = [ref.name for ref in refs or []]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"MCP server(s) named more than once: {', '.join(twice)}")
+        return refs
 
     _check_id = field_validator("id")(lambda cls, v: validate_task_id(v))  # type: ignore[misc]
 

@@ -181,6 +181,8 @@ class TaskStore:
             script=spec.script,
             approval=inherited_approval(spec.approval, parent.approval if parent else None),
             suspended=parent.suspended if parent else False,  # spawned while its parent was stopped: stays still
+            mcp_servers=spec.mcp_servers,
+            mcp_definitions=spec.mcp_definitions,
             created_at=now,
             updated_at=now,
             schema_version=SCHEMA_VERSION,
