@@ -1,5 +1,6 @@
 """Start a private, real model server: llama.cpp's llama-server (hack/build-model-server.sh) with the GGUF of
-hack/fetch-model.py, on a free port of 127.0.0.1 (the real-model tests and bench/bench_time_to_first_token.py).
+hack/fetch-model.py, on a free port of 127.0.0.1 (the real-model tests and bench/bench_time_to_first_token.py), or
+of another address of this host (the real node's turn pods reach it on the node IP).
 
 The set-up is the one docs/models.md documents and ``make model-up`` runs: ``--jinja`` (the GGUF's own chat
 template, so tools are offered as the model was trained to see them), greedy sampling (``--temp 0``, fixed seed)
@@ -54,23 +55,25 @@ def model_file(model: str = ALIAS, timeout: float = 1800) -> Path:
     return Path(_last_line([str(python if python.exists() else "python3"), str(FETCH), "--model", model], timeout))
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class ModelServer:
-    def __init__(self, *, model: str = ALIAS, context: int = CONTEXT, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, *, model: str = ALIAS, context: int = CONTEXT, extra_args: tuple[str, ...] = (),
+                 host: str = "127.0.0.1") -> None:
         self.alias = model
+        self.host = host
         binary = server_binary()
         gguf = model_file(model)
         self.dir = Path(tempfile.mkdtemp(prefix="unicore-llama-"))
         self.log_path = self.dir / "server.log"
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.port = free_port(host)
+        self.base_url = f"http://{host}:{self.port}/v1"
         self.command = [
-            str(binary), "--jinja", "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
+            str(binary), "--jinja", "-m", str(gguf), "--host", host, "--port", str(self.port),
             "-c", str(context), "--alias", model, "--temp", "0", "--seed", "42", "--no-webui", "-t", str(THREADS),
             *extra_args,
         ]
@@ -90,7 +93,7 @@ class ModelServer:
         if self.proc.poll() is not None:
             tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
             raise ModelUnavailable(f"llama-server exited with {self.proc.returncode}: {' | '.join(tail)}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=2) as response:
             return response.status == 200
 
     def env(self) -> dict[str, str]:
