@@ -1,6 +1,11 @@
 """The UI's backend for local mode: every read and write of ``unicore ui`` goes through ``LocalBackend``, which reads
-Redis directly through ``unicore.state`` (no Redis layout here). The cluster-mode UI (issue 16, later) implements the
-same methods over the operator's task API, so the HTTP layer (``unicore.ui.server``) does not change.
+Redis directly through ``unicore.state`` (no Redis layout here). The cluster-mode UI implements the same methods over
+the operator's task API, so the HTTP layer (``unicore.ui.server``) does not change.
+
+Suspend, resume and stop are local mode's (``unicore.state.suspension``): a flag on the task record, honoured by
+every local supervisor (``unicore.launch.local``), which stops a running turn of a suspended task. Events are derived
+from what the store recorded (``state.ui_reads.derived_events``: turns started and ended, approvals asked and
+decided, compactions, suspensions, the last error); there are no Kubernetes Events in local mode.
 
 Running trees: a task created or sent a message from the UI is run by a ``LocalSupervisor`` in a thread of the UI
 process (one per root), as ``unicore run``/``unicore send`` do in the foreground; a message arriving while that
@@ -15,15 +20,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from unicore.launch.embedded_redis import unicore_home
-from unicore.schema import Approval, TaskSpec, validate_task_id
-from unicore.state import approvals
+from unicore.schema import Approval, Limits, TaskSpec, validate_task_id
+from unicore.state import approvals, suspension
 from unicore.state.messages import load_message
 from unicore.state.reads import read_message_slice
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore
 from unicore.state.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
+from unicore.state.ui_reads import derived_events, read_forest
 from unicore.ui.backend_protocol import polled_tree_changes
+from unicore.ui.manifest import parse_manifest
 
 MAX_ROOTS = 200  # roots shown in the tree view (newest first)
 MAX_NODES = 1000  # tasks per tree view
@@ -63,11 +72,11 @@ def _entry_key(entry_id: str) -> tuple[int, int]:
 
 
 def node_json(depth: int, record: TaskRecord, waiting: str | None) -> dict[str, Any]:
-    phase = ("running" if record.status == "running" else "waiting" if waiting
+    phase = ("suspended" if record.suspended else "running" if record.status == "running" else "waiting" if waiting
              else "failed" if record.last_error else "done" if record.turns else "queued")
     return {
         "phase": phase, "id": record.id, "parent": record.parent, "depth": depth,
-        "status": record.status, "waiting": waiting,
+        "status": record.status, "waiting": waiting, "suspended": record.suspended,
         "turns": record.turns, "tokens": record.total_tokens, "model": record.model,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
@@ -87,19 +96,14 @@ class LocalBackend:
     # ------------------------------------------------------------------ reads
 
     def roots(self) -> list[str]:
-        records = [self.store.get_task(t) for t in self.store.list_tasks()]
-        roots = sorted((r for r in records if not r.parent), key=lambda r: r.created_at, reverse=True)
-        return [r.id for r in roots[:MAX_ROOTS]]
+        return [n.record.id for n in read_forest(self.store.redis, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)
+                if n.depth == 0]
 
     def forest(self) -> list[dict[str, Any]]:
-        """Every root's tree, flattened depth first (newest root first), at most MAX_NODES tasks."""
-        nodes: list[dict[str, Any]] = []
-        for root in self.roots():
-            for depth, record in self.store.tree(root):
-                nodes.append(node_json(depth, record, approvals.waiting_for(self.store.redis, record.id)))
-                if len(nodes) >= MAX_NODES:
-                    return nodes
-        return nodes
+        """Every root's tree, flattened depth first (newest root first), at most MAX_NODES tasks (two round
+        trips, whatever the number of tasks)."""
+        return [node_json(n.depth, n.record, n.waiting)
+                for n in read_forest(self.store.redis, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)]
 
     def tree_changes(self, stop: threading.Event) -> Iterator[list[dict[str, Any]] | None]:
         """The tree feed: the forest polled (no Redis stream of task changes exists yet)."""
@@ -122,32 +126,72 @@ class LocalBackend:
         raws = read_message_slice(self.store.redis, task_id, max(0, start), max(0, start) + count)
         return [load_message(raw).model_dump(mode="json") for raw in raws]
 
+    def events(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's events (time, type Normal/Warning, reason, message), oldest first, derived from the store."""
+        return derived_events(self.store.redis, task_id, self.store.get_task(task_id))
+
     # ------------------------------------------------------------------ writes
 
-    def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None) -> str:
-        """Create and run a root task (as ``unicore run``); ``gated``: tools whose calls wait for approval."""
-        from unicore.cli import check_gated_tools, check_model, script_spec
+    def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None,
+               limits: dict[str, Any] | None = None) -> str:
+        """Create and run a root task (as ``unicore run``); ``gated``: tools whose calls wait for approval;
+        ``limits``: fields of ``schema.Limits`` (the others keep their defaults)."""
+        from unicore.cli import script_spec
 
         name = name or f"task-{uuid.uuid4().hex[:8]}"
-        try:
-            validate_task_id(name)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-        if "/" in name:
-            raise BadRequest("a local task name has no '<namespace>/' part")
-        if not prompt.strip():
-            raise BadRequest("the prompt is empty")
         spec_model, script = script_spec(model or "scripted", None)
-        check_model(spec_model, script, self.store.redis)
-        spec = TaskSpec(id=name, prompt=prompt, model=spec_model, script=script)
+        spec = TaskSpec(id=_root_name(name), prompt=prompt, model=spec_model, script=script, limits=_limits(limits))
         if gated:
-            check_gated_tools(gated)
             spec.approval = Approval(tools=list(dict.fromkeys(gated)))
+        return self._create(spec)
+
+    def create_from_yaml(self, text: str) -> str:
+        """Create and run a root task from an AgentTask manifest (``unicore.ui.manifest``: the CRD model's rules;
+        Kubernetes-only fields such as gpus or nodeSelector have no meaning here and are ignored); one with
+        ``spec.suspend: true`` is created suspended."""
+        from unicore.cli import script_spec
+
+        name, parsed = parse_manifest(text)
+        model, script = parsed.model or "scripted", parsed.script
+        if script is None:
+            model, script = script_spec(model, None)
+        try:
+            spec = TaskSpec(id=_root_name(name), prompt=parsed.prompt, model=model, script=script,
+                            system_prompt=parsed.system_prompt or "", tools=parsed.tools,
+                            child_tools=parsed.child_tools, limits=_limits(parsed.limits.set_fields()),
+                            approval=parsed.approval.runtime() if parsed.approval is not None else None)
+        except ValidationError as exc:
+            raise BadRequest(f"spec: {exc.errors()[0]['msg']}") from None
+        return self._create(spec, suspended=parsed.suspend)
+
+    def _create(self, spec: TaskSpec, *, suspended: bool = False) -> str:
+        from unicore.cli import check_gated_tools, check_model
+
+        if not (spec.prompt or "").strip():
+            raise BadRequest("the prompt is empty")
+        check_model(spec.model, spec.script, self.store.redis)
+        if spec.approval is not None:
+            check_gated_tools(spec.approval.tools)
         if not self.store.create_task(spec):
-            raise BadRequest(f"task {name} exists")
-        self.store.activate(name, "run")
-        self.run_tree(name)
-        return name
+            raise BadRequest(f"task {spec.id} exists")
+        if suspended:
+            suspension.suspend(self.store, spec.id)
+        self.store.activate(spec.id, "run")
+        self.run_tree(spec.id)
+        return spec.id
+
+    def suspend(self, task_id: str) -> None:
+        """Stop the task's running turn (its supervisor does, at once) and start no new one."""
+        suspension.suspend(self.store, _local_id(task_id))
+
+    def resume(self, task_id: str) -> None:
+        suspension.resume(self.store, _local_id(task_id))
+        self.run_tree(self.store.get_task(task_id).root)
+
+    def stop(self, task_id: str) -> list[str]:
+        """Suspend the task and every descendant (the subtree's turns are stopped and none starts); the ids suspended
+        now, top down."""
+        return suspension.stop(self.store, _local_id(task_id))
 
     def send(self, task_id: str, text: str, client_id: str) -> bool:
         """Queue ``text`` once per ``client_id`` (a repeat is accepted and not queued again); runs the tree."""
@@ -212,7 +256,8 @@ class LocalBackend:
                     yield cursor.text(), "message", message
             record = self.store.get_task(task_id)
             waiting = approvals.waiting_for(client, task_id)
-            now = (record.status, record.turns, record.total_tokens, state.busy, waiting)
+            now = (record.status, record.turns, record.total_tokens, state.busy, waiting, record.suspended,
+                   record.last_error)
             if now != last_state:
                 last_state = now
                 yield cursor.text(), "task", {**node_json(record.depth, record, waiting), "busy": state.busy,
@@ -228,6 +273,29 @@ class LocalBackend:
                                                    "kind": entry.kind, "text": entry.text}
             if not entries:
                 yield cursor.text(), "", {}  # nothing new: the server sends a comment (a closed client shows)
+
+
+def _root_name(name: str) -> str:
+    try:
+        validate_task_id(name)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return _local_id(name)
+
+
+def _local_id(task_id: str) -> str:
+    if "/" in task_id:
+        raise BadRequest(f"{task_id}: a local task name has no '<namespace>/' part")
+    return task_id
+
+
+def _limits(given: dict[str, Any] | None) -> Limits:
+    """``Limits`` with ``given`` over the defaults; a bad field is one line naming it."""
+    try:
+        return Limits.model_validate({**Limits().model_dump(), **(given or {})})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise BadRequest(f"limits.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}") from None
 
 
 __all__ = ["BadRequest", "Cursor", "LocalBackend"]

@@ -76,11 +76,12 @@ class UIBackend(Protocol):
     def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]: ...
 
     def events(self, task_id: str) -> list[dict[str, Any]]:
-        """The task's Kubernetes Events (local mode: none), oldest first."""
+        """The task's Kubernetes Events (local mode: derived from what the store recorded), oldest first."""
         ...
 
-    def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None) -> str:
-        """Create a root task; its id."""
+    def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None,
+               limits: dict[str, Any] | None = None) -> str:
+        """Create a root task; its id. ``limits``: ``schema.Limits`` fields by name (the others: defaults)."""
         ...
 
     def create_from_yaml(self, text: str) -> str:

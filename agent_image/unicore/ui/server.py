@@ -13,9 +13,11 @@ API (JSON; the cluster-mode backend serves the same):
 ``GET  /api/tasks/T/messages?start=&count=``    a page of the transcript
 ``GET  /api/events``                            SSE ``tree``: the forest when it changes
 ``GET  /api/tasks/T/events?from=N``             SSE ``message``/``token``/``task`` (``Last-Event-ID`` resumes)
-``POST /api/tasks``                             {prompt, model, name?, require_approval?} -> {id}
+``GET  /api/tasks/T/eventlog``                  the task's Events: {events: [{time, type, reason, message}]}
+``POST /api/tasks``                             {prompt, model, name?, require_approval?, limits?} or {yaml} -> {id}
 ``POST /api/tasks/T/messages``                  {text, client_id} -> {queued}
 ``POST /api/tasks/T/calls/C``                   {approve: bool}
+``POST /api/tasks/T/suspend|resume|stop``       {} (stop: the task and every descendant)
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ class UIHandler(BaseHTTPRequestHandler):
         elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "messages":
             start, count = _int(query, "start", 0), _int(query, "count", 200)
             self._json(HTTPStatus.OK, {"messages": backend.messages(segments[2], start, count)})
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "eventlog":
+            self._json(HTTPStatus.OK, {"events": backend.events(segments[2])})
         elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "events":
             resume = self.headers.get("Last-Event-ID")
             cursor: Cursor | int = Cursor.parse(resume) if resume else _int(query, "from", 0)
@@ -199,11 +203,19 @@ class UIHandler(BaseHTTPRequestHandler):
 
     def _post(self, segments: list[str], body: dict[str, Any]) -> None:
         backend = self.server.backend
-        if segments == ["api", "tasks"]:
+        if segments == ["api", "tasks"] and "yaml" in body:
+            self._json(HTTPStatus.CREATED, {"id": backend.create_from_yaml(_text(body, "yaml"))})
+        elif segments == ["api", "tasks"]:
             model = _text(body, "model") or "scripted"
             gated = [t.strip() for t in _text(body, "require_approval").split(",") if t.strip()]
-            name = backend.create(_text(body, "prompt"), model, _text(body, "name") or None, gated)
+            name = backend.create(_text(body, "prompt"), model, _text(body, "name") or None, gated,
+                                  limits=_limits(body))
             self._json(HTTPStatus.CREATED, {"id": name})
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] in ("suspend", "resume"):
+            getattr(backend, segments[3])(segments[2])
+            self._json(HTTPStatus.OK, {"ok": True})
+        elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "stop":
+            self._json(HTTPStatus.OK, {"suspended": backend.stop(segments[2])})
         elif len(segments) == 4 and segments[:2] == ["api", "tasks"] and segments[3] == "messages":
             client_id = _text(body, "client_id")
             if not 8 <= len(client_id) <= 64 or not client_id.replace("-", "").isalnum():
@@ -265,6 +277,16 @@ def _int(query: dict[str, list[str]], name: str, default: int) -> int:
         return int((query.get(name) or [str(default)])[0])
     except ValueError:
         raise BadRequest(f"{name}: a number") from None
+
+
+def _limits(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``limits``: numbers and booleans by ``schema.Limits`` field (the backend checks names and bounds)."""
+    limits = body.get("limits")
+    if limits is None:
+        return None
+    if not isinstance(limits, dict) or not all(isinstance(v, int) for v in limits.values()):
+        raise BadRequest("limits: an object of whole numbers by limit name")
+    return limits
 
 
 def _text(body: dict[str, Any], name: str) -> str:

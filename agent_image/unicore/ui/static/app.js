@@ -2,7 +2,7 @@
 // model, a user or a tool is set with textContent (never innerHTML).
 const csrf = document.querySelector('meta[name="csrf-token"]').content;
 const PAGE = 200;
-const ICONS = { running: "\u25b6", done: "\u2713", waiting: "\u23f8", failed: "\u2717", queued: "\u25cb" };
+const ICONS = { running: "\u25b6", done: "\u2713", waiting: "?", suspended: "\u23f8", failed: "\u2717", queued: "\u25cb" };
 let source = null;
 let view = 0; // bumped by every route change: a view whose awaits finish after the user moved on does nothing
 
@@ -53,16 +53,47 @@ function connect(url, handlers) {
 
 // ------------------------------------------------------------------ tree view
 
+// Rows are kept by task id and updated in place (a changed tree moves or adds only the rows that changed), so a
+// live update neither rebuilds 1,000 rows nor takes the keyboard focus away from the link it is on.
+const treeRows = new Map(); // task id -> {li, icon, indent, meta}
+
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+function treeRow(node) {
+  let row = treeRows.get(node.id);
+  if (!row) {
+    row = { icon: el("span", { class: "icon", role: "img" }), indent: el("span"), meta: el("span", { class: "meta" }) };
+    row.li = el("li", { "data-task": node.id }, row.icon, row.indent,
+      el("a", { href: `#/task/${encodeURIComponent(node.id)}`, text: node.id }), row.meta);
+    treeRows.set(node.id, row);
+  }
+  row.li.className = `phase-${node.phase}`;
+  row.li.dataset.phase = node.phase;
+  row.icon.setAttribute("aria-label", phaseLabel(node));
+  setText(row.icon, ICONS[node.phase] || "?");
+  setText(row.indent, "\u00a0\u00a0".repeat(node.depth));
+  setText(row.meta, `${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 ${seconds(node)}`);
+  return row.li;
+}
+
 function renderTree(nodes) {
   const list = document.getElementById("tree");
-  list.replaceChildren(...nodes.map((node) => el("li",
-    { class: `phase-${node.phase}`, "data-task": node.id, "data-phase": node.phase },
-    el("span", { class: "icon", role: "img", "aria-label": phaseLabel(node), text: ICONS[node.phase] || "?" }),
-    el("span", { text: "\u00a0\u00a0".repeat(node.depth) }),
-    el("a", { href: `#/task/${encodeURIComponent(node.id)}`, text: node.id }),
-    el("span", { class: "meta", text: `${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 ${seconds(node)}` }),
-  )));
+  const shown = new Set(nodes.map((node) => node.id));
+  for (const [id, row] of treeRows) {
+    if (!shown.has(id)) { row.li.remove(); treeRows.delete(id); }
+  }
+  let previous = null;
+  for (const node of nodes) {
+    const li = treeRow(node);
+    if (li !== (previous ? previous.nextSibling : list.firstChild)) {
+      if (previous) previous.after(li); else list.prepend(li);
+    }
+    previous = li;
+  }
   document.getElementById("tree-empty").hidden = nodes.length > 0;
+  document.getElementById("tree").dataset.rendered = String(nodes.length);
 }
 
 function showTree() {
@@ -78,13 +109,31 @@ document.getElementById("create-form").addEventListener("submit", async (event) 
   const form = event.target;
   const error = document.getElementById("create-error");
   error.textContent = "";
+  const limits = {};
+  for (const input of form.querySelectorAll("#limits input")) {
+    if (input.value !== "") limits[input.name] = Number(input.value);
+  }
   try {
     const created = await api("POST", "/api/tasks", {
       prompt: form.prompt.value, model: form.model.value, name: form.elements.name.value,
-      require_approval: form.require_approval.value,
+      require_approval: form.require_approval.value, ...(Object.keys(limits).length ? { limits } : {}),
     });
     form.prompt.value = "";
     form.elements.name.value = "";
+    location.hash = `#/task/${encodeURIComponent(created.id)}`;
+  } catch (err) {
+    error.textContent = err.message;
+  }
+});
+
+document.getElementById("yaml-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const error = document.getElementById("yaml-error");
+  error.textContent = "";
+  try {
+    const created = await api("POST", "/api/tasks", { yaml: form.yaml.value });
+    form.yaml.value = "";
     location.hash = `#/task/${encodeURIComponent(created.id)}`;
   } catch (err) {
     error.textContent = err.message;
@@ -160,6 +209,33 @@ function onTask(node) {
     `${ICONS[node.phase] || ""} ${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 model ${node.model}`;
   document.getElementById("task-status").dataset.phase = node.phase;
   document.getElementById("task-error").textContent = node.error || "";
+  document.getElementById("suspend").disabled = Boolean(node.suspended);
+  document.getElementById("resume").disabled = !node.suspended;
+}
+
+function renderEvents(events) {
+  document.getElementById("events").replaceChildren(...events.map((item) => el("tr", { class: `event-${item.type}` },
+    el("td", { text: new Date(item.time * 1000).toLocaleTimeString() }), el("td", { text: item.type }),
+    el("td", { text: item.reason }), el("td", { text: item.message }))));
+  document.getElementById("events-empty").hidden = events.length > 0;
+}
+
+async function refreshEvents(id) {
+  try {
+    const data = await api("GET", `/api/tasks/${encodeURIComponent(id)}/eventlog`);
+    if (task && task.id === id) renderEvents(data.events);
+  } catch { /* shown again with the next change */ }
+}
+
+for (const control of ["suspend", "resume", "stop"]) {
+  document.getElementById(control).addEventListener("click", async () => {
+    const error = document.getElementById("task-error");
+    try {
+      await api("POST", `/api/tasks/${encodeURIComponent(task.id)}/${control}`, {});
+    } catch (err) {
+      error.textContent = err.message;
+    }
+  });
 }
 
 function renderLinks(info) {
@@ -191,6 +267,7 @@ async function showTask(id) {
   document.title = `${id} \u00b7 UniCore`;
   document.getElementById("transcript").replaceChildren();
   document.getElementById("live").replaceChildren();
+  document.getElementById("events").replaceChildren();
   task = { id, first: 0, shown: 0, turn: null, calls: new Map(), live: new Map(), clientId: null };
   try {
     const info = await api("GET", `/api/tasks/${encodeURIComponent(id)}`);
@@ -204,7 +281,7 @@ async function showTask(id) {
     task.shown = task.first + page.messages.length;
     document.getElementById("earlier").hidden = task.first === 0;
     connect(`/api/tasks/${encodeURIComponent(id)}/events?from=${task.shown}`, {
-      message: addMessage, token: onToken, task: (node) => { onTask(node); refreshLinks(id); },
+      message: addMessage, token: onToken, task: (node) => { onTask(node); refreshLinks(id); refreshEvents(id); },
     });
   } catch (err) {
     document.getElementById("task-error").textContent = err.message;
