@@ -1,5 +1,5 @@
 """``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, approve, deny, suspend, resume,
-describe."""
+describe, ui."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from unicore_operator.kubectl_plugin import approvals, commands
 from unicore_operator.kubectl_plugin.errors import PluginError
 from unicore_operator.kubectl_plugin.kube import connect
 from unicore_operator.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS
+from unicore_operator.kubectl_plugin.ui_command import add_ui_parser
 
 EPILOG = """examples:
   kubectl agenttask tree -n demo              the task tree (add -w to refresh, -A for all namespaces)
@@ -23,6 +24,7 @@ EPILOG = """examples:
   kubectl agenttask logs demo --follow        the transcript and live answers, until the task is Idle
   kubectl agenttask approve demo              let the tool call that waits for approval run (or: deny)
   kubectl agenttask describe demo
+  kubectl agenttask ui -n demo                the web UI on 127.0.0.1, with your rights (prints its URL)
 """
 
 
@@ -112,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", parents=[common], help="spec, status, children and recent events")
     describe.add_argument("name")
     describe.set_defaults(func=commands.cmd_describe)
+
+    add_ui_parser(sub, common)
     return parser
 
 
@@ -122,6 +126,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.text = [*args.text, *extra]  # `send NAME --id X words...`: words after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "ui" and args.all_namespaces and getattr(args, "namespace", None):
+        parser.error("give -n NAMESPACE or --all-namespaces, not both")
     return args
 
 
