@@ -24,6 +24,9 @@ from unicore.state.records import TaskRecord, TurnHeader, TurnMeta, parse_turn_h
 from unicore.turn_numbers import shown_turn
 
 EVENT_TURNS = 100  # the newest turns whose start and end are listed
+# The record fields a tree row shows (HMGET, not HGETALL: a record also holds the script, tools and limits as JSON)
+FOREST_FIELDS = ("id", "name", "parent", "root", "depth", "model", "status", "turns", "total_tokens", "created_at",
+                 "updated_at", "last_response", "last_error", "suspended", "suspended_at")
 
 
 @dataclass(frozen=True)
@@ -35,17 +38,18 @@ class ForestNode:
 
 def read_forest(client: Any, *, max_roots: int, max_nodes: int) -> list[ForestNode]:
     """Every root's tree, depth first (newest root first, children oldest first), at most ``max_roots`` roots and
-    ``max_nodes`` tasks; two round trips whatever the number of tasks."""
+    ``max_nodes`` tasks; two round trips whatever the number of tasks. The records hold ``FOREST_FIELDS`` only."""
     ids = [str(t) for t in client.zrange(TASKS_INDEX, 0, -1)]
     pipe = client.pipeline(transaction=False)
     for task_id in ids:
-        pipe.hgetall(TaskKeys(task_id).task)
+        pipe.hmget(TaskKeys(task_id).task, list(FOREST_FIELDS))
         pipe.hmget(TaskKeys(task_id).approvals, list(WAITING_FIELDS))
     replies = pipe.execute()
     records: dict[str, tuple[TaskRecord, PendingKind | None]] = {}
-    for task_id, raw, counters in zip(ids, replies[0::2], replies[1::2], strict=True):
-        if raw:  # removed between the two reads: left out
-            records[task_id] = (TaskRecord.from_hash(text_hash(raw)), waiting_from_counters(counters))
+    for task_id, values, counters in zip(ids, replies[0::2], replies[1::2], strict=True):
+        if values[0] is not None:  # removed between the two reads: left out
+            fields = {name: value for name, value in zip(FOREST_FIELDS, values, strict=True) if value is not None}
+            records[task_id] = (TaskRecord.from_hash(text_hash(fields)), waiting_from_counters(counters))
     children: dict[str, list[TaskRecord]] = {}
     roots: list[TaskRecord] = []
     for record, _waiting in records.values():
