@@ -370,3 +370,48 @@ def test_in_the_browser_a_user_without_rights_sees_the_403(env: Env, bob_ui: UI,
         f'forbidden: you cannot get agenttask "chat" in namespace {env.a}', timeout=30_000)
     expect(page.locator("#task-error")).to_contain_text('User "bob" cannot get resource "agenttasks"')
     expect(page.locator("#transcript li")).to_have_count(0)
+
+
+YAML_MANIFEST = """\
+apiVersion: unicore.dev/v1alpha1
+kind: AgentTask
+metadata:
+  name: from-page
+spec:
+  prompt: "Say where you were made."
+  gpus: 0
+  script:
+    default: "Done."
+    tasks:
+      from-page: [{text: "made from the page's YAML"}]
+"""
+
+
+@pytest.mark.ui
+def test_in_the_browser_a_user_suspends_and_resumes_reads_events_and_creates_from_yaml(env: Env, alice_ui: UI,
+                                                                                       page: Any) -> None:
+    from playwright.sync_api import expect
+
+    a, tasks = env.a, env.tasks(env.a)
+    page.goto(alice_ui.url)
+    page.get_by_role("link", name=f"{a}/chat", exact=True).click()
+    status = page.locator("#task-status")
+    expect(status).to_have_attribute("data-phase", "done", timeout=30_000)
+    page.get_by_role("button", name="Suspend").click()
+    expect(status).to_have_attribute("data-phase", "suspended", timeout=60_000)  # the patch, seen by the watch
+    assert (tasks.get("chat") or {})["spec"]["suspend"] is True
+    expect(page.get_by_role("button", name="Resume")).to_be_enabled()
+    page.get_by_role("button", name="Resume").click()
+    expect(status).to_have_attribute("data-phase", "done", timeout=60_000)
+    assert (tasks.get("chat") or {})["spec"]["suspend"] is False
+
+    page.get_by_text("Events", exact=True).click()
+    expect(page.locator("#events")).to_contain_text("Turn", timeout=30_000)  # the operator's Events, as alice
+
+    page.get_by_role("link", name="All tasks").click()
+    page.get_by_text("New task from YAML").click()
+    page.get_by_label("AgentTask manifest").fill(YAML_MANIFEST)
+    page.get_by_role("button", name="Create from YAML").click()
+    expect(page.locator("#task-title")).to_have_text(f"{a}/from-page")
+    expect(page.locator("#transcript")).to_contain_text("made from the page's YAML", timeout=SETTLE * 1000)
+    assert (tasks.get("from-page") or {})["spec"]["gpus"] == 0

@@ -35,6 +35,7 @@ from unicore_operator.kubectl_plugin.ui_watch import TaskWatch, refusal
 API_TIMEOUT_SECONDS = 10.0  # retrying the task API while the operator restarts, per request
 STREAM_WAIT_SECONDS = 2.0  # a task stream's long poll (the task API allows 10); also how soon a phase change shows
 QUIET_SECONDS = 10.0  # the tree feed's keepalive after this long without a change
+COALESCE_SECONDS = 0.1  # after a change, this long for more before the forest is sent
 TRANSCRIPT_LIMIT = 1000  # the task API's page cap
 T = TypeVar("T")
 
@@ -126,7 +127,9 @@ class ClusterBackend:
             if version == seen:
                 yield None
                 continue
-            seen = version
+            if seen >= 0:
+                stop.wait(COALESCE_SECONDS)  # a burst of changes (a tree spawning) becomes one event
+            seen = self.watch.version
             nodes = self.forest()  # Forbidden when the watch lost the right to list
             if nodes != last:
                 last = nodes
