@@ -337,8 +337,10 @@ def page(browser: Any) -> Iterator[Any]:
 
 @pytest.mark.ui
 def test_in_the_browser_a_user_sees_their_tree_and_transcript_and_sends_a_message(env: Env, alice_ui: UI,
-                                                                                   page: Any) -> None:
+                                                                                   page: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
+
+    from tests.ui.test_ui_browser import screenshot
 
     a = env.a
     page.goto(alice_ui.url)
@@ -346,6 +348,7 @@ def test_in_the_browser_a_user_sees_their_tree_and_transcript_and_sends_a_messag
         expect(page.locator(f'li[data-task="{a}/{name}"]')).to_be_visible(timeout=30_000)
     expect(page.locator(f'li[data-task^="{env.b}/"]')).to_have_count(0)
     expect(page.locator(f'li[data-task="{a}/water-a"] .meta')).to_contain_text("turns 1")
+    screenshot(page, "ui-cluster-tree.png", tmp_path)
 
     page.get_by_role("link", name=f"{a}/chat", exact=True).click()
     transcript = page.locator("#transcript")
@@ -360,8 +363,10 @@ def test_in_the_browser_a_user_sees_their_tree_and_transcript_and_sends_a_messag
 
 
 @pytest.mark.ui
-def test_in_the_browser_a_user_without_rights_sees_the_403(env: Env, bob_ui: UI, page: Any) -> None:
+def test_in_the_browser_a_user_without_rights_sees_the_403(env: Env, bob_ui: UI, page: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
+
+    from tests.ui.test_ui_browser import screenshot
 
     page.goto(bob_ui.url)
     expect(page.locator(f'li[data-task="{env.b}/chat"]')).to_be_visible(timeout=30_000)
@@ -370,6 +375,7 @@ def test_in_the_browser_a_user_without_rights_sees_the_403(env: Env, bob_ui: UI,
         f'forbidden: you cannot get agenttask "chat" in namespace {env.a}', timeout=30_000)
     expect(page.locator("#task-error")).to_contain_text('User "bob" cannot get resource "agenttasks"')
     expect(page.locator("#transcript li")).to_have_count(0)
+    screenshot(page, "ui-cluster-forbidden.png", tmp_path)
 
 
 YAML_MANIFEST = """\
