@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
 -include hack/ship.mk
 
-.PHONY: help bootstrap k8s-bins node-bins images-local model-bins model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+.PHONY: help bootstrap k8s-bins node-bins images-local model-bins mcp-servers model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -39,6 +39,12 @@ model-bins: bootstrap ## build (or reuse from cache) llama-server and fetch the 
 	else hack/build-model-server.sh >/dev/null && $(BIN)/python hack/fetch-model.py >/dev/null \
 	  && $(BIN)/python hack/fetch-model.py --model qwen2.5-coder-1.5b >/dev/null; fi
 
+# Third-party MCP servers the tests run against (issue 17): @modelcontextprotocol/server-everything from npm, its tree pinned
+# by hack/mcp-servers/package-lock.json, cached under ${UNICORE_CACHE:-~/.cache/unicore}/mcp-servers-*; node and npm from
+# Debian when missing. (mcp-server-time is a PyPI dev dependency, installed by bootstrap.)
+mcp-servers: ## install (or reuse from cache) the MCP test servers (hack/fetch-mcp-servers.sh)
+	@hack/fetch-mcp-servers.sh >/dev/null
+
 model-up: bootstrap ## start the real model server in the background (llama-server + Qwen2.5-Coder-1.5B; UNICORE_MODEL=qwen2.5-coder-0.5b for the faster one); prints `export OPENAI_BASE_URL=...`
 	@hack/model-server.sh up
 
@@ -48,10 +54,10 @@ model-down: ## stop the real model server
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-test: bootstrap k8s-bins node-bins images-local model-bins ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
+test: bootstrap k8s-bins node-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
 	@$(WITH_K8S) $(BIN)/pytest $(PYTEST_ARGS)
 
-test-fast: bootstrap ## unit + integration tests only (no control plane, no containers, no real model)
+test-fast: bootstrap mcp-servers ## unit + integration tests only (no control plane, no containers, no real model)
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff and mypy

@@ -37,13 +37,14 @@ from unicore.cli_input import (
     positive_seconds,
     read_script_file,
 )
+from unicore.cli_mcp import add_mcp_arguments, is_mcp_tool_name, mcp_for_run
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.follow import Follower
 from unicore.follow import block_lines as _block_lines
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.retention import add_gc_command
-from unicore.schema import APPROVE_ALL, Approval, Limits, TaskSpec, prompt_message_id, validate_task_id
+from unicore.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec, prompt_message_id, validate_task_id
 from unicore.settings import RuntimeSettings
 from unicore.state import approvals
 from unicore.state.compactions import read_compactions
@@ -135,14 +136,17 @@ def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: f
     return EXIT_OK
 
 
-def check_gated_tools(names: list[str]) -> None:
-    """``--require-approval`` names known tools (or ``*``); UsageError otherwise."""
+def check_gated_tools(names: list[str], mcp: list[MCPServerRef] | None = None) -> None:
+    """``--require-approval`` names known tools, tools of the task's MCP servers (``<server>__<tool>``) or ``*``;
+    UsageError otherwise."""
     from unicore.tools.registry import known_tools
 
-    unknown = sorted({name for name in names if name != APPROVE_ALL and name not in known_tools()})
+    unknown = sorted({name for name in names
+                      if name != APPROVE_ALL and name not in known_tools() and not is_mcp_tool_name(name, mcp)})
     if unknown:
         raise UsageError(f"--require-approval: unknown tool(s) {', '.join(unknown)}; known tools: "
-                         f"{', '.join(sorted(known_tools()))} (or '{APPROVE_ALL}' for every tool)")
+                         f"{', '.join(sorted(known_tools()))}, <server>__<tool> of an --mcp server "
+                         f"(or '{APPROVE_ALL}' for every tool)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -154,11 +158,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "/" in name:  # local roots are bare names: their workspace folder is named after them
         return _fail(f"invalid task name {name!r}: a local task name has no '<namespace>/' part", EXIT_USAGE)
     model, script = script_spec(args.model, args.script)  # bad script files: refused before Redis is touched
-    check_gated_tools(args.require_approval or [])
+    mcp_refs, mcp_servers = mcp_for_run(args.mcp_server, args.mcp)  # bad files and names: refused here too
+    check_gated_tools(args.require_approval or [], mcp_refs)
     url = redis_url()
     store = TaskStore(connect(url))
     check_model(model, script, store.redis)
-    spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "")
+    spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "",
+                    mcp_servers=mcp_refs, mcp_definitions=[server.dump() for server in mcp_servers] or None)
     if args.max_iterations is not None:
         spec.limits.max_iterations = args.max_iterations
     if args.no_summary:
@@ -174,7 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not store.create_task(spec):
         message_id = uuid.uuid4().hex
         store.queue_text(name, args.prompt, message_id=message_id)
-        print(f"[unicore] task {name} exists: the prompt was sent to it as a new message", file=sys.stderr)
+        print(f"[unicore] task {name} exists: the prompt was sent to it as a new message"
+              + (" (its MCP servers stay as they were)" if mcp_refs else ""), file=sys.stderr)
     store.activate(name, "run")
     code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, name) or print_suspended(store, name)):  # what to do next
@@ -333,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"deny approvals not decided within this time (default {Approval().timeout_seconds})")
     run.add_argument("--ask-user", action="store_true",
                      help="give the task the ask_user tool (its questions are answered with 'unicore send')")
+    add_mcp_arguments(run)
     run.add_argument("--timeout", type=positive_seconds, help="give up after this many seconds")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)

@@ -79,56 +79,72 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def read_script_file(path_text: str) -> dict[str, Any]:
-    """The script in ``path_text`` as plain JSON values; UsageError when it cannot be one (see module doc)."""
+def read_text_file(path_text: str, what: str = "script") -> str:
+    """The UTF-8 text of the regular file ``path_text`` (at most ``MAX_SCRIPT_BYTES``); UsageError naming it as
+    ``what`` otherwise."""
     path = Path(path_text)
     try:
         # O_NONBLOCK: a FIFO must not block the open; it is refused below like every non-regular file.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise UsageError(f"cannot read script {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise UsageError(f"script {path} is not a regular file")
+        raise UsageError(f"{what} {path} is not a regular file")
     with os.fdopen(fd, "rb") as handle:
         try:
             raw = handle.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
-            raise UsageError(f"cannot read script {path}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_SCRIPT_BYTES:
-        raise UsageError(f"script {path} is larger than {MAX_SCRIPT_BYTES // (1024 * 1024)} MiB")
+        raise UsageError(f"{what} {path} is larger than {MAX_SCRIPT_BYTES // (1024 * 1024)} MiB")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"script {path} is not UTF-8 text (bad byte at offset {exc.start})") from None
-    return parse_script_text(text, str(path))
+        raise UsageError(f"{what} {path} is not UTF-8 text (bad byte at offset {exc.start})") from None
 
 
-def parse_script_text(text: str, where: str) -> dict[str, Any]:
-    """YAML/JSON text -> a mapping of JSON values. Aliases and deep nesting are refused from the event stream
-    (which PyYAML produces without recursion) before anything is built."""
+def read_script_file(path_text: str) -> dict[str, Any]:
+    """The script in ``path_text`` as plain JSON values; UsageError when it cannot be one (see module doc)."""
+    return parse_script_text(read_text_file(path_text), str(Path(path_text)))
+
+
+def _plain_yaml(text: str, where: str, what: str) -> list[Any]:
+    """Every document of YAML/JSON ``text`` as plain JSON values. Aliases and deep nesting are refused from the event
+    stream (which PyYAML produces without recursion) before anything is built."""
     depth = 0
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
-                raise UsageError(f"script {where}: YAML aliases (*{event.anchor}) are not allowed in scripts")
+                raise UsageError(f"{what} {where}: YAML aliases (*{event.anchor}) are not allowed in {what}s")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_SCRIPT_DEPTH:
-                    raise UsageError(f"script {where} is nested more than {MAX_SCRIPT_DEPTH} levels deep")
+                    raise UsageError(f"{what} {where} is nested more than {MAX_SCRIPT_DEPTH} levels deep")
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
-        data = yaml.safe_load(text)
+        documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"script {where} is not valid YAML/JSON: {first}") from None
+        raise UsageError(f"{what} {where} is not valid YAML/JSON: {first}") from None
+    try:
+        return list(json.loads(json.dumps(documents, allow_nan=False)))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{what} {where} holds a value that is not plain JSON ({exc})") from None
+
+
+def parse_script_text(text: str, where: str) -> dict[str, Any]:
+    """YAML/JSON text -> a mapping of JSON values (one document; see ``_plain_yaml``)."""
+    documents = _plain_yaml(text, where, "script")
+    data = documents[0] if len(documents) == 1 else None
     if not isinstance(data, dict):
         raise UsageError(f"script {where}: a script is a mapping with 'default' and 'tasks'")
-    try:
-        plain = json.loads(json.dumps(data, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"script {where} holds a value that is not plain JSON ({exc})") from None
-    return dict(plain)
+    return dict(data)
+
+
+def read_yaml_documents(path_text: str, what: str) -> list[Any]:
+    """Every non-empty document of the YAML/JSON file ``path_text`` as plain JSON values (UsageError otherwise)."""
+    return [doc for doc in _plain_yaml(read_text_file(path_text, what), str(Path(path_text)), what) if doc is not None]
 
 
 __all__ = [
@@ -140,4 +156,6 @@ __all__ = [
     "int_between",
     "positive_seconds",
     "read_script_file",
+    "read_text_file",
+    "read_yaml_documents",
 ]

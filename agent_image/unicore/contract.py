@@ -14,6 +14,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentTask"
 PLURAL = "agenttasks"
+MCP_SERVER_KIND = "MCPServer"  # MCP tool servers (issue 17; unicore.mcp_config: local-mode documents, later a CRD)
 
 FINALIZER = f"{GROUP}/cleanup"
 ANNOTATION_PREFIX = GROUP

@@ -154,6 +154,10 @@ class RuntimeSettings(EnvSettings):
     summarize_turns: Flag = Field(True, validation_alias="UNICORE_SUMMARIZE_TURNS")
     # Custom tools: a comma list of package.module:ATTR (unicore.tools.registry).
     extra_tools: str = Field("", validation_alias="UNICORE_EXTRA_TOOLS")
+    # The MCP servers a turn may connect to: a JSON list of resolved definitions (unicore.mcp_config; the operator
+    # fills it from MCPServer resources, the local supervisor from the tree's `unicore run --mcp-server` files).
+    # Kept as text: parsed, with errors that never repeat header values, when a task uses MCP servers.
+    mcp_servers: str = Field("", validation_alias="UNICORE_MCP_SERVERS")
     # The log level of console entrypoints; None = the entrypoint's default (the CLI WARNING, others INFO).
     log_level: str | None = Field(None, validation_alias="UNICORE_LOG_LEVEL")
     # The live token stream of a task (unicore.state.token_stream): about this many entries are kept (0 = publish

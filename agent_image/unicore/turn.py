@@ -15,6 +15,7 @@ most ``UNICORE_STALL_SECONDS`` (``unicore.progress``); a hung turn stops beating
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore
 from unicore.state.telemetry import Telemetry
 from unicore.state.token_stream import StreamSettings, TokenStreamSink, publish_turn_end
 from unicore.tools.base import Spawner, Tool, ToolContext
+from unicore.tools.mcp_tools import McpToolbox, toolbox_for
 from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
 from unicore.turn_numbers import shown_turn
 from unicore.turn_signals import Heartbeat
@@ -109,7 +111,8 @@ def default_system_prompt(store: TaskStore, record: TaskRecord) -> str:
 
 # The RuntimeSettings fields a turn uses (run_turn reads just these when it is not given settings).
 TURN_SETTINGS = frozenset(
-    {"stall_seconds", "summarize_turns", "workspace", "home", "live_stream_entries", "live_stream_ttl_seconds"}
+    {"stall_seconds", "summarize_turns", "workspace", "home", "live_stream_entries", "live_stream_ttl_seconds",
+     "mcp_servers", "spawner"}
 )
 
 
@@ -173,6 +176,7 @@ class _Turn:
         self.context = context
         self.view = HistoryView(None)  # the newest compaction and the messages after it (unicore.compaction)
         self.compactor: Compactor | None = None
+        self.mcp = McpToolbox()  # the MCP servers' tools of this turn (tools.mcp_tools), closed when it ends
 
     # ---- lifecycle
 
@@ -218,6 +222,7 @@ class _Turn:
                 except redis.RedisError as exc:
                     log.error("task %s: could not release the lease: %s", self.task_id, exc)
                 fault_point("after release")
+            self.mcp.close()
         if self.outcome.turn_number is not None and self.outcome.exit_code != EXIT_LEASE_LOST:
             publish_turn_end(self.redis, self.task_id, self.outcome.turn_number, self.live)  # wakes live readers
         if self.outcome.turn_number is not None:
@@ -306,15 +311,20 @@ class _Turn:
         if hasattr(model, "set_cancel_event"):
             model.set_cancel_event(self.cancel)
         tools = list(self.toolset_factory(record))
-        specs = tool_specs(tools)
         workspace = self.workspace or default_workspace(record.root or self.task_id, self.settings)
         workspace.mkdir(parents=True, exist_ok=True)
+        if record.mcp_servers:
+            self.progress.mark("MCP servers")  # connect and list tools, each server bounded by its timeout
+            self.mcp = toolbox_for(record, self.settings, workspace, os.environ, [tool.name for tool in tools])
+            tools += self.mcp.tools
+        specs = tool_specs(tools)
         ctx = ToolContext(
             task_id=self.task_id,
             store=self.store,
             spawner=self.spawner or _no_spawner(),
             workspace=workspace,
             cancel=self.cancel,
+            explain_unavailable=self.mcp.explain,
         )
 
         if deliver_report(self.store, self.task_id):

@@ -33,6 +33,8 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_SUMMARIZE_TURNS": ("0", False),
     "UNICORE_EXTRA_TOOLS": (" my_tools:TOOLS ", "my_tools:TOOLS"),
     "UNICORE_LOG_LEVEL": ("DEBUG", "DEBUG"),
+    "UNICORE_MCP_SERVERS": ('[{"name": "t", "spec": {"url": "http://t/mcp"}}]',
+                            '[{"name": "t", "spec": {"url": "http://t/mcp"}}]'),
     "UNICORE_LIVE_STREAM_ENTRIES": ("0", 0),
     "UNICORE_LIVE_STREAM_TTL_SECONDS": ("60", 60.0),
     "UNICORE_REDIS_RETRY_SECONDS": ("7.5", 7.5),

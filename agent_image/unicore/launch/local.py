@@ -20,6 +20,7 @@ suspend activates it) and on every scan, so whichever supervisor runs the turn s
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -33,9 +34,11 @@ from pathlib import Path
 
 import redis
 
+from unicore.errors import TaskNotFound
 from unicore.log import get_logger
 from unicore.reports import report_failure
 from unicore.schema import Approval
+from unicore.settings import RuntimeSettings
 from unicore.state import approvals
 from unicore.state.activations import ActivationConsumer, missing_group
 from unicore.state.reads import busy, last_error
@@ -144,6 +147,17 @@ class LocalSupervisor:
 
     # ---- processes
 
+    def _mcp_env(self, task_id: str) -> dict[str, str]:
+        """UNICORE_MCP_SERVERS for a turn of the tree: the MCP server definitions stored on its root by `unicore
+        run --mcp-server` (docs/mcp.md); none stored: the supervisor's own environment decides."""
+        try:
+            root = self.store.get_task(self.store.get_task(task_id).root)
+        except TaskNotFound:
+            return {}
+        if root.mcp_definitions is None:
+            return {}
+        return {RuntimeSettings.env_var("mcp_servers"): json.dumps(root.mcp_definitions, separators=(",", ":"))}
+
     def _start(self, task_id: str) -> None:
         env = {
             **os.environ,
@@ -151,6 +165,7 @@ class LocalSupervisor:
             "REDIS_URL": self.redis_url,
             "UNICORE_TASK_ID": task_id,
             "UNICORE_SPAWNER": "local",
+            **self._mcp_env(task_id),
         }
         log_path = None
         stdout: int | object = subprocess.DEVNULL

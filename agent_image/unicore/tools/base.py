@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -31,6 +32,9 @@ class ToolContext:
     spawner: Spawner
     workspace: Path
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Why a tool name that is not among the task's tools is refused, when the turn knows (an MCP tool outside the
+    # allow-list, a tool of an MCP server that could not be reached: ``tools.mcp_tools.McpToolbox.explain``).
+    explain_unavailable: Callable[[str], str | None] | None = None
 
 
 class Tool:
@@ -41,7 +45,17 @@ class Tool:
     Input: ClassVar[type[BaseModel]]
 
     def input_schema(self) -> dict[str, Any]:
-        return self.Input.model_json_schema()
+        """The JSON schema the model gets: the input model's, without pydantic's generated titles."""
+        return strip_titles(self.Input.model_json_schema())
 
     def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
         raise NotImplementedError
+
+
+def strip_titles(schema: Any) -> Any:
+    """``schema`` without its ``title`` keywords (a property named "title" stays)."""
+    if isinstance(schema, dict):
+        return {k: strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [strip_titles(item) for item in schema]
+    return schema

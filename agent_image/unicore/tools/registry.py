@@ -97,22 +97,10 @@ def toolset_for(record: Any) -> list[Tool]:
     return [known[name] for name in tool_names_for(record)]
 
 
-def _strip_titles(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
-    if isinstance(schema, list):
-        return [_strip_titles(item) for item in schema]
-    return schema
-
-
 def tool_specs(tools: Iterable[Tool]) -> list[ToolSpec]:
-    """Model-facing specs; the JSON schemas come from the tools' pydantic input models."""
-    return [
-        ToolSpec(
-            name=tool.name, description=tool.description, input_schema=_strip_titles(tool.input_schema())
-        )
-        for tool in tools
-    ]
+    """Model-facing specs; the JSON schemas are the tools' ``input_schema()`` (a built-in's from its pydantic input
+    model, an MCP tool's the server's own, unchanged)."""
+    return [ToolSpec(name=tool.name, description=tool.description, input_schema=tool.input_schema()) for tool in tools]
 
 
 def format_validation_error(tool: str, error: ValidationError) -> str:
@@ -165,7 +153,10 @@ def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str
     name = use.get("name")
     allowed = {tool.name: tool for tool in tools}
     if name not in allowed:
-        if name in known_tools():
+        why = ctx.explain_unavailable(str(name)) if ctx.explain_unavailable is not None else None
+        if why:
+            message = why
+        elif name in known_tools():
             message = (
                 f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
             )
