@@ -31,6 +31,10 @@ idle, last tool, stuck).
 Limits on depth, number of children, tree size and token budget are enforced; a refused spawn says why.
 """
 
+AGENTS_LINE = """Agents you may spawn by name (spawn_task with `agent`; the child runs with that agent's model,
+instructions and tools): {agents}.
+"""
+
 NO_DELEGATION = """
 You cannot start child tasks: do the work yourself with the tools you have.
 """
@@ -70,6 +74,8 @@ def build_system_prompt(
     """Base prompt + the record's system_prompt + (for a child) the parent's bounded transcript."""
     view = storeview.view_of(record)
     delegation = DELEGATION if may_spawn(view) and _has_spawn(view) else NO_DELEGATION
+    if delegation is DELEGATION and view.agents:
+        delegation += AGENTS_LINE.format(agents=", ".join(view.agents))
     parts = [BASE_PROMPT.format(task_id=view.id, delegation=delegation).rstrip()]
     if view.system_prompt.strip():
         parts.append(view.system_prompt.strip())

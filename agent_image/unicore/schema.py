@@ -150,6 +150,17 @@ class TaskSpec(BaseModel):
     # ``unicore.mcp_config``), stored on the root; the local supervisor passes them to the tree's turns in
     # UNICORE_MCP_SERVERS. None on Kubernetes, where the operator resolves MCPServer resources.
     mcp_definitions: list[dict[str, Any]] | None = None
+    # The agent whose definition the task narrows (``unicore.agents``): ``<namespace>/<name>`` on Kubernetes, the
+    # bare name in local mode; None = no agent. With one, the fields above that the creator set are the task's own
+    # narrowing of it (``model_fields_set``), resolved over the agent's at every turn start.
+    agent: str | None = None
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_id(cls, agent: str | None) -> str | None:
+        if agent is not None and not TASK_ID_RE.match(agent):
+            raise ValueError(f"invalid agent id {agent[:80]!r}: '[<namespace>/]<name>', a Kubernetes object name")
+        return agent
 
     @field_validator("mcp_servers")
     @classmethod

@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from unicore.agent_resolution import resolve_for_turn
 from unicore.answers import BadAnswer, accept_answer, refusal_text, used_tool_use_ids
 from unicore.approvals_turn import ApprovalGate, Prepared
 from unicore.compaction import SUMMARY_SYSTEM, Compactor, HistoryView, answer_tool_ids
@@ -306,6 +307,7 @@ class _Turn:
 
     def _run_leased(self, record: TaskRecord, started: float) -> None:
         assert self.lease is not None
+        record = resolve_for_turn(self.store, self.lease, record)  # its agent's definition as of now
         self._check_cancel()
         model = self.model_factory(record, self.redis)
         if hasattr(model, "set_cancel_event"):
@@ -582,7 +584,8 @@ def _exit_reason(code: int) -> str:
 
 
 class _NoSpawner:
-    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
         from unicore.errors import ToolError
 
         raise ToolError("spawning is not available in this process")

@@ -83,6 +83,12 @@ def test_shared_keys_get_only_the_writes_a_turn_makes() -> None:
     assert not any(TASKS_INDEX in keys or any(k.startswith("uc:faults") for k in keys) for keys in shared)
 
 
+def test_agent_definitions_of_the_namespace_are_read_only() -> None:
+    """A turn reads its agent's definition (issue 17) but may not write one: that would widen its own agent."""
+    assert selectors()[("uc:agent:{team-a/*}",)] == {"get"}
+    assert not any("uc:agent:" in rule for rule in acl.namespace_rules("team-a") if rule.startswith("~"))
+
+
 def test_nothing_that_reads_across_tenants_or_disturbs_the_server_is_allowed() -> None:
     rules = acl.namespace_rules("team-a")
     assert rules[0] == "-@all" and "resetchannels" in rules and not any(r.startswith(("&", "%", "allkeys", "~*"))

@@ -16,7 +16,8 @@ from unicore.tools.storeview import TaskView
 
 
 class NoSpawner:
-    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
         raise AssertionError("not expected to spawn")
 
 

@@ -38,7 +38,7 @@ from unicore.contract import (
 )
 from unicore.errors import ConfigError, MessageTooLarge, ToolError
 from unicore.kube_config import load_api_client
-from unicore.launch.local_spawner import check_message_size, reserve_child_slots
+from unicore.launch.local_spawner import check_message_size, check_same_agent, child_agent, reserve_child_slots
 from unicore.log import get_logger
 from unicore.schema import InboxMessage, task_name
 from unicore.settings import RuntimeSettings
@@ -67,9 +67,10 @@ def load_custom_objects_api() -> Any:
     return client.CustomObjectsApi(load_api_client())
 
 
-def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str],
-                    parent_view: storeview.TaskView) -> dict[str, Any]:
-    """The child AgentTask object (pure)."""
+def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str] | None,
+                    parent_view: storeview.TaskView, agent: str | None = None) -> dict[str, Any]:
+    """The child AgentTask object (pure). ``agent``: the name of the Agent the child runs (``spec.agentRef``); it
+    takes model and tools from it (``tools`` None: all of the agent's), and only the parent's limits narrow it."""
     meta = parent_obj["metadata"]
     parent_spec = parent_obj.get("spec") or {}
     parent_labels = meta.get("labels") or {}
@@ -84,12 +85,17 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
     spec: dict[str, Any] = {
         "prompt": prompt,
         "parentRef": {"name": meta["name"], "uid": meta["uid"]},
-        "model": parent_view.model,
-        "tools": list(tools),
         "limits": limits,
     }
-    if parent_view.child_tools is not None:
-        spec["childTools"] = [t for t in parent_view.child_tools if t in tools]
+    if agent is not None:
+        spec["agentRef"] = {"name": agent}
+        if tools is not None:
+            spec["tools"] = list(tools)
+    else:
+        spec["model"] = parent_view.model
+        spec["tools"] = list(tools or ())
+        if parent_view.child_tools is not None:
+            spec["childTools"] = [t for t in parent_view.child_tools if t in (tools or ())]
     for field in INHERITED_SCHEDULING:
         if parent_spec.get(field) is not None:
             spec[field] = parent_spec[field]
@@ -158,11 +164,13 @@ class KubernetesSpawner:
                 return None
             raise ToolError(f"cannot read AgentTask {name}: {exc.reason}") from exc
 
-    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
         parent = storeview.get_view(self.store, parent_id)
         if parent is None:
             raise ToolError(f"parent task {parent_id} not found")
         child_id = policy.validate_child_name(parent_id, name)
+        chosen = child_agent(self.store, parent, agent) if agent is not None else None
         message = InboxMessage(type="user", content=prompt, sender=parent_id)
         check_message_size(message)
         counts = policy.tree_counts(self.store, parent)
@@ -170,20 +178,24 @@ class KubernetesSpawner:
         if existing is not None:
             if existing.parent != parent_id:
                 raise ToolError(f"task {child_id} exists but is not a child of {parent_id}; choose another name")
+            check_same_agent(existing, chosen)
             policy.check_message(parent, counts)
             if self._get_agenttask(task_name(child_id)) is None:
                 # A record without its AgentTask (a half-made child): complete it; the prompt becomes spec.prompt.
                 plan_tools = existing.tools if existing.tools is not None else policy.DEFAULT_CHILD_TOOLS
-                self._create_child(parent, child_id, prompt, list(plan_tools))
+                self._create_child(parent, child_id, prompt, list(plan_tools),
+                                   existing.agent.rsplit("/", 1)[-1] if existing.agent else None)
                 log.info("completed half-made child %s of %s", child_id, parent_id)
                 return child_id, True
             self._deliver(child_id, message)
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
-        plan = policy.check_spawn(parent, name, counts, tools, known_tools())
+        plan = policy.check_spawn(parent, name, counts, tools, known_tools(),
+                                  agent=(agent, chosen[1].tools) if agent is not None and chosen else None)
         slots = reserve_child_slots(self.store, parent, child_id)
         try:
-            created = self._create_child(parent, child_id, prompt, plan.tools)
+            chosen_tools = plan.tools if agent is None or tools is not None else None  # None: the agent's, always
+            created = self._create_child(parent, child_id, prompt, chosen_tools, agent)
         except BaseException:
             slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=child_id)
             raise
@@ -194,7 +206,8 @@ class KubernetesSpawner:
         log.info("spawned child AgentTask %s of %s (tools %s)", child_id, parent_id, plan.tools)
         return child_id, True
 
-    def _create_child(self, parent: storeview.TaskView, child_id: str, prompt: str, tools: list[str]) -> bool:
+    def _create_child(self, parent: storeview.TaskView, child_id: str, prompt: str, tools: list[str] | None,
+                      agent: str | None = None) -> bool:
         """Create the child AgentTask: True if created, False if it already exists; ToolError otherwise.
 
         A create whose answer was lost (timeout, connection reset) may have happened: the AgentTask is looked up
@@ -204,7 +217,7 @@ class KubernetesSpawner:
         parent_obj = self._get_agenttask(task_name(parent.id))
         if parent_obj is None:
             raise ToolError(f"parent AgentTask {parent.id} not found in the API server")
-        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent)
+        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent, agent)
         try:
             self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as exc:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from unicore.agents import AgentDefinition, AgentInvalid, AgentNotFound, agent_id
 from unicore.errors import MessageTooLarge, ToolError
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
+from unicore.state.agents import read_agent
 from unicore.state.slots import SpawnSlots
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
@@ -20,8 +22,29 @@ from unicore.tools.storeview import TaskView
 log = get_logger("launch.local")
 
 
-def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str) -> TaskSpec:
-    """The TaskSpec of a new child (the store creates it and queues its prompt atomically)."""
+def child_agent(store: Any, parent: TaskView, agent: str) -> tuple[str, AgentDefinition]:
+    """(agent id, definition) of agent ``agent`` for a child of ``parent``: its agent must list it, and it must be
+    stored; ToolError (the model's error result) otherwise."""
+    policy.check_agent(parent, agent)
+    child_agent_id = agent_id(parent.id, agent)
+    try:
+        definition = read_agent(storeview.redis_of(store), child_agent_id)
+    except AgentInvalid as exc:
+        raise ToolError(str(exc)) from None
+    if definition is None:
+        raise ToolError(f"agent {agent!r} is listed among the agents you may spawn but does not exist")
+    return child_agent_id, definition
+
+
+def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str, agent: str | None = None,
+               requested_tools: list[str] | None = None) -> TaskSpec:
+    """The TaskSpec of a new child (the store creates it and queues its prompt atomically). With ``agent`` (its id)
+    the child sets only what narrows that agent: its parent's limits and scripted steps, and the tools the spawn
+    asked for (none asked: the agent's, as they are at each of its turns)."""
+    if agent is not None:
+        narrowing: dict[str, Any] = {"tools": plan.tools} if requested_tools is not None else {}
+        return TaskSpec(id=plan.child_id, prompt=prompt, parent=parent.id, agent=agent, limits=parent.limits,
+                        script=parent.script, **narrowing)
     return TaskSpec(
         id=plan.child_id,
         prompt=prompt,
@@ -33,6 +56,14 @@ def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str) -> TaskSpe
         limits=parent.limits,
         script=parent.script,
     )
+
+
+def check_same_agent(existing: TaskView, chosen: tuple[str, AgentDefinition] | None) -> None:
+    """Spawning an existing child's name with ``agent`` sends it a message only if it runs that agent."""
+    if chosen is not None and existing.agent != chosen[0]:
+        runs = f"runs agent {existing.agent}" if existing.agent else "runs no agent"
+        raise ToolError(f"task {existing.id} exists and {runs}; choose another name for a child of agent "
+                        f"{chosen[0].rsplit('/', 1)[-1]}")
 
 
 def check_message_size(message: InboxMessage, cap: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
@@ -68,11 +99,13 @@ class LocalSpawner:
     def __init__(self, store: Any) -> None:
         self.store = store
 
-    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
         parent = storeview.get_view(self.store, parent_id)
         if parent is None:
             raise ToolError(f"parent task {parent_id} not found")
         child_id = policy.validate_child_name(parent_id, name)
+        chosen = child_agent(self.store, parent, agent) if agent is not None else None
         existing = storeview.get_view(self.store, child_id)
         message = InboxMessage(type="user", content=prompt, sender=parent_id)
         check_message_size(message)
@@ -82,15 +115,17 @@ class LocalSpawner:
                 raise ToolError(
                     f"task {child_id} exists but is not a child of {parent_id}; choose another name"
                 )
+            check_same_agent(existing, chosen)
             policy.check_message(parent, counts)
             self._deliver(child_id, message, "message")
             log.info("resumed child %s of %s with a new message", child_id, parent_id)
             return child_id, False
-        plan = policy.check_spawn(parent, name, counts, tools, known_tools())
+        plan = policy.check_spawn(parent, name, counts, tools, known_tools(),
+                                  agent=(agent, chosen[1].tools) if agent is not None and chosen else None)
         slots = reserve_child_slots(self.store, parent, plan.child_id)
         try:
-            created = self.store.create_task(child_spec(parent, plan, prompt))
-        except MessageTooLarge as exc:
+            created = self.store.create_task(child_spec(parent, plan, prompt, chosen[0] if chosen else None, tools))
+        except (MessageTooLarge, AgentNotFound) as exc:  # the agent deleted a moment ago
             slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=plan.child_id)
             raise ToolError(str(exc)) from exc
         if not created:
@@ -109,4 +144,4 @@ class LocalSpawner:
         self.store.activate(child_id, reason)
 
 
-__all__ = ["LocalSpawner", "child_spec", "child_task_id", "reserve_child_slots"]
+__all__ = ["LocalSpawner", "check_same_agent", "child_agent", "child_spec", "child_task_id", "reserve_child_slots"]

@@ -11,6 +11,8 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   activation stream (no XREAD/XRANGE: a tenant cannot read which tasks others activate), ZADD/ZREM on the heartbeat
   index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no reads), the throttle scripts on ``uc:throttle:*``
   (read and write: the model throttle is shared on purpose) and GET/SET of the Bedrock model-name cache;
+- GET of the namespace's agent definitions (``uc:agent:{<namespace>/*}``, ``state.agents``): a turn reads its
+  task's agent and spawns by agent name, and never writes one (only the operator stores what the Agents say);
 - nothing else: no ``uc:tasks`` (only the operator and local mode index tasks), no SCAN/KEYS/INFO/MONITOR/CLIENT/
   CONFIG/FLUSH*, no channels, no ``uc:faults:*`` (the test-only fault harness runs with the admin URL).
 
@@ -36,6 +38,7 @@ from unicore.state.keys import (
     HEARTBEATS_INDEX,
     THROTTLE_PREFIX,
     TaskKeys,
+    agent_key,
     task_key,
 )
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
@@ -116,6 +119,7 @@ def namespace_rules(namespace: str) -> list[str]:
     rules.append("resetchannels")
     for commands, keys in SHARED_SELECTORS:
         rules.append("(" + " ".join([*(f"+{c}" for c in commands), *(f"~{k}" for k in keys)]) + ")")
+    rules.append(f"(+get ~{agent_key(glob_escape(namespace) + '/*')})")  # its Agents' definitions: read only
     return rules
 
 

@@ -16,6 +16,13 @@ THROTTLE_PREFIX = "uc:throttle:"  # providers.throttle: <prefix><tag>:win|tok|st
 FAULTS_PREFIX = "uc:faults:"  # faults: one key per armed kill point
 FAULTS_LOG = "uc:faults:log"  # faults: every kill, in order
 RETENTION_JOURNAL = "uc:retention:removing"  # state.retention: root id -> the tree being removed (JSON)
+AGENTS_INDEX = "uc:agents"  # state.agents: sorted set of the stored agent ids (score: when stored)
+
+
+def agent_key(agent_id: str) -> str:
+    """``uc:agent:{<agent id>}``: one agent definition as JSON (``state.agents``). Not under ``uc:{<id>}:`` so no
+    task's key pattern (retention's SCAN of a task, a namespace's ACL patterns) ever covers it."""
+    return f"uc:agent:{{{agent_id}}}"
 
 
 def task_key(task_id: str, part: str) -> str:

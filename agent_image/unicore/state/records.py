@@ -31,6 +31,11 @@ class TaskRecord(BaseModel):
     approval: Approval | None = None  # tool calls that wait for a person (``state.approvals``)
     mcp_servers: list[MCPServerRef] | None = None  # MCP servers whose tools the task uses (``TaskSpec``)
     mcp_definitions: list[dict[str, Any]] | None = None  # local mode, on a root: the tree's MCP server definitions
+    # Its agent (``TaskSpec.agent``), what the creator set over it (``unicore.agents.own_settings``) and the agents
+    # it may spawn (its agent's ``agents``, as of its last turn start: ``unicore.agent_resolution``)
+    agent: str | None = None
+    own_spec: dict[str, Any] | None = None
+    agents: list[str] | None = None
     status: TaskStatus = "idle"
     turns: int = 0  # turns started (== number of stored turns)
     iterations: int = 0  # model calls of turns (assistant messages)
@@ -65,7 +70,7 @@ class TaskRecord(BaseModel):
         )
 
     JSON_FIELDS: ClassVar[tuple[str, ...]] = (
-        "tools", "child_tools", "limits", "script", "approval", "mcp_servers", "mcp_definitions"
+        "tools", "child_tools", "limits", "script", "approval", "mcp_servers", "mcp_definitions", "own_spec", "agents"
     )
 
     @classmethod
@@ -78,7 +83,7 @@ class TaskRecord(BaseModel):
                 values[key] = json.loads(raw) if raw else None
                 if key == "limits" and values[key] is None:
                     values.pop(key)
-            elif key == "parent":
+            elif key in ("parent", "agent"):
                 values[key] = raw or None
             else:
                 values[key] = raw

@@ -22,6 +22,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
+from unicore.agents import AgentNotFound, effective_spec, own_settings
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
 from unicore.schema import (
@@ -40,6 +41,7 @@ from unicore.schema import (
 )
 from unicore.state import approvals, lua
 from unicore.state.activations import entry_fields
+from unicore.state.agents import read_agent
 from unicore.state.client import build_client
 from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.messages import load_message
@@ -167,6 +169,20 @@ class TaskStore:
         if spec.parent:
             parent = self.get_task(spec.parent)
         now = time.time()
+        own: dict[str, Any] | None = None
+        agents: list[str] | None = None
+        if spec.agent is not None:  # the agent's definition, narrowed by what the creator set (unicore.agents)
+            own = own_settings(spec)
+            approval = inherited_approval(spec.approval, parent.approval if parent else None)
+            if approval is not None:  # the parent's gates stay gated whatever the agent says
+                own["approval"] = approval.model_dump(mode="json")
+            definition = read_agent(self.redis, spec.agent)
+            if definition is None:
+                raise AgentNotFound(f"no agent {spec.agent!r}: apply its definition first")
+            agents = list(definition.agents)
+            spec = effective_spec(TaskSpec.model_validate({"id": spec.id, **own}), definition).model_copy(
+                update={"prompt": spec.prompt, "parent": spec.parent, "script": spec.script, "agent": spec.agent,
+                        "mcp_definitions": spec.mcp_definitions})
         record = TaskRecord(
             id=spec.id,
             name=task_name(spec.id),
@@ -183,6 +199,9 @@ class TaskStore:
             suspended=parent.suspended if parent else False,  # spawned while its parent was stopped: stays still
             mcp_servers=spec.mcp_servers,
             mcp_definitions=spec.mcp_definitions,
+            agent=spec.agent,
+            own_spec=own,
+            agents=agents,
             created_at=now,
             updated_at=now,
             schema_version=SCHEMA_VERSION,

@@ -73,6 +73,8 @@ class TaskView:
     updated_at: float = 0.0
     last_response: str = ""
     model_call_started_at: float = 0.0  # optional record field; 0 = unknown / not in a call
+    agent: str | None = None  # the agent the task narrows (``unicore.agents``)
+    agents: list[str] | None = None  # the agents it may spawn by name (its agent's, as of its last turn start)
 
     @property
     def root_id(self) -> str:
@@ -110,4 +112,6 @@ def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
         updated_at=to_float(fields.get("updated_at", 0)),
         last_response=text(fields.get("last_response", "") or ""),
         model_call_started_at=to_float(fields.get("model_call_started_at", 0)),
+        agent=text(fields["agent"]) if fields.get("agent") not in (None, "", b"") else None,
+        agents=_names(fields.get("agents")),
     )

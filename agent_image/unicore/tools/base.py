@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 class Spawner(Protocol):
     """Creates (or resumes) a child task. Local: Redis + activation. Kubernetes: a child AgentTask via the API."""
 
-    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None) -> tuple[str, bool]:
-        """Create child ``<parent>-<name>`` with ``prompt``, or queue ``prompt`` to it if it exists.
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
+        """Create child ``<parent>-<name>`` with ``prompt``, or queue ``prompt`` to it if it exists. ``agent``: the
+        name of an agent the parent may spawn (its agent's ``agents``); the child runs with that definition.
 
         Returns ``(child_id, created)``; raises ``unicore.errors.ToolError`` (or a subclass) with a clear message.
         """

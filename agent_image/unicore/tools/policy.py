@@ -146,14 +146,36 @@ def child_tools(parent: TaskView, requested: Sequence[str] | None, known: Collec
     return list(dict.fromkeys(requested))
 
 
+def check_agent(parent: TaskView, agent: str) -> None:
+    """``parent`` may spawn a child running agent ``agent`` (a name): its own agent lists it (``agents``)."""
+    allowed = parent.agents or []
+    if agent not in allowed:
+        may = f"the agents you may spawn: {', '.join(allowed)}" if allowed else "you may spawn no agents by name"
+        raise LimitExceeded(f"you may not spawn agent {agent!r}: {may} (or spawn without `agent`)")
+
+
+def agent_child_tools(agent: str, agent_tools: Sequence[str], requested: Sequence[str] | None) -> list[str]:
+    """The tools of a child that runs agent ``agent``: ``requested`` (a subset of the agent's), else the agent's.
+    An agent child's ceiling is its agent's tools, not its parent's: the parent's agent granted it by listing it."""
+    if requested is None:
+        return list(agent_tools)
+    outside = sorted({name for name in requested if name not in agent_tools})
+    if outside:
+        raise LimitExceeded(f"a child running agent {agent!r} can only get that agent's tools: {', '.join(outside)} "
+                            f"are not among them ({', '.join(agent_tools) or 'none'})")
+    return list(dict.fromkeys(requested))
+
+
 def check_spawn(
     parent: TaskView,
     name: str,
     counts: TreeCounts,
     requested_tools: Sequence[str] | None,
     known_tools: Collection[str],
+    agent: tuple[str, Sequence[str]] | None = None,
 ) -> SpawnPlan:
-    """Decide whether ``parent`` may create a NEW child ``name``; raise LimitExceeded/ToolError if not."""
+    """Decide whether ``parent`` may create a NEW child ``name``; raise LimitExceeded/ToolError if not. ``agent``:
+    (name, tools) of the agent the child runs (``check_agent`` first): its tools replace the parent's ceiling."""
     child_id = validate_child_name(parent.id, name)
     limits = parent.limits
     if not limits.recursion:
@@ -177,6 +199,8 @@ def check_spawn(
             f"(limits.max_descendants = {limits.max_descendants})"
         )
     check_budget(parent, counts)
+    if agent is not None:
+        return SpawnPlan(child_id=child_id, depth=depth, tools=agent_child_tools(agent[0], agent[1], requested_tools))
     return SpawnPlan(child_id=child_id, depth=depth, tools=child_tools(parent, requested_tools, known_tools))
 
 

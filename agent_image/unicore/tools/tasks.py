@@ -66,7 +66,14 @@ class SpawnTaskInput(BaseModel):
     tools: list[str] | None = Field(
         None,
         description="tools for the child (a subset of yours, and of your child toolset if you have one); default: "
-        "a reduced read-only toolset",
+        "a reduced read-only toolset. With `agent`: a subset of that agent's tools; default: all of them",
+    )
+    agent: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        description="the name of an agent to run the child as (one of the agents you may spawn): the child gets "
+        "that agent's model, instructions and tools",
     )
 
 
@@ -81,7 +88,7 @@ class SpawnTask(Tool):
     Input = SpawnTaskInput
 
     def run(self, ctx: ToolContext, args: SpawnTaskInput) -> str:  # type: ignore[override]
-        child_id, created = ctx.spawner.spawn(ctx.task_id, args.name, args.prompt, args.tools)
+        child_id, created = ctx.spawner.spawn(ctx.task_id, args.name, args.prompt, args.tools, agent=args.agent)
         if created:
             return (
                 f"Started child task {child_id}. It runs in parallel; its final answer will arrive as a "
