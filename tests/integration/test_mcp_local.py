@@ -233,3 +233,19 @@ def test_bad_mcp_arguments_are_one_line_exit_2_and_create_nothing(cli_env, store
     assert run.returncode == 2, run.stderr
     assert expected in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert not store.exists("bad")
+
+
+def test_the_worked_example_of_docs_mcp_runs_as_written(cli_env, store):
+    """docs/mcp.md and the README: examples/mcp/time-server.yaml (python3 -m mcp_server_time) with its script."""
+    env = {**cli_env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cli_env.get('PATH', '')}"}
+    run = unicore("run", "--name", "clock", "--script", "examples/mcp/time-script.yaml",
+                  "--mcp-server", "examples/mcp/time-server.yaml", "--mcp", "time:get_current_time",
+                  "What time is it in Tokyo?", env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("[success] ") and '"timezone": "Asia/Tokyo"' in run.stdout
+    assert store.get_task("clock").mcp_servers[0].tools == ["get_current_time"]
+    send = unicore("send", "clock", "And now?", env=env)
+    assert send.returncode == 0, send.stderr
+    show = unicore("show", "clock", env=env)
+    assert show.stdout.count("[tool call time__get_current_time ") == 1  # the script's one call, in turn 1
+    assert "=== Turn 2 ===" in show.stdout
