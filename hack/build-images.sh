@@ -10,6 +10,7 @@
 #   unicore-agent:<appVersion>     Dockerfile.agent, unchanged (`buildah bud --pull-never`)
 #   unicore-operator:<appVersion>  Dockerfile.operator, unchanged
 #   unicore-redis:7.0-bookworm     hack/images/Containerfile.redis (Debian's redis-server, uid 999)
+#   unicore-mcp-time:<version>     hack/images/Containerfile.mcp-time (mcp-server-time behind mcp-proxy, from PyPI)
 # Cache:   ${UNICORE_CACHE:-$HOME/.cache/unicore}/images/  <name>-<input hash>.tar, images.json (what was built),
 #          .buildah/ (buildah's own storage; never /var/lib/containers), logs/
 # Inputs:  hack/unicore_devcluster/image_inputs.py says what each hash covers. An image is rebuilt only when its
@@ -159,15 +160,17 @@ build_from_base() { # <key> <containerfile> <context> <ref> <qualified ref> <inp
 
 total=$SECONDS
 if [[ -f "$IMAGES/$BASE_ARCHIVE" ]]; then log "base $BASE_REF: cached ($BASE_ARCHIVE)"; else build_base; fi
-for key in agent operator redis; do
+for key in agent operator redis mcptime; do
   ref_var="${key^^}_REF" qref_var="${key^^}_QREF" inputs_var="${key^^}_INPUTS"
   archive_var="${key^^}_ARCHIVE" glob_var="${key^^}_ARCHIVE_GLOB"
   if [[ -f "$IMAGES/${!archive_var}" ]]; then
     log "$key ${!ref_var}: cached (${!archive_var})"
     continue
   fi
-  if [[ "$key" == redis ]]; then
-    build_from_base "$key" "$ROOT/hack/images/Containerfile.redis" "$ROOT/hack/images" "${!ref_var}" \
+  if [[ "$key" == redis || "$key" == mcptime ]]; then
+    recipe="$ROOT/hack/images/Containerfile.redis"
+    [[ "$key" == mcptime ]] && recipe="$ROOT/hack/images/Containerfile.mcp-time"
+    build_from_base "$key" "$recipe" "$ROOT/hack/images" "${!ref_var}" \
       "${!qref_var}" "${!inputs_var}" "${!archive_var}" "${!glob_var}"
   else
     build_from_base "$key" "$ROOT/Dockerfile.$key" "$ROOT" "${!ref_var}" "${!qref_var}" \

@@ -10,7 +10,8 @@ An input hash covers file contents (and paths and the executable bit), never mti
 debootstrap suite/variant/mirror, the recipe version, its setup script (which holds the package list) and the
 host's CA bundle; the project images hash their Dockerfile, ``.dockerignore``, every build-context file
 (``git ls-files``: tracked plus untracked-but-not-ignored) and the base hash; Redis hashes its Containerfile and
-the base hash. The archive name carries the first 16 hex digits, so a changed input means a new archive.
+the base hash; the MCP time server hashes its Containerfile, its pinned requirements and the base hash. The archive
+name carries the first 16 hex digits, so a changed input means a new archive.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BASE_SETUP = "hack/images/base-setup.sh"
 REDIS_RECIPE = "hack/images/Containerfile.redis"
 REDIS_REF = "unicore-redis:7.0-bookworm"  # Debian bookworm ships Redis 7.0; the Containerfile checks it
+# a real third-party MCP server for the tests and examples (mcp-server-time behind mcp-proxy; issue 17)
+MCP_TIME_RECIPE = "hack/images/Containerfile.mcp-time"
+MCP_TIME_FILES = ("hack/images/mcp-time/proxy-requirements.txt", "hack/images/mcp-time/time-requirements.txt")
+MCP_TIME_REF = "unicore-mcp-time:2026.10.19"  # mcp-server-time's version (hack/images/mcp-time/time-requirements.txt)
 PROJECT_DOCKERFILES = {"agent": "Dockerfile.agent", "operator": "Dockerfile.operator"}
 # what the Dockerfiles copy into the build (the .dockerignore lets only these in)
 CONTEXT_SOURCES = ("pyproject.toml", "README.md", "agent_image", "operator")
@@ -45,7 +50,7 @@ HASH_CHARS = 16
 
 @dataclass(frozen=True)
 class ImagePlan:
-    """One image: its short name (base, agent, operator, redis), reference, input hash and archive file name."""
+    """One image: its short name (base, agent, operator, redis, mcptime), reference, input hash and archive file name."""
 
     key: str
     ref: str
@@ -137,7 +142,8 @@ def dockerfile_bases(text: str) -> list[str]:
 def base_ref(root: Path) -> str:
     """The one base image every Dockerfile (and the Redis recipe) starts from; the local base is tagged so."""
     found = {
-        name: dockerfile_bases((root / name).read_text()) for name in [*PROJECT_DOCKERFILES.values(), REDIS_RECIPE]
+        name: dockerfile_bases((root / name).read_text())
+        for name in [*PROJECT_DOCKERFILES.values(), REDIS_RECIPE, MCP_TIME_RECIPE]
     }
     refs = {ref for bases in found.values() for ref in bases}
     if len(refs) != 1:
@@ -169,6 +175,8 @@ def plan(root: Path, *, mirror: str = DEFAULT_MIRROR, ca_bundle: Path = CA_BUNDL
         recipe = hash_files(root, [dockerfile, ".dockerignore"])
         images.append(ImagePlan(key, f"unicore-{key}:{version}", hash_parts(key, recipe, sources, base.inputs)))
     images.append(ImagePlan("redis", REDIS_REF, hash_parts("redis", hash_files(root, [REDIS_RECIPE]), base.inputs)))
+    images.append(ImagePlan("mcptime", MCP_TIME_REF,
+                            hash_parts("mcptime", hash_files(root, [MCP_TIME_RECIPE, *MCP_TIME_FILES]), base.inputs)))
     return images
 
 
@@ -208,7 +216,7 @@ def write_manifest(images_dir: Path, images: Sequence[ImagePlan]) -> Path:
 
 
 def read_manifest(images_dir: Path) -> dict[str, BuiltImage]:
-    """The images ``hack/build-images.sh`` built, by key (base, agent, operator, redis)."""
+    """The images ``hack/build-images.sh`` built, by key (base, agent, operator, redis, mcptime)."""
     data = json.loads((images_dir / MANIFEST).read_text())
     return {
         e["key"]: BuiltImage(e["key"], e["containerd_ref"], e["inputs"], images_dir / e["archive"])

@@ -2,7 +2,7 @@
 and the Helm values that make the chart run them.
 
 There is no registry: ``hack/build-images.sh`` writes one archive per image into ``${UNICORE_CACHE}/images`` and
-``images.json`` names them; ``load_images`` imports the agent, operator and Redis archives into the node's
+``images.json`` names them; ``load_images`` imports the agent, operator, Redis and MCP time server archives into the node's
 containerd (as ``docker.io/library/<name>:<tag>``, where the kubelet looks a short name up), once per archive: a
 file in the containerd root remembers which archive was imported, so importing again after the sources changed
 takes only the new archives, and a fresh node (its containerd root is deleted at stop) imports them all.
@@ -21,7 +21,7 @@ from typing import Any
 from unicore_devcluster.image_inputs import BuiltImage, read_manifest
 from unicore_devcluster.log import logger
 
-PROJECT_IMAGES = ("agent", "operator", "redis")
+PROJECT_IMAGES = ("agent", "operator", "redis", "mcptime")
 IMPORTED_FILE = "unicore-imported.json"
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "build-images.sh"
 # the chart's value prefix of each image
@@ -103,6 +103,8 @@ def chart_values(images: dict[str, BuiltImage]) -> list[str]:
     operator on the new image (pure)."""
     args: list[str] = []
     for key, image in sorted(images.items()):
+        if key not in CHART_KEYS:  # e.g. the MCP test server: the examples and tests deploy it, not the chart
+            continue
         repository, tag = split_ref(image.ref)
         prefix = CHART_KEYS[key]
         args += ["--set", f"{prefix}.repository={repository}", "--set-string", f"{prefix}.tag={tag}",

@@ -98,13 +98,13 @@ def runtime(images: dict[str, BuiltImage]) -> Iterator[ContainerdRuntime]:
 
 def test_the_archives_are_named_by_their_input_hashes(images: dict[str, BuiltImage]) -> None:
     expected = {image.key: image for image in plan(ROOT)}
-    assert set(images) == {"base", "agent", "operator", "redis"}
+    assert set(images) == {"base", "agent", "operator", "redis", "mcptime"}
     for built in images.values():
         assert built.archive.is_file(), built.archive
         assert built.archive.name.endswith(f"-{built.inputs[:16]}.tar"), built.archive.name
     # the base and Redis depend on hack/images and the CA bundle only; the project images also on the sources,
     # which may have changed since the build on a shared working tree
-    for key in ("base", "redis"):
+    for key in ("base", "redis", "mcptime"):
         assert images[key].inputs == expected[key].inputs, f"{key}: the manifest is not of this source tree"
 
 

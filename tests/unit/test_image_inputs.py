@@ -29,6 +29,9 @@ FILES = {
     "helm/unicore/Chart.yaml": 'name: unicore\nversion: 0.1.0\nappVersion: "1.2.3"\n',
     "hack/images/base-setup.sh": "#!/bin/sh\napt-get install python3\n",
     "hack/images/Containerfile.redis": f"FROM {BASE}\nRUN apt-get install redis-server\n",
+    "hack/images/Containerfile.mcp-time": f"FROM {BASE}\nCOPY mcp-time/ /opt/requirements/\n",
+    "hack/images/mcp-time/proxy-requirements.txt": "mcp-proxy==0.13.0\n",
+    "hack/images/mcp-time/time-requirements.txt": "mcp-server-time==2026.10.19\n",
     "tests/test_x.py": "def test(): pass\n",
 }
 
@@ -65,14 +68,15 @@ def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
 
 def test_plan_names_every_image_from_the_chart_and_the_dockerfiles(repo: Path, ca: Path) -> None:
     images = {image.key: image for image in plan(repo, ca_bundle=ca)}
-    assert list(images) == ["base", "agent", "operator", "redis"]
+    assert list(images) == ["base", "agent", "operator", "redis", "mcptime"]
     assert images["base"].ref == BASE
     assert images["agent"].ref == "unicore-agent:1.2.3" and images["operator"].ref == "unicore-operator:1.2.3"
     assert images["redis"].ref == image_inputs.REDIS_REF
+    assert images["mcptime"].ref == image_inputs.MCP_TIME_REF
     agent = images["agent"]
     assert agent.archive == f"unicore-agent-1.2.3-{agent.inputs[:16]}.tar"
     assert Path(agent.archive).match(agent.archive_glob) and not Path(images["base"].archive).match(agent.archive_glob)
-    assert len({image.inputs for image in images.values()}) == 4
+    assert len({image.inputs for image in images.values()}) == 5
 
 
 def test_an_mtime_alone_changes_nothing(repo: Path, ca: Path) -> None:
@@ -117,6 +121,9 @@ def test_a_dockerfile_changes_its_own_image_only(repo: Path, ca: Path) -> None:
     middle = hashes(repo, ca)
     (repo / "hack/images/Containerfile.redis").write_text(FILES["hack/images/Containerfile.redis"] + "USER 999\n")
     assert changed(middle, hashes(repo, ca)) == {"redis"}
+    last = hashes(repo, ca)
+    (repo / "hack/images/mcp-time/time-requirements.txt").write_text("mcp-server-time==2026.10.20\n")
+    assert changed(last, hashes(repo, ca)) == {"mcptime"}
 
 
 @pytest.mark.parametrize("what", ["setup script", "CA bundle", "mirror"])
@@ -130,7 +137,7 @@ def test_a_base_input_changes_every_image(repo: Path, ca: Path, what: str) -> No
         after = hashes(repo, ca)
     else:
         after = {image.key: image.inputs for image in plan(repo, ca_bundle=ca, mirror="http://mirror.example/debian")}
-    assert changed(before, after) == {"base", "agent", "operator", "redis"}
+    assert changed(before, after) == {"base", "agent", "operator", "redis", "mcptime"}
 
 
 def test_a_new_app_version_renames_the_project_images(repo: Path, ca: Path) -> None:

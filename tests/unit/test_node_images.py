@@ -19,7 +19,7 @@ def test_split_ref() -> None:
 def test_chart_values_point_every_image_at_the_imported_one_and_never_pull() -> None:
     images = {
         key: BuiltImage(key, f"docker.io/library/unicore-{key}:{tag}", "ab" * 32, Path(f"/x/{key}.tar"))
-        for key, tag in (("agent", "0.1.0"), ("operator", "0.1.0"), ("redis", "7.0-bookworm"))
+        for key, tag in (("agent", "0.1.0"), ("operator", "0.1.0"), ("redis", "7.0-bookworm"), ("mcptime", "1"))
     }
     args = chart_values(images)
     values = [args[i + 1] for i in range(0, len(args), 2)]
@@ -29,3 +29,4 @@ def test_chart_values_point_every_image_at_the_imported_one_and_never_pull() -> 
     assert {v for v in values if v.endswith("pullPolicy=Never")} == {
         f"{key}.image.pullPolicy=Never" for key in ("agent", "operator", "redis")}
     assert "operator.podAnnotations.unicore\\.dev/image-inputs=" + "ab" * 8 in values
+    assert not [v for v in values if "mcp" in v]  # the MCP test server is the examples' and tests', not the chart's
