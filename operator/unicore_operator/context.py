@@ -45,6 +45,7 @@ class OperatorContext:
     agenttasks: Any = None
     turnjobs: Any = None
     turnpods: Any = None
+    mcpservers: Any = None
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     # Jobs created by this process that the watch has not shown yet (closes the create -> index gap).
     inflight_jobs: dict[TaskKey, str] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
-from unicore.schema import Approval, Limits, TaskSpec
+from unicore.schema import Approval, Limits, MCPServerRef, TaskSpec
 from unicore.state.task_views import TaskView
 from unicore.tools import policy
 
@@ -90,6 +90,7 @@ class AgentTaskSpec(CamelModel):
     child_tools: list[str] | None = None
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
     approval: ApprovalSpec | None = None
+    mcp_servers: list[MCPServerRef] | None = None
     parent_ref: ParentRef | None = None
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
@@ -157,6 +158,7 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
             limits=limits,
             script=script,
             approval=spec.approval.runtime() if spec.approval is not None else None,  # a child adds its parent's
+            mcp_servers=spec.mcp_servers,
         )
     except ValidationError as exc:
         raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc

@@ -5,6 +5,7 @@ feeds them). They are the only indexes the operator registers; each holds a smal
 ``agenttask_index``  (namespace, name)        -> compact AgentTask (metadata, spec, status)
 ``turnjob_index``    (namespace, task name)   -> JobView of each turn Job of the task (``views.job_view``)
 ``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (``views.pod_view``)
+``mcpserver_index``  (namespace, name)        -> spec of each MCPServer (``mcp_servers``: what turn pods get)
 
 The index functions are coroutines (pure and quick, they await nothing): Kopf runs a plain function in its thread
 pool, a hop to a worker thread and back for every watch event of every AgentTask, turn Job and turn pod.
@@ -23,11 +24,11 @@ from typing import Any
 
 import kopf
 
-from unicore_operator import names
+from unicore_operator import mcp_servers, names
 from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
 
 __all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agenttask_index", "compact_task", "first",
-           "job_outcome", "job_task_key", "job_view", "turnjob_index", "turnpod_index"]
+           "job_outcome", "job_task_key", "job_view", "mcpserver_index", "turnjob_index", "turnpod_index"]
 
 JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
 
@@ -84,6 +85,14 @@ async def turnpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, PodView] | N
     if task_key is None:
         return None
     return {task_key: pod_view(body)}
+
+
+@kopf.index(names.GROUP, names.VERSION, mcp_servers.PLURAL)
+async def mcpserver_index(*, spec: kopf.Spec, namespace: str | None, name: str,
+                          **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
+    if namespace is None:
+        return None
+    return {(namespace, name): dict(spec)}
 
 
 def first(values: Iterable[Any] | None) -> Any:

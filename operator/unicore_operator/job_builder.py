@@ -201,8 +201,9 @@ def build_workspace_volume(task: dict[str, Any], settings: OperatorSettings
 
 
 def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings,
-                        attempt: int = 0) -> dict[str, Any]:
-    """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object)."""
+                        attempt: int = 0, mcp_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object);
+    ``mcp_env``: the MCP servers' variables (``mcp_servers.build_mcp_env``)."""
     meta = task["metadata"]
     spec = task.get("spec") or {}
     namespace = meta["namespace"]
@@ -217,6 +218,7 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
     annotations = {names.TASK_ID_ANNOTATION: tid}
 
     env, env_from = build_env(task, settings)
+    env += mcp_env or []
     workspace_volume, workspace_mount = build_workspace_volume(task, settings)
     container: dict[str, Any] = {
         "name": TURN_CONTAINER,

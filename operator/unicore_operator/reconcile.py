@@ -21,6 +21,7 @@ from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.log import logger
+from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.phases import (
     HUMAN_PHASES,
     Phase,
@@ -202,7 +203,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         if wait > 0:
             schedule_recheck(ctx, key, wait, "retry")
         else:
-            job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt())
+            job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt(),
+                                      mcp_env=turn_mcp_env(ctx.mcpservers, body))
             job_name = job["metadata"]["name"]
             loop = asyncio.get_running_loop()
             was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)

@@ -17,17 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "unicore"
 
 
-def test_chart_crd_is_a_byte_identical_copy_of_crds() -> None:
-    source = (ROOT / "crds" / "agenttask.yaml").read_bytes()
-    copy = (CHART / "crds" / "agenttask.yaml").read_bytes()
-    assert copy == source, (
-        "helm/unicore/crds/agenttask.yaml drifted from crds/agenttask.yaml: "
-        "run `cp crds/agenttask.yaml helm/unicore/crds/agenttask.yaml`"
-    )
+def test_chart_crds_are_byte_identical_copies_of_crds() -> None:
+    sources = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert "agenttask.yaml" in sources and "mcpserver.yaml" in sources
+    for name in sources:
+        source = (ROOT / "crds" / name).read_bytes()
+        copy = (CHART / "crds" / name).read_bytes() if (CHART / "crds" / name).is_file() else b""
+        assert copy == source, f"helm/unicore/crds/{name} drifted from crds/{name}: run `cp crds/*.yaml helm/unicore/crds/`"
 
 
-def test_chart_crds_folder_holds_only_the_crd() -> None:
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["agenttask.yaml"]
+def test_chart_crds_folder_holds_only_the_crds() -> None:
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")

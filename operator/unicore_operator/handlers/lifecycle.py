@@ -60,7 +60,8 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
 # protocol cannot declare (and kopf does not export it to cast to): hence the one targeted ignore.
 @kopf.on.startup()  # type: ignore[arg-type]
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_index: kopf.Index,
-                  turnjob_index: kopf.Index, turnpod_index: kopf.Index, **_: Any) -> None:
+                  turnjob_index: kopf.Index, turnpod_index: kopf.Index, mcpserver_index: kopf.Index,
+                  **_: Any) -> None:
     op = load_settings()
     tune_kopf(settings, op)
     state = RedisState(op.redis_url)
@@ -71,7 +72,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
         raise kopf.TemporaryError(f"Redis at REDIS_URL is not reachable: {exc}", delay=2) from exc
     kube = KubeClients(load_api_client())
     ctx = OperatorContext(settings=op, redis=state, kube=kube, store=TaskStore(state.sync),
-                          agenttasks=agenttask_index, turnjobs=turnjob_index, turnpods=turnpod_index)
+                          agenttasks=agenttask_index, turnjobs=turnjob_index, turnpods=turnpod_index,
+                          mcpservers=mcpserver_index)
     memo["ctx"] = ctx
     loop = asyncio.get_running_loop()
     ctx.background.extend(ctx.reconciles.start(lambda key, reason: reconcile_task(ctx, *key, reason),
