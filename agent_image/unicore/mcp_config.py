@@ -13,9 +13,10 @@ An MCPServer document (a local-mode YAML file now; a namespaced resource on Kube
       timeoutSeconds: 30              # connecting, listing the tools, and each call (default 30)
       toolTimeoutSeconds: {slow_tool: 300}   # per tool, over timeoutSeconds
 
-``headersFrom: {secretName}`` (cluster) names a Secret whose keys become headers: the operator passes them to the pod
-as secretKeyRef variables and writes ``headersFromEnv: {<header>: <variable>}`` into the resolved definition, so no
-value is ever in a Job. Local mode has no Secrets: ``headers`` (literal) or ``headersFromEnv`` (variables of the
+``headersFrom: [{name: Authorization, secretKeyRef: {name, key}}]`` (cluster) takes each header's value from a key of
+a Secret in the task's namespace: the operator (``unicore_operator.mcp_servers``) passes them to the pod as
+secretKeyRef variables and writes ``headersFromEnv: {<header>: <variable>}`` into the resolved definition, so no
+value is ever in a Job and the operator reads no Secret. Local mode has no Secrets: ``headers`` (literal) or ``headersFromEnv`` (variables of the
 ``unicore`` command's environment). The resolved form (``ResolvedMCPServer``) is ``{name, spec}`` with no
 ``headersFrom``. Every model forbids unknown fields, and every error is one line (``one_line``).
 """
@@ -41,6 +42,7 @@ MAX_TIMEOUT_SECONDS = 3600.0
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 Seconds = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)]
 
@@ -51,16 +53,38 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
-class SecretHeaders(CamelModel):
-    """``headersFrom``: every key of the Secret becomes a header (cluster mode)."""
+class SecretKeySelector(CamelModel):
+    """A key of a Secret in the task's namespace."""
 
-    secret_name: str
+    name: str
+    key: str
 
-    @field_validator("secret_name")
+    @field_validator("name")
     @classmethod
     def _dns_name(cls, value: str) -> str:
         if len(value) > 253 or not SECRET_NAME_RE.match(value):
             raise ValueError(f"invalid Secret name {value[:80]!r}")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if len(value) > 253 or not SECRET_KEY_RE.match(value):
+            raise ValueError(f"invalid Secret key {value[:80]!r}")
+        return value
+
+
+class HeaderFromSecret(CamelModel):
+    """One ``headersFrom`` entry (cluster mode): header ``name`` gets the value of a Secret's key."""
+
+    name: str
+    secret_key_ref: SecretKeySelector
+
+    @field_validator("name")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not HEADER_NAME_RE.match(value):
+            raise ValueError(f"invalid header name {value[:80]!r}")
         return value
 
 
@@ -71,7 +95,7 @@ class MCPServerSpec(CamelModel):
     env: dict[str, str] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
     headers_from_env: dict[str, str] = Field(default_factory=dict)
-    headers_from: SecretHeaders | None = None
+    headers_from: list[HeaderFromSecret] | None = None
     timeout_seconds: Seconds = DEFAULT_TIMEOUT_SECONDS
     tool_timeout_seconds: dict[str, Seconds] = Field(default_factory=dict)
 
@@ -252,6 +276,6 @@ def dump_resolved(servers: list[ResolvedMCPServer]) -> str:
 
 __all__ = [
     "API_VERSION", "DEFAULT_TIMEOUT_SECONDS", "KIND", "MAX_TIMEOUT_SECONDS", "MCPServer", "MCPServerSpec",
-    "ObjectMeta", "ResolvedMCPServer", "SEPARATOR", "SecretHeaders", "dump_resolved", "one_line", "parse_document",
+    "HeaderFromSecret", "ObjectMeta", "ResolvedMCPServer", "SEPARATOR", "SecretKeySelector", "dump_resolved", "one_line", "parse_document",
     "parse_resolved", "resolved",
 ]
