@@ -421,3 +421,24 @@ def test_in_the_browser_a_user_suspends_and_resumes_reads_events_and_creates_fro
     expect(page.locator("#task-title")).to_have_text(f"{a}/from-page")
     expect(page.locator("#transcript")).to_contain_text("made from the page's YAML", timeout=SETTLE * 1000)
     assert (tasks.get("from-page") or {})["spec"]["gpus"] == 0
+
+
+def test_the_tree_watch_survives_a_dropped_connection_and_an_expired_resource_version(env: Env) -> None:
+    """The watch's connection cut and its resourceVersion too old for the API server (410 Gone): it lists again and
+    keeps following, with no error left for the page."""
+    from unicore_operator.kubectl_plugin.kube import connect
+    from unicore_operator.kubectl_plugin.ui_watch import TaskWatch
+
+    watch = TaskWatch(connect(kubeconfig=str(env.users["alice"])), env.a)
+    watch.start()
+    try:
+        wait_for(lambda: watch._response is not None, timeout=30, what="the watch request open")
+        version = watch.version
+        watch._resource_version = "1"  # long compacted away: the next watch is answered 410
+        watch._response.shutdown()  # the connection drops
+        env.tasks(env.a).create("after-drop", {"prompt": "x", "model": "scripted", "gpus": 0, "suspend": True})
+        wait_for(lambda: watch.get(env.a, "after-drop") is not None, timeout=60, what="the new task seen again")
+        assert watch.error is None and watch.version > version
+        assert int(watch._resource_version) > 1
+    finally:
+        watch.close()

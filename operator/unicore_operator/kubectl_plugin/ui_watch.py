@@ -110,27 +110,32 @@ class TaskWatch:
             self._changed.notify_all()
 
     def _run(self) -> None:
+        """Watch from the last resourceVersion, again and again (a watch request ends at its timeout); after a
+        dropped connection too, with a backoff. A 410 (the version is too old) or a refusal lists again."""
         delay = RETRY_SECONDS[0]
         while not self._closed.is_set():
             try:
                 self._watch_once()
                 delay = RETRY_SECONDS[0]
-                continue  # the watch's timeout: resume from the last resourceVersion
+                continue
             except _Expired:
-                pass
+                log.debug("the AgentTask watch's resourceVersion expired (410); listing again")
             except Exception as exc:  # connection lost, API server restarting, a right revoked
                 if self._closed.is_set():
                     return
                 status = getattr(exc, "status", None)
-                log.debug("the AgentTask watch failed (HTTP %s): %s; again in %.1fs", status, exc, delay)
-                if status in (401, 403):
-                    self._set_error(refusal(kube_error(exc, verb="watch", what="agenttasks",
-                                                       namespace=self.namespace or "(all)")))
                 if status != 410:
+                    log.debug("the AgentTask watch failed (HTTP %s): %s; again in %.1fs", status, exc, delay)
+                    if status in (401, 403):
+                        self._set_error(refusal(kube_error(exc, verb="watch", what="agenttasks",
+                                                           namespace=self.namespace or "(all)")))
                     self._closed.wait(delay)
                     delay = min(delay * 2, RETRY_SECONDS[1])
+                    if status not in (401, 403):
+                        continue  # from the last resourceVersion
             try:
                 self._list()
+                delay = RETRY_SECONDS[0]
             except BackendRefusal:
                 self._closed.wait(delay)
                 delay = min(delay * 2, RETRY_SECONDS[1])
