@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from unicore import log as unicore_log
+from unicore.cli_agents import add_agents_command, agent_task_spec, chosen_definition, read_agent_option
 from unicore.cli_approvals import add_approval_commands, call_mark, print_waiting
 from unicore.cli_control import add_control_commands, print_suspended
 from unicore.cli_input import (
@@ -157,25 +158,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(str(exc), EXIT_USAGE)
     if "/" in name:  # local roots are bare names: their workspace folder is named after them
         return _fail(f"invalid task name {name!r}: a local task name has no '<namespace>/' part", EXIT_USAGE)
-    model, script = script_spec(args.model, args.script)  # bad script files: refused before Redis is touched
+    model, script = script_spec(args.model or "scripted", args.script)  # bad script files: refused before Redis
     mcp_refs, mcp_servers = mcp_for_run(args.mcp_server, args.mcp)  # bad files and names: refused here too
-    check_gated_tools(args.require_approval or [], mcp_refs)
+    choice = read_agent_option(args.agent) if args.agent else None  # bad Agent files: refused here too
+    if choice is None:
+        check_gated_tools(args.require_approval or [], mcp_refs)
     url = redis_url()
     store = TaskStore(connect(url))
-    check_model(model, script, store.redis)
-    spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "",
-                    mcp_servers=mcp_refs, mcp_definitions=[server.dump() for server in mcp_servers] or None)
-    if args.max_iterations is not None:
-        spec.limits.max_iterations = args.max_iterations
-    if args.no_summary:
-        spec.limits.summarize_turns = False
-    if args.require_approval:
-        spec.approval = Approval(tools=list(dict.fromkeys(args.require_approval)),
-                                 timeout_seconds=args.approval_timeout or Approval().timeout_seconds)
-    if args.ask_user:
-        from unicore.tools.policy import DEFAULT_TOOLS
+    if choice is not None:  # docs/agents.md: the agent's settings, narrowed by the options given
+        definition = chosen_definition(store.redis, choice)
+        mcp_servers += choice.files.mcp_servers if choice.files else []
+        check_model(args.model or definition.model, script, store.redis)
+        spec = agent_task_spec(args, name, definition, choice.name, model if args.model else None, script,
+                               mcp_refs if args.mcp else None, mcp_servers)
+    else:
+        check_model(model, script, store.redis)
+        spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "",
+                        mcp_servers=mcp_refs, mcp_definitions=[server.dump() for server in mcp_servers] or None)
+    if choice is None:
+        if args.max_iterations is not None:
+            spec.limits.max_iterations = args.max_iterations
+        if args.no_summary:
+            spec.limits.summarize_turns = False
+        if args.require_approval:
+            spec.approval = Approval(tools=list(dict.fromkeys(args.require_approval)),
+                                     timeout_seconds=args.approval_timeout or Approval().timeout_seconds)
+        if args.ask_user:
+            from unicore.tools.policy import DEFAULT_TOOLS
 
-        spec.tools = [*DEFAULT_TOOLS, "ask_user"]
+            spec.tools = [*DEFAULT_TOOLS, "ask_user"]
     message_id = prompt_message_id(name)
     if not store.create_task(spec):
         message_id = uuid.uuid4().hex
@@ -321,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="create a root task and run its tree until it settles")
     run.add_argument("prompt", help="the first user message")
-    run.add_argument("--model", default="scripted", help="scripted, scripted:PATH, bedrock:NAME, openai:NAME")
+    run.add_argument("--model", help="scripted (default), scripted:PATH, bedrock:NAME, openai:NAME")
     run.add_argument(
         "--name", help="task name (lowercase letters, digits, '-', '.'; at most 253); default: a random one"
     )
@@ -341,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ask-user", action="store_true",
                      help="give the task the ask_user tool (its questions are answered with 'unicore send')")
     add_mcp_arguments(run)
+    run.add_argument("--agent", metavar="NAME|FILE",
+                     help="run as this agent: a stored one, or an Agent file or directory (stored first; "
+                          "docs/agents.md); the options above only narrow it")
     run.add_argument("--timeout", type=positive_seconds, help="give up after this many seconds")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
@@ -367,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     tree.add_argument("task", nargs="?")
     tree.set_defaults(func=cmd_tree)
     add_gc_command(sub)
+    add_agents_command(sub)
     add_approval_commands(sub)
     add_control_commands(sub)
     add_ui_command(sub)
