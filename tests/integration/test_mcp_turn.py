@@ -74,3 +74,44 @@ def test_a_task_naming_a_server_with_no_definition_runs_and_its_calls_say_why(tu
     assert outcome.exit_code == 0, outcome.error
     assert "the tools of MCP server 'ghost' are not available in this turn: no definition of it reached this turn" \
         in outcome.final_text
+
+
+def test_a_cancelled_turn_abandons_a_running_call_and_stops_the_stdio_server(turn, store, tmp_path, caplog):
+    import logging
+    import threading
+    import time
+    import uuid
+
+    from unicore.turn import EXIT_CANCELLED
+
+    from tests.mcp_servers import everything_stdio_spec, pids_with_argument
+    from tests.waiting import wait_for
+
+    marker = uuid.uuid4().hex
+    server = ResolvedMCPServer(name="everything", spec=MCPServerSpec.model_validate(
+        everything_stdio_spec(marker, timeoutSeconds=120)))
+    slow = {"name": "everything__trigger-long-running-operation", "input": {"duration": 60, "steps": 60}}
+    store.create_task(TaskSpec(id="cx", prompt="hi", script={"tasks": {"cx": [{"tool_use": [slow]}, {"text": "x"}]}},
+                               mcp_servers=[MCPServerRef(name="everything")]))
+    cancel = threading.Event()
+    outcome: list[Any] = []
+    caplog.set_level(logging.INFO, logger="unicore")
+    runner = threading.Thread(target=lambda: outcome.append(
+        turn("cx", settings=settings_for(tmp_path, server), cancel=cancel)))
+    runner.start()
+    try:
+        wait_for(lambda: any("trigger-long-running-operation: progress 1" in r.getMessage() for r in caplog.records),
+                 timeout=60, what="the slow call's first progress")
+        assert pids_with_argument(f"--unicore-test={marker}")  # the server runs while the call does
+        cancelled_at = time.monotonic()
+        cancel.set()
+        runner.join(30)
+        assert not runner.is_alive()
+        assert time.monotonic() - cancelled_at < 15  # the call (60 s) was abandoned, not waited for
+    finally:
+        cancel.set()
+        runner.join(60)
+    assert outcome[0].exit_code == EXIT_CANCELLED
+    result = store.inbox("cx")[-1].content["toolResult"]
+    assert result["status"] == "error" and "the MCP call was abandoned" in result["content"][0]["text"]
+    wait_for(lambda: not pids_with_argument(f"--unicore-test={marker}"), timeout=30, what="the stdio server to stop")
