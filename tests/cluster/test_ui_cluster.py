@@ -275,6 +275,18 @@ def test_suspend_resume_and_stop_patch_the_agenttasks_as_the_user(env: Env) -> N
         backend.close()
 
 
+def test_all_namespaces_shows_every_namespace_the_user_may_list(env: Env) -> None:
+    env.users["admin"] = env.kubeconfig
+    ui = start_ui(env, "admin", "--all-namespaces")
+    admin_ui = next(ui)
+    try:
+        status, tree = get_json(admin_ui, cookie(admin_ui), "/api/tree")
+        ids = {node["id"] for node in tree["nodes"]}
+        assert status == 200 and {f"{env.a}/chat", f"{env.a}/water-a", f"{env.b}/chat"} <= ids
+    finally:
+        ui.close()
+
+
 def test_a_user_without_rights_in_the_namespace_gets_a_clear_403(env: Env, bob_ui: UI) -> None:
     jar = cookie(bob_ui)
     status, tree = get_json(bob_ui, jar, "/api/tree")
