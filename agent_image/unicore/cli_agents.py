@@ -19,14 +19,13 @@ from typing import Any
 
 from unicore.agents import AgentDefinition, AgentInvalid, definition_from_spec, validate_agent_name, widening
 from unicore.cli_input import UsageError, read_yaml_documents
-from unicore.contract import API_VERSION, KIND, MCP_SERVER_KIND
+from unicore.contract import AGENT_KIND, API_VERSION, KIND, MCP_SERVER_KIND
 from unicore.errors import ConfigError
 from unicore.mcp_config import ResolvedMCPServer, parse_document, resolved
 from unicore.schema import APPROVE_ALL, Approval, MCPServerRef, TaskSpec
 from unicore.state.agents import list_agents, read_agent, write_agent
 from unicore.terminal import printable
 
-AGENT_KIND = "Agent"
 SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -36,7 +36,7 @@ from unicore.launch.local_spawner import reserve_child_slots
 from unicore.state.slots import SpawnSlots
 from unicore.state.task_views import TaskView
 
-from unicore_operator import lineage, names
+from unicore_operator import agent_checks, lineage, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec
 from unicore_operator.log import logger
@@ -104,6 +104,10 @@ async def vet_new_child(ctx: OperatorContext, namespace: str, name: str, body: M
                                  parent_obj, parent)
     if problems:
         return lineage.refusal(namespace, name, ref.name, problems)
+    if parsed.agent_ref is not None:
+        refused = await agent_refusal(ctx, namespace, name, body.get("spec") or {}, parsed, parent)
+        if refused is not None:
+            return refused
     child_id = names.task_id(namespace, name)
     try:
         await asyncio.to_thread(reserve_child_slots, ctx.store, parent, child_id)
@@ -112,13 +116,35 @@ async def vet_new_child(ctx: OperatorContext, namespace: str, name: str, body: M
     return None
 
 
+async def agent_object(ctx: OperatorContext, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Agent: from the index, else (created a moment ago, not in the watch yet) from the API."""
+    body = ctx.indexed_agent(namespace, name)
+    if body is not None:
+        return body
+    return await asyncio.to_thread(ctx.kube.get_agent, namespace, name)
+
+
+async def agent_refusal(ctx: OperatorContext, namespace: str, name: str, spec: Mapping[str, Any],
+                        parsed: AgentTaskSpec, parent: TaskView | None) -> str | None:
+    """Why AgentTask ``namespace/name`` with ``spec.agentRef`` may not run as its Agent (None: it may)."""
+    ref = parsed.agent_ref
+    assert ref is not None
+    if "/" in ref.name:
+        return f"spec.agentRef must name an Agent of the task's own namespace ({namespace})"
+    body = await agent_object(ctx, namespace, ref.name)
+    problems = agent_checks.agent_task_problems(namespace=namespace, name=name, parsed=parsed, spec=spec,
+                                                agent_body=body, parent=parent)
+    return agent_checks.refusal(namespace, name, ref.name, problems) if problems else None
+
+
 async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
     """The verdict on one AdmissionReview ``request`` (a CREATE of an AgentTask)."""
     obj = request.get("object") or {}
     spec = obj.get("spec") or {}
     ref = spec.get("parentRef")
-    if request.get("operation") != "CREATE" or not isinstance(ref, Mapping):
-        return ALLOW  # roots, and anything the configuration should not have sent
+    if request.get("operation") != "CREATE" or not (isinstance(ref, Mapping) or isinstance(spec.get("agentRef"),
+                                                                                         Mapping)):
+        return ALLOW  # roots without an agent, and anything the configuration should not have sent
     meta = obj.get("metadata") or {}
     namespace = str(request.get("namespace") or meta.get("namespace") or "")
     name = str(meta.get("name") or request.get("name") or "")
@@ -129,7 +155,10 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
         parsed = parse_spec(dict(spec))
     except SpecInvalid as exc:
         return Verdict(False, str(exc))
-    assert parsed.parent_ref is not None
+    if parsed.parent_ref is None:  # a root with spec.agentRef
+        refused = await agent_refusal(ctx, namespace, name or f"{meta.get('generateName') or ''}generated", spec,
+                                      parsed, None)
+        return ALLOW if refused is None else Verdict(False, refused)
     parent_name = parsed.parent_ref.name
     if parsed.parent_ref.namespace not in (None, namespace) or "/" in parent_name:
         return Verdict(False, f"spec.parentRef must name an AgentTask in the child's own namespace ({namespace})")
@@ -152,6 +181,10 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
     if problems:
         return Verdict(False, lineage.refusal(namespace, name or str(meta.get("generateName") or ""), parent_name,
                                               problems))
+    if parsed.agent_ref is not None:
+        refused = await agent_refusal(ctx, namespace, name or stand_in, spec, parsed, parent)
+        if refused is not None:
+            return Verdict(False, refused)
     if name:  # generateName: the name is not known yet; the create handler's reservation counts it
         full = await asyncio.to_thread(
             SpawnSlots(ctx.redis.sync).room, parent_id=parent.id, root_id=parent.root_id,

@@ -46,6 +46,7 @@ class OperatorContext:
     turnjobs: Any = None
     turnpods: Any = None
     mcpservers: Any = None
+    agents: Any = None  # Agents (indexes.agent_index)
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     # Jobs created by this process that the watch has not shown yet (closes the create -> index gap).
     inflight_jobs: dict[TaskKey, str] = field(default_factory=dict)
@@ -76,6 +77,12 @@ class OperatorContext:
         if self.agenttasks is None:
             return None
         for body in self.agenttasks.get((namespace, name)) or ():
+            return dict(body)
+        return None
+
+    def indexed_agent(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Agent ``namespace/name`` from the index (compact: metadata and spec); None when it does not hold it."""
+        for body in (self.agents.get((namespace, name)) or ()) if self.agents is not None else ():
             return dict(body)
         return None
 

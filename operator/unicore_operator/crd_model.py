@@ -79,6 +79,12 @@ class ParentRef(CamelModel):
     namespace: str | None = None  # only ever the child's own (lineage.check_child refuses any other)
 
 
+class AgentRef(CamelModel):
+    """``spec.agentRef``: the Agent of the task's namespace it runs as (``unicore.agents``)."""
+
+    name: str
+
+
 class AgentTaskSpec(CamelModel):
     """``spec`` of an AgentTask."""
 
@@ -92,6 +98,7 @@ class AgentTaskSpec(CamelModel):
     approval: ApprovalSpec | None = None
     mcp_servers: list[MCPServerRef] | None = None
     parent_ref: ParentRef | None = None
+    agent_ref: AgentRef | None = None
     suspend: bool = False
     gpus: int | None = Field(None, ge=0)
     resources: ResourcesSpec | None = None
@@ -134,9 +141,34 @@ def check_script(script: dict[str, Any]) -> None:
         raise SpecInvalid(f"spec.script: {exc}") from exc
 
 
+def agent_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
+    """The TaskSpec of an AgentTask with ``spec.agentRef``: only what the spec sets (``TaskSpec.model_fields_set``
+    is the task's narrowing of its agent, ``unicore.agents``), and for a child its parent's limits under its own."""
+    assert spec.agent_ref is not None
+    fields: dict[str, Any] = {"id": names.task_id(namespace, name), "prompt": None,
+                              "agent": names.task_id(namespace, spec.agent_ref.name)}
+    if spec.parent_ref is not None:
+        fields["parent"] = names.task_id(namespace, spec.parent_ref.name)
+    limits = {**(parent.limits.model_dump() if parent is not None else {}), **spec.limits.set_fields()}
+    if limits:
+        fields["limits"] = limits
+    script = spec.script if spec.script is not None else (parent.script if parent is not None else None)
+    own = {"model": spec.model, "system_prompt": spec.system_prompt, "tools": spec.tools,
+           "child_tools": spec.child_tools, "script": script, "mcp_servers": spec.mcp_servers,
+           "approval": spec.approval.runtime() if spec.approval is not None else None}
+    fields.update({key: value for key, value in own.items() if value is not None})
+    try:
+        return TaskSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc
+
+
 def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
     """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits, and
-    without ``spec.tools`` gets its parent's default child toolset (what ``spawn_task`` gives when it names none)."""
+    without ``spec.tools`` gets its parent's default child toolset (what ``spawn_task`` gives when it names none).
+    With ``spec.agentRef``: ``agent_task_spec``."""
+    if spec.agent_ref is not None:
+        return agent_task_spec(namespace, name, spec, parent)
     parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
     limits_data = parent.limits.model_dump() if parent is not None else {}
     limits_data.update(spec.limits.set_fields())

@@ -6,6 +6,8 @@ feeds them). They are the only indexes the operator registers; each holds a smal
 ``turnjob_index``    (namespace, task name)   -> JobView of each turn Job of the task (``views.job_view``)
 ``turnpod_index``    (namespace, task name)   -> PodView of each turn pod of the task (``views.pod_view``)
 ``mcpserver_index``  (namespace, name)        -> spec of each MCPServer (``mcp_servers``: what turn pods get)
+``agent_index``      (namespace, name)        -> compact Agent (metadata, spec, status): admission of its tasks,
+                                                 their Jobs' scheduling defaults (``job_builder``), its status
 
 The index functions are coroutines (pure and quick, they await nothing): Kopf runs a plain function in its thread
 pool, a hop to a worker thread and back for every watch event of every AgentTask, turn Job and turn pod.
@@ -27,7 +29,8 @@ import kopf
 from unicore_operator import mcp_servers, names
 from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
 
-__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agenttask_index", "compact_task", "first",
+__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agent_index", "agenttask_index", "compact_agent", "compact_task",
+           "first",
            "job_outcome", "job_task_key", "job_view", "mcpserver_index", "turnjob_index", "turnpod_index"]
 
 JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
@@ -93,6 +96,23 @@ async def mcpserver_index(*, spec: kopf.Spec, namespace: str | None, name: str,
     if namespace is None:
         return None
     return {(namespace, name): dict(spec)}
+
+
+def compact_agent(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata", {})
+    return {
+        "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid", "generation", "deletionTimestamp")},
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+@kopf.index(names.GROUP, names.VERSION, names.AGENT_PLURAL)
+async def agent_index(*, body: kopf.Body, namespace: str | None, name: str,
+                      **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
+    if namespace is None:
+        return None
+    return {(namespace, name): compact_agent(body)}
 
 
 def first(values: Iterable[Any] | None) -> Any:

@@ -169,6 +169,33 @@ def restricted_container_security_context() -> dict[str, Any]:
     }
 
 
+# What a task's turn pods take from its Agent when its own spec does not set it (crds/agent.yaml).
+AGENT_DEFAULTS = ("model", "mcpServers", "gpus", "resources", "nodeSelector", "tolerations", "priorityClassName",
+                  "runtimeClassName")
+
+
+def agent_name(task: dict[str, Any]) -> str:
+    """The name of the Agent a task runs as (``spec.agentRef.name``); "" for none."""
+    return str(((task.get("spec") or {}).get("agentRef") or {}).get("name") or "")
+
+
+def with_agent_defaults(task: dict[str, Any], agent: dict[str, Any] | None) -> dict[str, Any]:
+    """``task`` as its Jobs are built: each of ``AGENT_DEFAULTS`` its spec leaves unset taken from its Agent's spec
+    (``agent``, the indexed Agent; None: ``task`` as it is), and the lower of the two turn timeouts."""
+    if agent is None or not agent_name(task):
+        return task
+    spec = dict(task.get("spec") or {})
+    agent_spec = agent.get("spec") or {}
+    for key in AGENT_DEFAULTS:
+        if spec.get(key) is None and agent_spec.get(key) is not None:
+            spec[key] = copy.deepcopy(agent_spec[key])
+    timeouts = [int(t) for t in ((spec.get("limits") or {}).get("turnTimeoutSeconds"),
+                                 (agent_spec.get("limits") or {}).get("turnTimeoutSeconds")) if t]
+    if timeouts:
+        spec["limits"] = {**(spec.get("limits") or {}), "turnTimeoutSeconds": min(timeouts)}
+    return {**task, "spec": spec}
+
+
 def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> int:
     limits = spec.get("limits") or {}
     return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)

@@ -30,6 +30,11 @@ def agenttask_path(namespace: str, name: str) -> str:
             f"{quote(name, safe='')}")
 
 
+def agent_path(namespace: str, name: str) -> str:
+    return (f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}/{names.AGENT_PLURAL}/"
+            f"{quote(name, safe='')}")
+
+
 @dataclass
 class KubeClients:
     api: client.ApiClient
@@ -63,6 +68,13 @@ class KubeClients:
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the AgentTask's status (nothing to report on when it was deleted meanwhile)."""
         self.core.merge_patch(agenttask_path(namespace, name) + "/status", {"status": status})
+
+    def get_agent(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.core.read(agent_path(namespace, name))
+
+    def patch_agent_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the Agent's status (nothing to report on when it was deleted meanwhile)."""
+        self.core.merge_patch(agent_path(namespace, name) + "/status", {"status": status})
 
     def post_event(self, task: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the AgentTask (best effort: never fails the caller)."""

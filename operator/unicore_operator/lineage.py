@@ -12,7 +12,8 @@ record (the limits and tools its turns run with) and its parent's AgentTask:
   less, and never 0 (unlimited) under a parent that has one; recursion only if the parent has it; the turn timeout
   (``spec.limits.turnTimeoutSeconds``, else the operator's default, as the turn Jobs get it) at most the parent's;
 - its tools (``spec.tools``, else the parent's default child toolset) lie within ``policy.tool_ceiling``: the
-  parent's own tools, and only those of its ``childTools`` when it has them;
+  parent's own tools, and only those of its ``childTools`` when it has them (a child with ``spec.agentRef``: within
+  its Agent's, which its parent's agent must list: ``agent_checks``);
 - its ``unicore.dev/root`` label, if any, names the parent's tree (the label picks the tree's workspace folder).
 
 The root's descendant budget (``maxDescendants``) and the parent's ``maxChildren`` are counted in Redis: the webhook
@@ -111,8 +112,10 @@ def check_child(
     parent_timeout = turn_timeout(parent_obj.get("spec") or {}, default_turn_timeout)
     if child_timeout > parent_timeout:
         problems.append(f"spec.limits.turnTimeoutSeconds {child_timeout} is above its parent's {parent_timeout}")
+    # A child with spec.agentRef: its Agent's tools are its ceiling, granted by its parent's agent listing it
+    # (agent_checks.agent_task_problems); otherwise its parent's.
     ceiling = policy.tool_ceiling(parent)
-    outside = [tool for tool in stored.tools or () if tool not in ceiling]
+    outside = [tool for tool in stored.tools or () if tool not in ceiling] if parsed.agent_ref is None else []
     if outside:
         source = "spec.tools" if parsed.tools is not None else "the default child toolset"
         granted = "its parent's tools" if parent.child_tools is None else "its parent's childTools"

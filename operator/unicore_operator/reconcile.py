@@ -19,7 +19,7 @@ from unicore_operator import approvals, events, metrics, names
 from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
-from unicore_operator.job_builder import build_turn_job_spec
+from unicore_operator.job_builder import agent_name, build_turn_job_spec, with_agent_defaults
 from unicore_operator.log import logger
 from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.phases import (
@@ -203,8 +203,9 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         if wait > 0:
             schedule_recheck(ctx, key, wait, "retry")
         else:
-            job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt(),
-                                      mcp_env=turn_mcp_env(ctx.mcpservers, body))
+            job_task = with_agent_defaults(body, ctx.indexed_agent(key[0], agent_name(body)))  # docs/agents.md
+            job = build_turn_job_spec(job_task, snap.next_turn(), ctx.settings, snap.next_attempt(),
+                                      mcp_env=turn_mcp_env(ctx.mcpservers, job_task))
             job_name = job["metadata"]["name"]
             loop = asyncio.get_running_loop()
             was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)

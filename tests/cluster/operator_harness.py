@@ -37,7 +37,8 @@ def install_crd(kubeconfig: Path | str) -> None:
     result = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"), check=False)
     if result.returncode:
         raise RuntimeError(f"kubectl apply crds/ failed: {result.stderr}")
-    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd/agenttasks.unicore.dev")
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd/agenttasks.unicore.dev",
+            "crd/agents.unicore.dev")
 
 
 def agent_rbac(namespace: str) -> list[dict[str, Any]]:

@@ -107,7 +107,8 @@ def test_the_webhook_reaches_the_operator_with_a_certificate_its_ca_bundle_verif
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["rules"] == [{"apiGroups": ["unicore.dev"], "apiVersions": ["*"], "operations": ["CREATE"],
                               "resources": ["agenttasks"], "scope": "Namespaced"}]
-    assert hook["matchConditions"] == [{"name": "children-only", "expression": "has(object.spec.parentRef)"}]
+    assert hook["matchConditions"] == [{"name": "children-and-agent-tasks",
+                                        "expression": "has(object.spec.parentRef) || has(object.spec.agentRef)"}]
     assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [NS]
     service_ref = hook["clientConfig"]["service"]
     assert service_ref == {"name": "unicore-operator", "namespace": NS, "port": 443, "path": PATH}

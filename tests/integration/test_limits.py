@@ -22,10 +22,13 @@ def store(redis_client: redis.Redis) -> TaskStore:
     return TaskStore(redis_client)
 
 
-def snapshot(redis_url: str) -> dict[bytes, bytes | None]:
+def snapshot(redis_url: str) -> dict[bytes, Any]:
+    """Every key's content: a hash as its sorted fields (the DUMP of a hash table depends on where Redis's
+    incremental rehashing is, which reads move on), anything else as its DUMP."""
     raw = redis.Redis.from_url(redis_url)
     try:
-        return {key: raw.dump(key) for key in sorted(raw.scan_iter(count=1000))}
+        return {key: sorted(raw.hgetall(key).items()) if raw.type(key) == b"hash" else raw.dump(key)
+                for key in sorted(raw.scan_iter(count=1000))}
     finally:
         raw.close()
 

@@ -55,9 +55,10 @@ def _index_functions() -> dict[str, tuple[str, str]]:
 def test_one_index_per_object_kind() -> None:
     """No second index over AgentTasks: a task's children come from its Redis children set (``children_of``)."""
     found = _index_functions()
-    assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index"}
+    assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index", "mcpserver_index", "agent_index"}
     kinds = Counter(found.values())
-    assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 1, ("", "pods"): 1}
+    assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 1, ("", "pods"): 1,
+                     ("unicore.dev", "mcpservers"): 1, ("unicore.dev", "agents"): 1}
 
 
 def test_the_watchdog_views_from_the_index_values_equal_those_from_the_bodies() -> None:

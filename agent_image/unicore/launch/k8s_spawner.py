@@ -24,6 +24,7 @@ import json
 import time
 from typing import Any
 
+from unicore.agents import effective_limits
 from unicore.contract import (
     API_VERSION,
     GROUP,
@@ -40,7 +41,7 @@ from unicore.errors import ConfigError, MessageTooLarge, ToolError
 from unicore.kube_config import load_api_client
 from unicore.launch.local_spawner import check_message_size, check_same_agent, child_agent, reserve_child_slots
 from unicore.log import get_logger
-from unicore.schema import InboxMessage, task_name
+from unicore.schema import InboxMessage, Limits, task_name
 from unicore.settings import RuntimeSettings
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
@@ -68,14 +69,17 @@ def load_custom_objects_api() -> Any:
 
 
 def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str] | None,
-                    parent_view: storeview.TaskView, agent: str | None = None) -> dict[str, Any]:
+                    parent_view: storeview.TaskView, agent: str | None = None,
+                    agent_limits: Limits | None = None) -> dict[str, Any]:
     """The child AgentTask object (pure). ``agent``: the name of the Agent the child runs (``spec.agentRef``); it
     takes model and tools from it (``tools`` None: all of the agent's), and only the parent's limits narrow it."""
     meta = parent_obj["metadata"]
     parent_spec = parent_obj.get("spec") or {}
     parent_labels = meta.get("labels") or {}
     root = parent_labels.get(ROOT_LABEL) or task_name(parent_view.root_id)
-    limits = {LIMIT_FIELDS[k]: v for k, v in parent_view.limits.model_dump().items() if k in LIMIT_FIELDS}
+    # A child of an agent: the lower of its agent's and its parent's limits (so it narrows both).
+    capped = parent_view.limits if agent_limits is None else effective_limits(agent_limits, parent_view.limits)
+    limits = {LIMIT_FIELDS[k]: v for k, v in capped.model_dump().items() if k in LIMIT_FIELDS}
     # The turn timeout is the parent's as its turn Jobs have it: its spec's value, else (unset) the operator's
     # default for both; the stored limit is the schema's default there, which would widen a shorter default.
     limits.pop("turnTimeoutSeconds", None)
@@ -96,8 +100,8 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
         spec["tools"] = list(tools or ())
         if parent_view.child_tools is not None:
             spec["childTools"] = [t for t in parent_view.child_tools if t in (tools or ())]
-    for field in INHERITED_SCHEDULING:
-        if parent_spec.get(field) is not None:
+    for field in INHERITED_SCHEDULING:  # a child of an agent schedules as that agent says (its queue aside)
+        if parent_spec.get(field) is not None and (agent is None or field == "queueName"):
             spec[field] = parent_spec[field]
     return {
         "apiVersion": API_VERSION,
@@ -195,7 +199,8 @@ class KubernetesSpawner:
         slots = reserve_child_slots(self.store, parent, child_id)
         try:
             chosen_tools = plan.tools if agent is None or tools is not None else None  # None: the agent's, always
-            created = self._create_child(parent, child_id, prompt, chosen_tools, agent)
+            created = self._create_child(parent, child_id, prompt, chosen_tools, agent,
+                                         chosen[1].limits if chosen else None)
         except BaseException:
             slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=child_id)
             raise
@@ -207,7 +212,7 @@ class KubernetesSpawner:
         return child_id, True
 
     def _create_child(self, parent: storeview.TaskView, child_id: str, prompt: str, tools: list[str] | None,
-                      agent: str | None = None) -> bool:
+                      agent: str | None = None, agent_limits: Limits | None = None) -> bool:
         """Create the child AgentTask: True if created, False if it already exists; ToolError otherwise.
 
         A create whose answer was lost (timeout, connection reset) may have happened: the AgentTask is looked up
@@ -217,7 +222,7 @@ class KubernetesSpawner:
         parent_obj = self._get_agenttask(task_name(parent.id))
         if parent_obj is None:
             raise ToolError(f"parent AgentTask {parent.id} not found in the API server")
-        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent, agent)
+        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent, agent, agent_limits)
         try:
             self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as exc:

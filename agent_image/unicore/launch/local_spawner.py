@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unicore.agents import AgentDefinition, AgentInvalid, AgentNotFound, agent_id
+from unicore.agents import AgentDefinition, AgentInvalid, AgentNotFound, agent_id, effective_limits
 from unicore.errors import MessageTooLarge, ToolError
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
@@ -36,15 +36,15 @@ def child_agent(store: Any, parent: TaskView, agent: str) -> tuple[str, AgentDef
     return child_agent_id, definition
 
 
-def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str, agent: str | None = None,
-               requested_tools: list[str] | None = None) -> TaskSpec:
+def child_spec(parent: TaskView, plan: policy.SpawnPlan, prompt: str,
+               agent: tuple[str, AgentDefinition] | None = None, requested_tools: list[str] | None = None) -> TaskSpec:
     """The TaskSpec of a new child (the store creates it and queues its prompt atomically). With ``agent`` (its id)
     the child sets only what narrows that agent: its parent's limits and scripted steps, and the tools the spawn
     asked for (none asked: the agent's, as they are at each of its turns)."""
     if agent is not None:
         narrowing: dict[str, Any] = {"tools": plan.tools} if requested_tools is not None else {}
-        return TaskSpec(id=plan.child_id, prompt=prompt, parent=parent.id, agent=agent, limits=parent.limits,
-                        script=parent.script, **narrowing)
+        return TaskSpec(id=plan.child_id, prompt=prompt, parent=parent.id, agent=agent[0],
+                        limits=effective_limits(agent[1].limits, parent.limits), script=parent.script, **narrowing)
     return TaskSpec(
         id=plan.child_id,
         prompt=prompt,
@@ -124,7 +124,7 @@ class LocalSpawner:
                                   agent=(agent, chosen[1].tools) if agent is not None and chosen else None)
         slots = reserve_child_slots(self.store, parent, plan.child_id)
         try:
-            created = self.store.create_task(child_spec(parent, plan, prompt, chosen[0] if chosen else None, tools))
+            created = self.store.create_task(child_spec(parent, plan, prompt, chosen, tools))
         except (MessageTooLarge, AgentNotFound) as exc:  # the agent deleted a moment ago
             slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=plan.child_id)
             raise ToolError(str(exc)) from exc

@@ -7,14 +7,17 @@ import asyncio
 from typing import Any
 
 import kopf
+from unicore.agents import AgentNotFound
 from unicore.errors import TaskNotFound
 from unicore.schema import InboxMessage
+from unicore.state.agents import read_agent
 from unicore.state.task_views import TaskView
 
 from unicore_operator import agent_rbac, events, names, redis_identities
-from unicore_operator.admission import vet_new_child
+from unicore_operator.admission import agent_refusal, vet_new_child
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message_id, to_task_spec
+from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message_id, to_task_spec
+from unicore_operator.handlers import agents as agent_handlers
 from unicore_operator.indexes import active_job, compact_task
 from unicore_operator.log import logger
 from unicore_operator.reconcile import _post, jobs_of, reconcile_task
@@ -54,6 +57,13 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
     await redis_identities.provision_for(ctx, task)  # the namespace's own Redis user and Secret, before any Job
     tid = names.task_id(namespace, name)
     parent: TaskView | None = None
+    if parsed.agent_ref is not None:  # docs/agents.md: it runs as an Agent of its namespace, narrowing it
+        failure = await agent_not_ready(ctx, namespace, name, dict(spec), parsed, retry)
+        if failure is not None:
+            logger.warning("AgentTask %s/%s refused: %s", namespace, name, failure)
+            _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
+            await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": failure})
+            return
     if parsed.parent_ref is not None:
         parent_id = names.task_id(namespace, parsed.parent_ref.name)
         snap = await ctx.redis.snapshot(parent_id)
@@ -72,7 +82,12 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
             await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": refused})
             return
     task_spec = to_task_spec(namespace, name, parsed, parent)
-    created = await asyncio.to_thread(ctx.store.create_task, task_spec)
+    try:
+        created = await asyncio.to_thread(ctx.store.create_task, task_spec)
+    except AgentNotFound as exc:  # deleted a moment ago: the next try fails it (agent_not_ready)
+        raise kopf.TemporaryError(str(exc), delay=2) from exc
+    if parsed.agent_ref is not None:
+        agent_handlers.request_status(ctx, namespace, parsed.agent_ref.name)
     if parsed.prompt:
         message = InboxMessage(id=prompt_message_id(uid), type="user", content=parsed.prompt,
                                sender=task_spec.parent or "user")
@@ -86,6 +101,25 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
             _post(ctx, parent_body, events.NORMAL, events.CHILD_SPAWNED, f"child task {name} created")
     logger.info("initialised %s (%s)", tid, "new conversation" if created else "existing conversation kept")
     await reconcile_task(ctx, namespace, name, "created")
+
+
+async def agent_not_ready(ctx: OperatorContext, namespace: str, name: str, spec: dict[str, Any],
+                          parsed: AgentTaskSpec, retry: int) -> str | None:
+    """Why a task with spec.agentRef cannot be created (None: it can): a root widens its Agent (a child's Agent is
+    checked with its parent, ``vet_new_child``), or the Agent's definition is not stored (a moment after both were
+    applied: retried until PARENT_WAIT_RETRIES)."""
+    assert parsed.agent_ref is not None
+    if parsed.parent_ref is None:
+        refused = await agent_refusal(ctx, namespace, name, spec, parsed, None)
+        if refused is not None:
+            return refused
+    agent_id = names.task_id(namespace, parsed.agent_ref.name)
+    if await asyncio.to_thread(read_agent, ctx.redis.sync, agent_id) is not None:
+        return None
+    if retry >= PARENT_WAIT_RETRIES:
+        return (f"Agent {agent_id} is not stored for its tasks (see its status.lastError: "
+                f"kubectl get agent {parsed.agent_ref.name} -o yaml)")
+    raise kopf.TemporaryError(f"Agent {agent_id} is not stored yet", delay=2)
 
 
 @kopf.on.field(names.GROUP, names.VERSION, names.PLURAL, field="spec.suspend", id="suspend")
@@ -144,6 +178,9 @@ async def agenttask_event(*, event: kopf.RawEvent, body: kopf.Body, spec: kopf.S
     ctx: OperatorContext | None = memo.get("ctx")
     if ctx is None or namespace is None or not ctx.watches(namespace):
         return
+    agent = (spec.get("agentRef") or {}).get("name")
+    if agent and (event.get("type") in (None, "ADDED", "DELETED") or body.get("metadata", {}).get("deletionTimestamp")):
+        agent_handlers.request_status(ctx, namespace, agent)  # its Agent's status.tasks
     parent = (spec.get("parentRef") or {}).get("name")
     if parent and ctx.indexed_task(namespace, parent) is not None:
         # Handlers run once the indexes are filled: a parent missing from the index is no AgentTask (yet); its
