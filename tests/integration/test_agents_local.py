@@ -79,8 +79,8 @@ def test_run_agent_directory_runs_the_example_tree_and_the_child_runs_its_agent(
 
 
 def test_a_stored_agent_runs_by_name_and_options_only_narrow_it(cli_env, redis_url, tmp_path):
-    applied = unicore("agents", "apply", "-f", str(AGENTS / "agent-writer.yaml"), "-f", str(AGENTS / "agent-researcher.yaml"),
-                      env=cli_env)
+    applied = unicore("agents", "apply", "-f", str(AGENTS / "agent-writer.yaml"),
+                      "-f", str(AGENTS / "agent-researcher.yaml"), env=cli_env)
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.splitlines() == ["agent/writer configured", "agent/researcher configured"]
     again = unicore("agents", "apply", "-f", str(AGENTS), env=cli_env)
