@@ -16,8 +16,8 @@ An MCPServer document (a local-mode YAML file now; a namespaced resource on Kube
 ``headersFrom: [{name: Authorization, secretKeyRef: {name, key}}]`` (cluster) takes each header's value from a key of
 a Secret in the task's namespace: the operator (``unicore_operator.mcp_servers``) passes them to the pod as
 secretKeyRef variables and writes ``headersFromEnv: {<header>: <variable>}`` into the resolved definition, so no
-value is ever in a Job and the operator reads no Secret. Local mode has no Secrets: ``headers`` (literal) or ``headersFromEnv`` (variables of the
-``unicore`` command's environment). The resolved form (``ResolvedMCPServer``) is ``{name, spec}`` with no
+value is ever in a Job and the operator reads no Secret. Local mode has no Secrets: ``headers`` (literal) or
+``headersFromEnv`` (variables of the ``unicore`` command's environment). The resolved form (``ResolvedMCPServer``) is ``{name, spec}`` with no
 ``headersFrom``. Every model forbids unknown fields, and every error is one line (``one_line``).
 """
 
@@ -276,6 +276,7 @@ def dump_resolved(servers: list[ResolvedMCPServer]) -> str:
 
 __all__ = [
     "API_VERSION", "DEFAULT_TIMEOUT_SECONDS", "KIND", "MAX_TIMEOUT_SECONDS", "MCPServer", "MCPServerSpec",
-    "HeaderFromSecret", "ObjectMeta", "ResolvedMCPServer", "SEPARATOR", "SecretKeySelector", "dump_resolved", "one_line", "parse_document",
+    "HeaderFromSecret", "ObjectMeta", "ResolvedMCPServer", "SEPARATOR", "SecretKeySelector", "dump_resolved",
+    "one_line", "parse_document",
     "parse_resolved", "resolved",
 ]

@@ -50,7 +50,8 @@ HASH_CHARS = 16
 
 @dataclass(frozen=True)
 class ImagePlan:
-    """One image: its short name (base, agent, operator, redis, mcptime), reference, input hash and archive file name."""
+    """One image: its short name (base, agent, operator, redis, mcptime), reference, input hash and archive file
+    name."""
 
     key: str
     ref: str

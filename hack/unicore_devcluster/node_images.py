@@ -2,8 +2,8 @@
 and the Helm values that make the chart run them.
 
 There is no registry: ``hack/build-images.sh`` writes one archive per image into ``${UNICORE_CACHE}/images`` and
-``images.json`` names them; ``load_images`` imports the agent, operator, Redis and MCP time server archives into the node's
-containerd (as ``docker.io/library/<name>:<tag>``, where the kubelet looks a short name up), once per archive: a
+``images.json`` names them; ``load_images`` imports the agent, operator, Redis and MCP time server archives into the
+node's containerd (as ``docker.io/library/<name>:<tag>``, where the kubelet looks a short name up), once per archive: a
 file in the containerd root remembers which archive was imported, so importing again after the sources changed
 takes only the new archives, and a fresh node (its containerd root is deleted at stop) imports them all.
 ``chart_values`` points the chart's three images at them with ``pullPolicy: Never``.

@@ -219,7 +219,8 @@ def test_approval_gates_an_mcp_tool_by_its_offered_name(cli_env, store, tmp_path
 
 @pytest.mark.parametrize(("documents", "extra", "expected"), [
     ([document("time", {"url": "ftp://x"})], [], "url must be an http:// or https:// URL"),
-    ([document("time", {"url": "https://x/mcp", "headersFrom": [{"name": "A", "secretKeyRef": {"name": "s", "key": "k"}}]})], [],
+    ([document("time", {"url": "https://x/mcp",
+                        "headersFrom": [{"name": "A", "secretKeyRef": {"name": "s", "key": "k"}}]})], [],
      "headersFrom names a Kubernetes Secret, which local mode does not have"),
     ([document("time", time_spec()), document("time", time_spec())], [], "MCP server 'time' is defined twice"),
     ([document("time", time_spec())], ["--mcp", "clock"], "no MCP server 'clock' is defined (defined: time)"),

@@ -23,7 +23,7 @@ def test_chart_crds_are_byte_identical_copies_of_crds() -> None:
     for name in sources:
         source = (ROOT / "crds" / name).read_bytes()
         copy = (CHART / "crds" / name).read_bytes() if (CHART / "crds" / name).is_file() else b""
-        assert copy == source, f"helm/unicore/crds/{name} drifted from crds/{name}: run `cp crds/*.yaml helm/unicore/crds/`"
+        assert copy == source, f"helm/unicore/crds/{name} drifted from crds/{name}: cp crds/*.yaml helm/unicore/crds/"
 
 
 def test_chart_crds_folder_holds_only_the_crds() -> None:

@@ -51,7 +51,8 @@ def test_a_document_becomes_its_resolved_definition_and_survives_the_variable():
     ({"url": "https://x/mcp", "headers": {"Bad Name": "v"}}, "invalid header name(s): 'Bad Name'"),
     ({"url": "https://x/mcp", "headersFromEnv": {"A": "1X"}}, "headersFromEnv: invalid variable name"),
     ({"command": "y", "env": {"A-B": "1"}}, "invalid environment variable name(s): 'A-B'"),
-    ({"url": "https://x/mcp", "headersFrom": [{"name": "A", "secretKeyRef": {"name": "Bad_Name", "key": "k"}}]}, "invalid Secret name 'Bad_Name'"),
+    ({"url": "https://x/mcp", "headersFrom": [{"name": "A", "secretKeyRef": {"name": "Bad_Name", "key": "k"}}]},
+     "invalid Secret name 'Bad_Name'"),
 ])
 def test_bad_specs_are_one_line_naming_the_server_and_the_field(spec, expected):
     with pytest.raises(ConfigError) as caught:
@@ -86,7 +87,8 @@ def test_header_values_never_appear_in_errors():
 
 
 def test_local_mode_has_no_secrets_and_turn_pods_no_stdio_servers():
-    secret = doc({"url": "https://x/mcp", "headersFrom": [{"name": "Authorization", "secretKeyRef": {"name": "web-token", "key": "t"}}]})
+    secret = doc({"url": "https://x/mcp",
+                  "headersFrom": [{"name": "Authorization", "secretKeyRef": {"name": "web-token", "key": "t"}}]})
     assert parse_document(secret, "f", local=False).spec.headers_from is not None  # cluster: resolved by the operator
     with pytest.raises(ConfigError, match="headersFrom names a Kubernetes Secret, which local mode does not have"):
         parse_document(secret, "f", local=True)
