@@ -1,7 +1,7 @@
 """MCP server definitions (issue 17; docs/mcp.md): the shape of an ``MCPServer`` (``unicore.dev/v1alpha1``) and the
 resolved list a turn gets in ``UNICORE_MCP_SERVERS``.
 
-An MCPServer document (a local-mode YAML file now; a namespaced resource on Kubernetes later)::
+An MCPServer document (a local-mode YAML file, or the namespaced resource on Kubernetes: crds/mcpserver.yaml)::
 
     apiVersion: unicore.dev/v1alpha1
     kind: MCPServer
@@ -13,12 +13,13 @@ An MCPServer document (a local-mode YAML file now; a namespaced resource on Kube
       timeoutSeconds: 30              # connecting, listing the tools, and each call (default 30)
       toolTimeoutSeconds: {slow_tool: 300}   # per tool, over timeoutSeconds
 
-``headersFrom: [{name: Authorization, secretKeyRef: {name, key}}]`` (cluster) takes each header's value from a key of
-a Secret in the task's namespace: the operator (``unicore_operator.mcp_servers``) passes them to the pod as
+``headersFrom: [{name: Authorization, secretKeyRef: {name, key}}]`` (cluster) takes each header's value from a key
+of a Secret in the task's namespace: the operator (``unicore_operator.mcp_servers``) passes them to the pod as
 secretKeyRef variables and writes ``headersFromEnv: {<header>: <variable>}`` into the resolved definition, so no
 value is ever in a Job and the operator reads no Secret. Local mode has no Secrets: ``headers`` (literal) or
-``headersFromEnv`` (variables of the ``unicore`` command's environment). The resolved form (``ResolvedMCPServer``) is ``{name, spec}`` with no
-``headersFrom``. Every model forbids unknown fields, and every error is one line (``one_line``).
+``headersFromEnv`` (variables of the ``unicore`` command's environment). The resolved form (``ResolvedMCPServer``)
+is ``{name, spec}`` with no ``headersFrom``. Every model forbids unknown fields, and every error is one line
+(``one_line``).
 """
 
 from __future__ import annotations

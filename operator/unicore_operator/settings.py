@@ -137,9 +137,9 @@ class OperatorSettings(KeywordOnlySettings):
     # a deleted Secret: a new password) and recreates missing Secrets.
     redis_identity_resync_seconds: float = Field(30.0, gt=0)
     # OpenAI-compatible endpoints by model name (unicore.providers.endpoints): a JSON list of {"models": [names or
-    # globs], "baseUrl", "apiKeySecret": {"name", "key"}, "apiKeyEnv", "rpm", "tpm", "timeout", "textToolCalls"}. Turn
-    # pods get the map and, for their task's model, its endpoint's key as a secretKeyRef (optional) to the Secret in the task's
-    # namespace; the operator copies no Secret between namespaces. Empty = OPENAI_BASE_URL alone.
+    # globs], "baseUrl", "apiKeySecret": {"name", "key"}, "apiKeyEnv", "rpm", "tpm", "timeout", "textToolCalls"}.
+    # Turn pods get the map and, for their task's model, its endpoint's key as a secretKeyRef (optional) to the
+    # Secret in the task's namespace; the operator copies no Secret between namespaces. Empty = OPENAI_BASE_URL alone.
     openai_endpoints: Annotated[EndpointMap, NoDecode] = Field(default_factory=EndpointMap)
 
     @field_validator("namespaces", mode="before")
