@@ -167,7 +167,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = TaskStore(connect(url))
     if choice is not None:  # docs/agents.md: the agent's settings, narrowed by the options given
         definition = chosen_definition(store.redis, choice)
-        mcp_servers += choice.files.mcp_servers if choice.files else []
+        given = {server.name for server in mcp_servers}  # --mcp-server FILE wins over the agent files' own
+        mcp_servers += [s for s in (choice.files.mcp_servers if choice.files else []) if s.name not in given]
+        if choice.files and choice.files.skipped:
+            print(f"[unicore] local mode runs no {', '.join(choice.files.skipped)} (Kubernetes objects of the agent "
+                  "files)", file=sys.stderr)
         check_model(args.model or definition.model, script, store.redis)
         spec = agent_task_spec(args, name, definition, choice.name, model if args.model else None, script,
                                mcp_refs if args.mcp else None, mcp_servers)

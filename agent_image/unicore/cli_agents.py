@@ -36,6 +36,9 @@ class AgentFiles:
     agents: dict[str, AgentDefinition] = field(default_factory=dict)
     mcp_servers: list[ResolvedMCPServer] = field(default_factory=list)
     task_agents: list[str] = field(default_factory=list)  # agentRef names of the AgentTask documents
+    # Kubernetes objects of other API groups (e.g. the Deployment and Service of an MCP server), as kind/name: a
+    # directory made for `kubectl apply -f` holds them; local mode does not run them and says so
+    skipped: list[str] = field(default_factory=list)
 
 
 def _files(path_text: str) -> list[str]:
@@ -52,6 +55,11 @@ def _read_document(files: AgentFiles, document: Any, where: str) -> None:
     if not isinstance(document, dict):
         raise UsageError(f"{where}: a document is a mapping with apiVersion, kind, metadata and spec")
     kind = document.get("kind")
+    api_version = str(document.get("apiVersion") or "")
+    if api_version and not api_version.startswith("unicore.dev/"):
+        meta = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+        files.skipped.append(f"{printable(str(kind))}/{printable(str(meta.get('name')))}")
+        return
     if kind == MCP_SERVER_KIND:
         try:
             server = resolved(parse_document(document, where, local=True))

@@ -1,5 +1,5 @@
 """MCP tools on the real node (issue 17): a real third-party MCP server runs as a pod (mcp-server-time behind
-mcp-proxy, the image of hack/images/Containerfile.mcp-time, deployed by examples/mcp/time-server-k8s.yaml as a user
+mcp-proxy, the image of hack/images/Containerfile.mcp-time, deployed by examples/agents/mcp-time.yaml as a user
 would), an MCPServer names it, and an AgentTask that lists it in ``spec.mcpServers`` has its turn pod (the agent
 image under containerd) call the server's tool through the Service; the result lands in the task's history. A tool
 outside the task's allow-list is never offered, and calling it gives the model an error result, not a failed turn.
@@ -21,7 +21,7 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER_MANIFEST = REPO / "examples" / "mcp" / "time-server-k8s.yaml"
+SERVER_MANIFEST = REPO / "examples" / "agents" / "mcp-time.yaml"
 
 
 @pytest.fixture

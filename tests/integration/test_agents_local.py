@@ -57,10 +57,15 @@ def tool_results(store: TaskStore, task_id: str) -> list[str]:
 
 
 def test_run_agent_directory_runs_the_example_tree_and_the_child_runs_its_agent(cli_env, redis_url, tmp_path):
-    run = unicore("run", "--agent", str(AGENTS), "--script", str(SCRIPT), "--name", "report",
-                  "--max-iterations", "10", "Write a short report about water.", env=cli_env)
+    # docs/agents.md: the directory's MCPServer `time` is the cluster's (a url); the stdio one of the same name runs
+    # the server here (python3 -m mcp_server_time: the venv's python first on PATH, as after `make bootstrap`)
+    env = {**cli_env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cli_env.get('PATH', '')}"}
+    run = unicore("run", "--agent", str(AGENTS), "--mcp-server", str(REPO / "examples" / "mcp" / "time-server.yaml"),
+                  "--script", str(SCRIPT), "--name", "report", "--max-iterations", "10",
+                  "Write a short report about water.", env=env)
     assert run.returncode == 0, run.stderr
     assert "Report written to report.md." in run.stdout
+    assert "local mode runs no Deployment/mcp-time, Service/mcp-time" in run.stderr  # the cluster's server objects
     store = TaskStore(redis.Redis.from_url(redis_url, decode_responses=True))
     root, child = store.get_task("report"), store.get_task("report-facts")
     assert (root.agent, child.agent, child.parent) == ("writer", "researcher", "report")
@@ -71,6 +76,10 @@ def test_run_agent_directory_runs_the_example_tree_and_the_child_runs_its_agent(
     assert "You are a careful researcher." in child.system_prompt
     assert any("Facts: water boils at 100 C" in text for m in store.messages("report") for block in m.content
                for text in [block.get("text", "")])
+    # the researcher asked the real time server (its agent's MCP tool, allowed by the agent's allow-list)
+    [result] = [block["toolResult"] for m in store.messages("report-facts") for block in m.content
+                if "toolResult" in block]
+    assert result["status"] == "success" and '"timezone": "Etc/UTC"' in result["content"][0]["text"], result
     assert (tmp_path / "home" / "workspaces" / "report" / "report.md").read_text().startswith("# Water")
     listing = unicore("agents", "list", env=cli_env)
     assert listing.returncode == 0
