@@ -77,8 +77,8 @@ def pids_with_argument(argument: str) -> list[int]:
 class EverythingHttp:
     """server-everything over streamable HTTP, a real process on a free port (``url``: its /mcp endpoint)."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.marker = uuid.uuid4().hex
         self.process = subprocess.Popen(

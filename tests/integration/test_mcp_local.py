@@ -204,6 +204,31 @@ def test_a_server_that_is_not_running_gives_an_error_result_and_the_others_still
     assert found["time__get_current_time"][0] == "success"
 
 
+def test_a_streamable_http_server_that_comes_up_while_the_turn_connects_is_used(cli_env, store, tmp_path):
+    """A server pod starting next to the task that uses it (kubectl apply -f examples/agents/): the refused connection
+    is tried again with backoff (mcp_client.CONNECT_RETRY_SECONDS) instead of leaving the turn without its tools."""
+    port = free_port()
+    servers = write_documents(tmp_path / "servers.yaml",
+                              [document("late", {"url": f"http://127.0.0.1:{port}/mcp", "timeoutSeconds": 30})])
+    steps = [calls(("late__echo", {"message": "made it"})), {"text": "done"}]
+    log = Path(cli_env["UNICORE_HOME"]) / "logs" / turn_log_name("ml")
+    process = subprocess.Popen([UNICORE, "run", "--name", "ml", "--no-summary", "--script",
+                                script(tmp_path, "ml", steps), "--mcp-server", str(servers), "go"],
+                               env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        wait_for(lambda: log.exists() and "MCP server late: " in log.read_text()
+                 and "connecting again" in log.read_text(), timeout=60, what="the turn retrying its refused server")
+        with EverythingHttp(port):
+            stdout, stderr = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    assert results(store, "ml")["late__echo"] == ("success", "Echo: made it")
+    assert stdout.strip() == "done"
+
+
 def test_approval_gates_an_mcp_tool_by_its_offered_name(cli_env, store, tmp_path):
     servers = write_documents(tmp_path / "servers.yaml", [document("everything", everything_stdio_spec())])
     steps = [calls(("everything__echo", {"message": "only once approved"})), {"echo_results": True}]

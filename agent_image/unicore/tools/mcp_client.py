@@ -36,12 +36,23 @@ T = TypeVar("T")
 CLOSE_SECONDS = 10.0  # closing a session (a stdio server gets its stdin closed, then is terminated)
 GRACE_SECONDS = 5.0  # the turn's thread waits this much past a call's own timeout before it gives up on the loop
 PROGRESS_LOG_SECONDS = 1.0  # at most one progress line per call and second
+# A streamable HTTP server that refuses the connection (a pod starting next to the task that uses it, a rolling
+# restart) is connected to again with backoff for this long at most (and never past timeoutSeconds) before the turn
+# goes on without it.
+CONNECT_RETRY_SECONDS = 10.0
 
 ProgressHandler = Callable[[float, float | None, str | None], None]
 
 
 class McpServerError(ToolError):
     """An MCP server could not be reached, did not answer in time, or failed during a call."""
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what an exception group wraps) is a refused or unreachable connection."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, httpx2.ConnectError | ConnectionRefusedError)
 
 
 def describe(exc: BaseException) -> str:
@@ -105,6 +116,7 @@ class ServerConnection:
         self.cwd = cwd
         self.environ = environ
         self.broken = ""  # why the session is gone (empty while it is open)
+        self.refused = False  # the last attempt to connect was refused (a server not listening yet)
         self._client: Client | None = None
         self._closing: asyncio.Event | None = None
         self._gone: asyncio.Event | None = None
@@ -150,6 +162,7 @@ class ServerConnection:
             raise
         except BaseException as exc:  # noqa: BLE001 - a failing server must never fail the turn
             self.broken = describe(exc)
+            self.refused = refused(exc)
             log.warning("MCP server %s: session ended: %s", self.name, self.broken)
             if not ready.done():
                 ready.set_exception(McpServerError(self.broken))
@@ -158,13 +171,30 @@ class ServerConnection:
             self._gone.set()
 
     async def open(self) -> list[mcp_types.Tool]:
-        """Connect and list every tool (all pages); McpServerError when that fails or takes over timeoutSeconds."""
+        """Connect and list every tool (all pages); McpServerError when that fails or takes over timeoutSeconds. An
+        HTTP server that refuses the connection is tried again with backoff for ``CONNECT_RETRY_SECONDS``."""
+        loop = asyncio.get_running_loop()
+        timeout = self.server.spec.timeout_seconds
+        deadline = loop.time() + timeout
+        retry_until = loop.time() + min(timeout, CONNECT_RETRY_SECONDS)
+        delay = 0.25
+        while True:
+            try:
+                return await self._open_once(deadline - loop.time(), timeout)
+            except McpServerError:
+                if not (self.server.spec.url and self.refused and loop.time() + delay < retry_until):
+                    raise
+            log.info("MCP server %s: %s; connecting again in %.2gs", self.name, self.broken, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _open_once(self, remaining: float, timeout: float) -> list[mcp_types.Tool]:
+        self.refused = False
         self._closing, self._gone = asyncio.Event(), asyncio.Event()
         ready: asyncio.Future[list[mcp_types.Tool]] = asyncio.get_running_loop().create_future()
         self._holder = asyncio.create_task(self._hold(ready))
-        timeout = self.server.spec.timeout_seconds
         try:
-            return await asyncio.wait_for(asyncio.shield(ready), timeout)
+            return await asyncio.wait_for(asyncio.shield(ready), max(remaining, 0.001))
         except TimeoutError:
             self.broken = f"no answer within {timeout:g}s (timeoutSeconds) while connecting and listing tools"
             self._holder.cancel()
