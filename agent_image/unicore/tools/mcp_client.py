@@ -39,7 +39,7 @@ PROGRESS_LOG_SECONDS = 1.0  # at most one progress line per call and second
 # A streamable HTTP server that refuses the connection (a pod starting next to the task that uses it, a rolling
 # restart) is connected to again with backoff for this long at most (and never past timeoutSeconds) before the turn
 # goes on without it.
-CONNECT_RETRY_SECONDS = 10.0
+CONNECT_RETRY_SECONDS = 20.0
 
 ProgressHandler = Callable[[float, float | None, str | None], None]
 
