@@ -167,6 +167,43 @@ def test_the_release_runs_the_operator_redis_and_the_example_tree_as_real_contai
     assert 'cannot list resource "namespaces"' not in operator_log and "Traceback" not in operator_log, operator_log
 
 
+def test_the_agents_example_runs_with_a_real_mcp_server_pod(release: dict[str, Any]) -> None:
+    """examples/agents/ as a user applies it (issue 17): the Agents, the MCP time server (a Deployment of the
+    unicore-mcp-time image, its Service and MCPServer) and an AgentTask with agentRef; the writer spawns the
+    researcher by agent name through the chart's webhook, and the researcher's turn pod calls the server pod's tool."""
+    cluster, namespace = release["cluster"], release["namespace"]
+    api = release["api"]
+    tasks = Tasks(api, namespace)
+    examples = REPO / "examples" / "agents"
+    kubectl(cluster, "apply", "-n", namespace, "-f", str(examples))
+    try:
+        def tree_idle() -> bool:
+            phases = tasks.all_phases()
+            root = tasks.get("report") or {}
+            return (phases.get("report") == phases.get("report-facts") == "Idle"
+                    and (root.get("status") or {}).get("turns", 0) >= 2)
+
+        wait_for(tree_idle, timeout=300, interval=0.5, what=f"report and report-facts Idle ({tasks.all_phases()})")
+        child = tasks.get("report-facts") or {}
+        assert child["spec"]["agentRef"] == {"name": "researcher"}
+        transcript = subprocess.run(
+            [str(cluster.bin_dir / "kubectl"), "agenttask", "logs", "report-facts", "-n", namespace, "--tools"],
+            env={**os.environ, **cluster.env(), "PATH": f"{VENV_BIN}:{os.environ['PATH']}"},
+            capture_output=True, text=True, timeout=60, check=False)
+        assert transcript.returncode == 0, transcript.stderr
+        # the time server's answer (mcp-server-time's JSON), not an error: the pod reached the server pod
+        [result] = [line for line in transcript.stdout.splitlines() if line.startswith("Tool result")]
+        assert ", success): " in result and '"timezone": "Etc/UTC"' in transcript.stdout, transcript.stdout
+        root = tasks.get("report") or {}
+        assert root["status"]["lastResponse"] == "Report written to report.md.", root["status"]
+        server = kubectl(cluster, "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=mcp-time",
+                         "-o", "jsonpath={.items[0].status.containerStatuses[0].containerID}").stdout
+        assert server.startswith("containerd://"), server
+    finally:  # the uninstall test expects only the release's own leftovers
+        kubectl(cluster, "delete", "-n", namespace, "-f", str(examples), "--wait=true", "--timeout=120s",
+                check=False)
+
+
 def namespaced_objects(cluster: Any, namespace: str) -> set[tuple[str, str]]:
     """(kind, name) of every object in the namespace, of every listable kind but Events."""
     kinds = kubectl(cluster, "api-resources", "--verbs=list", "--namespaced", "-o", "name").stdout.split()
