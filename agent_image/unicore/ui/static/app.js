@@ -40,12 +40,25 @@ function phaseLabel(node) {
   return node.phase === "waiting" ? `waiting for ${node.waiting}` : node.phase;
 }
 
-function connect(url, handlers) {
+// ``probe``: a plain GET of the same data; when the stream fails, its error (a 403 of the API server in cluster
+// mode, a task that is gone) is shown and the stream closed, instead of reconnecting forever.
+function connect(url, handlers, probe) {
   if (source) source.close();
-  source = new EventSource(url);
+  const mine = new EventSource(url);
+  source = mine;
   const conn = document.getElementById("conn");
-  source.onopen = () => { conn.textContent = "live"; };
-  source.onerror = () => { conn.textContent = "reconnecting\u2026"; };
+  mine.onopen = () => { conn.textContent = "live"; };
+  mine.onerror = async () => {
+    conn.textContent = "reconnecting\u2026";
+    if (!probe) return;
+    try {
+      await api("GET", probe);
+    } catch (err) {
+      if (source !== mine) return;
+      mine.close();
+      conn.textContent = err.message;
+    }
+  };
   for (const [name, handler] of Object.entries(handlers)) {
     source.addEventListener(name, (event) => handler(JSON.parse(event.data)));
   }
@@ -101,7 +114,7 @@ function showTree() {
   document.getElementById("task-view").hidden = true;
   document.getElementById("tree-view").hidden = false;
   document.title = "UniCore";
-  connect("/api/events", { tree: renderTree });
+  connect("/api/events", { tree: renderTree }, "/api/tree");
 }
 
 document.getElementById("create-form").addEventListener("submit", async (event) => {
@@ -217,14 +230,23 @@ function renderEvents(events) {
   document.getElementById("events").replaceChildren(...events.map((item) => el("tr", { class: `event-${item.type}` },
     el("td", { text: new Date(item.time * 1000).toLocaleTimeString() }), el("td", { text: item.type }),
     el("td", { text: item.reason }), el("td", { text: item.message }))));
-  document.getElementById("events-empty").hidden = events.length > 0;
+  const empty = document.getElementById("events-empty");
+  empty.textContent = "No events yet.";
+  empty.hidden = events.length > 0;
 }
 
 async function refreshEvents(id) {
   try {
     const data = await api("GET", `/api/tasks/${encodeURIComponent(id)}/eventlog`);
     if (task && task.id === id) renderEvents(data.events);
-  } catch { /* shown again with the next change */ }
+  } catch (err) {  // e.g. no right to list Events in cluster mode: say so instead of an empty panel
+    if (task && task.id === id) {
+      document.getElementById("events").replaceChildren();
+      const empty = document.getElementById("events-empty");
+      empty.textContent = `Events unavailable: ${err.message}`;
+      empty.hidden = false;
+    }
+  }
 }
 
 for (const control of ["suspend", "resume", "stop"]) {
@@ -282,7 +304,7 @@ async function showTask(id) {
     document.getElementById("earlier").hidden = task.first === 0;
     connect(`/api/tasks/${encodeURIComponent(id)}/events?from=${task.shown}`, {
       message: addMessage, token: onToken, task: (node) => { onTask(node); refreshLinks(id); refreshEvents(id); },
-    });
+    }, `/api/tasks/${encodeURIComponent(id)}`);
   } catch (err) {
     document.getElementById("task-error").textContent = err.message;
   }
