@@ -23,7 +23,7 @@ from unicore.launch.k8s_spawner import KubernetesSpawner
 from unicore.schema import TaskSpec
 from unicore.state import acl
 from unicore.state.client import build_client
-from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.keys import ACTIVATIONS_STREAM, CHANGES_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.model_cache import read_model_names, write_model_names
 from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
@@ -151,6 +151,9 @@ def test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_re
     assert [t.turn_number for t in admin.load_history("team-a/root")] == [0, 1]
     activations = [(f["task"], f["reason"]) for _, f in redis_client.xrange(ACTIVATIONS_STREAM)]
     assert ("team-a/root", "completion:team-a/root-kid") in activations
+    noted = [(f["task"], f["change"]) for _, f in redis_client.xrange(CHANGES_STREAM)]  # the tree rows' changes
+    kid_changes = [change for task, change in noted if task == "team-a/root-kid"]  # two model calls: tokens twice
+    assert kid_changes == ["created", "turn_started", "turn", "tokens", "tokens", "turn_ended"]
     counters = redis_client.hgetall(COUNTERS_KEY)
     assert float(counters["turns_started_total|"]) == 3 and float(counters["turns_finished_total|"]) == 3
     assert any(field.startswith("turn_duration_seconds||count") for field in redis_client.hgetall(HISTOGRAMS_KEY))
@@ -230,6 +233,8 @@ SHARED_READS = {
     "activation stream XREAD": lambda c: c.xread({ACTIVATIONS_STREAM: "0"}),
     "activation stream XREADGROUP": lambda c: c.xreadgroup("operator", "me", {ACTIVATIONS_STREAM: "0"}),
     "activation stream XLEN": lambda c: c.xlen(ACTIVATIONS_STREAM),
+    "change stream XREAD": lambda c: c.xread({CHANGES_STREAM: "0"}),
+    "change stream XREVRANGE": lambda c: c.xrevrange(CHANGES_STREAM, count=1),
     "task index ZRANGE": lambda c: c.zrange(TASKS_INDEX, 0, -1),
     "task index ZADD": lambda c: c.zadd(TASKS_INDEX, {"team-b/fake": 1}),
     "heartbeat index ZRANGE": lambda c: c.zrange(HEARTBEATS_INDEX, 0, -1, withscores=True),

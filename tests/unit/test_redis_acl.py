@@ -8,7 +8,7 @@ import re
 import pytest
 from redis.connection import parse_url
 from unicore.state import acl
-from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.keys import ACTIVATIONS_STREAM, CHANGES_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 
 
 def redis_glob(pattern: str) -> re.Pattern[str]:
@@ -40,7 +40,8 @@ def test_the_patterns_cover_every_key_a_turn_uses_of_the_namespaces_tasks_and_no
         assert not any(covered(key, "team-a") for key in operator)  # the operator's records of the task
     for other in ("team-b/root", "team-a-2/root", "team/a", "team-a", "xteam-a/root", "default/team-a"):
         assert not any(covered(key, "team-a") for key in TaskKeys(other).all()), other
-    for shared in (ACTIVATIONS_STREAM, TASKS_INDEX, HEARTBEATS_INDEX, "uc:metrics:counters", "uc:faults:x"):
+    for shared in (ACTIVATIONS_STREAM, CHANGES_STREAM, TASKS_INDEX, HEARTBEATS_INDEX, "uc:metrics:counters",
+                   "uc:faults:x"):
         assert not covered(shared, "team-a")
 
 
@@ -75,6 +76,7 @@ def root_commands() -> set[str]:
 def test_shared_keys_get_only_the_writes_a_turn_makes() -> None:
     shared = selectors()
     assert shared[(ACTIVATIONS_STREAM,)] == {"xadd"}
+    assert shared[(CHANGES_STREAM,)] == {"xadd"}
     assert shared[(HEARTBEATS_INDEX,)] == {"zadd", "zrem"}
     assert shared[("uc:metrics:counters", "uc:metrics:hist")] == {"hincrbyfloat"}
     assert shared[("uc:metrics:gauges",)] == {"hset"}

@@ -8,9 +8,10 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   the runtime sends for a turn, its tools, spawns and reports (``TASK_COMMANDS``), scripts included: Redis checks
   every command a script calls against the caller's ACL, and they all touch the task's own keys;
 - on the shared keys, one selector each with only what a turn writes there (``SHARED_SELECTORS``): XADD to the
-  activation stream (no XREAD/XRANGE: a tenant cannot read which tasks others activate), ZADD/ZREM on the heartbeat
-  index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no reads), the throttle scripts on ``uc:throttle:*``
-  (read and write: the model throttle is shared on purpose) and GET/SET of the Bedrock model-name cache;
+  activation stream and to the stream of task changes (no XREAD/XRANGE: a tenant cannot read which tasks others
+  activate or change), ZADD/ZREM on the heartbeat index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no
+  reads), the throttle scripts on ``uc:throttle:*`` (read and write: the model throttle is shared on purpose) and
+  GET/SET of the Bedrock model-name cache;
 - GET of the namespace's agent definitions (``uc:agent:{<namespace>/*}``, ``state.agents``): a turn reads its
   task's agent and spawns by agent name, and never writes one (only the operator stores what the Agents say);
 - nothing else: no ``uc:tasks`` (only the operator and local mode index tasks), no SCAN/KEYS/INFO/MONITOR/CLIENT/
@@ -35,6 +36,7 @@ from redis.cluster import RedisCluster
 from unicore.state.keys import (
     ACTIVATIONS_STREAM,
     BEDROCK_MODELS_CACHE,
+    CHANGES_STREAM,
     HEARTBEATS_INDEX,
     THROTTLE_PREFIX,
     TaskKeys,
@@ -75,6 +77,7 @@ KEYLESS_COMMANDS = (
 # (commands, key patterns) of each shared key a turn writes (one selector each).
 SHARED_SELECTORS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("xadd",), (ACTIVATIONS_STREAM,)),  # TaskStore.activate
+    (("xadd",), (CHANGES_STREAM,)),  # state.changes: a turn's tree row changed (running, tokens, idle, ...)
     (("zadd", "zrem"), (HEARTBEATS_INDEX,)),  # acquire / renew / release of a lease
     (("hincrbyfloat",), (COUNTERS_KEY, HISTOGRAMS_KEY)),  # Telemetry.incr / observe
     (("hset",), (GAUGES_KEY,)),  # Telemetry.set_gauge

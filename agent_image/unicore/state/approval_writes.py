@@ -18,7 +18,7 @@ import redis
 
 from unicore.errors import UniCoreError
 from unicore.schema import ContentBlock, InboxMessage
-from unicore.state import lua
+from unicore.state import changes, lua
 from unicore.state.approval_records import _DECODE_STATE, _HELD, PendingCall, _call_json, _state_json, run_script
 from unicore.state.keys import TaskKeys
 from unicore.state.records import Lease
@@ -136,7 +136,10 @@ def record_calls(client: redis.Redis, lease: Lease, calls_: Sequence[PendingCall
     args: list[Any] = [lease.token]
     for call in calls_:
         args += [call.call_id, call.kind, _call_json(call), _state_json(replace(call, status="pending"))]
-    return int(run_script(client, RECORD_CALLS, [keys.lease, keys.approvals], args))
+    added = int(run_script(client, RECORD_CALLS, [keys.lease, keys.approvals], args))
+    if added:
+        changes.publish_one(client, lease.task_id, "waiting")
+    return added
 
 
 def hold_result(client: redis.Redis, lease: Lease, call_id: str, position: int, result: ContentBlock) -> None:
@@ -169,6 +172,8 @@ def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int,
         if lua.STALE_INBOX in str(exc):
             raise UniCoreError(f"inbox of {lease.task_id} changed under the answer") from None
         raise
+    if int(done) == 1:
+        changes.publish_one(client, lease.task_id, "decided")
     return int(done) == 1
 
 

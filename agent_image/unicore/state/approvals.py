@@ -51,6 +51,7 @@ import redis
 
 from unicore.errors import AlreadyDecided, NoSuchCall, TaskNotFound, UniCoreError
 from unicore.schema import InboxMessage
+from unicore.state import changes
 from unicore.state.activations import entry_fields
 from unicore.state.approval_records import (  # the records' format, shared with the turn's writes
     _CALL,
@@ -199,8 +200,12 @@ def blocked(client: redis.Redis, task_id: str) -> bool:
 
 
 def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
-    client.xadd(ACTIVATIONS_STREAM, entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
-                maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+    """Activate the task (decided calls may let it run) and note its row changed (``state.changes``): one round
+    trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xadd(ACTIVATIONS_STREAM, entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
+              maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+    changes.execute_with_changes(pipe, [(task_id, "decided")])
 
 
 def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from unicore.state import lua
+from unicore.state import changes, lua
 from unicore.state.codec import text
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 
@@ -254,8 +254,10 @@ class TurnReset:
     def __call__(self, task_id: str, token: str, now: float, reason: str) -> bool:
         keys = TaskKeys(task_id)
         reset = bool(self._script(keys=[keys.lease, keys.task], args=[token, repr(now), reason]))
-        if reset:  # the reaped turn's heartbeat entry (a separate key: another slot on Redis Cluster)
-            self._client.zrem(HEARTBEATS_INDEX, task_id)
+        if reset:  # the reaped turn's heartbeat entry and its row's change (separate keys: other slots on a cluster)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrem(HEARTBEATS_INDEX, task_id)
+            changes.execute_with_changes(pipe, [(task_id, "turn_ended")])
         return reset
 
 

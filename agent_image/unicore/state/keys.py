@@ -10,6 +10,10 @@ TASKS_INDEX = "uc:tasks"
 # written by a separate command next to the task's own scripts; members are removed when the lease is released.
 HEARTBEATS_INDEX = "uc:heartbeats"
 ACTIVATIONS_MAXLEN = 10_000
+# Stream of task changes (state.changes): which task's tree row changed, one small entry each (the local UI's tree
+# feed). Global like the activation stream, so it is written by a separate command, never inside a task's script.
+CHANGES_STREAM = "uc:changes"
+CHANGES_MAXLEN = 10_000
 # Keys that belong to no task (each owned by one module that builds the rest of its name here).
 BEDROCK_MODELS_CACHE = "uc:bedrock:models:{region}"  # providers.model_names: the region's model list
 THROTTLE_PREFIX = "uc:throttle:"  # providers.throttle: <prefix><tag>:win|tok|state

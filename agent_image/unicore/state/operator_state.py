@@ -25,7 +25,7 @@ import redis
 import redis.asyncio as aioredis
 
 from unicore.state import approval_records as records_of_calls
-from unicore.state import approvals, lua
+from unicore.state import approvals, changes, lua
 from unicore.state.codec import text, text_hash, to_float, to_int
 from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.state.records import TurnMeta, turn_meta_field
@@ -216,7 +216,10 @@ class OperatorRecords:
     def break_lease(self, task_id: str, pod_name: str) -> bool:
         """Delete the task's lease if its holder is a process of pod ``pod_name`` (which has terminated)."""
         keys = TaskKeys(task_id)
-        return bool(self._break(keys=[keys.lease, keys.task], args=[f"{pod_name}:", repr(time.time()), "0"]))
+        broken = bool(self._break(keys=[keys.lease, keys.task], args=[f"{pod_name}:", repr(time.time()), "0"]))
+        if broken:
+            changes.publish_one(self.redis, task_id, "turn_ended")
+        return broken
 
     def reset_failures(self, task_id: str) -> None:
         """Forget the consecutive failures (a resumed task starts over)."""

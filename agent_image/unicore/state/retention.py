@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from unicore.state import changes
 from unicore.state.codec import text, text_hash, to_float, to_int
 from unicore.state.keys import HEARTBEATS_INDEX, RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
 from unicore.state.records import turn_meta_field
@@ -288,14 +289,18 @@ def retire(client: Any, removal: Removal, task_id: str) -> int:
     """Step 2 for one task (see the module docstring); the script's answer."""
     keys = TaskKeys(task_id)
     fp = removal.tasks[task_id]
-    return int(client.eval(RETIRE, 7, keys.task, keys.retired, keys.archived, keys.lease, keys.messages,
-                           keys.inbox, keys.children, fp.updated_at, fp.messages, fp.inbox, fp.children,
-                           removal.url, repr(removal.archived_at), removal.root))
+    result = int(client.eval(RETIRE, 7, keys.task, keys.retired, keys.archived, keys.lease, keys.messages,
+                             keys.inbox, keys.children, fp.updated_at, fp.messages, fp.inbox, fp.children,
+                             removal.url, repr(removal.archived_at), removal.root))
+    if result == 1:  # gone from the tree (state.changes)
+        changes.publish_one(client, task_id, "archived")
+    return result
 
 
 def unretire(client: Any, task_id: str) -> None:
     keys = TaskKeys(task_id)
     client.eval(UNRETIRE, 3, keys.task, keys.retired, keys.archived)
+    changes.publish_one(client, task_id, "restored")
 
 
 def purge(client: Any, task_ids: Sequence[str]) -> None:
@@ -309,7 +314,7 @@ def purge(client: Any, task_ids: Sequence[str]) -> None:
                 pipe.delete(key)
         pipe.zrem(TASKS_INDEX, task_id)
         pipe.zrem(HEARTBEATS_INDEX, task_id)
-    pipe.execute()
+    changes.execute_with_changes(pipe, [(task_id, "removed") for task_id in task_ids])
 
 
 @dataclass(frozen=True)

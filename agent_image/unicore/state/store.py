@@ -39,7 +39,7 @@ from unicore.schema import (
     task_name,
     text_block,
 )
-from unicore.state import approvals, lua
+from unicore.state import approvals, changes, lua
 from unicore.state.activations import entry_fields
 from unicore.state.agents import read_agent
 from unicore.state.client import build_client
@@ -227,7 +227,7 @@ class TaskStore:
         pipe.zadd(TASKS_INDEX, {spec.id: now}, nx=True)
         if spec.parent:
             pipe.zadd(self.keys(spec.parent).children, {spec.id: now}, nx=True)
-        pipe.execute()
+        changes.execute_with_changes(pipe, [(spec.id, "created")])
         log.info("created task %s (parent %s)", spec.id, spec.parent or "-")
         return True
 
@@ -273,7 +273,7 @@ class TaskStore:
             pipe.zrem(self.keys(parent).child_slots, task_id)  # its slots are free again (state.slots)
         if root and root != task_id:
             pipe.zrem(self.keys(root).tree_slots, task_id)
-        pipe.execute()
+        changes.execute_with_changes(pipe, [(task_id, "removed")])
 
     # ------------------------------------------------------------------ inbox and activations
 
@@ -326,16 +326,15 @@ class TaskStore:
             message.id = message_id
         return self.queue_message(task_id, message)
 
-    def activate(self, task_id: str, reason: str) -> str:
-        """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor)."""
-        return str(
-            self.redis.xadd(
-                ACTIVATIONS_STREAM,
-                entry_fields(task_id, reason, _now()),
-                maxlen=ACTIVATIONS_MAXLEN,
-                approximate=True,
-            )
-        )
+    def activate(self, task_id: str, reason: str, *, change: changes.Kind | None = None) -> str:
+        """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor);
+        ``change``: also note that its tree row changed (``state.changes``, in the same round trip)."""
+        fields = entry_fields(task_id, reason, _now())
+        if change is None:
+            return str(self.redis.xadd(ACTIVATIONS_STREAM, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(ACTIVATIONS_STREAM, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+        return str(changes.execute_with_changes(pipe, [(task_id, change)])[0])
 
     def pending_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).inbox))
@@ -364,8 +363,10 @@ class TaskStore:
         if token == 0:
             raise LeaseBusy(f"task {task_id} is already running a turn (lease held by {current})")
         # The first heartbeat: the global index the watchdog reads (only after the lease is ours, so a refused
-        # acquire never freshens the entry of a turn that holds the lease and may be hung).
-        self.redis.zadd(HEARTBEATS_INDEX, {task_id: float(now)})
+        # acquire never freshens the entry of a turn that holds the lease and may be hung); the task runs now.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(HEARTBEATS_INDEX, {task_id: float(now)})
+        changes.execute_with_changes(pipe, [(task_id, "turn_started")])
         return Lease(task_id=task_id, token=token, holder=who)
 
     def renew_lease(self, lease: Lease, *, ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> None:
@@ -398,8 +399,14 @@ class TaskStore:
         keys = self.keys(lease.task_id)
         released = bool(self._release(keys=[keys.lease, keys.task], args=[lease.token, _now()]))
         if released:
-            self.redis.zrem(HEARTBEATS_INDEX, lease.task_id)
+            self._left_running(lease.task_id)
         return released
+
+    def _left_running(self, task_id: str) -> None:
+        """A released or broken lease: the task leaves ``uc:heartbeats`` and its row is idle (``state.changes``)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(HEARTBEATS_INDEX, task_id)
+        changes.execute_with_changes(pipe, [(task_id, "turn_ended")])
 
     def break_lease(self, task_id: str, holder: str, *, exact: bool = True) -> bool:
         """Delete the task's lease if ``holder`` (exact, or a prefix such as ``<pod name>:``) holds it: its process is
@@ -409,7 +416,7 @@ class TaskStore:
             self.redis.eval(lua.BREAK_LEASE, 2, keys.lease, keys.task, holder, _now(), "1" if exact else "0")
         )
         if broken:
-            self.redis.zrem(HEARTBEATS_INDEX, task_id)
+            self._left_running(task_id)
         return broken
 
     def lease_holder(self, task_id: str) -> str | None:
@@ -466,6 +473,8 @@ class TaskStore:
                     log.warning("inbox of %s changed under the drain; reading it again", lease.task_id)
                     continue
                 raise
+            if int(new_turn):
+                changes.publish_one(self.redis, lease.task_id, "turn")
             messages = [
                 Message(
                     role="user",
@@ -540,7 +549,7 @@ class TaskStore:
         pipe.hincrby(root_key, "tree_input_tokens", usage.input_tokens)
         pipe.hincrby(root_key, "tree_output_tokens", usage.output_tokens)
         pipe.hincrby(root_key, "tree_total_tokens", usage.total_tokens)
-        pipe.execute()
+        changes.execute_with_changes(pipe, [(task_id, "tokens")])
 
     def end_turn(
         self,
@@ -578,6 +587,7 @@ class TaskStore:
         keys = self.keys(lease.task_id)
         flat = [item for pair in fields.items() for item in pair]
         self._fenced(self._set_fields, [keys.lease, keys.task], [lease.token, _now(), *flat])
+        changes.publish_one(self.redis, lease.task_id, "error" if "last_error" in fields else "updated")
 
     def record_error(self, lease: Lease, error: str) -> None:
         self.set_task_fields(lease, {"last_error": error[:4000]})

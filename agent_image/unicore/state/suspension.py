@@ -4,7 +4,8 @@ On Kubernetes the AgentTask's ``spec.suspend`` is the truth (the operator delete
 new one). Local mode has no object to hold it, so the flag lives in the task's record hash, written here only:
 
 - ``suspend``: the flag is set (one script: a missing or retired task is ``TaskNotFound``, nothing is written) and
-  the task is activated, so a local supervisor running its tree notices at once. ``TaskStore.needs_turn`` and
+  the task is activated, so a local supervisor running its tree notices at once (a change of the flag is also noted
+  in the stream of task changes, ``state.changes``, in the same round trip). ``TaskStore.needs_turn`` and
   ``reads.busy`` then say no turn is needed (a suspended task is settled, like one waiting for a person), and the
   supervisor SIGTERMs a turn process of it that is running: the turn stops at its next safe point and records its
   unanswered tool calls as cancelled, exactly as a turn pod does when the operator deletes its Job.
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unicore.errors import TaskNotFound
-from unicore.state import lua
+from unicore.state import changes, lua
 from unicore.state.keys import TaskKeys
 from unicore.state.store import TaskStore
 from unicore.state.tree_reads import descendants
@@ -37,7 +38,8 @@ def set_suspended(store: TaskStore, task_id: str, suspended: bool) -> bool:
     changed = int(script(keys=[TaskKeys(task_id).task], args=["1" if suspended else "0", repr(time.time())]))
     if changed < 0:
         raise TaskNotFound(f"no task {task_id!r}")
-    store.activate(task_id, "suspend" if suspended else "resume")
+    row: changes.Kind = "suspended" if suspended else "resumed"
+    store.activate(task_id, "suspend" if suspended else "resume", change=row if changed == 1 else None)
     return changed == 1
 
 
