@@ -4,8 +4,9 @@ A session fixture starts the cluster (``tests.redis_cluster``); this module over
 ``redis_client`` so that the shared ``store`` and ``turn`` fixtures (tests/integration/conftest.py) run on a
 ``redis.cluster.RedisCluster`` built by ``unicore.state.client.build_client``. Existing single-Redis tests are
 re-collected here by importing them (store, drain, fencing and leases, approvals and ask_user, the seed sequences
-with full in-process turns, spawning with LocalSpawner, the watchdog's heartbeat-index reads, turns under a
-namespace's own ACL user, made on every node, and its NOPERMs); the rest are cluster-only checks
+with full in-process turns, the stream of task changes and the UI's tree feed, spawning with LocalSpawner, the
+watchdog's heartbeat-index reads, turns under a namespace's own ACL user, made on every node, and its NOPERMs); the
+rest are cluster-only checks
 (activations consumer groups, telemetry, slots, the operator's RedisState, the async client).
 """
 
@@ -83,6 +84,15 @@ from tests.integration.test_sequences import (
 )
 from tests.integration.test_sequences import (
     test_sequence_7_simultaneous_completions_land_in_one_new_turn_as_separate_messages as _sequence_7,
+)
+from tests.integration.test_task_changes import (  # noqa: F401 (the change stream: XADDs beside the scripts)
+    test_a_change_that_cannot_be_noted_fails_no_write,
+    test_a_gated_call_notes_the_wait_and_the_decision,
+    test_retention_notes_the_tasks_it_archives_and_removes,
+    test_store_writes_that_change_a_tree_row_each_note_it_and_nothing_else_does,
+    test_suspend_and_resume_note_the_change_and_a_repeat_does_not,
+    test_the_tree_feed_resyncs_when_an_entry_was_lost,
+    test_the_tree_feed_sends_a_change_without_polling,
 )
 from tests.integration.test_throttle import (  # noqa: F401
     test_acquire_waits_with_the_injected_sleeper,

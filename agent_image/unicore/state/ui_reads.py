@@ -2,7 +2,9 @@
 round trips, and a task's event list derived from what the store recorded (local mode has no Kubernetes Events).
 
 ``read_forest``: ``uc:tasks``, then one pipeline of every task's record and approval counters; the trees are built
-from the records' ``parent`` fields (no per-task reads of children sets), so 1,000 tasks cost two round trips.
+from the records' ``parent`` fields (no per-task reads of children sets), so 1,000 tasks cost two round trips. The
+same in parts for a reader that keeps the rows and re-reads only those that changed (the tree feed, driven by
+``state.changes``): ``read_rows`` of some tasks, ``read_all_rows``, ``build_forest`` (no Redis).
 
 ``derived_events``: a task's record, turn headers and ends, approvals and compaction records, as Kubernetes-style
 events (time, type Normal/Warning, reason, message), oldest first. A turn's cancellation and the last error carry
@@ -11,7 +13,7 @@ no time of their own; they are dated by the record's last change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,24 +38,37 @@ class ForestNode:
     waiting: PendingKind | None
 
 
-def read_forest(client: Any, *, max_roots: int, max_nodes: int) -> list[ForestNode]:
-    """Every root's tree, depth first (newest root first, children oldest first), at most ``max_roots`` roots and
-    ``max_nodes`` tasks; two round trips whatever the number of tasks. The records hold ``FOREST_FIELDS`` only."""
-    ids = [str(t) for t in client.zrange(TASKS_INDEX, 0, -1)]
+Row = tuple[TaskRecord, PendingKind | None]  # a tree row's record (FOREST_FIELDS only) and what it waits for
+
+
+def read_rows(client: Any, task_ids: Sequence[str]) -> dict[str, Row]:
+    """The tree rows of ``task_ids`` (a task without a record, removed or retired, is left out): one round trip."""
     pipe = client.pipeline(transaction=False)
-    for task_id in ids:
+    for task_id in task_ids:
         pipe.hmget(TaskKeys(task_id).task, list(FOREST_FIELDS))
         pipe.hmget(TaskKeys(task_id).approvals, list(WAITING_FIELDS))
-    replies = pipe.execute()
-    records: dict[str, tuple[TaskRecord, PendingKind | None]] = {}
-    for task_id, values, counters in zip(ids, replies[0::2], replies[1::2], strict=True):
-        if values[0] is not None:  # removed between the two reads: left out
+    replies = pipe.execute() if task_ids else []
+    rows: dict[str, Row] = {}
+    for task_id, values, counters in zip(task_ids, replies[0::2], replies[1::2], strict=True):
+        if values[0] is not None:
             fields = {name: value for name, value in zip(FOREST_FIELDS, values, strict=True) if value is not None}
-            records[task_id] = (TaskRecord.from_hash(text_hash(fields)), waiting_from_counters(counters))
+            rows[task_id] = (TaskRecord.from_hash(text_hash(fields)), waiting_from_counters(counters))
+    return rows
+
+
+def read_all_rows(client: Any) -> dict[str, Row]:
+    """Every indexed task's row (``uc:tasks``, then ``read_rows``): two round trips whatever the number of tasks."""
+    return read_rows(client, [str(t) for t in client.zrange(TASKS_INDEX, 0, -1)])
+
+
+def build_forest(rows: Mapping[str, Row], *, max_roots: int, max_nodes: int) -> list[ForestNode]:
+    """Every root's tree from ``rows``, depth first (newest root first, children oldest first), at most ``max_roots``
+    roots and ``max_nodes`` tasks; the trees come from the records' ``parent`` fields (a task whose parent has no row
+    is left out). No Redis."""
     children: dict[str, list[TaskRecord]] = {}
     roots: list[TaskRecord] = []
-    for record, _waiting in records.values():
-        if record.parent and record.parent in records:
+    for record, _waiting in rows.values():
+        if record.parent and record.parent in rows:
             children.setdefault(record.parent, []).append(record)
         elif not record.parent:
             roots.append(record)
@@ -65,11 +80,16 @@ def read_forest(client: Any, *, max_roots: int, max_nodes: int) -> list[ForestNo
         stack = [(0, root)]
         while stack and len(nodes) < max_nodes:
             depth, record = stack.pop()
-            nodes.append(ForestNode(depth, record, records[record.id][1]))
+            nodes.append(ForestNode(depth, record, rows[record.id][1]))
             stack.extend((depth + 1, child) for child in reversed(children.get(record.id, [])))
         if len(nodes) >= max_nodes:
             break
     return nodes
+
+
+def read_forest(client: Any, *, max_roots: int, max_nodes: int) -> list[ForestNode]:
+    """``build_forest`` of every task's row: two round trips whatever the number of tasks."""
+    return build_forest(read_all_rows(client), max_roots=max_roots, max_nodes=max_nodes)
 
 
 def event(time: float, kind: str, reason: str, message: str) -> dict[str, Any]:
@@ -118,4 +138,4 @@ def _turn_events(headers: list[TurnHeader], meta: dict[str, str]) -> Iterator[di
                         f"turn {shown} ended{calls_made}" + (f" ({end.note})" if end.note else ""))
 
 
-__all__ = ["ForestNode", "derived_events", "read_forest"]
+__all__ = ["ForestNode", "Row", "build_forest", "derived_events", "read_all_rows", "read_forest", "read_rows"]

@@ -7,6 +7,9 @@ every local supervisor (``unicore.launch.local``), which stops a running turn of
 from what the store recorded (``state.ui_reads.derived_events``: turns started and ended, approvals asked and
 decided, compactions, suspensions, the last error); there are no Kubernetes Events in local mode.
 
+The tree feed (``tree_changes``, ``unicore.ui.tree_feed``) follows the stream of task changes (``state.changes``):
+it reads only the rows of the tasks that changed, and the whole forest every 30 s as a safety net.
+
 Running trees: a task created or sent a message from the UI is run by a ``LocalSupervisor`` in a thread of the UI
 process (one per root), as ``unicore run``/``unicore send`` do in the foreground; a message arriving while that
 thread settles makes it run again rather than starting a second supervisor for the same tree.
@@ -30,9 +33,9 @@ from unicore.state.reads import read_message_slice
 from unicore.state.records import TaskRecord
 from unicore.state.store import TaskStore
 from unicore.state.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
-from unicore.state.ui_reads import derived_events, read_forest
-from unicore.ui.backend_protocol import polled_tree_changes
+from unicore.state.ui_reads import Row, build_forest, derived_events, read_all_rows
 from unicore.ui.manifest import parse_manifest
+from unicore.ui.tree_feed import FeedTiming, tree_changes
 
 MAX_ROOTS = 200  # roots shown in the tree view (newest first)
 MAX_NODES = 1000  # tasks per tree view
@@ -84,30 +87,36 @@ def node_json(depth: int, record: TaskRecord, waiting: str | None) -> dict[str, 
     }
 
 
+def forest_json(rows: dict[str, Row]) -> list[dict[str, Any]]:
+    """The tree view's nodes of ``rows`` (at most MAX_ROOTS roots and MAX_NODES tasks)."""
+    return [node_json(n.depth, n.record, n.waiting)
+            for n in build_forest(rows, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)]
+
+
 class LocalBackend:
     """Reads and writes of the UI in local mode (module doc)."""
 
-    def __init__(self, store: TaskStore, redis_url: str) -> None:
+    def __init__(self, store: TaskStore, redis_url: str, *, tree_timing: FeedTiming | None = None) -> None:
         self.store = store
         self.redis_url = redis_url
+        self.tree_timing = tree_timing or FeedTiming()
         self._lock = threading.Lock()
         self._runners: dict[str, bool] = {}  # root -> run again after settling
 
     # ------------------------------------------------------------------ reads
 
     def roots(self) -> list[str]:
-        return [n.record.id for n in read_forest(self.store.redis, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)
-                if n.depth == 0]
+        return [node["id"] for node in self.forest() if node["depth"] == 0]
 
     def forest(self) -> list[dict[str, Any]]:
         """Every root's tree, flattened depth first (newest root first), at most MAX_NODES tasks (two round
         trips, whatever the number of tasks)."""
-        return [node_json(n.depth, n.record, n.waiting)
-                for n in read_forest(self.store.redis, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)]
+        return forest_json(read_all_rows(self.store.redis))
 
     def tree_changes(self, stop: threading.Event) -> Iterator[list[dict[str, Any]] | None]:
-        """The tree feed: the forest polled (no Redis stream of task changes exists yet)."""
-        return polled_tree_changes(self.forest, stop)
+        """The tree feed: the forest, then again when the stream of task changes says a row changed and it did
+        (``unicore.ui.tree_feed``: only the named rows are read again; a full read every 30 s as a safety net)."""
+        return tree_changes(self.store.redis, stop, forest_json, self.tree_timing)
 
     def task(self, task_id: str) -> dict[str, Any]:
         record = self.store.get_task(task_id)  # TaskNotFound -> 404

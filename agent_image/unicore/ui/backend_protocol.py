@@ -22,16 +22,14 @@ Errors a backend raises and the server answers: ``unicore.errors.TaskNotFound`` 
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from unicore.ui.backend import Cursor
 
 PHASES = ("queued", "running", "waiting", "suspended", "done", "failed")
-TREE_CHECK_SECONDS = 0.5  # the polled tree feed's check loop (a backend without a change stream)
 TaskEvent = tuple[str, str, dict[str, Any]]  # (event id, event name, data); an empty name is a keepalive
 
 
@@ -108,20 +106,4 @@ class UIBackend(Protocol):
         ...
 
 
-def polled_tree_changes(forest: Callable[[], list[dict[str, Any]]], stop: threading.Event,
-                        interval: float = TREE_CHECK_SECONDS) -> Iterator[list[dict[str, Any]] | None]:
-    """``tree_changes`` for a backend without a change stream: a bounded check loop, the forest read every
-    ``interval`` and yielded when it changed (``None`` otherwise)."""
-    last = ""
-    while not stop.is_set():
-        nodes = forest()
-        body = json.dumps(nodes)
-        if body != last:
-            last = body
-            yield nodes
-        else:
-            yield None
-        stop.wait(interval)
-
-
-__all__ = ["PHASES", "BackendRefusal", "Forbidden", "TaskEvent", "UIBackend", "Unavailable", "polled_tree_changes"]
+__all__ = ["PHASES", "BackendRefusal", "Forbidden", "TaskEvent", "UIBackend", "Unavailable"]
