@@ -267,6 +267,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     _show(
         f"Task {record.id}  status={record.status}  model={record.model}  turns={record.turns}  "
         f"tokens={record.total_tokens}" + (f"  parent={record.parent}" if record.parent else "")
+        + (f"  agent={record.agent}" if record.agent else "")
     )
     if record.last_error:
         _show(f"Last error: {record.last_error}")

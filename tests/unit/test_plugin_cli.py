@@ -128,3 +128,14 @@ def test_describe_shows_spec_status_children_and_recent_events() -> None:
     assert "demo-a" in text and "turns=1" in text
     shown = [line.split()[1] for line in text.splitlines() if line.startswith("  Normal")]
     assert shown == [f"R{i}" for i in range(5, 25)]  # the 20 most recent, oldest first
+
+
+def test_describe_shows_an_agent_tasks_agent_effective_model_and_mcp_servers() -> None:
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    obj = {"metadata": {"name": "report", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"agentRef": {"name": "writer"}, "prompt": "Write",
+                    "mcpServers": [{"name": "time", "tools": ["get_current_time"]}, {"name": "search"}]},
+           "status": {"phase": "Idle", "model": "openai:qwen2.5-coder-1.5b"}}
+    text = render_describe(obj, [], [], now)
+    assert "Agent:              writer" in text and "Model:              openai:qwen2.5-coder-1.5b" in text
+    assert "MCP Server:         time (get_current_time)" in text and "MCP Server:         search (all its tools)" in text

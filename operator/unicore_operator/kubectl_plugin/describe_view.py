@@ -49,7 +49,8 @@ def render_describe(
         ),
         _field("Parent", (spec.get("parentRef") or {}).get("name") or "<none>"),
         "Spec:",
-        _field("Model", spec.get("model", "scripted"), 2),
+        _field("Agent", (spec.get("agentRef") or {}).get("name") or "<none>", 2),
+        _field("Model", spec.get("model") or status.get("model") or "scripted", 2),
         _field("Suspend", bool(spec.get("suspend", False)), 2),
         _field("Prompt", one_line(spec.get("prompt"), 200) or "<none>", 2),
     ]
@@ -57,6 +58,9 @@ def render_describe(
         lines.append(_field("System Prompt", one_line(spec["systemPrompt"], 200), 2))
     if spec.get("tools"):
         lines.append(_field("Tools", ", ".join(spec["tools"]), 2))
+    for server in spec.get("mcpServers") or ():
+        allowed = ", ".join(server.get("tools") or []) or "all its tools"
+        lines.append(_field("MCP Server", f"{server.get('name')} ({allowed})", 2))
     if spec.get("limits"):
         lines.append(_field("Limits", json.dumps(spec["limits"], sort_keys=True), 2))
     for key in ("gpus", "queueName", "priorityClassName", "runtimeClassName"):
