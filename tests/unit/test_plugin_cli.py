@@ -131,7 +131,7 @@ def test_describe_shows_spec_status_children_and_recent_events() -> None:
 
 
 def test_describe_shows_an_agent_tasks_agent_effective_model_and_mcp_servers() -> None:
-    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     obj = {"metadata": {"name": "report", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
            "spec": {"agentRef": {"name": "writer"}, "prompt": "Write",
                     "mcpServers": [{"name": "time", "tools": ["get_current_time"]}, {"name": "search"}]},
