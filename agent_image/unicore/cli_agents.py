@@ -19,7 +19,7 @@ from typing import Any
 
 from unicore.agents import AgentDefinition, AgentInvalid, definition_from_spec, validate_agent_name, widening
 from unicore.cli_input import UsageError, read_yaml_documents
-from unicore.contract import AGENT_KIND, API_VERSION, KIND, MCP_SERVER_KIND
+from unicore.contract import AGENT_KIND, API_VERSION, GROUP, KIND, MCP_SERVER_KIND
 from unicore.errors import ConfigError
 from unicore.mcp_config import ResolvedMCPServer, parse_document, resolved
 from unicore.schema import APPROVE_ALL, Approval, MCPServerRef, TaskSpec
@@ -56,7 +56,7 @@ def _read_document(files: AgentFiles, document: Any, where: str) -> None:
         raise UsageError(f"{where}: a document is a mapping with apiVersion, kind, metadata and spec")
     kind = document.get("kind")
     api_version = str(document.get("apiVersion") or "")
-    if api_version and not api_version.startswith("unicore.dev/"):
+    if api_version and not api_version.startswith(f"{GROUP}/"):
         meta = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
         files.skipped.append(f"{printable(str(kind))}/{printable(str(meta.get('name')))}")
         return
@@ -195,6 +195,8 @@ def cmd_agents_apply(args: argparse.Namespace) -> int:
     client = connect(redis_url())
     for name, changed in store_agents(client, files):
         print(f"agent/{name} {'configured' if changed else 'unchanged'}")
+    if files.skipped:
+        print(f"[unicore] skipped {', '.join(files.skipped)} (Kubernetes objects local mode does not run)")
     if files.mcp_servers:
         names = ", ".join(server.name for server in files.mcp_servers)
         print(f"[unicore] MCP servers ({names}) are not stored: give their file to 'unicore run' "

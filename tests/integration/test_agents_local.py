@@ -93,7 +93,11 @@ def test_a_stored_agent_runs_by_name_and_options_only_narrow_it(cli_env, redis_u
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.splitlines() == ["agent/writer configured", "agent/researcher configured"]
     again = unicore("agents", "apply", "-f", str(AGENTS), env=cli_env)
-    assert again.stdout.splitlines() == ["agent/researcher unchanged", "agent/writer unchanged"]
+    assert again.stdout.splitlines() == [
+        "agent/researcher unchanged", "agent/writer unchanged",
+        "[unicore] skipped Deployment/mcp-time, Service/mcp-time (Kubernetes objects local mode does not run)",
+        "[unicore] MCP servers (time) are not stored: give their file to 'unicore run' "
+        "(--agent FILE or --mcp-server FILE)"]
     run = unicore("run", "--agent", "researcher", "--name", "solo", "--system", "Be brief.", "Hello", env=cli_env)
     assert run.returncode == 0, run.stderr
     solo = TaskStore(redis.Redis.from_url(redis_url, decode_responses=True)).get_task("solo")
@@ -113,7 +117,7 @@ def test_a_stored_agent_runs_by_name_and_options_only_narrow_it(cli_env, redis_u
      "invalid agent name 'Bad_Name'"),
     ("apiVersion: unicore.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {model: scripted, limits: "
      "{maxIterations: 0}}\n", "spec.limits.maxIterations: Input should be greater than or equal to 1"),
-    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", "kind 'ConfigMap' is not Agent"),
+    ("apiVersion: unicore.dev/v1alpha1\nkind: Widget\nmetadata: {name: a}\n", "kind 'Widget' is not Agent"),
     ("kind: Agent\nmetadata: {name: a}\nspec: {model: scripted}\n", "apiVersion must be unicore.dev/v1alpha1"),
     ("a: [unclosed\n", "is not valid YAML/JSON"),
 ])
