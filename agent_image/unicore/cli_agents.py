@@ -57,8 +57,9 @@ def _read_document(files: AgentFiles, document: Any, where: str) -> None:
     kind = document.get("kind")
     api_version = str(document.get("apiVersion") or "")
     if api_version and not api_version.startswith(f"{GROUP}/"):
-        meta = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
-        files.skipped.append(f"{printable(str(kind))}/{printable(str(meta.get('name')))}")
+        meta = document.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        files.skipped.append(f"{printable(str(kind))}/{printable(str(name))}")
         return
     if kind == MCP_SERVER_KIND:
         try:
