@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,12 @@ class RecordingModel:
 @pytest.fixture
 def store(redis_client: redis.Redis) -> TaskStore:
     return TaskStore(redis_client)
+
+
+@pytest.fixture
+def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a ``unicore`` command (tests/unicore_cli.py) on the test's Redis, with its own home."""
+    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 @dataclass

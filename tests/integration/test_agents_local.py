@@ -4,7 +4,6 @@ agent name, and an Agent changed (or deleted) between turns taking effect on the
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from unicore.state.agents import delete_agent, read_agent, write_agent
 from unicore.state.store import TaskStore
 
 from tests.integration.conftest import TurnRunner
+from tests.unicore_cli import unicore
 
 REPO = Path(__file__).resolve().parents[2]
-UNICORE = str(Path(sys.executable).with_name("unicore"))
 AGENTS = REPO / "examples" / "agents"
 SCRIPT = REPO / "examples" / "agents-script.yaml"
 
@@ -29,16 +28,6 @@ WRITER: dict[str, Any] = {"model": "scripted", "systemPrompt": "You are the writ
                           "agents": ["researcher"], "limits": {"maxIterations": 30, "maxChildren": 3}}
 RESEARCHER: dict[str, Any] = {"model": "scripted", "systemPrompt": "You research.",
                               "tools": ["read_file", "list_files"], "limits": {"maxIterations": 20}}
-
-
-def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          check=False)
-
-
-@pytest.fixture
-def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 def store_agents(client: redis.Redis, **specs: dict[str, Any]) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,20 +11,10 @@ import yaml
 from unicore.state import approvals
 from unicore.state.store import TaskStore, connect
 
+from tests.unicore_cli import unicore
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-UNICORE = str(Path(sys.executable).with_name("unicore"))
-
-
-def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          check=False)
-
-
-@pytest.fixture
-def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 @pytest.fixture

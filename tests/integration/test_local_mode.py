@@ -8,24 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from unicore.state.store import TaskStore, connect
 
+from tests.unicore_cli import unicore
+
 REPO = Path(__file__).resolve().parents[2]
-UNICORE = str(Path(sys.executable).with_name("unicore"))
 DEMO_SCRIPT = REPO / "examples" / "demo-script.yaml"
 CHILDREN = ["demo-a", "demo-b", "demo-c"]
-
-
-def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
-    )
-
-
-@pytest.fixture
-def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said(cli_env, redis_url):

@@ -3,9 +3,7 @@ suspend|resume|stop``): real redis-server, the CLI and its turn processes as sub
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,27 +15,17 @@ from unicore.state.activations import ActivationConsumer
 from unicore.state.reads import busy
 from unicore.state.store import TaskStore, connect
 
+from tests.unicore_cli import UNICORE, unicore
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-UNICORE = str(Path(sys.executable).with_name("unicore"))
 SLOW_SECONDS = 8  # the scripted model's answer takes this long: the turn is observably running
 CANCELLED = "turn cancelled (SIGTERM) at a safe point"
-
-
-def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          check=False)
 
 
 def background(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([UNICORE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=REPO)
-
-
-@pytest.fixture
-def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 @pytest.fixture

@@ -28,20 +28,10 @@ from tests.mcp_servers import (
     write_documents,
 )
 from tests.model_server import free_port
+from tests.unicore_cli import UNICORE, unicore
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-UNICORE = str(Path(sys.executable).with_name("unicore"))
-
-
-def unicore(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([UNICORE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          check=False)
-
-
-@pytest.fixture
-def cli_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
 
 
 @pytest.fixture
