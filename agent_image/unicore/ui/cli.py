@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import webbrowser
 from typing import Any
 
 from unicore.cli_input import int_between
@@ -20,15 +19,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     server = UIServer(LocalBackend(TaskStore(connect(url)), url), port=args.port)
     print(f"UniCore UI: {server.url}", flush=True)
     print("(the token in the URL is this run's password; Ctrl-C stops the server)", file=sys.stderr, flush=True)
-    if args.open:
-        webbrowser.open(server.url)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stopping.set()
-        server.server_close()
+    server.run(open_browser=args.open)
     return 0
 
 

@@ -27,6 +27,7 @@ import itertools
 import json
 import secrets
 import threading
+import webbrowser
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -71,6 +72,19 @@ class UIServer(ThreadingHTTPServer):
     def shutdown(self) -> None:
         self.stopping.set()
         super().shutdown()
+
+    def run(self, *, open_browser: bool = False) -> None:
+        """Serve until Ctrl-C (``unicore ui`` and ``kubectl agenttask ui``), opening the URL first if asked; then
+        stop the event streams and close the socket."""
+        if open_browser:
+            webbrowser.open(self.url)
+        try:
+            self.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stopping.set()
+            self.server_close()
 
 
 class UIHandler(BaseHTTPRequestHandler):

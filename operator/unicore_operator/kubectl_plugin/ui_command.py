@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import webbrowser
 from typing import IO, Any
 
 from unicore.cli_input import int_between
@@ -38,16 +37,10 @@ def cmd_ui(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
     out.flush()
     print(f"(the agent tasks of {where}, as {kube.user or 'your kubeconfig user'}; the token in the URL is this "
           "run's password; Ctrl-C stops the server)", file=sys.stderr, flush=True)
-    if args.open:
-        webbrowser.open(server.url)
     try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
+        server.run(open_browser=args.open)
     finally:
-        server.stopping.set()
         backend.close()
-        server.server_close()
     return 0
 
 
