@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel, to_snake
 
 from unicore.errors import ConfigError
-from unicore.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec
+from unicore.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec, one_ref_per_server
 
 __all__ = [
     "AGENT_NAME_RE",
@@ -104,14 +104,8 @@ class AgentDefinition(BaseModel):
     def _unique(cls, names: list[str]) -> list[str]:
         return list(dict.fromkeys(names))
 
-    @field_validator("mcp_servers")
-    @classmethod
-    def _one_ref_per_server(cls, refs: list[MCPServerRef] | None) -> list[MCPServerRef] | None:
-        names = [ref.name for ref in refs or []]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"MCP server(s) named more than once: {', '.join(twice)}")
-        return refs
+    _one_ref_per_server = field_validator("mcp_servers")(  # type: ignore[misc]
+        lambda cls, refs: one_ref_per_server(refs))
 
     def problems(self) -> list[str]:
         """What the CRD's CEL rules refuse too (so local files and the operator say the same)."""

@@ -130,6 +130,15 @@ class MCPServerRef(BaseModel):
         return None if tools is None else list(dict.fromkeys(tools))
 
 
+def one_ref_per_server(refs: list[MCPServerRef] | None) -> list[MCPServerRef] | None:
+    """The check of a ``mcpServers`` list (a task's, an Agent's): each server named once."""
+    names = [ref.name for ref in refs or []]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"MCP server(s) named more than once: {', '.join(twice)}")
+    return refs
+
+
 class TaskSpec(BaseModel):
     """What is needed to create a task (root or child)."""
 
@@ -162,14 +171,8 @@ class TaskSpec(BaseModel):
             raise ValueError(f"invalid agent id {agent[:80]!r}: '[<namespace>/]<name>', a Kubernetes object name")
         return agent
 
-    @field_validator("mcp_servers")
-    @classmethod
-    def _one_ref_per_server(cls, refs: list[MCPServerRef] | None) -> list[MCPServerRef] | None:
-        names = [ref.name for ref in refs or []]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"MCP server(s) named more than once: {', '.join(twice)}")
-        return refs
+    _one_ref_per_server = field_validator("mcp_servers")(  # type: ignore[misc]
+        lambda cls, refs: one_ref_per_server(refs))
 
     _check_id = field_validator("id")(lambda cls, v: validate_task_id(v))  # type: ignore[misc]
 
