@@ -30,7 +30,14 @@ def test_message_text_sources(tmp_path: Path) -> None:
     file = tmp_path / "msg.txt"
     file.write_text("from a file\n")
     assert commands.read_text(cli.parse(["send", "demo", "-f", str(file)])) == "from a file\n"
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9\n".encode("latin-1"))
+    huge = tmp_path / "huge.txt"
+    huge.write_bytes(b"\xc3\xa9" * (commands.MAX_TEXT_BYTES // 2 + 1))  # a cut at the cap splits a character
     for argv, needle in (
+        (["send", "demo", "-f", str(latin1)], "latin1.txt is not UTF-8 text"),
+        (["send", "demo", "-f", str(huge)], "over the cap"),
+        (["send", "demo", "caf\udce9"], "not valid UTF-8"),  # how Python hands over an undecodable argument
         (["send", "demo"], "nothing to send"),
         (["send", "demo", "-f", str(file), "x"], "not both"),
         (["send", "demo", "  "], "empty"),

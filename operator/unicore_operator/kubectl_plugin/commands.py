@@ -147,16 +147,26 @@ def read_text(args: argparse.Namespace) -> str:
     if args.file and args.text:
         raise PluginError("give the message either as TEXT or with -f FILE, not both", exit_code=2)
     if args.file:
+        source = "standard input" if args.file == "-" else args.file
         try:
             if args.file == "-":
-                text = sys.stdin.read()
+                data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
             else:
-                with open(args.file, encoding="utf-8") as handle:
-                    text = handle.read()
+                with open(args.file, "rb") as handle:
+                    data = handle.read(MAX_TEXT_BYTES + 1)
+            if len(data) > MAX_TEXT_BYTES:
+                raise PluginError(f"{source} is over the cap of {MAX_TEXT_BYTES} bytes", exit_code=2)
+            text = data.decode("utf-8")
         except OSError as exc:
-            raise PluginError(f"cannot read {args.file}: {exc.strerror}", exit_code=2) from None
+            raise PluginError(f"cannot read {source}: {exc.strerror}", exit_code=2) from None
+        except UnicodeDecodeError as exc:
+            raise PluginError(f"{source} is not UTF-8 text (byte {exc.start})", exit_code=2) from None
     elif args.text:
         text = " ".join(args.text)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PluginError("the message is not valid UTF-8 text", exit_code=2) from None
     else:
         raise PluginError("nothing to send: give TEXT or -f FILE", exit_code=2)
     if not text.strip():
