@@ -4,6 +4,7 @@ the same)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import redis
 from unicore.errors import ToolError
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.schema import Limits, TaskSpec, Usage
+from unicore.state.keys import TaskKeys
+from unicore.state.slots import STALE_RESERVATION_SECONDS, SpawnSlots
 from unicore.state.store import TaskStore
 from unicore.tools.base import ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call, toolset_for
@@ -122,6 +125,35 @@ def test_fan_out_limit(store: TaskStore, redis_url: str, tmp_path: Path) -> None
     # Resuming an existing child is not a new child: still allowed.
     assert spawn(store, "demo", tmp_path, {"name": "a", "prompt": "again"})[0] == "success"
     assert store.children("demo") == ["demo-a", "demo-b"]
+
+
+def test_a_slot_reserved_by_a_spawner_that_died_is_freed_once_stale(
+    store: TaskStore, redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    store.create_task(TaskSpec(id="demo", prompt="go", limits=Limits(max_children=2, max_descendants=2)))
+    assert spawn(store, "demo", tmp_path, {"name": "a", "prompt": "p"})[0] == "success"
+
+    def reserve_and_die(child_id: str, when: float) -> None:  # what a spawner killed before its create leaves
+        SpawnSlots(redis_client, clock=lambda: when).reserve(
+            parent_id="demo", root_id="demo", child_id=child_id, max_children=2, max_descendants=2,
+            known_children=store.children("demo"), known_descendants=store.children("demo"))
+
+    reserve_and_die("demo-ghost", time.time())  # a spawn in flight (or just died): its slot is respected
+    assert_refused_and_unchanged(store, redis_url, "demo", tmp_path, {"name": "b", "prompt": "p"},
+                                 "maximum children reached: demo already has 2 child task(s)")
+    long_ago = time.time() - STALE_RESERVATION_SECONDS - 1  # as if the grace had passed since the reservation
+    redis_client.zadd(TaskKeys("demo").child_slots, {"demo-ghost": long_ago})
+    redis_client.zadd(TaskKeys("demo").tree_slots, {"demo-ghost": long_ago})
+    # the ghost never became a child: once stale, its slots go to the next spawn; the real child keeps its own
+    status, text = spawn(store, "demo", tmp_path, {"name": "b", "prompt": "p"})
+    assert status == "success", text
+    assert store.children("demo") == ["demo-a", "demo-b"]
+    assert sorted(redis_client.zrange(TaskKeys("demo").child_slots, 0, -1)) == ["demo-a", "demo-b"]
+    assert sorted(redis_client.zrange(TaskKeys("demo").tree_slots, 0, -1)) == ["demo-a", "demo-b"]
+    # a stale score alone frees nothing: a child that exists is counted however old its reservation
+    redis_client.zadd(TaskKeys("demo").child_slots, {"demo-a": 1.0, "demo-b": 1.0})
+    assert_refused_and_unchanged(store, redis_url, "demo", tmp_path, {"name": "c", "prompt": "p"},
+                                 "maximum children reached: demo already has 2 child task(s)")
 
 
 def test_descendants_limit(store: TaskStore, redis_url: str, tmp_path: Path) -> None:

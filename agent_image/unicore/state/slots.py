@@ -13,12 +13,18 @@ releases both. Reserving is idempotent by child id: a spawn that died after rese
 spawn of the same name reuses. Each script first adds the ids the caller already counted (the tree's existing
 children/descendants), so trees created before the slots existed are counted too. Deleting a task frees its
 slots (``TaskStore.delete_task``).
+
+A spawner killed between reserving and creating (a turn pod evicted, a local turn process killed) whose retried
+turn picks another name would leave a slot held by a child that never appears. When a set is full, the script
+therefore frees reservations older than ``STALE_RESERVATION_SECONDS`` whose id is not among the ids the caller
+counted (every existing child or descendant): a real child is always counted, so only such ghosts go. The grace
+covers the time from reserving to the child's record (on a cluster, until the operator's create handler ran).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -26,13 +32,22 @@ import redis
 from unicore.errors import LimitExceeded
 from unicore.state.keys import TaskKeys
 
-# KEYS: slots zset   ARGV: member, limit, now, known member...
+STALE_RESERVATION_SECONDS = 600.0
+
+# KEYS: slots zset   ARGV: member, limit, now, stale before (a time), known member...
 # Returns 1 when ``member`` holds a slot (newly or already), 0 when the set is full.
 RESERVE_SLOT = """
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
-for i = 4, #ARGV do redis.call('ZADD', KEYS[1], 'NX', ARGV[3], ARGV[i]) end
+for i = 5, #ARGV do redis.call('ZADD', KEYS[1], 'NX', ARGV[3], ARGV[i]) end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  local known = {}
+  for i = 5, #ARGV do known[ARGV[i]] = true end
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])) do
+    if not known[old] then redis.call('ZREM', KEYS[1], old) end
+  end
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
@@ -41,13 +56,15 @@ return 1
 class SpawnSlots:
     """Reserve and release child/descendant slots (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.time) -> None:
         self.redis = client
+        self.clock = clock
         self._reserve = client.register_script(RESERVE_SLOT)
 
     def _take(self, key: str, member: str, limit: int, known: Sequence[str]) -> bool:
-        now = repr(time.time())
-        return bool(int(self._reserve(keys=[key], args=[member, limit, now, *known])))
+        now = self.clock()
+        args = [member, limit, repr(now), repr(now - STALE_RESERVATION_SECONDS), *known]
+        return bool(int(self._reserve(keys=[key], args=args)))
 
     def reserve(
         self,
@@ -118,4 +135,4 @@ class SpawnSlots:
         return {"children": int(children), "descendants": int(descendants)}
 
 
-__all__ = ["SpawnSlots", "RESERVE_SLOT"]
+__all__ = ["SpawnSlots", "RESERVE_SLOT", "STALE_RESERVATION_SECONDS"]
