@@ -298,10 +298,12 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs), human=obs.human,
     )
-    if phase is Phase.FAILED and snap.parent:
-        # Before the status: a crash in between repeats this, and the message id makes the repeat harmless.
+    changed = status_changed(previous, status)
+    if phase is Phase.FAILED and snap.parent and changed:
+        # Before the status: a crash in between repeats this, and the message id makes the repeat harmless. A
+        # status already showing this failure (same turns) was written after its report: nothing to report again.
         await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message)
-    if status_changed(previous, status):
+    if changed:
         await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
         ctx.written_status[key] = WrittenStatus(str(meta.get("uid")), body.get("status") or {},
                                                 merge_patch(previous, status))

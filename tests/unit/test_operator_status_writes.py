@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from unicore.schema import InboxMessage
 from unicore.state.operator_state import TaskSnapshot
+from unicore.state.records import TaskRecord
 from unicore_operator import reconcile
 from unicore_operator.context import OperatorContext
 from unicore_operator.phases import TaskObservation
@@ -18,6 +20,9 @@ class Kube:
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.patches.append(status)
+
+    def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        pass
 
 
 def make_ctx(kube: Kube) -> OperatorContext:
@@ -68,3 +73,39 @@ def test_merge_patch_is_rfc_7386() -> None:
     assert reconcile.merge_patch(target, {"b": {"c": None, "x": 1}, "e": [3], "a": None}) == {
         "b": {"d": 3, "x": 1}, "e": [3]}
     assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}
+
+
+class RecordingStore:
+    """What ``report_failure`` needs of the store: a child record with a parent; records every queued report."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[str, str]] = []
+
+    def get_task(self, task_id: str) -> TaskRecord:
+        return TaskRecord(id=task_id, name="t", parent="ns/boss", root="ns/boss", depth=1, turns=2)
+
+    def queue_message(self, task_id: str, message: InboxMessage) -> bool:
+        self.queued.append((task_id, message.id))
+        return True
+
+    def activate(self, task_id: str, reason: str) -> None:
+        pass
+
+
+def test_a_failed_child_is_reported_when_its_status_changes_not_at_every_reconcile() -> None:
+    kube, store = Kube(), RecordingStore()
+    ctx = make_ctx(kube)
+    ctx.store = store  # type: ignore[assignment]
+    snap = TaskSnapshot(exists=True, record={"turns": "2", "depth": "1", "parent": "ns/boss"})
+    failed = TaskObservation(failed_attempts=4, max_retries=3, last_failure="OOMKilled")
+
+    def reconcile_once(task: dict[str, Any]) -> None:
+        asyncio.run(reconcile._mirror_status(ctx, task, snap, failed, []))
+
+    reconcile_once(body({}))
+    assert store.queued == [("ns/boss", "failed:ns/t:1")] and kube.patches[-1]["phase"] == "Failed"
+    caught_up = body(reconcile.merge_patch({}, kube.patches[-1]))
+    for _ in range(3):  # the periodic resyncs of a task that stays Failed
+        reconcile_once(caught_up)
+    assert len(store.queued) == 1 and len(kube.patches) == 1
+    ctx.job_executor.shutdown()
