@@ -22,6 +22,8 @@ sys.path.insert(0, str(REPO))
 from unicore.schema import TaskSpec  # noqa: E402
 from unicore.state.store import TaskStore, connect  # noqa: E402
 
+from bench.doc_section import write_section  # noqa: E402
+
 SIZES = (10, 100, 1_000, 10_000)
 SECTION = "## Drain and history load"
 
@@ -123,15 +125,6 @@ def table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> Path:
-    path = REPO / "docs" / "benchmarks.md"
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = existing.find(SECTION)
-    if start >= 0:  # replace our section, keep everyone else's
-        following = existing.find("\n## ", start + len(SECTION))
-        existing = existing[:start].rstrip() + "\n" + (existing[following:] if following >= 0 else "")
-    path.write_text(existing.rstrip() + "\n\n" + text.rstrip() + "\n")
-    return path
 
 
 def main() -> int:
@@ -182,7 +175,7 @@ def main() -> int:
                 verdict,
             ]
         )
-        print(f"written to {write_doc(doc)}")
+        print(f"written to {write_section(SECTION, doc)}")
     return 0 if drain_ratio <= 2.0 else 1
 
 

@@ -35,6 +35,7 @@ from unicore.state.compactions import Compaction, append_compaction, load_reques
 from unicore.state.store import TaskStore, connect, history_messages  # noqa: E402
 
 from bench.bench_drain import fill_history  # noqa: E402
+from bench.doc_section import write_section  # noqa: E402
 
 SECTION = "## Request build after compaction"
 BIG, SMALL, TAIL = 10_000, 10, 10  # the big task's newest compaction leaves TAIL messages after it
@@ -42,16 +43,6 @@ SYSTEM = "You are a helpful agent. " * 40
 SUMMARY = "The user asked for a long job; the assistant ran it step by step and noted each result. " * 16
 
 
-def write_doc(text: str) -> Path:
-    """Replace this bench's section of docs/benchmarks.md (or append it), keeping every other section."""
-    path = REPO / "docs" / "benchmarks.md"
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = existing.find(SECTION)
-    if start >= 0:
-        following = existing.find("\n## ", start + len(SECTION))
-        existing = existing[:start].rstrip() + "\n" + (existing[following:] if following >= 0 else "")
-    path.write_text(existing.rstrip() + "\n\n" + text.rstrip() + "\n")
-    return path
 
 
 def build_compacted(store: TaskStore, task_id: str) -> int:
@@ -152,7 +143,7 @@ def main() -> int:
             "",
             verdict,
         ])
-        print(f"written to {write_doc(doc)}")
+        print(f"written to {write_section(SECTION, doc)}")
     return 0 if ratio <= 2.0 else 1
 
 

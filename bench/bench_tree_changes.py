@@ -33,22 +33,13 @@ from unicore.state.store import TaskStore, connect  # noqa: E402
 from unicore.state.ui_reads import read_all_rows  # noqa: E402
 from unicore.ui.backend import LocalBackend, forest_json  # noqa: E402
 
+from bench.doc_section import write_section  # noqa: E402
 from tests.ui.seeding import seed_forest  # noqa: E402
 
 SECTION = "## Web UI: the stream of task changes and the tree feed (issue 16)"
 POLL_SECONDS = 0.5  # the polled feed's check interval (before the change stream)
 
 
-def write_doc(text: str) -> Path:
-    """Replace this bench's section of docs/benchmarks.md (or append it), keeping every other section."""
-    path = REPO / "docs" / "benchmarks.md"
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = existing.find(SECTION)
-    if start >= 0:
-        following = existing.find("\n## ", start + len(SECTION))
-        existing = existing[:start].rstrip() + "\n" + (existing[following:] if following >= 0 else "")
-    path.write_text(existing.rstrip() + "\n\n" + text.rstrip() + "\n")
-    return path
 
 
 def one_turn(store: TaskStore, task_id: str) -> float:
@@ -190,7 +181,7 @@ def main() -> int:
             "start (\"Turn start-up\", above), so the notices are well under 0.1% of a local turn. The update after "
             "a change is mostly rebuilding and encoding the 1,000-row forest in Python; the Redis part is one "
             "pipeline of two HMGETs per changed task."])
-        print(f"written to {write_doc(doc)}")
+        print(f"written to {write_section(SECTION, doc)}")
     return 0
 
 

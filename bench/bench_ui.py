@@ -35,6 +35,7 @@ from unicore.schema import TaskSpec  # noqa: E402
 from unicore.state.store import TaskStore, connect  # noqa: E402
 from unicore.state.token_stream import StreamSettings, publish, read_after  # noqa: E402
 
+from bench.doc_section import write_section  # noqa: E402
 from tests.ui.conftest import CHROMIUM, UNICORE, _printed_url  # noqa: E402
 from tests.ui.seeding import seed_forest, seed_transcript  # noqa: E402
 
@@ -127,16 +128,6 @@ def renders(page: Any, store: TaskStore, base: str, count: int) -> dict[str, flo
     return out
 
 
-def write_doc(text: str) -> Path:
-    """Replace this bench's section of docs/benchmarks.md (or append it), keeping every other section."""
-    path = REPO / "docs" / "benchmarks.md"
-    existing = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = existing.find(SECTION)
-    if start >= 0:
-        following = existing.find("\n## ", start + len(SECTION))
-        existing = existing[:start].rstrip() + "\n" + (existing[following:] if following >= 0 else "")
-    path.write_text(existing.rstrip() + "\n\n" + text.rstrip() + "\n")
-    return path
 
 
 def run(args: argparse.Namespace, url: str, home: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
@@ -218,7 +209,7 @@ def main() -> int:
             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on a shared 2-core machine"
             + (f" ({args.label})." if args.label else "."),
             "", table, "", verdict])
-        print(f"written to {write_doc(doc)}")
+        print(f"written to {write_section(SECTION, doc)}")
     return 0 if slowest < TARGET_RENDER_MS else 1
 
 
