@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            context=context)
         code = outcome.exit_code
         if outcome.error:
-            print(f"{PROG}: {args.task}: {printable(outcome.error)}", file=sys.stderr)
+            # one line, the process's last: on a cluster it is the container's termination message (the Job's
+            # terminationMessagePolicy), which the AgentTask's status and TurnFailed Event show
+            print(f"{PROG}: {args.task}: {printable(outcome.error, multiline=False)}", file=sys.stderr)
     except (ConfigError, redis.RedisError) as exc:
         code = _fail(str(exc))
     return code

@@ -255,6 +255,9 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
         "env": env,
         "resources": build_resources(spec, settings),
         "securityContext": restricted_container_security_context(),
+        # a failed turn's last log line (its one-line error) becomes the container's termination message, which
+        # the status and the TurnFailed Event show (``watchdog.views.container_end``)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             workspace_mount,
             {"name": "tmp", "mountPath": "/tmp"},

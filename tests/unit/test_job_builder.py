@@ -163,6 +163,8 @@ def test_job_policy_fields() -> None:
     assert pod["restartPolicy"] == "Never"
     assert pod["serviceAccountName"] == "unicore-agent"
     assert pod["automountServiceAccountToken"] is True
+    # a failed turn's one-line error (the log's last line) is its termination message, shown in status and Events
+    assert pod["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_waiting_for_scheduling_does_not_count_against_the_turn_timeout() -> None:

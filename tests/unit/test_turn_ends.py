@@ -103,6 +103,21 @@ def test_a_failed_turn_pod_says_how_its_container_ended() -> None:
         "container turn: Terminated (exit code 255)")
 
 
+def test_a_failed_container_says_why_in_the_last_line_of_its_termination_message() -> None:
+    log_tail = ('{"level": "info", "msg": "turn started"}\n'
+                "unicore-turn: team/demo: model error: OPENAI_BASE_URL is not set\n\n")
+    ended = container_end({"name": "turn", "state": {"terminated": {"reason": "Error", "exitCode": 1,
+                                                                    "message": log_tail}}})
+    assert ended == ("container turn: Error (exit code 1): "
+                     "unicore-turn: team/demo: model error: OPENAI_BASE_URL is not set")
+    hostile = container_end({"name": "turn", "state": {"terminated": {"reason": "Error", "exitCode": 1,
+                                                                      "message": "\x1b[2Jboom " + "x" * 1000}}})
+    assert "\x1b" not in hostile and hostile.endswith("...") and len(hostile) < 400
+    assert container_end({"name": "turn", "state": {"terminated": {"reason": "Error", "exitCode": 1,
+                                                                   "message": " \n"}}}) == (
+        "container turn: Error (exit code 1)")
+
+
 def test_the_failure_of_a_job_names_how_its_own_pods_containers_ended() -> None:
     pods = [pod_view(terminated_pod("demo-t1", "OOMKilled", 137)), pod_view(terminated_pod("demo-t1-r1", "Error", 1)),
             PodView(namespace="team", name="demo-t1-r2-a", job_name="demo-t1-r2", phase="Running")]

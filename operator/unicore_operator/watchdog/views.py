@@ -17,6 +17,7 @@ from typing import Any
 
 from unicore import contract
 from unicore.state.heartbeats import RedisTaskState as RedisTaskState  # what Redis says of a turn
+from unicore.terminal import printable
 
 TASK_LABEL = contract.TASK_LABEL
 TURN_LABEL = contract.TURN_LABEL
@@ -29,6 +30,9 @@ STUCK_WAITING_REASONS = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
      "CreateContainerError", "ErrImageNeverPull", "RunContainerError"}
 )
+
+
+TERMINATION_LINE_MAX = 300  # characters of a failed container's last log line kept in status and Events
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,9 +236,21 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     )
 
 
+def last_line(message: object, limit: int = TERMINATION_LINE_MAX) -> str:
+    """The last non-blank line of a container's termination message (the turn's one-line error: the Job's
+    ``terminationMessagePolicy: FallbackToLogsOnError`` makes it the tail of the log), control characters escaped,
+    at most ``limit`` characters (pure)."""
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = printable(lines[-1], multiline=False)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def container_end(cstatus: Mapping[str, Any]) -> str:
     """How a container ended, when it failed (terminated with a non-zero exit code): "container turn: OOMKilled
-    (exit code 137)", "container turn: Error (exit code 137: killed by SIGKILL)"; "" otherwise (pure)."""
+    (exit code 137)", "container turn: Error (exit code 137: killed by SIGKILL)", "container turn: Error (exit code
+    1): unicore-turn: ns/t: <why>" (its termination message's last line); "" otherwise (pure)."""
     terminated = (cstatus.get("state") or {}).get("terminated") or {}
     code = _int(terminated.get("exitCode"))
     if not terminated or code == 0:
@@ -246,7 +262,8 @@ def container_end(cstatus: Mapping[str, Any]) -> str:
             how += f": killed by {signal.Signals(code - 128).name}"
         except ValueError:
             pass
-    return f"container {cstatus.get('name') or '?'}: {reason} ({how})"
+    said = last_line(terminated.get("message"))
+    return f"container {cstatus.get('name') or '?'}: {reason} ({how})" + (f": {said}" if said else "")
 
 
 def pod_view(body: Mapping[str, Any]) -> PodView:
