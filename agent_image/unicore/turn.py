@@ -327,6 +327,7 @@ class _Turn:
             workspace=workspace,
             cancel=self.cancel,
             explain_unavailable=self.mcp.explain,
+            telemetry=self.telemetry,  # tool_calls_total / tool_call_duration_seconds, counted by run_tool_call
         )
 
         if deliver_report(self.store, self.task_id):

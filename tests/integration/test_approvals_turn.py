@@ -14,6 +14,7 @@ from unicore.schema import Approval, TaskSpec
 from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.store import TaskStore
+from unicore.state.telemetry import COUNTERS_KEY
 from unicore.tools.base import Tool, ToolContext
 from unicore.turn import EXIT_OK
 
@@ -82,6 +83,11 @@ def test_an_approved_call_runs_once_after_the_decision_and_the_conversation_goes
     assert CountTool.runs == ["a"] and len(turn.requests("t")) == 2
     [decided] = approvals.calls(store.redis, "t")
     assert decided.status == "approved" and decided.resolved_at is not None
+    # each call counted once (tool_calls_total): the approved one when it ran, the other one when the first turn ran it
+    counted = {field: float(value) for field, value in store.redis.hgetall(COUNTERS_KEY).items()
+               if field.startswith("tool_calls_total|")}
+    assert counted == {"tool_calls_total|outcome=ok,server=,source=builtin,tool=count": 1,
+                       "tool_calls_total|outcome=ok,server=,source=builtin,tool=note": 1}
 
 
 def test_a_denied_call_gives_the_model_an_error_result_with_the_reason(store, turn, gated):

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from unicore.launch.local import turn_log_name
 from unicore.state.store import TaskStore, connect
+from unicore.state.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY
 
 from tests.mcp_servers import (
     EverythingHttp,
@@ -65,8 +67,19 @@ def results(store: TaskStore, task: str) -> dict[str, tuple[str, str]]:
     return found
 
 
+def tool_calls(client: redis.Redis) -> dict[str, float]:
+    """``tool_calls_total`` as the turns wrote it (labels -> count) and, under ``timed <labels>``, how many calls
+    ``tool_call_duration_seconds`` holds. An MCP call is counted under its server, as tool mcp."""
+    found = {field.split("|", 1)[1]: float(value) for field, value in client.hgetall(COUNTERS_KEY).items()
+             if field.startswith("tool_calls_total|")}
+    for field, value in client.hgetall(HISTOGRAMS_KEY).items():
+        if field.startswith("tool_call_duration_seconds|") and field.endswith("|count"):
+            found[f"timed {field.split('|')[1]}"] = float(value)
+    return found
+
+
 def test_time_and_everything_over_stdio_land_in_history_and_a_tool_outside_the_allow_list_is_refused(
-        cli_env, store, tmp_path):
+        cli_env, store, redis_client, tmp_path):
     servers = write_documents(tmp_path / "servers.yaml",
                               [document("time", time_spec()), document("everything", everything_stdio_spec())])
     steps = [
@@ -91,6 +104,11 @@ def test_time_and_everything_over_stdio_land_in_history_and_a_tool_outside_the_a
     status, text = found["time__convert_time"]
     assert status == "error"
     assert "'convert_time' of MCP server 'time' is not in this task's allow-list (allowed: get_current_time)" in text
+    # each call counted once, by server (the refused one too, not timed: it never ran)
+    assert tool_calls(redis_client) == {
+        "outcome=ok,server=time,source=mcp,tool=mcp": 1, "outcome=refused,server=time,source=mcp,tool=mcp": 1,
+        "outcome=ok,server=everything,source=mcp,tool=mcp": 2,
+        "timed server=time,source=mcp,tool=mcp": 1, "timed server=everything,source=mcp,tool=mcp": 2}
 
     # A follow-up connects to the same servers: their definitions are stored with the tree.
     send = unicore("send", "mc", "and in Tokyo?", env={**cli_env, "UNICORE_MCP_SERVERS": ""})
@@ -98,6 +116,9 @@ def test_time_and_everything_over_stdio_land_in_history_and_a_tool_outside_the_a
     assert send.stdout.strip() == "second turn done"
     status, text = results(store, "mc")["time__get_current_time"]
     assert status == "success" and '"timezone": "Asia/Tokyo"' in text
+    calls_now = tool_calls(redis_client)
+    assert calls_now["outcome=ok,server=time,source=mcp,tool=mcp"] == 2
+    assert calls_now["timed server=time,source=mcp,tool=mcp"] == 2
 
 
 def test_streamable_http_server_with_every_tool_when_mcp_is_not_given(cli_env, store, tmp_path):
@@ -177,7 +198,8 @@ def test_a_stdio_server_killed_mid_call_gives_an_error_result_and_the_turn_ends_
     assert store.get_task("ms").status == "idle" and not store.get_task("ms").last_error
 
 
-def test_a_server_that_is_not_running_gives_an_error_result_and_the_others_still_work(cli_env, store, tmp_path):
+def test_a_server_that_is_not_running_gives_an_error_result_and_the_others_still_work(cli_env, store, redis_client,
+                                                                                      tmp_path):
     nothing_there = f"http://127.0.0.1:{free_port()}/mcp"
     servers = write_documents(tmp_path / "servers.yaml", [
         document("down", {"url": nothing_there, "timeoutSeconds": 10}), document("time", time_spec())])
@@ -192,6 +214,9 @@ def test_a_server_that_is_not_running_gives_an_error_result_and_the_others_still
     assert status == "error" and "the tools of MCP server 'down' are not available in this turn" in text
     assert "ConnectError" in text or "connect" in text.lower()
     assert found["time__get_current_time"][0] == "success"
+    assert tool_calls(redis_client) == {  # the call of the server that is down was refused, by that server
+        "outcome=refused,server=down,source=mcp,tool=mcp": 1, "outcome=ok,server=time,source=mcp,tool=mcp": 1,
+        "timed server=time,source=mcp,tool=mcp": 1}
 
 
 def test_a_streamable_http_server_that_comes_up_while_the_turn_connects_is_used(cli_env, store, tmp_path):

@@ -11,6 +11,7 @@ from unicore_operator.metrics.catalog import (
     MODEL_CALL_OUTCOMES,
     REAP_REASONS,
     TASK_PHASES,
+    TOOL_CALL_OUTCOMES,
     TURN_FAILURE_REASONS,
     known_series,
 )
@@ -173,3 +174,10 @@ def test_the_catalogs_closed_label_sets_are_the_codes() -> None:
     recorded = set(re.findall(r'outcome(?:=|": )"(\w+)"', code)) | set(re.findall(r'what = "(\w+)" if .* else "(\w+)"',
                                                                                      code)[0])
     assert recorded == set(MODEL_CALL_OUTCOMES)
+
+    from unicore.tools import call_metrics, registry
+
+    assert TOOL_CALL_OUTCOMES == call_metrics.OUTCOMES
+    # every outcome run_tool_call records is one of them (call_metrics.OK / ERROR / REFUSED / CANCELLED)
+    used = set(re.findall(r"call_metrics\.([A-Z]+)\b", inspect.getsource(registry))) - {"OUTCOMES"}
+    assert {getattr(call_metrics, name) for name in used} == set(TOOL_CALL_OUTCOMES)

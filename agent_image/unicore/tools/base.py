@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from unicore.state.store import TaskStore
+    from unicore.state.telemetry import Telemetry
 
 
 class Spawner(Protocol):
@@ -37,6 +38,8 @@ class ToolContext:
     # Why a tool name that is not among the task's tools is refused, when the turn knows (an MCP tool outside the
     # allow-list, a tool of an MCP server that could not be reached: ``tools.mcp_tools.McpToolbox.explain``).
     explain_unavailable: Callable[[str], str | None] | None = None
+    # Where ``registry.run_tool_call`` counts and times each call (``tools.call_metrics``); None: not measured.
+    telemetry: Telemetry | None = None
 
 
 class Tool:
@@ -52,6 +55,11 @@ class Tool:
 
     def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
         raise NotImplementedError
+
+    def metric_labels(self) -> dict[str, str]:
+        """The labels of this tool's call metrics (``tools.call_metrics``): a built-in or custom tool is counted under
+        its own name."""
+        return {"tool": self.name, "source": "builtin", "server": ""}
 
 
 def strip_titles(schema: Any) -> Any:

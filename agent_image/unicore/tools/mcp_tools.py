@@ -129,6 +129,10 @@ class McpTool(Tool):
             raise ToolError(text or f"MCP tool {self.remote_name} of server {self.connection.name} failed")
         return text
 
+    def metric_labels(self) -> dict[str, str]:
+        # By server only: the server's tool names are a tenant's choice, no bounded label (tools.call_metrics).
+        return {"tool": "mcp", "source": "mcp", "server": self.connection.name}
+
 
 def make_tool(offered: str, connection: ServerConnection, remote: mcp_types.Tool) -> Tool:
     description = remote.description or remote.title or f"Tool {remote.name} of MCP server {connection.name}."

@@ -7,15 +7,19 @@ and act on.
 Custom tools: ``UNICORE_EXTRA_TOOLS=package.module:ATTR[,...]`` names Tool subclasses (or lists/tuples of
 them) that join the known tools (``known_tools``). A task gets them only when its tool list names them (they
 are never in the default toolsets). A bad spec raises ConfigError.
+
+Every call is counted once, in ``run_tool_call``: ``tool_calls_total`` and ``tool_call_duration_seconds``
+(``tools.call_metrics``), into the context's ``telemetry``.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -24,7 +28,7 @@ from unicore.log import get_logger
 from unicore.providers.base import ToolSpec
 from unicore.schema import ContentBlock
 from unicore.settings import RuntimeSettings
-from unicore.tools import policy
+from unicore.tools import call_metrics, policy
 from unicore.tools.ask_user import AskUser
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.storeview import view_of
@@ -146,43 +150,68 @@ def _error(tool_use_id: str, message: str) -> ContentBlock:
     return _result(tool_use_id, [{"text": f"Error: {message}"}], True)
 
 
+class _Done(NamedTuple):
+    """A call's result block and how it is counted (``tools.call_metrics``)."""
+
+    result: ContentBlock
+    outcome: str
+    labels: dict[str, str]
+    seconds: float | None = None  # how long the tool ran; None: it did not run
+
+
 def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str, Any]) -> ContentBlock:
-    """Run one ``toolUse`` block (or its inner dict) and return its ``toolResult`` block. Never raises."""
-    use = tool_use.get("toolUse", tool_use)
+    """Run one ``toolUse`` block (or its inner dict) and return its ``toolResult`` block. Never raises.
+
+    The one place a tool call is counted and timed (``tools.call_metrics``, into ``ctx.telemetry``): once per call."""
+    done = _run(ctx, tools, tool_use.get("toolUse", tool_use))
+    call_metrics.record(ctx.telemetry, done.labels, done.outcome, done.seconds)
+    return done.result
+
+
+def _run(ctx: ToolContext, tools: Iterable[Tool], use: Mapping[str, Any]) -> _Done:
     tool_use_id = str(use.get("toolUseId", ""))
     name = use.get("name")
     allowed = {tool.name: tool for tool in tools}
     if name not in allowed:
         why = ctx.explain_unavailable(str(name)) if ctx.explain_unavailable is not None else None
+        known = not why and name in known_tools()
         if why:
             message = why
-        elif name in known_tools():
+        elif known:
             message = (
                 f"tool {name!r} is not available to this task; your tools: {', '.join(allowed) or 'none'}"
             )
         else:
             message = f"unknown tool {name!r}; your tools: {', '.join(allowed) or 'none'}"
         log.warning("task %s: refused tool call %r: %s", ctx.task_id, name, message)
-        return _error(tool_use_id, message)
+        labels = call_metrics.unavailable_labels(str(name), explained=bool(why), known=known)
+        return _Done(_error(tool_use_id, message), call_metrics.REFUSED, labels)
     tool = allowed[name]
+    labels = call_metrics.tool_labels(tool)
     if ctx.cancel.is_set():
-        return _error(tool_use_id, "cancelled: the turn is stopping, the tool did not run")
+        return _Done(_error(tool_use_id, "cancelled: the turn is stopping, the tool did not run"),
+                     call_metrics.CANCELLED, labels)
     raw_input = use.get("input")
     if raw_input is None:
         raw_input = {}
     try:
         args = tool.Input.model_validate(raw_input)
     except ValidationError as exc:
-        return _error(tool_use_id, format_validation_error(tool.name, exc))
+        return _Done(_error(tool_use_id, format_validation_error(tool.name, exc)), call_metrics.REFUSED, labels)
+    started = time.monotonic()
     try:
         value = tool.run(ctx, args)
     except (
         Exception
     ) as exc:  # every failure goes back to the model (seed rule); ToolError carries a clear message
+        seconds = time.monotonic() - started
+        outcome = call_metrics.CANCELLED if ctx.cancel.is_set() else call_metrics.ERROR
         if isinstance(exc, ToolError):
             log.info("task %s: tool %s refused: %s", ctx.task_id, name, exc)
-            return _error(tool_use_id, str(exc))
+            return _Done(_error(tool_use_id, str(exc)), outcome, labels, seconds)
         log.exception("task %s: tool %s failed unexpectedly", ctx.task_id, name)
-        return _error(tool_use_id, f"tool {name} failed unexpectedly: {type(exc).__name__}: {exc}")
+        message = f"tool {name} failed unexpectedly: {type(exc).__name__}: {exc}"
+        return _Done(_error(tool_use_id, message), outcome, labels, seconds)
+    seconds = time.monotonic() - started
     log.debug("task %s: tool %s ok", ctx.task_id, name)
-    return _result(tool_use_id, _result_content(value), False)
+    return _Done(_result(tool_use_id, _result_content(value), False), call_metrics.OK, labels, seconds)

@@ -6,9 +6,9 @@ Redis collector; ``operator`` metrics are measured in the operator process. The 
 ``known`` lists the closed set of values of a label (a failure reason, an outcome, a phase). Prometheus practice is
 to export every known label set at 0 from the start, so a panel shows 0 rather than "No data" until the first
 failure, reap or throttle: the exporters do (``operator_metrics``, ``redis_collector.families_from_hashes``,
-``state_collector``). Labels without a closed set (``model``, ``provider``, ``root``, and ``namespace`` when the
-operator watches every namespace) get their values from the first series that carries them; from then on every known
-label set of that model or tree is exported too.
+``state_collector``). Labels without a closed set (``model``, ``provider``, ``tool``/``source``/``server``, ``root``,
+and ``namespace`` when the operator watches every namespace) get their values from the first series that carries them;
+from then on every known label set of that model, tool or tree is exported too.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class MetricSpec:
 # Closed label value sets (tests/unit/test_metrics_exporters.py checks each against the code that produces it).
 TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn._exit_reason
 MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.turn, unicore.providers.calling
+TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
@@ -77,6 +78,21 @@ CATALOG: tuple[MetricSpec, ...] = (
                ("model", "provider")),
     MetricSpec("unicore_model_tokens_total", "counter", "Tokens by model, provider and kind (input/output).",
                "runtime", ("model", "provider", "kind"), known=(("kind", ("input", "output")),)),
+    # Tool calls, built-in and MCP alike, counted once each by unicore.tools.registry.run_tool_call. Bounded labels:
+    # source builtin (built-in and UNICORE_EXTRA_TOOLS tools: tool = its name, server ""), mcp (tool "mcp", server =
+    # the MCPServer's name: a tenant's server may list any tools, so its tool names would be an unbounded label) or
+    # unknown (a name the model made up: tool "unknown", always refused).
+    MetricSpec("unicore_tool_calls_total", "counter",
+               "Tool calls by tool, source (builtin, mcp, unknown), MCP server and outcome: ok, error (the tool ran "
+               "and failed: a ToolError, an MCP error result, an MCP server slow or dead mid-call), refused (not run: "
+               "not one of the task's tools, outside an MCP allow-list, its MCP server unreachable, invalid input), "
+               "cancelled (the turn was stopping). An MCP tool is counted as tool=\"mcp\" under its server: the "
+               "tools a tenant's server lists are no bounded label.", "runtime",
+               ("tool", "source", "server", "outcome"), known=(("outcome", TOOL_CALL_OUTCOMES),)),
+    MetricSpec("unicore_tool_call_duration_seconds", "histogram",
+               "Wall time of tool calls that ran (ok, error, or cancelled while running; refused calls are not "
+               "timed), by tool, source and MCP server (labels as unicore_tool_calls_total).", "runtime",
+               ("tool", "source", "server")),
     MetricSpec("unicore_throttle_events_total", "counter", "Throttling responses from model providers.", "runtime",
                ("model",)),
     MetricSpec("unicore_throttle_wait_seconds_total", "counter", "Time spent waiting because of throttling.",

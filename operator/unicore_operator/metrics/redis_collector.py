@@ -5,9 +5,10 @@ Three hashes, read in one pipelined round trip per scrape: counters (``<name>|<l
 pure (unit-tested); :class:`RedisTelemetryCollector` does the read.
 
 Every known label set is exported from the first scrape, at its resting value (0, a gauge's ``initial``) until a
-turn writes it: the metrics without labels, every failure reason, and for each model a turn has used (a ``model`` /
-``provider`` seen on any series) every call outcome, token kind and throttle series. A panel then shows 0 instead of
-"No data" until the first failure or throttle.
+turn writes it: the metrics without labels, every failure reason, for each model a turn has used (a ``model`` /
+``provider`` seen on any series) every call outcome, token kind and throttle series, and for each tool called (its
+``tool``/``source``/``server``) every tool call outcome. A panel then shows 0 instead of "No data" until the first
+failure or throttle.
 """
 
 from __future__ import annotations
