@@ -116,3 +116,19 @@ def test_a_turn_container_oom_killed_under_its_memory_limit_says_so_and_runs_wit
     assert last.spec.template.spec.containers[0].resources.limits["memory"] == "1Gi"
     answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/hungry") if m["role"] == "assistant"]
     assert [block.get("text") for m in answers for block in m["content"]] == [ANSWER]
+
+
+def test_a_turn_that_fails_on_its_configuration_says_why_in_the_status_and_event(
+    start_operator: StartOperator, tasks: Tasks, k8s_namespace: str,
+) -> None:
+    """Not just "Error (exit code 1)": the turn's one-line error is its container's termination message (the Job's
+    terminationMessagePolicy FallbackToLogsOnError), which the kubelet fills from the log's tail."""
+    start_operator()
+    # no OpenAI-compatible endpoint is configured for the turn pods: the provider refuses before any call
+    tasks.create("misconfigured", {"prompt": "work", "model": "openai:gpt-4o"})
+    why = "the openai provider needs OPENAI_BASE_URL"
+    status = wait_for(lambda: message_with(tasks, "misconfigured", why), timeout=90,
+                      what="the status naming why the turn container failed")
+    assert f"container turn: Error (exit code 1): unicore-turn: {k8s_namespace}/misconfigured: " in status["message"]
+    event = wait_for(lambda: task_events(tasks, "misconfigured", "TurnFailed"), timeout=30, what="TurnFailed")[0]
+    assert why in event.message, event.message
