@@ -7,7 +7,12 @@
 #          which vendors the whole llama.cpp tree under vendor/llama.cpp; only that tree is built, with cmake.
 # Build:   static (no shared libs to carry along), Release, target llama-server only, `-j2`; nothing is downloaded
 #          at build time (no prebuilt web UI, no UI build, no OpenSSL/CURL). About 15 minutes cold on 2 cores.
-#          GGML_NATIVE: optimised for this CPU, so the CPU's flags are part of the cache key.
+#          Portable, not -march=native: machines of one kind differ in CPU, and a native build on a CPU that advertises
+#          AMX (whose tile instructions may still fault there) crashed with SIGSEGV. On x86-64 it targets x86-64-v3
+#          (AVX2, FMA, F16C, BMI2), with AVX-512 and AMX off, so no code path needs more than every such CPU has;
+#          elsewhere (arm64) ggml's generic build. The CPU's flags are not part of the cache key.
+# Check:   before it is cached, the built binary is started on the 0.5B GGUF (hack/fetch-model.py) and asked for one
+#          short completion (hack/check-model-server.py); a binary that cannot run here is never cached or used.
 # Cache:   ${UNICORE_CACHE:-$HOME/.cache/unicore}/llama-server-<version>-<hash>/llama-server, where <hash> covers the
 #          sdist's sha256, the cmake flags below and the CPU's flags; a warm run only checks that file. The build runs
 #          in a temporary folder next to it and the finished folder is renamed into place, so an interrupted build
@@ -22,7 +27,7 @@ SDIST_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
   -DBUILD_SHARED_LIBS=OFF
-  -DGGML_NATIVE=ON
+  -DGGML_NATIVE=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF
   -DLLAMA_BUILD_UI=OFF
   -DLLAMA_OPENSSL=OFF
@@ -31,6 +36,10 @@ CMAKE_FLAGS=(
   -DLLAMA_BUILD_TOOLS=ON
   -DLLAMA_BUILD_SERVER=ON
 )
+if [[ "$(uname -m)" == x86_64 ]]; then
+  CMAKE_FLAGS+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 TARGET="llama-server"
 JOBS="${UNICORE_BUILD_JOBS:-2}"
 
@@ -40,8 +49,7 @@ log() { echo "[build-model-server] $*" >&2; }
 fail() { echo "build-model-server: $*" >&2; exit 1; }
 
 CACHE="${UNICORE_CACHE:-$HOME/.cache/unicore}"
-cpu_flags="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m)"
-key="$(printf '%s\n' "$SDIST_SHA256" "${CMAKE_FLAGS[@]}" "$TARGET" "$cpu_flags" | sha256sum | cut -c1-12)"
+key="$(printf '%s\n' "$SDIST_SHA256" "${CMAKE_FLAGS[@]}" "$TARGET" "$(uname -m)" | sha256sum | cut -c1-12)"
 DEST="$CACHE/llama-server-${VERSION}-${key}"
 
 if [[ -x "$DEST/$TARGET" ]]; then  # the warm path: nothing else to do
@@ -110,6 +118,12 @@ src="$WORK/llama_cpp_python-${VERSION}/vendor/llama.cpp"
 built="$WORK/build/bin/$TARGET"
 [[ -x "$built" ]] || fail "the build made no $built (log: $BUILD_LOG)"
 "$built" --version >"$WORK/version.txt" 2>&1 || { cat "$WORK/version.txt" >&2; fail "$built --version failed"; }
+python=python3
+[[ -x "$ROOT/.venv/bin/python" ]] && python="$ROOT/.venv/bin/python"
+gguf="$("$python" "$HERE/fetch-model.py" | tail -n 1)" || fail "fetching the model for the build check failed"
+log "checking the built $TARGET: start it on $(basename "$gguf") and ask for one short completion"
+"$python" "$HERE/check-model-server.py" "$built" "$gguf" \
+  || fail "the built $TARGET does not run on this machine; not cached (log: $BUILD_LOG)"
 stage="$WORK/out"
 mkdir -p "$stage"
 cp "$built" "$stage/$TARGET"

