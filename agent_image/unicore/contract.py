@@ -57,6 +57,19 @@ def split_task_id(task_id: str) -> tuple[str, str] | None:
     return (namespace, name) if slash else None
 
 
+def task_namespace(task_id: str) -> str:
+    """The namespace of ``task_id`` ("" for a local task's bare name)."""
+    namespace, slash, _ = task_id.partition("/")
+    return namespace if slash else ""
+
+
+def same_namespace(task_id: str, other_id: str) -> bool:
+    """Both tasks are in one namespace (local tasks: both local). The tenant boundary: every link the operator or
+    the task API follows from one task to another (children, parent, owed reports) is used only when this holds,
+    since a namespace's own Redis user can write those links (docs/architecture.md, "The tenant boundary")."""
+    return task_namespace(task_id) == task_namespace(other_id)
+
+
 def label_value(text: str) -> str:
     """``text`` as a valid label value: unchanged when it fits, else truncated with a hash suffix."""
     if len(text) <= LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(text):

@@ -9,12 +9,19 @@ Delivery is derived from stored state, so no crash window can lose a report:
   scan all call ``deliver_report`` again; the same id makes a repeat harmless;
 - a child that goes Failed (operator: retries exhausted) is reported with ``failure_report``, id
   ``failed:<child>:<turn>``, so the parent's model learns which child failed and why.
+
+The tenant boundary (docs/architecture.md): a child's record (its ``parent``, ``report_id``, ``report``) is writable by
+its namespace's Redis user, and the operator delivers with its own connection. So a report goes only to a parent in
+the child's own namespace, only with an id of the child's own (``completion:<child>:<n>``: no other child's id can be
+pre-empted), and, where the caller knows the parent from the API server (the operator: ``spec.parentRef``), only to
+that parent. A report that breaks a rule is dropped with a warning and cleared.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from unicore.contract import same_namespace
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.log import get_logger
 from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, task_name
@@ -80,14 +87,37 @@ def completion_report(record: TaskRecord, turn_number: int, final_text: str, not
     return f"completion:{record.id}:{turn_number}", text
 
 
-def deliver_report(store: Any, task_id: str) -> bool:
-    """Queue the report ``task_id`` owes its parent, if any; True when one was owed.
+def is_own_report_id(task_id: str, report_id: str) -> bool:
+    """``report_id`` is one of ``task_id``'s own completion ids (``completion:<task_id>:<turn number>``)."""
+    prefix = f"completion:{task_id}:"
+    return report_id.startswith(prefix) and report_id[len(prefix):].isdigit()
+
+
+def _parent_refusal(task_id: str, parent: str, expected_parent: str | None) -> str | None:
+    """Why a report of ``task_id`` may not go to ``parent``; None when it may."""
+    if not same_namespace(task_id, parent):
+        return f"its parent {parent!r} is in another namespace"
+    if expected_parent is not None and parent != expected_parent:
+        return f"its stored parent {parent!r} is not its AgentTask's parent {expected_parent or '(none)'!r}"
+    return None
+
+
+def deliver_report(store: Any, task_id: str, expected_parent: str | None = None) -> bool:
+    """Queue the report ``task_id`` owes its parent, if any; True when one was owed. ``expected_parent``: the parent
+    as the API server has it (``spec.parentRef``; "" for none), when the caller knows it (the operator).
 
     Idempotent (same message id), so the next turn, the operator and the supervisor may all call it."""
     owed = owed_report(store.redis, task_id)
     if owed is None:
         return False
-    if owed.parent:
+    refusal = None
+    if not is_own_report_id(task_id, owed.report_id):
+        refusal = f"the report id {owed.report_id!r} is not one of its own"
+    elif owed.parent:
+        refusal = _parent_refusal(task_id, owed.parent, expected_parent)
+    if refusal:
+        log.warning("task %s: report %r dropped: %s", task_id, owed.report_id, refusal)
+    elif owed.parent:
         message = InboxMessage(id=owed.report_id, type="completion", content=owed.text, sender=task_id)
         try:
             if store.queue_message(owed.parent, message):
@@ -101,13 +131,18 @@ def deliver_report(store: Any, task_id: str) -> bool:
     return True
 
 
-def report_failure(store: Any, task_id: str, reason: str) -> bool:
-    """Tell the parent of ``task_id`` that it failed (idempotent per failed turn); True when newly queued."""
+def report_failure(store: Any, task_id: str, reason: str, expected_parent: str | None = None) -> bool:
+    """Tell the parent of ``task_id`` that it failed (idempotent per failed turn); True when newly queued.
+    ``expected_parent`` as for ``deliver_report``."""
     try:
         record = store.get_task(task_id)
     except TaskNotFound:
         return False
     if not record.parent:
+        return False
+    refusal = _parent_refusal(task_id, record.parent, expected_parent)
+    if refusal:
+        log.warning("task %s: failure report dropped: %s", task_id, refusal)
         return False
     text = failure_message(record, reason[:4000])
     message = InboxMessage(
@@ -127,5 +162,6 @@ __all__ = [
     "completion_report",
     "deliver_report",
     "failure_message",
+    "is_own_report_id",
     "report_failure",
 ]

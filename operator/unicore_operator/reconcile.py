@@ -72,16 +72,18 @@ async def task_body(ctx: OperatorContext, key: TaskKey) -> dict[str, Any] | None
     return compact_task(fetched)
 
 
-def children_of(ctx: OperatorContext, snap: TaskSnapshot) -> list[dict[str, str]]:
+def children_of(ctx: OperatorContext, key: TaskKey, snap: TaskSnapshot) -> list[dict[str, str]]:
     """The task's children (its Redis children set, read with the snapshot) by name, each with its phase from the
     AgentTask index ("Pending" until its status has one). A child whose AgentTask the index does not hold (deleted,
-    or not created yet by the spawner that reserved it) is left out."""
+    or not created yet by the spawner that reserved it) is left out, and so is one whose ``spec.parentRef`` names
+    another parent."""
     children: list[dict[str, str]] = []
+    parent_id = names.task_id(*key)
     for child_id in snap.children:
         key = contract.split_task_id(child_id)
         body = first(ctx.agenttasks.get(key)) if key is not None and ctx.agenttasks is not None else None
-        if key is None or body is None:
-            continue
+        if key is None or body is None or spec_parent(body) != parent_id:
+            continue  # not a child of this task as the API server has it (the children set is tenant-writable)
         children.append({"name": key[1], "phase": str((body.get("status") or {}).get("phase") or "Pending")})
     return sorted(children, key=lambda c: c["name"])
 
@@ -115,6 +117,14 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         children_phases={c["name"]: c["phase"] for c in children},
         job_waiting=waiting,
     )
+
+
+def spec_parent(body: dict[str, Any]) -> str:
+    """The task id of the task's parent as the API server has it (``spec.parentRef``, always in the task's own
+    namespace: the webhook and ``lineage`` see to it); "" for a root. The operator sends reports only there, never
+    to the ``parent`` of the task's Redis record, which the namespace's Redis user can write."""
+    parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
+    return names.task_id(body["metadata"]["namespace"], str(parent)) if parent else ""
 
 
 def tree_path(ctx: OperatorContext, body: dict[str, Any]) -> str:
@@ -190,11 +200,11 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         snap = await ctx.redis.snapshot(tid)
     if snap.owes_report and not snap.lease_held:
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
-        await asyncio.to_thread(deliver_report, ctx.store, tid)
+        await asyncio.to_thread(deliver_report, ctx.store, tid, spec_parent(body))
         snap.report_delivered()
     if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
         snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
-    children = children_of(ctx, snap)
+    children = children_of(ctx, key, snap)
     active_name = (running.name if running else None) or inflight
     obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None
@@ -302,7 +312,8 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
     if phase is Phase.FAILED and snap.parent and changed:
         # Before the status: a crash in between repeats this, and the message id makes the repeat harmless. A
         # status already showing this failure (same turns) was written after its report: nothing to report again.
-        await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message)
+        await asyncio.to_thread(report_failure, ctx.store, names.task_id(meta["namespace"], meta["name"]), message,
+                                spec_parent(body))
     if changed:
         await asyncio.to_thread(ctx.kube.patch_status, meta["namespace"], meta["name"], status)
         ctx.written_status[key] = WrittenStatus(str(meta.get("uid")), body.get("status") or {},

@@ -88,12 +88,17 @@ def test_task_views_are_rebuilt_only_for_changed_bodies() -> None:
 
 
 def test_children_are_the_redis_children_set_with_phases_from_the_agenttask_index() -> None:
-    def child(name: str, status: dict[str, Any]) -> dict[str, Any]:
-        return indexes.compact_task({"metadata": {"namespace": NS, "name": name}, "spec": {"parentRef": {"name": "p"}},
-                                     "status": status})
+    def child(name: str, status: dict[str, Any], parent: str = "p", namespace: str = NS) -> dict[str, Any]:
+        return indexes.compact_task({"metadata": {"namespace": namespace, "name": name},
+                                     "spec": {"parentRef": {"name": parent}}, "status": status})
 
     ctx = SimpleNamespace(agenttasks={(NS, "p-b"): [child("p-b", {"phase": "Running"})],
-                                      (NS, "p-a"): [child("p-a", {})]})
-    snap = TaskSnapshot(exists=True, children=(f"{NS}/p-b", f"{NS}/p-a", f"{NS}/p-deleted", "local-child"))
-    assert children_of(cast(Any, ctx), snap) == [{"name": "p-a", "phase": "Pending"},
-                                                 {"name": "p-b", "phase": "Running"}]
+                                      (NS, "p-a"): [child("p-a", {})],
+                                      (NS, "other"): [child("other", {"phase": "Idle"}, parent="q")],
+                                      ("team-b", "secret"): [child("secret", {"phase": "Idle"}, namespace="team-b")]})
+    snap = TaskSnapshot(exists=True, children=(f"{NS}/p-b", f"{NS}/p-a", f"{NS}/p-deleted", "local-child",
+                                               f"{NS}/other", "team-b/secret"))
+    # Only children whose AgentTask names this task as parent: the Redis children set is writable by the namespace's
+    # Redis user (issue 25: another parent's child and another namespace's task were shown as children).
+    assert children_of(cast(Any, ctx), (NS, "p"), snap) == [{"name": "p-a", "phase": "Pending"},
+                                                            {"name": "p-b", "phase": "Running"}]

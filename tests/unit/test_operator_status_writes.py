@@ -30,8 +30,9 @@ def make_ctx(kube: Kube) -> OperatorContext:
     return OperatorContext(settings=settings, redis=None, kube=kube, store=None)  # type: ignore[arg-type]
 
 
-def body(status: dict[str, Any], uid: str = "u1") -> dict[str, Any]:
-    return {"metadata": {"name": "t", "namespace": "ns", "uid": uid, "generation": 1}, "spec": {}, "status": status}
+def body(status: dict[str, Any], uid: str = "u1", spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "t", "namespace": "ns", "uid": uid, "generation": 1}, "spec": spec or {},
+            "status": status}
 
 
 def mirror(ctx: OperatorContext, task: dict[str, Any], active: str | None, turns: int = 0) -> None:
@@ -102,9 +103,10 @@ def test_a_failed_child_is_reported_when_its_status_changes_not_at_every_reconci
     def reconcile_once(task: dict[str, Any]) -> None:
         asyncio.run(reconcile._mirror_status(ctx, task, snap, failed, []))
 
-    reconcile_once(body({}))
+    child_spec = {"parentRef": {"name": "boss"}}
+    reconcile_once(body({}, spec=child_spec))
     assert store.queued == [("ns/boss", "failed:ns/t:1")] and kube.patches[-1]["phase"] == "Failed"
-    caught_up = body(reconcile.merge_patch({}, kube.patches[-1]))
+    caught_up = body(reconcile.merge_patch({}, kube.patches[-1]), spec=child_spec)
     for _ in range(3):  # the periodic resyncs of a task that stays Failed
         reconcile_once(caught_up)
     assert len(store.queued) == 1 and len(kube.patches) == 1

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis
 import redis.asyncio as aioredis
 
+from unicore.contract import same_namespace
 from unicore.state import approval_records as records_of_calls
 from unicore.state import approvals, changes, lua
 from unicore.state.codec import text, text_hash, to_float, to_int
@@ -145,7 +146,7 @@ async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequen
         retry_at=to_float(op.get("retry_at")),
         ended_jobs_by_turn=ended,
         unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
-        children=tuple(text(child) for child in children or ()),
+        children=tuple(child for child in (text(raw) for raw in children or ()) if same_namespace(task_id, child)),
         waiting_for=records_of_calls.waiting_from_counters(counters),
     )
     if snap.waiting_for is not None:

@@ -23,6 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from unicore.agents import AgentNotFound, effective_spec, own_settings
+from unicore.contract import same_namespace
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
 from unicore.schema import (
@@ -245,8 +246,10 @@ class TaskStore:
         return list(self.redis.zrange(TASKS_INDEX, 0, -1))
 
     def children(self, task_id: str) -> list[str]:
-        """Child ids, oldest first."""
-        return list(self.redis.zrange(self.keys(task_id).children, 0, -1))
+        """Child ids, oldest first; only those of the task's own namespace (the children set is writable by the
+        namespace's Redis user, so a link to another namespace's task is never followed)."""
+        return [child for child in self.redis.zrange(self.keys(task_id).children, 0, -1)
+                if same_namespace(task_id, child)]
 
     def tree(self, root_id: str) -> list[tuple[int, TaskRecord]]:
         """(depth below root, record) in depth-first order, children oldest first."""

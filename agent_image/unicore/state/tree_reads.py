@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from unicore.contract import same_namespace
 from unicore.state.codec import text, to_float, to_int
 from unicore.state.keys import TaskKeys
 
@@ -64,7 +65,7 @@ def descendants(
         for parent, children in zip(frontier, pipe.execute(), strict=True):
             for raw in children:
                 child = text(raw)
-                if child in seen:
+                if child in seen or not same_namespace(top, child):
                     continue
                 seen.add(child)
                 found.append(TreeNode(child, parent, level))
