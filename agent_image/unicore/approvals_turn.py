@@ -30,7 +30,7 @@ import redis
 
 from unicore.faults import fault_point
 from unicore.log import get_logger
-from unicore.schema import ContentBlock, InboxMessage, tool_result_block
+from unicore.schema import ContentBlock, InboxMessage, tool_result_block, tool_result_message_id
 from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.approvals import PendingCall
@@ -56,8 +56,8 @@ class Prepared(Enum):
 
 def result_entry(call_id: str, block: ContentBlock, sender: str, answers: str | None = None) -> InboxMessage:
     """The inbox entry of a call's result (the id the turn's own results use: ``tr:<call id>``)."""
-    return InboxMessage(id=f"tr:{call_id}", type="tool_result", content=block, sender=sender, tool_use_id=call_id,
-                        answers=answers)
+    return InboxMessage(id=tool_result_message_id(call_id), type="tool_result", content=block, sender=sender,
+                        tool_use_id=call_id, answers=answers)
 
 
 def waiting_note(calls: Sequence[PendingCall]) -> str:

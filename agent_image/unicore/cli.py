@@ -35,6 +35,7 @@ from unicore.cli_input import (
     check_utf8_arguments,
     field_bounds,
     int_between,
+    message_id_argument,
     positive_seconds,
     read_script_file,
 )
@@ -367,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     send = sub.add_parser("send", help="send a message to a task and run its tree again")
     send.add_argument("task")
     send.add_argument("text")
-    send.add_argument("--id", help="message id (a repeated id is accepted once)")
+    send.add_argument("--id", type=message_id_argument,
+                      help="message id (a repeated id is accepted once; not one of the runtime's own: "
+                           "'completion:...', 'tr:...' etc.)")
     send.add_argument("--no-wait", action="store_true", help="queue only; do not run turns")
     send.add_argument("--timeout", type=positive_seconds)
     send.add_argument("--quiet", "-q", action="store_true")

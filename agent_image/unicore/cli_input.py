@@ -3,6 +3,7 @@
 - every argument must be UTF-8 text (Python hands undecodable bytes over as lone surrogates, which Redis, JSON
   and the terminal all refuse later, as tracebacks);
 - numbers must lie in the range the stored model accepts (``Limits``), ``--timeout`` must be a positive time;
+- a message id (``send --id``) may not be one the runtime's own messages use (``schema.user_message_id``);
 - a script file must be a regular file of at most ``MAX_SCRIPT_BYTES``, UTF-8, YAML/JSON without aliases
   (``&a [*a]`` is a loop, ``*a`` repeated is a "billion laughs" blow-up) and nested at most
   ``MAX_SCRIPT_DEPTH`` levels; it is read once here and stored with the task as plain JSON values.
@@ -23,6 +24,7 @@ import yaml
 from pydantic import BaseModel
 
 from unicore.errors import UniCoreError
+from unicore.schema import user_message_id
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_SCRIPT_DEPTH = 64
@@ -66,6 +68,14 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def message_id_argument(text: str) -> str:
+    """An argparse ``type``: a message id a user may choose (``schema.user_message_id``)."""
+    try:
+        return user_message_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_seconds(text: str) -> float:

@@ -12,7 +12,8 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_ITERATIONS = 250
@@ -47,9 +48,66 @@ def child_task_id(parent_id: str, name: str) -> str:
     return f"{parent_id}-{name}"
 
 
+# Inbox message ids. The inbox accepts an id once, so a message a user sends with the id of one the runtime sends
+# would stand in for it and the runtime's own would be dropped as a repeat (a child's report, a tool's result). The
+# runtime's ids therefore start with these prefixes, which no id a user chooses may start with (``user_message_id``:
+# ``unicore send --id``, the web UI's client id, the task API's message id). A new kind of runtime message gets its
+# prefix here (tests/unit/test_message_ids.py finds every ``InboxMessage(id=...)`` and checks it).
+PROMPT_ID_PREFIX = "prompt:"  # the prompt a task is created with
+COMPLETION_ID_PREFIX = "completion:"  # a child's report of a turn, to its parent
+FAILURE_ID_PREFIX = "failed:"  # a child's report of its failure, to its parent
+TOOL_RESULT_ID_PREFIX = "tr:"  # a tool call's result (also a person's decision on a call that waited for one)
+DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call a task waited for (state.approvals)
+REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
+RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX, TOOL_RESULT_ID_PREFIX,
+                               DECISION_ID_PREFIX, REAP_ID_PREFIX)
+
+
 def prompt_message_id(task_id: str) -> str:
     """The inbox message id of the prompt a task is created with."""
-    return f"prompt:{task_id}"
+    return f"{PROMPT_ID_PREFIX}{task_id}"
+
+
+def completion_message_id(task_id: str, turn_number: int) -> str:
+    """The id of the report of ``task_id``'s turn ``turn_number`` in its parent's inbox."""
+    return f"{COMPLETION_ID_PREFIX}{task_id}:{turn_number}"
+
+
+def failure_message_id(task_id: str, turn_number: int) -> str:
+    """The id of the report that ``task_id`` failed (in turn ``turn_number``) in its parent's inbox."""
+    return f"{FAILURE_ID_PREFIX}{task_id}:{turn_number}"
+
+
+def tool_result_message_id(call_id: str) -> str:
+    """The id of the result of tool call ``call_id`` in its task's inbox."""
+    return f"{TOOL_RESULT_ID_PREFIX}{call_id}"
+
+
+def reap_message_id(attempt: str) -> str:
+    """The id of the watchdog's note that it reaped ``attempt`` (one per reaped attempt)."""
+    return f"{REAP_ID_PREFIX}{attempt}"
+
+
+def user_message_id(message_id: str) -> str:
+    """``message_id`` when a user may choose it; a ValueError of one line when the runtime's own messages use its
+    prefix (``RUNTIME_MESSAGE_ID_PREFIXES``). Ids compare exactly, so only these exact prefixes are refused."""
+    for prefix in RUNTIME_MESSAGE_ID_PREFIXES:
+        if message_id.startswith(prefix):
+            # a pydantic error (a ValueError) so that a model's field reports this line and no "Value error, "
+            raise PydanticCustomError(
+                "reserved_message_id",
+                "message id {shown} starts with {prefix}, which only the runtime's own messages use; choose another",
+                {"shown": _shown(message_id), "prefix": repr(prefix)},
+            )
+    return message_id
+
+
+UserMessageId = Annotated[str, AfterValidator(user_message_id)]
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a one-line error, cut when long."""
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 def validate_task_id(task_id: str) -> str:

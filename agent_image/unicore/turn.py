@@ -47,7 +47,15 @@ from unicore.prompts import build_system_prompt
 from unicore.providers.base import Model, ModelRequest, ModelResponse
 from unicore.providers.registry import resolve_model
 from unicore.reports import completion_message, completion_report, deliver_report
-from unicore.schema import ContentBlock, InboxMessage, Message, is_turn_ending, text_block, tool_result_block
+from unicore.schema import (
+    ContentBlock,
+    InboxMessage,
+    Message,
+    is_turn_ending,
+    text_block,
+    tool_result_block,
+    tool_result_message_id,
+)
 from unicore.settings import RuntimeSettings
 from unicore.state.compactions import Compaction, append_compaction, load_request_history, seen_tool_results
 from unicore.state.reads import tree_budget_use
@@ -485,7 +493,8 @@ class _Turn:
     def _queue_result(self, result: ContentBlock) -> None:
         tool_id = result["toolResult"]["toolUseId"]
         message = InboxMessage(
-            id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id, tool_use_id=tool_id
+            id=tool_result_message_id(tool_id), type="tool_result", content=result, sender=self.task_id,
+            tool_use_id=tool_id,
         )
         assert self.lease is not None
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from unicore.errors import LeaseLost, UniCoreError
-from unicore.schema import Message
+from unicore.schema import Message, tool_result_message_id
 from unicore.state import lua
 from unicore.state.keys import TaskKeys
 from unicore.state.messages import load_message
@@ -155,7 +155,7 @@ def seen_tool_results(client: Any, task_id: str, tool_use_ids: Sequence[str]) ->
         return set()
     pipe = client.pipeline(transaction=False)
     for tool_id in tool_use_ids:
-        pipe.zscore(TaskKeys(task_id).seen, f"tr:{tool_id}")
+        pipe.zscore(TaskKeys(task_id).seen, tool_result_message_id(tool_id))
     return {tool_id for tool_id, score in zip(tool_use_ids, pipe.execute(), strict=True) if score is not None}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from unicore.launch.embedded_redis import unicore_home
-from unicore.schema import Approval, Limits, TaskSpec, validate_task_id
+from unicore.schema import Approval, Limits, TaskSpec, user_message_id, validate_task_id
 from unicore.state import approvals, suspension
 from unicore.state.messages import load_message
 from unicore.state.reads import read_message_slice
@@ -203,7 +203,12 @@ class LocalBackend:
         return suspension.stop(self.store, _local_id(task_id))
 
     def send(self, task_id: str, text: str, client_id: str) -> bool:
-        """Queue ``text`` once per ``client_id`` (a repeat is accepted and not queued again); runs the tree."""
+        """Queue ``text`` once per ``client_id`` (a repeat is accepted and not queued again); runs the tree. An id of
+        the runtime's own messages is refused (``schema.user_message_id``)."""
+        try:
+            user_message_id(client_id)
+        except ValueError as exc:
+            raise BadRequest(f"client_id: {exc}") from None
         if not text.strip():
             raise BadRequest("the message is empty")
         queued = self.store.queue_text(task_id, text, message_id=client_id)

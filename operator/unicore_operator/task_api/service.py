@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unicore.errors import MessageTooLarge, TaskNotFound
-from unicore.schema import InboxMessage
+from unicore.schema import InboxMessage, UserMessageId
 from unicore.state.reads import read_message_slice, read_transcript_head
 from unicore.state.records import parse_turn_headers
 from unicore.state.retention import archived_note
@@ -47,7 +47,7 @@ class MessageRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(
+    id: UserMessageId = Field(  # not an id of the runtime's own messages, though stored as "user:<id>": one rule
         pattern=MESSAGE_ID_RE, description="client-chosen id; a retry with the same id is a no-op"
     )
     text: str = Field(min_length=1)

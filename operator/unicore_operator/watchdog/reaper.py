@@ -24,7 +24,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 from unicore import contract
-from unicore.schema import InboxMessage
+from unicore.schema import InboxMessage, reap_message_id
 from unicore.state.heartbeats import TurnReset
 
 from unicore_operator.metrics import job_reaped
@@ -131,7 +131,7 @@ class Reaper:
             ctx.redis.set_failures(tid, ceiling, f"reaped {failures} times in a row "
                                                  f"(UNICORE_MAX_REAPS={self.max_reaps}); last: {reason}")
         elif action.activate:
-            note = InboxMessage(id=f"reap-{job_ref}", type="user", content=interruption_note(action),
+            note = InboxMessage(id=reap_message_id(job_ref), type="user", content=interruption_note(action),
                                 sender="watchdog")
             ctx.store.queue_message(tid, note)
         ctx.store.activate(tid, f"watchdog:{action.reason.value}")
