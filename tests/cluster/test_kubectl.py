@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,13 +250,21 @@ def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: 
     texts = [text for _, text in env.user_texts("chat")]
     assert texts.count("concurrent one") == 1 and texts.count("concurrent two") == 1
 
-    # the plain-kubectl equivalent of `send` (docs/kubectl.md)
+    # without the plugin (docs/kubectl.md): `kubectl create --raw` sends no Content-Type, so it is refused (415);
+    # through `kubectl proxy`, a web page's text/plain POST is refused too, and curl's application/json is read
     message = env.tmp / "msg.json"
-    message.write_text(json.dumps({"id": str(uuid.uuid4()), "text": "plain kubectl"}))
+    body = json.dumps({"id": str(uuid.uuid4()), "text": "plain kubectl"}).encode()
+    message.write_bytes(body)
     path = task_path(env.namespace, "chat", "messages")
-    for _ in range(2):
-        raw = kubectl(env.kubeconfig, "create", "--raw", path, "-f", str(message), check=False)
-        assert raw.returncode == 0 and '"kind":"MessageReceipt"' in raw.stdout, raw.stderr
+    raw = kubectl(env.kubeconfig, "create", "--raw", path, "-f", str(message), check=False)
+    assert raw.returncode != 0 and "UnsupportedMediaType" in raw.stderr, raw.stderr
+    with kubectl_proxy(env.kubeconfig) as base:
+        cross_site = {"Content-Type": "text/plain;charset=UTF-8", "Origin": "https://evil.example"}
+        assert post_through_proxy(base + path, body, cross_site)[0] == 415
+        assert env.store.pending_count(env.task_id("chat")) == 0
+        for _ in range(2):
+            status, receipt = post_through_proxy(base + path, body, {"Content-Type": "application/json"})
+            assert (status, receipt["kind"]) == (202, "MessageReceipt"), receipt
     wait_for(
         lambda: env.idle("chat", 4) and "plain kubectl" in [t for _, t in env.user_texts("chat")],
         timeout=SETTLE,
@@ -263,6 +274,32 @@ def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: 
 
     missing = env.plugin("send", "no-such-task", "hello")
     assert missing.returncode != 0 and f'agenttask "{env.namespace}/no-such-task" not found' in missing.stderr
+
+
+@contextmanager
+def kubectl_proxy(kubeconfig: Path) -> Iterator[str]:
+    """`kubectl proxy` on a free local port (what a user runs, and what a web page can post to); yields its URL."""
+    proc = subprocess.Popen(["kubectl", "proxy", "--port=0"], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()  # "Starting to serve on 127.0.0.1:<port>"; "" when it exits
+        if "Starting to serve on" not in line:
+            proc.wait(timeout=10)
+            raise AssertionError(f"kubectl proxy did not start: {line}{proc.stderr.read()}")
+        yield "http://" + line.rsplit(" ", 1)[-1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def post_through_proxy(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 (a local kubectl proxy)
+            return answer.status, dict(json.load(answer))
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(json.loads(exc.read() or b"{}"))
 
 
 def _token_kubeconfig(env: Env, service_account: str) -> Path:

@@ -7,130 +7,21 @@ authorizer; tests/cluster/test_task_api_tenancy.py runs the same server behind a
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shutil
-import socket
 import ssl
 import threading
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore_operator.task_api.authn import RequestHeaderConfig
-from unicore_operator.task_api.authz import Authorizer
-from unicore_operator.task_api.lookup import static_lookup
-from unicore_operator.task_api.server import Authentication, build_app, serve
-from unicore_operator.task_api.service import TaskApi
 
-pki = pytest.importorskip("unicore_devcluster.pki")
-
-API = "/apis/tasks.unicore.dev/v1alpha1"
-ALLOWED = {("alice", "team-a")}  # who may do anything in which namespace (the stand-in authorizer's table)
-READS = {("bob", "team-a", "transcript")}  # who may do only this (an older reader role, without agenttasks/stream)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    port: int
-    ca: Path  # verifies the server's certificate
-    certs: dict[str, Any]  # client certificate pairs by name
-    reviews: list[dict[str, Any]]
-    store: TaskStore
-
-    def call(self, method: str, path: str, *, cert: str | None = "front-proxy", headers: dict[str, str] | None = None,
-             body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        context = ssl.create_default_context(cafile=str(self.ca))
-        if cert is not None:
-            pair = self.certs[cert]
-            context.load_cert_chain(str(pair.cert), str(pair.key))
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(request, context=context, timeout=10) as answer:  # noqa: S310
-                return answer.status, dict(json.load(answer))
-        except urllib.error.HTTPError as exc:
-            return exc.code, dict(json.loads(exc.read() or b"{}"))
+from tests.integration.task_api_https import API, Server, task_api_server
 
 
 @pytest.fixture
 def server(redis_url: str, tmp_path: Path) -> Iterator[Server]:
-    cluster = pki.generate(tmp_path / "pki")  # the users' CA, the front-proxy CA and the API server's proxy cert
-    serving = pki.issue(cluster.ca, tmp_path / "pki", "serving", "unicore-operator", server=True, ips=("127.0.0.1",))
-    certs_dir = tmp_path / "certs"
-    certs_dir.mkdir()
-    shutil.copy(serving.cert, certs_dir / "tls.crt")
-    shutil.copy(serving.key, certs_dir / "tls.key")
-    certs = {
-        "front-proxy": cluster.front_proxy_client,
-        # signed by the front-proxy CA, but not with the allowed name
-        "front-proxy-ca-alice": pki.issue(cluster.front_proxy_ca, tmp_path / "pki", "fp-alice", "alice", client=True),
-        # a user's certificate from the cluster CA (what kubectl holds), named like the proxy
-        "user-ca": pki.issue(cluster.ca, tmp_path / "pki", "user", "front-proxy-client", client=True),
-    }
-    config = RequestHeaderConfig.from_configmap({
-        "requestheader-client-ca-file": cluster.front_proxy_ca.cert.read_text(),
-        "requestheader-allowed-names": '["front-proxy-client"]',
-        "requestheader-username-headers": '["X-Remote-User"]',
-        "requestheader-group-headers": '["X-Remote-Group"]',
-        "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]',
-    })
-    store = TaskStore(redis.Redis.from_url(redis_url, decode_responses=True))
-    for namespace in ("team-a", "team-b"):
-        store.create_task(TaskSpec(id=f"{namespace}/demo", prompt=f"hello from {namespace}"))
-    objects = [{"metadata": {"namespace": ns, "name": "demo"}} for ns in ("team-a", "team-b")]
-    reviews: list[dict[str, Any]] = []
-
-    def review(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        reviews.append(body)
-        spec = body["spec"]
-        where = spec["resourceAttributes"]
-        allowed = (spec["user"], where["namespace"]) in ALLOWED or (
-            spec["user"], where["namespace"], where["subresource"]) in READS
-        return {**body, "status": {"allowed": allowed}}
-
-    app = build_app(TaskApi(store, static_lookup(lambda: objects)), Authentication(certs_dir, config),
-                    Authorizer(review))
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(serve(app, port, None, host="127.0.0.1"))
-
-    async def up() -> None:
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            return
-        raise AssertionError("the task API did not start")
-
-    loop.run_until_complete(up())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield Server(port, cluster.ca.cert, certs, reviews, store)
-    finally:
-        loop.call_soon_threadsafe(task.cancel)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        loop.close()
+    with task_api_server(redis_url, tmp_path) as running:
+        yield running
 
 
 def transcript(namespace: str) -> str:

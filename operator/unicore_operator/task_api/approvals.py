@@ -27,6 +27,7 @@ from unicore.turn_numbers import shown_turn
 
 from unicore_operator import metrics
 from unicore_operator.task_api import transcript as pages
+from unicore_operator.task_api.bodies import json_object
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.service import USER_SENDER_PREFIX, TaskApi, log
 
@@ -84,13 +85,7 @@ def get_approvals(api: TaskApi, namespace: str, name: str) -> tuple[int, dict[st
 
 
 def _request(body: bytes) -> DecisionRequest:
-    try:
-        payload = json.loads(body or b"null")
-    except ValueError as exc:
-        raise ApiError(400, f"the body is not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ApiError(400, 'the body must be a JSON object like {"callId": "<id>", "decision": "approve", '
-                            '"reason": ""}')
+    payload = json_object(body, '{"callId": "<id>", "decision": "approve", "reason": ""}')
     for claimed in ("decidedBy", "by", "sender"):
         if claimed in payload:
             raise ApiError(422, f"invalid decision: {claimed}: not accepted; the decider is the user the Kubernetes "

@@ -40,7 +40,6 @@ VERSION = "v1alpha1"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 RESOURCE = "agenttasks"
 PREFIX = f"/apis/{GROUP_VERSION}"
-MAX_BODY_BYTES = 1024 * 1024  # the message cap (256 KiB) plus JSON escaping headroom
 
 _TASK = re.compile(
     rf"^{re.escape(PREFIX)}/namespaces/(?P<namespace>[^/]+)/{RESOURCE}/(?P<name>[^/]+)/(?P<subresource>[^/]+)$"

@@ -10,8 +10,10 @@ server
 1. authenticates the caller (``authn``): the client certificate must be signed by the request-header CA and carry
    an allowed name, both read from ``kube-system/extension-apiserver-authentication`` (re-read every
    ``REFRESH_SECONDS``); only then are the identity headers believed. Anything else gets 401 and no task data;
-2. authorizes the user with a SubjectAccessReview (``authz``) on the route's subresource in the task's namespace;
-3. answers from the TaskApi (``service``), with the authenticated user as the stored sender of a message.
+2. refuses a POST whose body is not ``application/json`` (415, ``bodies``), then authorizes the user with a
+   SubjectAccessReview (``authz``) on the route's subresource in the task's namespace;
+3. reads the body whole up to its cap (``read_body``: 413, 411) and answers from the TaskApi (``service``), with the
+   authenticated user as the stored sender of a message.
 
 It also serves the discovery documents the aggregator reads (``/apis``, ``/apis/tasks.unicore.dev``,
 ``/apis/tasks.unicore.dev/v1alpha1``), empty OpenAPI documents and ``/healthz``, to anyone: they hold no task data.
@@ -28,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from kubernetes.client.rest import ApiException
 from unicore.errors import ConfigError
 
@@ -49,11 +51,11 @@ from unicore_operator.task_api.authn import (
     user_from_headers,
 )
 from unicore_operator.task_api.authz import Authorizer
+from unicore_operator.task_api.bodies import BODY_METHODS, MAX_BODY_BYTES, declared_length, media_type_problem, over_cap
 from unicore_operator.task_api.errors import ApiError, task_not_found
 from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 from unicore_operator.task_api.routes import (
     GROUP,
-    MAX_BODY_BYTES,
     RESOURCE,
     ApiResponse,
     discovery,
@@ -177,11 +179,24 @@ def _status(code: int, message: str, **details: Any) -> web.Response:
     return _to_web(error_response(ApiError(code, message, details=details or None)))
 
 
-async def _read_capped(request: web.Request, cap: int = MAX_BODY_BYTES) -> bytes:
-    body = await request.content.read(cap + 1)  # aiohttp decodes chunked bodies (the API server forwards them)
-    if len(body) > cap:
-        raise ApiError(413, f"the request body is over the cap of {cap} bytes; nothing was queued")
-    return body
+async def read_body(request: web.Request, cap: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body (``bodies.declared_length``): exactly its Content-Length, or a chunked body to its end; ApiError
+    413 past ``cap`` (a declared length before reading any of it), 411 without a length, 400 when the client stops
+    sending early."""
+    length = declared_length(request.headers.get(hdrs.CONTENT_LENGTH), request.headers.get(hdrs.TRANSFER_ENCODING),
+                             cap)
+    try:
+        if length is not None:
+            return await request.content.readexactly(length)
+        chunks, size = [], 0
+        while chunk := await request.content.readany():  # aiohttp decodes the chunked framing
+            size += len(chunk)
+            if size > cap:
+                raise over_cap(cap)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except asyncio.IncompleteReadError as exc:
+        raise ApiError(400, f"the request body ended after {len(exc.partial)} of its {length} bytes") from None
 
 
 async def handle(request: web.Request) -> web.Response:
@@ -199,6 +214,10 @@ async def handle(request: web.Request) -> web.Response:
     if user is None:
         log.info("refused %s %s from %s: %s", request.method, path, request.remote, problem)
         return _status(401, f"Unauthorized: {problem}")
+    takes_body = request.method in BODY_METHODS
+    unsupported = media_type_problem(request.headers.get(hdrs.CONTENT_TYPE)) if takes_body else None
+    if unsupported is not None:  # before anything else is read: a page's text/plain POST through kubectl proxy
+        return _to_web(error_response(unsupported))
     try:
         target = resolve(request.method, path)
     except ApiError as exc:
@@ -215,7 +234,7 @@ async def handle(request: web.Request) -> web.Response:
         return _status(403, f'{RESOURCE}.{GROUP} "{target.name}" is forbidden: User "{user.name}" cannot '
                             f"{attrs.describe()}{why}", name=target.name, group=GROUP, kind=RESOURCE)
     try:
-        body = await _read_capped(request) if request.method in ("POST", "PUT", "PATCH") else b""
+        body = await read_body(request) if takes_body else b""
     except ApiError as exc:
         return _to_web(error_response(exc))
     call = functools.partial(dispatch, state["api"], target, request.query_string, body, sender=sender_of(user.name))
@@ -315,7 +334,8 @@ async def start_task_api(ctx: OperatorContext) -> None:
         auth = await asyncio.to_thread(_authentication, ctx.settings, ctx.kube)
     except ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
-    api = TaskApi(ctx.store, context_lookup(ctx), on_decided=decision_events(ctx))
+    api = TaskApi(ctx.store, context_lookup(ctx), on_decided=decision_events(ctx),
+                  approval_timeout_seconds=ctx.settings.approval_timeout_seconds)
     app = build_app(api, auth, Authorizer(ctx.kube.core.create))
     task = asyncio.get_running_loop().create_task(serve(app, port, ctx.kube), name="unicore-task-api")
     ctx.background.append(task)

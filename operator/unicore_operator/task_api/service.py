@@ -8,7 +8,6 @@ the wake-up.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 
 from unicore_operator.log import logger
 from unicore_operator.task_api import transcript as pages
+from unicore_operator.task_api.bodies import json_object
 from unicore_operator.task_api.errors import ApiError, task_not_found
 from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 
@@ -112,12 +112,7 @@ class TaskApi:
     def post_message(self, namespace: str, name: str, body: bytes, *, sender: str) -> tuple[int, dict[str, Any]]:
         """Queue the body's message for the task; ``sender``: who posted it (``sender_of`` the authenticated
         user), stored with it."""
-        try:
-            payload = json.loads(body or b"null")
-        except ValueError as exc:
-            raise ApiError(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(payload, dict):
-            raise ApiError(400, 'the body must be a JSON object like {"id": "<uuid>", "text": "..."}')
+        payload = json_object(body, '{"id": "<uuid>", "text": "..."}')
         if "sender" in payload:
             raise ApiError(422, "invalid message: sender: not accepted; a message's sender is the user the "
                                 "Kubernetes API server authenticated")
