@@ -7,7 +7,8 @@
 
 A question (``ask_user``) is answered with ``unicore send TASK ANSWER``. Approvals not decided within the task's
 ``timeout_seconds`` are denied by the local supervisor the next time it runs the tree (``run``, ``send``,
-``approve``, ``deny``).
+``approve``, ``deny``); from their timeout on, ``pending`` no longer lists them and approving or denying one is
+refused (exit 1: the timeout denies it, ``state.approvals.decide``).
 """
 
 from __future__ import annotations

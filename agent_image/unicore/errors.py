@@ -49,3 +49,8 @@ class NoSuchCall(UniCoreError):
 
 class AlreadyDecided(UniCoreError):
     """The tool call was already approved, denied or answered; nothing was changed."""
+
+
+class DecisionExpired(AlreadyDecided):
+    """The approval waited past its timeout: no person may decide it any more (the timeout denies it); nothing was
+    changed."""

@@ -49,17 +49,28 @@ def human_wait(snap: TaskSnapshot) -> HumanWait | None:
 
 
 def timeout_seconds(spec: Mapping[str, Any], record: Mapping[str, str], default: float) -> float:
-    """How long an approval of this task may wait (0 = no limit); see the module doc."""
+    """How long an approval of this task may wait (0 = no limit); see the module doc. ``record``: the task's Redis
+    record as stored (its ``approval`` field, JSON)."""
+    try:
+        inherited = json.loads(record.get("approval") or "null")
+    except ValueError:
+        inherited = None
+    recorded = inherited.get("timeout_seconds") if isinstance(inherited, dict) else None
+    return _timeout(spec, None if recorded is None else float(recorded), default)
+
+
+def task_timeout(client: Any, spec: Mapping[str, Any], task_id: str, default: float) -> float:
+    """``timeout_seconds`` of a task whose record is read now (the task API's decisions and lists; sync client)."""
+    recorded = approvals.recorded_approval(client, task_id)
+    return _timeout(spec, None if recorded is None else float(recorded.timeout_seconds), default)
+
+
+def _timeout(spec: Mapping[str, Any], recorded: float | None, default: float) -> float:
     own = spec.get("approval")
     if isinstance(own, Mapping) and own.get("timeoutSeconds") is not None:
         return float(own["timeoutSeconds"])
-    if own is None:
-        try:
-            inherited = json.loads(record.get("approval") or "null")
-        except ValueError:
-            inherited = None
-        if isinstance(inherited, dict) and inherited.get("timeout_seconds") is not None:
-            return float(inherited["timeout_seconds"])
+    if own is None and recorded is not None:
+        return recorded
     return float(default)
 
 
@@ -98,4 +109,4 @@ def decision_events(ctx: OperatorContext) -> Callable[[str, str, list[Any], str,
 
 
 __all__ = ["APPROVAL_DECIDED", "APPROVAL_EXPIRED", "DECISIONS", "decided_text", "decision_events", "expire",
-           "human_wait", "overdue_at", "timeout_seconds"]
+           "human_wait", "overdue_at", "task_timeout", "timeout_seconds"]

@@ -88,6 +88,15 @@ def test_an_approval_past_its_timeout_is_denied_when_the_tree_runs_again(cli_env
             "--require-approval", "write_file", "--approval-timeout", "1", "please write", env=cli_env)
     [call] = approvals.pending_calls(store.redis, "to")
     wait_for(lambda: time.time() > call.requested_at + 1.2, timeout=5, what="the approval timeout to pass")
+    # issue 24: past its timeout it is no longer listed, and nobody can approve or deny it (the timeout denies it)
+    pending = unicore("pending", "to", env=cli_env)
+    assert pending.returncode == 0 and call.call_id not in pending.stdout and "nothing of to waits" in pending.stdout
+    for verb in ("approve", "deny"):
+        late = unicore(verb, "to", "--call", call.call_id, env=cli_env)
+        assert late.returncode == 1 and late.stderr.count("\n") == 1 and "Traceback" not in late.stderr, late.stderr
+        assert "waited longer than the approval timeout (1s)" in late.stderr
+    assert unicore("approve", "to", env=cli_env).returncode == 1  # every waiting approval: none may be decided
+    assert not (Path(cli_env["UNICORE_HOME"]) / "workspaces" / "to" / "out.txt").exists()
     send = unicore("send", "to", "still there?", env=cli_env)
     assert send.returncode == 0, send.stderr
     assert "denied by timeout: no decision within 1s" in send.stdout

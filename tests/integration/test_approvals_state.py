@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
-from unicore.errors import AlreadyDecided, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
-from unicore.schema import InboxMessage, TaskSpec, tool_result_block
+from unicore.errors import AlreadyDecided, DecisionExpired, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.schema import Approval, InboxMessage, TaskSpec, tool_result_block
 from unicore.state import approval_writes as writes
 from unicore.state import approvals
 from unicore.state.approvals import PendingCall
@@ -15,10 +16,11 @@ from unicore.state.keys import ACTIVATIONS_STREAM
 from unicore.state.store import TaskStore, build_drain_batch
 
 
-def _call(call_id: str, kind: str = "approval", position: int = 0, at: float = 1000.0, **extra) -> PendingCall:
+def _call(call_id: str, kind: str = "approval", position: int = 0, at: float | None = None, **extra) -> PendingCall:
+    """A call requested ``at`` (default: now, so it is within any approval timeout)."""
     tool = "ask_user" if kind == "input" else "write_file"
     return PendingCall(call_id=call_id, tool=tool, input={"path": "a.txt", "content": "", "list": []}, kind=kind,
-                       turn=0, requested_at=at, position=position, **extra)
+                       turn=0, requested_at=time.time() if at is None else at, position=position, **extra)
 
 
 @pytest.fixture
@@ -27,8 +29,9 @@ def waiting(store: TaskStore):
     store.create_task(TaskSpec(id="t", prompt="hi"))
     lease = store.acquire_lease("t", holder="test")
     store.drain(lease, first_drain=True)
-    writes.record_calls(store.redis, lease, [_call("c2", position=1), _call("c1", position=0),
-                                                _call("q", "input", position=2, question="Which file?")])
+    now = time.time()  # one answer's calls: requested together
+    writes.record_calls(store.redis, lease, [_call("c2", position=1, at=now), _call("c1", position=0, at=now),
+                                                _call("q", "input", position=2, at=now, question="Which file?")])
     store.end_turn(lease, 0, last_response="")
     store.release_lease(lease)
     return store
@@ -135,7 +138,7 @@ def test_expire_overdue_denies_only_old_approvals(store):
     old = approvals.get_call(store.redis, "t", "old")
     assert (old.status, old.decided_by, old.reason) == ("denied", "timeout", "no decision within 3600s")
     assert approvals.expire_overdue(store.redis, "t", now=3700.0, timeout_seconds=3600) == []
-    assert [c.call_id for c in approvals.pending_calls(store.redis, "t")] == ["new", "q"]
+    assert [c.call_id for c in approvals.pending_calls(store.redis, "t", now=3700.0)] == ["new", "q"]
 
 
 def test_an_approved_call_starts_once_and_resolves_once(waiting):
@@ -227,3 +230,52 @@ def test_a_decision_retried_after_a_lost_reply_answers_as_the_first_run(waiting)
     assert run("", "decision:all") == ["c2"]  # every pending approval
     assert run("", "decision:all") == ["c2"]  # its retry: the same answer, nothing new decided
     assert [c.call_id for c in approvals.pending_calls(client, "t")] == ["q"]
+
+
+def test_an_approval_past_its_timeout_is_the_timeouts_to_deny_not_a_persons(store):
+    """issue 24: an approval past its timeout could still be approved, and ``pending`` still listed it. From
+    ``requested_at + timeout`` on (that instant included, as ``expire_overdue`` counts it) no person may decide it:
+    the script refuses it atomically and changes nothing, listing leaves it out, and the timeout still denies it."""
+    client = store.redis
+    store.create_task(TaskSpec(id="t", prompt="hi", approval=Approval(tools=["write_file"], timeout_seconds=60)))
+    lease = store.acquire_lease("t", holder="test")
+    now = time.time()
+    writes.record_calls(client, lease, [_call("late", at=now - 61), _call("fresh", at=now, position=1),
+                                        _call("q", "input", at=now - 10_000, position=2, question="Which?")])
+    store.release_lease(lease)
+    assert approvals.recorded_timeout(client, "t") == 60
+    assert [c.call_id for c in approvals.pending_calls(client, "t")] == ["q", "fresh"]  # a question never expires
+    late = approvals.get_call(client, "t", "late")
+    at_the_bound = [c.call_id for c in approvals.pending_calls(client, "t", now=late.requested_at + 60)]
+    just_before = [c.call_id for c in approvals.pending_calls(client, "t", now=late.requested_at + 59.999)]
+    assert "late" not in at_the_bound and "late" in just_before
+
+    keys = store.keys("t")
+    before = client.hgetall(keys.approvals), client.lrange(keys.inbox, 0, -1)
+    for approve in (True, False):
+        with pytest.raises(DecisionExpired, match="waited longer than the approval timeout \\(60s\\)"):
+            approvals.decide(client, "t", "late", approve, by="alice")
+    assert (client.hgetall(keys.approvals), client.lrange(keys.inbox, 0, -1)) == before  # nothing changed
+    # every pending approval: the fresh one is decided, the late one left to the timeout
+    assert [c.call_id for c in approvals.decide(client, "t", None, True, by="alice")] == ["fresh"]
+    with pytest.raises(DecisionExpired, match="every approval t waits for"):
+        approvals.decide(client, "t", None, True, by="alice")
+    assert approvals.get_call(client, "t", "late").status == "pending"
+    # an explicit timeout (the operator's) wins over the record's
+    assert [c.call_id for c in approvals.decide(client, "t", "late", False, by="bob", timeout_seconds=0)] == ["late"]
+
+
+def test_the_timeout_still_denies_an_approval_a_person_was_refused(store):
+    client = store.redis
+    store.create_task(TaskSpec(id="t", prompt="hi", approval=Approval(tools=["write_file"], timeout_seconds=60)))
+    lease = store.acquire_lease("t", holder="test")
+    writes.record_calls(client, lease, [_call("late", at=time.time() - 61)])
+    store.release_lease(lease)
+    with pytest.raises(DecisionExpired):
+        approvals.decide(client, "t", "late", True, by="alice")
+    assert approvals.expire_overdue(client, "t", now=time.time(), timeout_seconds=60) == ["late"]
+    late = approvals.get_call(client, "t", "late")
+    assert (late.status, late.decided_by, late.result_text()) == ("denied", "timeout",
+                                                                  "denied by timeout: no decision within 60s")
+    with pytest.raises(AlreadyDecided, match="already denied"):
+        approvals.decide(client, "t", "late", True, by="alice")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -47,11 +48,12 @@ def api(store: TaskStore, decisions: list[tuple[Any, ...]]) -> TaskApi:
                        (ns, name, [c.call_id for c in calls], by, reason)))
 
 
-def _call(call_id: str, position: int, kind: str = "approval", **extra: Any) -> PendingCall:
+def _call(call_id: str, position: int, kind: str = "approval", ago: float = 0.0, **extra: Any) -> PendingCall:
+    """A call requested ``ago`` seconds ago (default: now, within any approval timeout)."""
     tool = "ask_user" if kind == "input" else "write_file"
     return PendingCall(call_id=call_id, tool=tool, input={"path": "notes.txt", "content": "x" * 10},
-                       kind=kind, turn=0, requested_at=1000.0 + position, position=position,  # type: ignore[arg-type]
-                       **extra)
+                       kind=kind, turn=0, requested_at=time.time() - ago + position / 1000,  # type: ignore[arg-type]
+                       position=position, **extra)
 
 
 def waiting(store: TaskStore, *calls: PendingCall) -> None:
@@ -233,3 +235,30 @@ async def read_snapshot_of(redis_url: str, task_id: str) -> Any:
         return await read_snapshot(client, task_id)
     finally:
         await client.aclose()
+
+
+def test_an_approval_past_its_timeout_is_not_listed_and_refused_409(store: TaskStore) -> None:
+    """issue 24: the task's timeout as the operator applies it (spec.approval.timeoutSeconds, else the record's,
+    else UNICORE_APPROVAL_TIMEOUT_SECONDS): past it, GET no longer lists the approval as pending and POST refuses
+    it (409 Expired, nothing changed); the operator's timer denies it."""
+    spec: dict[str, Any] = {"approval": {"tools": ["write_file"], "timeoutSeconds": 30}}
+    objects = [{"metadata": {"namespace": NS, "name": NAME}, "spec": spec}]
+    api = TaskApi(store, static_lookup(lambda: objects), approval_timeout_seconds=3600)
+    waiting(store, _call("late", 0, ago=31), _call("fresh", 1))
+    assert [c["callId"] for c in get(api)[1]["pending"]] == ["fresh"]
+    before = store.redis.hgetall(store.keys(TASK_ID).approvals)
+    for body in ({"callId": "late", "decision": "approve"}, {"callId": "late", "decision": "deny"}):
+        status, refused = post(api, body)
+        assert (status, refused["reason"]) == (409, "Expired"), refused
+        assert "waited longer than the approval timeout (30s)" in refused["message"]
+    assert store.redis.hgetall(store.keys(TASK_ID).approvals) == before
+    status, receipt = post(api, {"decision": "approve"})  # every waiting approval: only the fresh one
+    assert status == 200 and [c["callId"] for c in receipt["decided"]] == ["fresh"]
+
+    spec.pop("approval")  # no spec.approval and none recorded: the operator's default
+    assert [c["callId"] for c in get(api)[1]["pending"]] == ["late"]
+    api.approval_timeout_seconds = 30
+    assert get(api)[1]["pending"] == []
+    assert post(api, {"callId": "late", "decision": "approve"})[0] == 409
+    api.approval_timeout_seconds = 0  # 0 = no timeout
+    assert post(api, {"callId": "late", "decision": "approve"})[0] == 200

@@ -37,7 +37,6 @@ import redis
 from unicore.errors import TaskNotFound
 from unicore.log import get_logger
 from unicore.reports import report_failure
-from unicore.schema import Approval
 from unicore.settings import RuntimeSettings
 from unicore.state import approvals
 from unicore.state.activations import ActivationConsumer, missing_group
@@ -276,10 +275,9 @@ class LocalSupervisor:
         this on Kubernetes); the denial wakes the task like any decision."""
         if approvals.waiting_for(self.redis, task_id) != "approval":
             return
-        setting = self.store.get_task(task_id).approval
-        timeout = setting.timeout_seconds if setting is not None else Approval().timeout_seconds
+        timeout = approvals.recorded_timeout(self.redis, task_id)
         for call_id in approvals.expire_overdue(self.redis, task_id, now=time.time(), timeout_seconds=timeout):
-            self.on_event(f"approval of {task_id} call {call_id} denied: no decision within {timeout}s")
+            self.on_event(f"approval of {task_id} call {call_id} denied: no decision within {timeout:g}s")
 
     def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
         if task_id in self.running or task_id in self.failed:

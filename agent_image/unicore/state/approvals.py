@@ -9,8 +9,9 @@ other calls of the answer, and ends: the task is idle, ``waiting_for(task)`` say
 call happens until every call of that answer is decided. Waiting costs nothing: no process, no pod.
 
 Readers (any Redis identity that may read the task's keys):
-- ``pending_calls(client, task)``: the undecided calls, in call order; ``calls(client, task)``: every recorded
-  call with its decision (for ``show`` and the task API);
+- ``pending_calls(client, task, timeout_seconds=)``: the calls a person may still decide, in call order (an
+  approval past its timeout is not one: the timeout denies it); ``calls(client, task)``: every recorded call with
+  its decision (for ``show`` and the task API);
 - ``waiting_for(client, task)``: ``"approval"`` while an approval is pending, else ``"input"`` while a question
   is pending, else None. O(1) (two counters);
 - ``blocked(client, task)``: the task waits for people and nothing in its inbox answers them: it needs no turn,
@@ -18,10 +19,13 @@ Readers (any Redis identity that may read the task's keys):
   turn for a blocked task; a user message wakes a task waiting for ``"input"`` (it is the answer).
 
 Deciders (the operator with its admin identity, the task API, the local CLI, the timeout timer):
-- ``decide(client, task, call_id, approve, by=, reason=)``: approve or deny one call (``call_id``), or every
-  pending approval of the task (``call_id`` None). Atomic (one Lua script): only a pending call changes; a call
-  already decided raises ``AlreadyDecided`` and changes nothing (so an approved tool runs once however often it is
-  approved); an unknown id raises ``NoSuchCall``. A question (kind input) can be denied, not approved: it is
+- ``decide(client, task, call_id, approve, by=, reason=, timeout_seconds=)``: approve or deny one call
+  (``call_id``), or every pending approval of the task (``call_id`` None). Atomic (one Lua script): only a pending
+  call changes; a call already decided raises ``AlreadyDecided`` and changes nothing (so an approved tool runs once
+  however often it is approved); an approval pending since ``now - timeout_seconds`` or earlier is the timeout's to
+  deny, never a person's: deciding it raises ``DecisionExpired`` (an ``AlreadyDecided``) and changes nothing, and
+  deciding every pending approval leaves it out (``DecisionExpired`` when that leaves none); an unknown id raises
+  ``NoSuchCall``. A question (kind input) can be denied, not approved: it is
   answered by a user message. When the decision leaves nothing of the task pending, the same script queues one
   wake-up entry (inbox type ``"decision"``; it carries no conversation text) and ``decide`` then activates the task
   (``uc:activations``), so the operator or the local supervisor starts the turn that gives each decided call its
@@ -30,6 +34,10 @@ Deciders (the operator with its admin identity, the task API, the local CLI, the
 - ``expire_overdue(client, task, now=, timeout_seconds=)``: denies every approval pending since
   ``now - timeout_seconds`` or earlier, by ``"timeout"``, with the reason ``"no decision within <N>s"``; returns
   their ids. Same script, same wake-up.
+
+The timeout (``timeout_seconds``; 0 = none): None = the task's own setting, ``recorded_timeout`` (its record's
+``approval.timeout_seconds``, else ``Approval``'s default: the local supervisor's rule); the operator passes its
+own (``unicore_operator.approvals.task_timeout``: the AgentTask's spec, then the record, then its default).
 
 The turn's side (fenced by its lease, ``unicore.approvals_turn`` uses them): ``record_calls``, ``hold_result``,
 ``answer_question``, ``start_call``, ``resolve``, ``drop_wakeups``, ``held_results``.
@@ -49,8 +57,8 @@ from collections.abc import Iterable
 
 import redis
 
-from unicore.errors import AlreadyDecided, NoSuchCall, TaskNotFound, UniCoreError
-from unicore.schema import InboxMessage
+from unicore.errors import AlreadyDecided, DecisionExpired, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.schema import Approval, InboxMessage
 from unicore.state import changes
 from unicore.state.activations import entry_fields
 from unicore.state.approval_records import (  # the records' format, shared with the turn's writes
@@ -72,7 +80,8 @@ from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TaskKeys
 # --------------------------------------------------------------------------- scripts
 
 # KEYS: approvals, inbox, seen, task
-# ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any)
+# ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any),
+# expired ('' = none: a pending approval requested at or before it is past its timeout, no person may decide it)
 # The wake id names the decision too (kept with each call it decided): the Redis client's retry of the script after a
 # lost reply finds its own decision and answers as the first run did, instead of AlreadyDecided.
 DECIDE = (
@@ -80,6 +89,10 @@ DECIDE = (
     + """
 if redis.call('EXISTS', KEYS[4]) == 0 then return redis.error_reply('UC_NO_TASK') end
 local decided = {}
+local expired = tonumber(ARGV[9])
+local function overdue(st)
+  return expired ~= nil and st['kind'] == 'approval' and st['requested_at'] <= expired
+end
 local function decide_one(id, st)
   if ARGV[2] == '1' then st['status'] = 'approved' else st['status'] = 'denied' end
   st['decided_by'] = ARGV[3]
@@ -99,20 +112,23 @@ if ARGV[1] ~= '' then
     return redis.error_reply('UC_ALREADY_DECIDED ' .. st['status'])
   end
   if st['kind'] == 'input' and ARGV[2] == '1' then return redis.error_reply('UC_QUESTION') end
+  if overdue(st) then return redis.error_reply('UC_EXPIRED') end
   decide_one(ARGV[1], st)
 else
   local before = tonumber(ARGV[8])
+  local skipped = 0
   for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     if string.sub(field, 1, 6) == 'state:' then
       local st = cjson.decode(redis.call('HGET', KEYS[1], field))
       if st['status'] == 'pending' and st['kind'] == 'approval'
           and (before == nil or st['requested_at'] <= before) then
-        decide_one(string.sub(field, 7), st)
+        if overdue(st) then skipped = skipped + 1 else decide_one(string.sub(field, 7), st) end
       elseif st['decision'] == ARGV[6] then  -- decided by this very call (a retry after a lost reply)
         decided[#decided + 1] = string.sub(field, 7)
       end
     end
   end
+  if #decided == 0 and skipped > 0 then return redis.error_reply('UC_EXPIRED') end
 end
 if #decided > 0 then
   local left = tonumber(redis.call('HGET', KEYS[1], 'pending:approval') or '0')
@@ -135,9 +151,35 @@ def calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
     return sorted(out, key=_order)
 
 
-def pending_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
-    """The task's undecided calls, in call order."""
-    return [call for call in calls(client, task_id) if call.status == "pending"]
+def recorded_approval(client: redis.Redis, task_id: str) -> Approval | None:
+    """The task's ``approval`` setting as its record holds it (None: it has none, or no record)."""
+    raw = client.hget(TaskKeys(task_id).task, "approval")
+    return Approval.model_validate_json(raw) if raw and raw != "null" else None
+
+
+def recorded_timeout(client: redis.Redis, task_id: str) -> float:
+    """The approval timeout the task's record names (``approval.timeout_seconds``), else ``Approval``'s default."""
+    return float((recorded_approval(client, task_id) or Approval()).timeout_seconds)
+
+
+def expired_since(now: float, timeout_seconds: float) -> float | None:
+    """An approval requested at or before this time is past its timeout (None: no timeout)."""
+    return now - timeout_seconds if timeout_seconds > 0 else None
+
+
+def overdue(call: PendingCall, now: float, timeout_seconds: float) -> bool:
+    """A pending approval past its timeout: no person may decide it; the timeout denies it (``expire_overdue``)."""
+    cutoff = expired_since(now, timeout_seconds)
+    return call.status == "pending" and call.kind == "approval" and cutoff is not None and call.requested_at <= cutoff
+
+
+def pending_calls(client: redis.Redis, task_id: str, *, timeout_seconds: float | None = None,
+                  now: float | None = None) -> list[PendingCall]:
+    """The calls of the task a person may still decide (undecided, not past the timeout), in call order.
+    ``timeout_seconds`` None: the task's own (``recorded_timeout``)."""
+    timeout = recorded_timeout(client, task_id) if timeout_seconds is None else timeout_seconds
+    at = time.time() if now is None else now
+    return [call for call in calls(client, task_id) if call.status == "pending" and not overdue(call, at, timeout)]
 
 
 def unresolved_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
@@ -209,20 +251,26 @@ def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
 
 
 def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,
-            before: float | None) -> list[str]:
+            before: float | None, expired: float | None = None) -> list[str]:
     keys = TaskKeys(task_id)
     wake = InboxMessage(id=f"decision:{uuid.uuid4().hex}", type=WAKEUP_TYPE,  # type: ignore[arg-type]
                         content={"by": by, "approve": approve}, sender=by, timestamp=now)
     try:
         ids = run_script(client, DECIDE, [keys.approvals, keys.inbox, keys.seen, keys.task],
                    [call_id, "1" if approve else "0", by, reason, repr(now), wake.id, wake.model_dump_json(),
-                    "" if before is None else repr(before)])
+                    "" if before is None else repr(before), "" if expired is None else repr(expired)])
     except TaskNotFound:
         raise TaskNotFound(f"no task {task_id!r}") from None
     except redis.ResponseError as exc:
         text = str(exc)
         if "UC_NO_SUCH_CALL" in text:
             raise NoSuchCall(f"task {task_id} has no tool call {call_id!r} waiting for a person") from None
+        if "UC_EXPIRED" in text:
+            which = f"tool call {call_id} of {task_id}" if call_id else f"every approval {task_id} waits for"
+            raise DecisionExpired(
+                f"{which} waited longer than the approval timeout ({now - (expired or now):g}s) and can no longer "
+                "be decided: the timeout denies it (the model gets that denial); nothing changed"
+            ) from None
         if "UC_ALREADY_DECIDED" in text:
             status = text.rsplit(" ", 1)[-1]
             raise AlreadyDecided(f"tool call {call_id} of {task_id} was already {status}; nothing changed") from None
@@ -238,10 +286,13 @@ def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: 
 
 
 def decide(client: redis.Redis, task_id: str, call_id: str | None, approve: bool, *, by: str,
-           reason: str = "") -> list[PendingCall]:
+           reason: str = "", timeout_seconds: float | None = None) -> list[PendingCall]:
     """Approve or deny ``call_id`` (None: every pending approval of the task); the decided calls. Atomic; raises
-    NoSuchCall, AlreadyDecided (nothing changed), TaskNotFound; approving a question is refused (UniCoreError)."""
-    ids = _decide(client, task_id, call_id or "", approve, by, reason, time.time(), None)
+    NoSuchCall, AlreadyDecided (nothing changed), DecisionExpired (past ``timeout_seconds``; None: the task's own,
+    ``recorded_timeout``; nothing changed), TaskNotFound; approving a question is refused (UniCoreError)."""
+    timeout = recorded_timeout(client, task_id) if timeout_seconds is None else timeout_seconds
+    now = time.time()
+    ids = _decide(client, task_id, call_id or "", approve, by, reason, now, None, expired_since(now, timeout))
     return [get_call(client, task_id, call) for call in ids]
 
 
@@ -252,9 +303,10 @@ def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_sec
 
 
 __all__ = [
-    "AlreadyDecided", "CallStatus", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER", "WAKEUP_TYPE",
-    "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_entries", "inbox_types", "pending_calls",
-    "run_script", "unresolved_calls", "waiting_for", "wakes",
+    "AlreadyDecided", "CallStatus", "DecisionExpired", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER",
+    "WAKEUP_TYPE", "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_entries", "inbox_types",
+    "overdue", "pending_calls", "recorded_approval", "recorded_timeout", "run_script", "unresolved_calls",
+    "waiting_for", "wakes",
 ]
 
 # The turn's writes live in state.approval_writes; re-exported here (imported last: that module uses this one).

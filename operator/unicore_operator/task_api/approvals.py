@@ -5,27 +5,33 @@ user roles grant them next to ``agenttasks/transcript`` and ``agenttasks/message
 
 - GET: ``{"kind": "ApprovalList", "waitingFor": "approval"|"input"|null, "pending": [...], "decided": [...]}``,
   each call ``{callId, kind, tool, input, question, turn, requestedAt, status, decidedBy, reason, decidedAt}``
-  (the newest DECIDED_MAX decided calls; ``input`` clipped);
+  (the newest DECIDED_MAX decided calls; ``input`` clipped). ``pending`` lists what a person may still decide: an
+  approval past the task's timeout (``unicore_operator.approvals.task_timeout``) is not listed (the operator's
+  timer denies it);
 - POST ``{"callId": optional, "decision": "approve"|"deny", "reason": ""}``: decides that call, or without
   ``callId`` every approval the task waits for. The decider is the user the API server authenticated (a body
   cannot name one). 200 ``{"kind": "ApprovalReceipt", "decided": [...]}``; 404 no such call (or nothing waits and
   nothing was ever decided); 409 ``AlreadyDecided`` (nothing changed: an approved tool runs once however often it
-  is approved) or a question approved (answer it with a message: ``messages``); 422 a bad body. Deciding the last
-  pending call wakes the task (``state.approvals.decide`` queues the wake-up and activates it).
+  is approved), 409 ``Expired`` (the approval waited past its timeout: the timeout denies it, nothing changed;
+  without ``callId``: every waiting approval did) or a question approved (answer it with a message: ``messages``);
+  422 a bad body. Deciding the last pending call wakes the task (``state.approvals.decide`` queues the wake-up and
+  activates it).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Literal
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from unicore.errors import AlreadyDecided, NoSuchCall, TaskNotFound, UniCoreError
+from unicore.errors import AlreadyDecided, DecisionExpired, NoSuchCall, TaskNotFound, UniCoreError
 from unicore.state import approvals as state
 from unicore.turn_numbers import shown_turn
 
 from unicore_operator import metrics
+from unicore_operator.approvals import task_timeout
 from unicore_operator.task_api import transcript as pages
 from unicore_operator.task_api.bodies import json_object
 from unicore_operator.task_api.errors import ApiError
@@ -69,15 +75,20 @@ def shape(call: state.PendingCall) -> dict[str, Any]:
     return out
 
 
+def _timeout(api: TaskApi, obj: dict[str, Any], task_id: str) -> float:
+    return task_timeout(api.store.redis, obj.get("spec") or {}, task_id, api.approval_timeout_seconds)
+
+
 def get_approvals(api: TaskApi, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
-    api._require_task(namespace, name)
+    obj = api._require_task(namespace, name)
     task_id = f"{namespace}/{name}"
     try:
         found = state.calls(api.store.redis, task_id)
         waiting = state.waiting_for(api.store.redis, task_id)
+        timeout, now = _timeout(api, obj, task_id), time.time()
     except redis.RedisError as exc:
         raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
-    pending = [shape(call) for call in found if not call.decided]
+    pending = [shape(call) for call in found if not call.decided and not state.overdue(call, now, timeout)]
     decided = sorted((call for call in found if call.decided), key=lambda c: (c.decided_at or 0.0, c.call_id))
     return 200, {"kind": "ApprovalList", "task": task_id, "waitingFor": waiting, "pending": pending,
                  "decided": [shape(call) for call in decided[-DECIDED_MAX:]],
@@ -100,13 +111,15 @@ def _request(body: bytes) -> DecisionRequest:
 def post_decision(api: TaskApi, namespace: str, name: str, body: bytes, *, sender: str) -> tuple[int, dict[str, Any]]:
     """Decide a call (or every pending approval) of the task as ``sender`` (``service.sender_of`` the user)."""
     request = _request(body)
-    api._require_task(namespace, name)
+    obj = api._require_task(namespace, name)
     task_id = f"{namespace}/{name}"
     by = sender.removeprefix(USER_SENDER_PREFIX)
     approve = request.decision == "approve"
     client = api.store.redis
     try:
-        decided = sorted(state.decide(client, task_id, request.call_id, approve, by=by, reason=request.reason),
+        timeout = _timeout(api, obj, task_id)
+        decided = sorted(state.decide(client, task_id, request.call_id, approve, by=by, reason=request.reason,
+                                      timeout_seconds=timeout),
                          key=lambda call: (call.turn, call.position, call.call_id))  # in call order
         if not decided:  # no call id, and no approval waits
             ever = state.calls(client, task_id)
@@ -116,6 +129,8 @@ def post_decision(api: TaskApi, namespace: str, name: str, body: bytes, *, sende
             raise ApiError(404, f"agenttask {task_id} has no tool call waiting for approval", details=_details(name))
     except NoSuchCall as exc:
         raise ApiError(404, str(exc), details=_details(name)) from None
+    except DecisionExpired as exc:
+        raise ApiError(409, str(exc), reason="Expired") from None
     except AlreadyDecided as exc:
         raise ApiError(409, str(exc), reason="AlreadyDecided") from None
     except TaskNotFound:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unicore.errors import MessageTooLarge, TaskNotFound
-from unicore.schema import InboxMessage, UserMessageId
+from unicore.schema import DEFAULT_APPROVAL_TIMEOUT_SECONDS, InboxMessage, UserMessageId
 from unicore.state.reads import read_message_slice, read_transcript_head
 from unicore.state.records import parse_turn_headers
 from unicore.state.retention import archived_note
@@ -90,11 +90,14 @@ class TaskApi:
     """The read/write task API over one TaskStore; ``lookup`` says whether an AgentTask exists."""
 
     def __init__(self, store: TaskStore, lookup: TaskLookup, *, message_cap_bytes: int | None = None,
-                 on_decided: DecidedHook | None = None) -> None:
+                 on_decided: DecidedHook | None = None,
+                 approval_timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_SECONDS) -> None:
         self.store = store
         self.lookup = lookup
         self.message_cap_bytes = message_cap_bytes or store.message_cap_bytes
         self.on_decided = on_decided  # told of each decision on tool calls (``approvals``): the operator's Event
+        # the operator's UNICORE_APPROVAL_TIMEOUT_SECONDS: an approval past its task's timeout is no person's to decide
+        self.approval_timeout_seconds = approval_timeout_seconds
 
     # ------------------------------------------------------------------ helpers
     def _require_task(self, namespace: str, name: str) -> dict[str, Any]:
