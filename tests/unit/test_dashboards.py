@@ -146,13 +146,15 @@ def test_every_dashboard_metric_has_a_series_from_the_start(redis_url: str) -> N
     reap, a throttle...), so a fresh install showed "No data". The operator's start-up hook attaches the exporters to
     the registry /metrics serves; on an empty Redis, with no AgentTask yet, every metric a dashboard queries has a
     series (at 0, or a gauge's resting value), except those whose every series names a model or a task tree: no value
-    of those labels is known before the first model call, the first tool call or the first tree. Once one model and one
-    tool have been called once and one task exists, every metric of every dashboard has a series, although nothing
-    failed, was reaped or throttled."""
+    of those labels is known before the first model call or the first tree. Tool calls are no such exception (issue
+    24: the panel "tool calls by outcome" showed "No data" until the first tool call): every deployment's built-in
+    tools are known before any call. Once one model has been called and one task exists, every metric of every
+    dashboard has a series, although nothing failed, was reaped or throttled."""
     import asyncio
     from types import SimpleNamespace
 
     import redis
+    from prometheus_client.parser import text_string_to_metric_families
     from unicore.state.telemetry import Telemetry
     from unicore.tools import call_metrics
     from unicore.tools.registry import ALL_TOOLS
@@ -162,13 +164,13 @@ def test_every_dashboard_metric_has_a_series_from_the_start(redis_url: str) -> N
 
     used = all_dashboard_metrics()
     spec_of = {series: spec for spec in CATALOG for series in spec.series_names}
-    needs_a_value = {name for name in used if {"model", "provider", "tool", "root"} & set(spec_of[name].labels)}
+    needs_a_value = {name for name in used if {"model", "provider", "root"} & set(spec_of[name].labels)}
     assert {spec_of[name].name for name in needs_a_value} == {
         "unicore_model_calls_total", "unicore_model_call_duration_seconds", "unicore_model_tokens_total",
         "unicore_throttle_events_total", "unicore_throttle_wait_seconds_total", "unicore_throttle_multiplier",
-        "unicore_tool_calls_total",
         "unicore_tree_tasks", "unicore_tree_tokens", "unicore_tree_turns", "unicore_tree_inbox_messages",
         "unicore_tree_active_jobs"}
+    assert "unicore_tool_calls_total" in used  # the panel "tool calls by outcome": there before any tool call
 
     client = redis.Redis.from_url(redis_url)
     tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -176,15 +178,20 @@ def test_every_dashboard_metric_has_a_series_from_the_start(redis_url: str) -> N
                           settings=SimpleNamespace(namespaces=("team-a",)))
     try:
         asyncio.run(composition.start_metrics(ctx))  # type: ignore[arg-type]
-        fresh = _sampled_names(metrics_http.render().decode())
+        exposition = metrics_http.render().decode()
+        fresh = _sampled_names(exposition)
         missing = sorted(set(used) - needs_a_value - fresh)
         assert not missing, f"dashboard metrics without a series on a fresh install: {missing}"
+        tool_calls = {(s.labels["tool"], s.labels["source"], s.labels["server"], s.labels["outcome"]): s.value
+                      for family in text_string_to_metric_families(exposition) for s in family.samples
+                      if s.name == "unicore_tool_calls_total"}
+        for name in ALL_TOOLS:  # every built-in tool and every outcome, at 0
+            for outcome in call_metrics.OUTCOMES:
+                assert tool_calls[(name, "builtin", "", outcome)] == 0
 
-        # the first ordinary events: one task (a tree), one successful model call and one successful tool call (as
-        # the runtime records them)
+        # the first ordinary events: one task (a tree) and one successful model call (as the runtime records them)
         tasks[("team-a", "demo")] = [{"metadata": {"namespace": "team-a", "name": "demo"}, "status": {"phase": "Idle"}}]
         Telemetry(client).incr("model_calls_total", {"model": "m1", "provider": "bedrock", "outcome": "ok"})
-        call_metrics.record(Telemetry(client), call_metrics.tool_labels(ALL_TOOLS["read_file"]), call_metrics.OK, 0.01)
         later = _sampled_names(metrics_http.render().decode())
         missing = sorted(set(used) - later)
         assert not missing, f"dashboard metrics still without a series: {missing}"

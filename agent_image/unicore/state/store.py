@@ -290,6 +290,11 @@ class TaskStore:
             )
         return encoded
 
+    def check_message(self, message: InboxMessage) -> int:
+        """The bytes ``message`` takes in an inbox (its stored JSON); MessageTooLarge, as ``queue_message`` would
+        raise it, when that is over the cap. Writes nothing: a caller can refuse what it could never queue."""
+        return len(self._encode_entry(message).encode())
+
     def queue_message(self, task_id: str, message: InboxMessage) -> bool:
         """Append ``message`` to the task's inbox. Idempotent by ``message.id``: returns False (writing nothing) if
         that id was already accepted. Raises MessageTooLarge / TaskNotFound, writing nothing."""

@@ -49,6 +49,15 @@ def tool_labels(tool: Tool) -> dict[str, str]:
     return {key: metric_label(value) for key, value in tool.metric_labels().items()}
 
 
+def builtin_label_sets() -> list[dict[str, str]]:
+    """The label sets every deployment's calls can carry before any call is made: each built-in tool's and the
+    unknown tool's. The operator exports their series at 0 from its first scrape (``redis_collector``), so a panel of
+    tool calls shows 0, not "No data", until the first call."""
+    from unicore.tools.registry import ALL_TOOLS  # the registry imports this module
+
+    return [tool_labels(tool) for tool in ALL_TOOLS.values()] + [unavailable_labels("", explained=False, known=False)]
+
+
 def unavailable_labels(name: str, *, explained: bool, known: bool) -> dict[str, str]:
     """The labels of a refused call of ``name``, a tool the task does not have. ``explained``: the turn's MCP toolbox
     said why (a tool of one of the task's MCP servers: outside its allow-list, or the server is down); ``known``: a

@@ -8,7 +8,8 @@ to export every known label set at 0 from the start, so a panel shows 0 rather t
 failure, reap or throttle: the exporters do (``operator_metrics``, ``redis_collector.families_from_hashes``,
 ``state_collector``). Labels without a closed set (``model``, ``provider``, ``tool``/``source``/``server``, ``root``,
 and ``namespace`` when the operator watches every namespace) get their values from the first series that carries them;
-from then on every known label set of that model, tool or tree is exported too.
+from then on every known label set of that model, tool or tree is exported too. The built-in tools' labels are known
+before any call (``unicore.tools.call_metrics.builtin_label_sets``): their series are there from the first scrape.
 """
 
 from __future__ import annotations

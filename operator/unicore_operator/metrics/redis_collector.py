@@ -6,9 +6,10 @@ pure (unit-tested); :class:`RedisTelemetryCollector` does the read.
 
 Every known label set is exported from the first scrape, at its resting value (0, a gauge's ``initial``) until a
 turn writes it: the metrics without labels, every failure reason, for each model a turn has used (a ``model`` /
-``provider`` seen on any series) every call outcome, token kind and throttle series, and for each tool called (its
-``tool``/``source``/``server``) every tool call outcome. A panel then shows 0 instead of "No data" until the first
-failure or throttle.
+``provider`` seen on any series) every call outcome, token kind and throttle series, and for each tool (its
+``tool``/``source``/``server``) every tool call outcome: the built-in tools' and the unknown tool's from the start
+(``call_metrics.builtin_label_sets``), any other (an MCP server's, a custom tool's) once it was called. A panel then
+shows 0 instead of "No data" until the first failure or throttle.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from unicore.state.codec import text
 from unicore.state.telemetry import DEFAULT_BUCKETS, parse_labels, read_telemetry
+from unicore.tools.call_metrics import builtin_label_sets
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import PREFIX, RUNTIME_BY_SHORT_NAME, MetricSpec
@@ -86,12 +88,14 @@ def _add_resting_series(fam: Metric, spec: MetricSpec, labels: dict[str, str]) -
 
 
 def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, Any],
-                         gauges: Mapping[Any, Any], *, empty_known: bool = True) -> list[Metric]:
+                         gauges: Mapping[Any, Any], *, empty_known: bool = True,
+                         known_labels: Iterable[Mapping[str, str]] = ()) -> list[Metric]:
     """Prometheus families from the three telemetry hashes.
 
     With ``empty_known`` every runtime metric of the catalog is present, and every label set it can name
-    (:func:`known_label_sets`) has a series from the start: at rest (:func:`_add_resting_series`) until some turn
-    writes it. So /metrics always names the same metric set, and a dashboard query finds a series.
+    (:func:`known_label_sets`, its open labels' values taken from the series written and from ``known_labels``, those
+    known before anything is written) has a series from the start: at rest (:func:`_add_resting_series`) until some
+    turn writes it. So /metrics always names the same metric set, and a dashboard query finds a series.
     """
     families: dict[str, Metric] = {}
 
@@ -142,7 +146,7 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
 
     if empty_known:
         seen = [sample.labels for short, fam in families.items() if short in RUNTIME_BY_SHORT_NAME
-                for sample in fam.samples]
+                for sample in fam.samples] + [dict(labels) for labels in known_labels]
         for short, spec in RUNTIME_BY_SHORT_NAME.items():
             fam = family(short, spec.kind)
             written = {frozenset((k, v) for k, v in sample.labels.items() if k != "le") for sample in fam.samples}
@@ -157,6 +161,7 @@ class RedisTelemetryCollector(Collector):
 
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
+        self._known_labels = builtin_label_sets()  # the built-in tools: a series each before any call
 
     def describe(self) -> list[Metric]:
         return []  # no collect() at registration time (it would read Redis)
@@ -167,4 +172,4 @@ class RedisTelemetryCollector(Collector):
         except redis.RedisError as exc:
             logger.warning("metrics: cannot read runtime telemetry from Redis: %s", exc)
             counters = histograms = gauges = {}
-        yield from families_from_hashes(counters, histograms, gauges)
+        yield from families_from_hashes(counters, histograms, gauges, known_labels=self._known_labels)
