@@ -8,8 +8,9 @@ from typing import Any
 
 import kopf
 import pytest
+from kopf._cogs.structs import diffs
 from unicore_operator import names
-from unicore_operator.kopf_storage import LeanDiffBaseStorage, LeanProgressStorage
+from unicore_operator.kopf_storage import DIGEST_OVER_BYTES, LeanDiffBaseStorage, LeanProgressStorage, digest
 
 PREFIX = names.ANNOTATION_PREFIX
 MANAGED = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:status": {"f:active": {}}}}]
@@ -86,3 +87,62 @@ def test_a_namespaced_operator_serves_its_namespaces_without_listing_namespaces(
     settings = kopf.OperatorSettings()
     tune_kopf(settings, OperatorSettings(redis_url="redis://unused:6379/0", namespaces=namespaces))
     assert settings.scanning.disabled is not scanning
+
+
+ANNOTATIONS_CAP = 256 * 1024  # the API server's cap on all of an object's annotations together
+STORED_KEY = f"{PREFIX}/last-handled-configuration"
+
+
+def big_task(script_text: str, prompt: str) -> dict[str, Any]:
+    task = copy.deepcopy(TASK)
+    del task["metadata"]["annotations"][STORED_KEY]
+    task["spec"] = {"prompt": prompt, "suspend": False, "model": "scripted",
+                    "script": {"default": "done", "tasks": {"*": [{"text": script_text}]}}}
+    return task
+
+
+def stored(raw: dict[str, Any]) -> str:
+    """The annotation the lean storage writes for ``raw`` (as Kopf patches it)."""
+    storage = leans()[0]
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(raw), patch=patch, essence=storage.build(body=kopf.Body(raw)))
+    return str(patch["metadata"]["annotations"][STORED_KEY])
+
+
+def test_large_fields_are_stored_as_digests_so_the_annotation_fits() -> None:
+    """A 1.4 MB spec.script and a 64k-character prompt (each character 6 bytes as Kopf's JSON escapes it): the
+    stored essence stays small, and Kopf still sees a change to either (issue 25, 7: every patch of the annotation
+    failed with 422)."""
+    raw = big_task("s" * 1_400_000, "\u4e2d" * 65536)
+    encoded = stored(raw)
+    assert len(encoded) < 2048 and len(encoded) + 1024 < ANNOTATIONS_CAP
+    essence = json.loads(encoded)
+    assert essence["spec"]["suspend"] is False and essence["spec"]["model"] == "scripted"  # small fields as they are
+    for field in ("script", "prompt"):
+        assert str(essence["spec"][field]).startswith("unicore-digest:sha256:")
+
+    # stored, then read back from the object: no change; a change of one character of the script: a change of
+    # spec.script only, as Kopf compares them
+    base, progress = leans()
+    raw["metadata"]["annotations"][STORED_KEY] = encoded
+    body = kopf.Body(raw)
+    old = progress.clear(essence=base.fetch(body=body))
+    assert diffs.diff(old, progress.clear(essence=base.build(body=body))) == ()
+    changed = copy.deepcopy(raw)
+    changed["spec"]["script"]["tasks"]["*"][0]["text"] = "s" * 1_399_999 + "t"
+    changed["spec"]["suspend"] = True
+    diff = diffs.diff(old, progress.clear(essence=base.build(body=kopf.Body(changed))))
+    assert sorted(op.field for op in diff) == [("spec", "script"), ("spec", "suspend")]
+    assert [(op.old, op.new) for op in diff if op.field == ("spec", "suspend")] == [(False, True)]
+
+
+def test_a_value_is_digested_only_past_the_bound() -> None:
+    at_bound = "a" * (DIGEST_OVER_BYTES - 2)  # its JSON, with the quotes, is DIGEST_OVER_BYTES bytes
+    assert digest(at_bound) == at_bound and digest(["b" * 500, "c" * 517]) == ["b" * 500, "c" * 517]
+    over = digest(at_bound + "a")
+    assert over.startswith("unicore-digest:sha256:") and over.endswith(f"({DIGEST_OVER_BYTES + 1} bytes)")
+    assert digest({"x": 1, "y": "z" * 2000}) == digest({"y": "z" * 2000, "x": 1})  # key order does not count
+    note = "n" * 5000
+    raw = big_task("small", "hi")
+    raw["metadata"]["annotations"]["note"] = note
+    assert json.loads(stored(raw))["metadata"]["annotations"]["note"] == digest(note) != note
