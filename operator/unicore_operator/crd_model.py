@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
-from unicore.schema import Approval, Limits, MCPServerRef, TaskSpec
+from unicore.schema import Approval, InboxMessage, Limits, MCPServerRef, TaskSpec
 from unicore.state.task_views import TaskView
 from unicore.tools import policy
 
@@ -199,3 +199,11 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
 def prompt_message_id(uid: str) -> str:
     """The inbox message id of an AgentTask's spec.prompt: the same on every retry, so it is queued once."""
     return f"prompt-{uid}"
+
+
+def prompt_message(uid: str, namespace: str, spec: AgentTaskSpec) -> InboxMessage | None:
+    """The inbox message of spec.prompt (None without one): from the parent task for a child, else the user."""
+    if not spec.prompt:
+        return None
+    sender = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref is not None else "user"
+    return InboxMessage(id=prompt_message_id(uid), type="user", content=spec.prompt, sender=sender)

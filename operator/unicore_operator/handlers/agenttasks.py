@@ -8,15 +8,16 @@ from typing import Any
 
 import kopf
 from unicore.agents import AgentNotFound
-from unicore.errors import TaskNotFound
+from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.schema import InboxMessage
 from unicore.state.agents import read_agent
+from unicore.state.store import TaskStore
 from unicore.state.task_views import TaskView
 
 from unicore_operator import agent_rbac, events, names, redis_identities
 from unicore_operator.admission import agent_refusal, vet_new_child
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message_id, to_task_spec
+from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message, to_task_spec
 from unicore_operator.handlers import agents as agent_handlers
 from unicore_operator.indexes import active_job, compact_task
 from unicore_operator.log import logger
@@ -47,6 +48,7 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
     task = compact_task(body)
     try:
         parsed = parse_spec(dict(spec))
+        prompt = checked_prompt(ctx.store, uid, namespace, parsed)
     except SpecInvalid as exc:
         logger.warning("AgentTask %s/%s is invalid: %s", namespace, name, exc)
         _post(ctx, task, events.WARNING, events.INVALID_SPEC, str(exc))
@@ -88,11 +90,9 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
         raise kopf.TemporaryError(str(exc), delay=2) from exc
     if parsed.agent_ref is not None:
         agent_handlers.request_status(ctx, namespace, parsed.agent_ref.name)
-    if parsed.prompt:
-        message = InboxMessage(id=prompt_message_id(uid), type="user", content=parsed.prompt,
-                               sender=task_spec.parent or "user")
+    if prompt is not None:
         try:
-            await asyncio.to_thread(ctx.store.queue_message, tid, message)
+            await asyncio.to_thread(ctx.store.queue_message, tid, prompt)
         except TaskNotFound as exc:
             raise kopf.TemporaryError(str(exc), delay=1) from exc
     if parsed.parent_ref is not None:
@@ -101,6 +101,21 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
             _post(ctx, parent_body, events.NORMAL, events.CHILD_SPAWNED, f"child task {name} created")
     logger.info("initialised %s (%s)", tid, "new conversation" if created else "existing conversation kept")
     await reconcile_task(ctx, namespace, name, "created")
+
+
+def checked_prompt(store: TaskStore, uid: str, namespace: str, parsed: AgentTaskSpec) -> InboxMessage | None:
+    """spec.prompt as the inbox message it becomes; SpecInvalid when it is over the runtime's message cap (the CRD's
+    maxLength counts characters, the cap the stored message's bytes), so the task is Failed saying so before
+    anything is stored, instead of looking Ready and never running."""
+    message = prompt_message(uid, namespace, parsed)
+    if message is not None:
+        try:
+            store.check_message(message)
+        except MessageTooLarge as exc:
+            raise SpecInvalid(f"spec.prompt cannot be queued: {exc} (the cap counts the UTF-8 bytes of the stored "
+                              "message, JSON escapes included; the CRD's maxLength counts characters): shorten it "
+                              "and send the rest with `kubectl agenttask send`") from None
+    return message
 
 
 async def agent_not_ready(ctx: OperatorContext, namespace: str, name: str, spec: dict[str, Any],
