@@ -11,7 +11,8 @@
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
 ``unicore.cli_input`` before anything is written). ``unicore-turn``: see ``unicore.turn``.
-``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``.
+``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``. A
+``REDIS_URL`` no client can be built from is exit 2, a server not reached within the retry window exit 1.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from unicore import log as unicore_log
 from unicore.cli_agents import add_agents_command, agent_task_spec, chosen_definition, read_agent_option
@@ -49,6 +51,7 @@ from unicore.retention import add_gc_command
 from unicore.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec, prompt_message_id, validate_task_id
 from unicore.settings import RuntimeSettings
 from unicore.state import approvals
+from unicore.state.client import RedisURLError
 from unicore.state.compactions import read_compactions
 from unicore.state.records import TaskRecord
 from unicore.state.retention import archived_note
@@ -406,13 +409,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     unicore_log.configure(RuntimeSettings.from_env(only={"log_level"}).log_level or "WARNING")
     try:
         code = int(args.func(args))
-    except UsageError as exc:
+    except (UsageError, RedisURLError) as exc:
         code = _fail(str(exc), EXIT_USAGE)
     except (ConfigError, TaskNotFound, MessageTooLarge) as exc:
         code = _fail(str(exc))
     except UniCoreError as exc:
         code = _fail(f"{type(exc).__name__}: {exc}")
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:  # unreachable once the retry window is over
         code = _fail(f"Redis: {exc}")
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)

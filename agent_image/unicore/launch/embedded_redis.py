@@ -31,6 +31,7 @@ import redis
 from unicore.errors import ConfigError
 from unicore.log import get_logger
 from unicore.settings import RuntimeSettings
+from unicore.state.client import check_url
 
 log = get_logger("launch.redis")
 
@@ -160,7 +161,8 @@ def stop_embedded_redis(directory: Path | None = None) -> bool:
 
 
 def redis_url(settings: RuntimeSettings | None = None) -> str:
-    """``$REDIS_URL`` (from ``settings``, else read now), or the embedded server's URL (started if needed)."""
+    """``$REDIS_URL`` (from ``settings``, else read now), or the embedded server's URL (started if needed);
+    ``RedisURLError`` (one line naming REDIS_URL) for a URL no client can be built from."""
     if settings is None:
         settings = RuntimeSettings.from_env(only={"redis_url"})
-    return settings.redis_url or ensure_embedded_redis()
+    return check_url(settings.redis_url, "REDIS_URL") if settings.redis_url else ensure_embedded_redis()

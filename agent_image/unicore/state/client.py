@@ -18,6 +18,10 @@ Sockets get timeouts (``UNICORE_REDIS_SOCKET_TIMEOUT``, default 15 s, longer tha
 XREADGROUP BLOCK 2 s), TCP keepalive, and a PING before using a connection idle for more than 15 s, so a dead or
 half-open connection is noticed and replaced instead of hanging a turn.
 
+A URL no client can be built from (scheme, port, path, options) is refused before any client exists:
+``check_url``'s one-line ``RedisURLError``, which never shows a password. An unreachable server is an error only
+once the retry window is over, for a Redis Cluster too (its client connects as it is built: that is retried).
+
 What a retry can repeat: a command whose connection died after the server executed it, but before the reply
 arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes that affects.
 """
@@ -25,6 +29,7 @@ arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes tha
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -36,11 +41,13 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import AuthenticationError, RedisError
+from redis.connection import Connection, parse_url
+from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from unicore.errors import ConfigError
 from unicore.log import get_logger
 from unicore.settings import RedisClientSettings
 
@@ -273,16 +280,86 @@ def cluster_seed_url(url: str) -> str | None:
     return f"{plain}://{rest}" if plain else None
 
 
+class RedisURLError(ConfigError):
+    """A Redis URL no client can be built from: one line, its password shown as ``***``."""
+
+
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+_SECRETS = (re.compile(r"(://[^/?#@]*?:)[^/?#]*@"), re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE))
+
+
+def shown_url(url: str) -> str:
+    """``url`` for a message: its password (in the user part or a ``password=`` option) as ``***``, cut at 200."""
+    for secret in _SECRETS:
+        url = secret.sub(r"\1***@" if secret is _SECRETS[0] else r"\1***", url)
+    return url if len(url) <= 200 else url[:200] + "..."
+
+
+def _url_problem(url: str) -> str | None:
+    """Why no client can be built from ``url`` (None: one can). Uses redis-py's own parser and builds (without
+    connecting) the connection it would make, so an option it would refuse at the first command is refused now."""
+    scheme, sep, _rest = url.partition("://")
+    if not sep or scheme not in URL_SCHEMES:
+        return f"the scheme must be one of {', '.join(s + '://' for s in URL_SCHEMES)}"
+    seed = cluster_seed_url(url)
+    try:
+        options = parse_url(seed or url)
+        if seed is not None:  # the cluster client drops options it does not know
+            if not options.get("host"):
+                return "no host (a Redis Cluster URL names any one node: host:port)"
+            if int(options.get("db") or 0) != 0:
+                return "a Redis Cluster has only database 0"
+            return None
+        if scheme == "unix" and not options.get("path"):
+            return "no socket path (unix:///path/to/redis.sock)"
+        options.pop("max_connections", None)  # the pool's, not the connection's
+        options.pop("connection_class", Connection)(**options)
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        return f"unknown option {unknown.group(1)!r}" if unknown else str(exc)
+    except (ValueError, RedisError) as exc:
+        return str(exc)
+    return None
+
+
+def check_url(url: str, name: str = "Redis URL") -> str:
+    """``url`` when a client can be built from it; ``RedisURLError`` (one line, naming ``name``) otherwise."""
+    problem = _url_problem(url)
+    if problem is not None:
+        raise RedisURLError(f"invalid {name} {shown_url(url)!r}: {problem}")
+    return url
+
+
+def _connected_cluster(make: Callable[[], T], seconds: float) -> T:
+    """``make()`` (a cluster client, which connects as it is built) retried for ``seconds`` while no node can be
+    reached, like a command; other cluster errors at once."""
+
+    def attempt() -> T:
+        try:
+            return make()
+        except RedisClusterException as exc:
+            cause = exc.__cause__
+            if isinstance(cause, RETRY_ERRORS) and not is_final(cause):  # no startup node could be reached
+                raise RedisConnectionError(str(exc)) from exc
+            raise
+
+    return BoundedRetry(seconds).call_with_retry(attempt, lambda _error: None)
+
+
 def build_client(
     url: str, *, decode_responses: bool = True, retry_for: float | None = None,
     health_check_interval: float | None = None,
 ) -> redis.Redis:
-    """A synchronous client for ``url`` that rides out connection blips (see the module doc)."""
+    """A synchronous client for ``url`` that rides out connection blips (see the module doc); ``RedisURLError`` for
+    a URL no client can be built from."""
+    check_url(url)
     options = client_options(url, retry_for=retry_for, health_check_interval=health_check_interval)
     seed = cluster_seed_url(url)
     if seed is not None:  # same command API; redis-py's sync cluster client ignores health_check_interval
-        options["retry"] = Retry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
-        return cast(redis.Redis, RedisCluster.from_url(seed, decode_responses=decode_responses, **options))
+        seconds = options.pop("retry").seconds
+        options["retry"] = Retry(_backoff(), cluster_retries(seconds), RETRY_ERRORS)
+        return cast(redis.Redis, _connected_cluster(
+            lambda: RedisCluster.from_url(seed, decode_responses=decode_responses, **options), seconds))
     pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # type: ignore[attr-defined]  # close() also closes the pool
@@ -294,7 +371,9 @@ def build_async_client(
     health_check_interval: float | None = None, max_connections: int = ASYNC_MAX_CONNECTIONS,
 ) -> aioredis.Redis:
     """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks, and at most
-    ``max_connections`` connections (``AsyncBoundedConnectionPool``; a Redis Cluster client is not bounded)."""
+    ``max_connections`` connections (``AsyncBoundedConnectionPool``; a Redis Cluster client is not bounded);
+    ``RedisURLError`` for a URL no client can be built from."""
+    check_url(url)
     options = client_options(url, retry_for=retry_for, is_async=True, health_check_interval=health_check_interval)
     seed = cluster_seed_url(url)
     if seed is not None:

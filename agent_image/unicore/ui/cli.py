@@ -16,7 +16,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from unicore.ui.server import UIServer
 
     url = redis_url()
-    server = UIServer(LocalBackend(TaskStore(connect(url)), url), port=args.port)
+    store = TaskStore(connect(url))
+    store.redis.ping()  # an unreachable Redis fails here (after the retry window), not in every request
+    server = UIServer(LocalBackend(store, url), port=args.port)
     print(f"UniCore UI: {server.url}", flush=True)
     print("(the token in the URL is this run's password; Ctrl-C stops the server)", file=sys.stderr, flush=True)
     server.run(open_browser=args.open)
