@@ -20,6 +20,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
+from unicore.state.keys import namespace_activations_stream
 from unicore.state.store import TaskStore
 
 from tests.cluster.operator_harness import (
@@ -366,7 +367,7 @@ def test_a_user_without_the_task_api_rights_is_forbidden_and_the_task_is_untouch
     kubectl(env.kubeconfig, "apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
     viewer = _token_kubeconfig(env, "viewer")
     before = _snapshot(env, "guarded")
-    stream_before = env.store.redis.xlen("uc:activations")
+    stream_before = env.store.redis.xlen(namespace_activations_stream(env.namespace))
 
     tree = env.plugin("tree", kubeconfig=viewer)  # reading AgentTasks is allowed
     assert tree.returncode == 0 and "guarded" in tree.stdout, tree.stderr
@@ -387,7 +388,7 @@ def test_a_user_without_the_task_api_rights_is_forbidden_and_the_task_is_untouch
     assert suspended.returncode != 0 and "forbidden" in suspended.stderr
 
     assert _snapshot(env, "guarded") == before  # inbox, history, accepted ids and turns unchanged
-    assert env.store.redis.xlen("uc:activations") == stream_before
+    assert env.store.redis.xlen(namespace_activations_stream(env.namespace)) == stream_before
     assert not (env.tasks.get("guarded") or {}).get("spec", {}).get("suspend")
 
     # what the chart's messenger ClusterRole adds in the namespace: the task API's subresources

@@ -24,8 +24,9 @@ from redis.cluster import RedisCluster
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.schema import TaskSpec
 from unicore.state import heartbeats
+from unicore.state.activations import AsyncActivationConsumer, read_streams
 from unicore.state.client import build_async_client, build_client, cluster_seed_url
-from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, namespace_activations_stream
 from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
@@ -190,32 +191,32 @@ def test_store_round_trip_leases_and_delete(store: TaskStore, redis_client: redi
 def test_activations_reach_sync_and_async_consumer_groups(store: TaskStore, redis_client: redis.Redis,
                                                           redis_url: str) -> None:
     redis_client.xgroup_create(ACTIVATIONS_STREAM, "local", id="$", mkstream=True)  # the local supervisor's calls
-    store.activate("ns/a", "test")
+    store.activate("a", "test")
     reply = redis_client.xreadgroup("local", "me", {ACTIVATIONS_STREAM: ">"}, count=100, block=100)
     ((_stream, entries),) = reply
-    assert [fields["task"] for _, fields in entries] == ["ns/a"]
+    assert [fields["task"] for _, fields in entries] == ["a"]
     assert redis_client.xack(ACTIVATIONS_STREAM, "local", *[entry_id for entry_id, _ in entries]) == 1
 
-    async def operator_side() -> list[bytes]:  # unicore_operator.activation's calls, on the async cluster client
+    stream = namespace_activations_stream("ns")
+    store.activate("ns/a", "test")  # an AgentTask's activation: its namespace's own stream
+
+    async def operator_side() -> list[str]:  # unicore_operator.activation's calls, on the async cluster client
         client = build_async_client(redis_url)
         assert isinstance(client, AsyncRedisCluster)
+        group = names.OPERATOR_CONSUMER_GROUP
         try:
-            await client.xgroup_create(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, id="0", mkstream=True)
-            response = await client.xreadgroup(names.OPERATOR_CONSUMER_GROUP, "op-1", {ACTIVATIONS_STREAM: "0"},
-                                               count=10)
-            assert [entries for _stream, entries in response] == [[]]
-            response = await client.xreadgroup(names.OPERATOR_CONSUMER_GROUP, "op-1", {ACTIVATIONS_STREAM: ">"},
-                                               count=10, block=100)
-            ids = [entry_id for _stream, batch in response for entry_id, _ in batch]
-            claimed = await client.xautoclaim(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, "op-2", 0, "0-0",
-                                              count=10)
-            assert [entry_id for entry_id, _ in claimed[1]] == ids
-            await client.xack(ACTIVATIONS_STREAM, names.OPERATOR_CONSUMER_GROUP, *ids)
-            return ids
+            await AsyncActivationConsumer(client, group, "op-1", stream).ensure_group()
+            assert await read_streams(client, group, "op-1", {stream: "0"}, count=10, block=None) == []
+            read = await read_streams(client, group, "op-1", {stream: ">"}, count=10, block=100)
+            assert [(entry.task_id, entry.stream) for entry in read] == [("ns/a", stream)]
+            claimed = await AsyncActivationConsumer(client, group, "op-2", stream).claim(0, count=10)
+            assert [entry.entry_id for entry in claimed] == [entry.entry_id for entry in read]
+            await AsyncActivationConsumer(client, group, "op-2", stream).ack(claimed)
+            return [entry.task_id for entry in read]
         finally:
             await client.aclose()
 
-    assert len(asyncio.run(operator_side())) == 1
+    assert asyncio.run(operator_side()) == ["ns/a"]
 
 
 def test_telemetry_writes_its_global_hashes(redis_client: redis.Redis) -> None:

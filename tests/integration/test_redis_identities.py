@@ -23,7 +23,15 @@ from unicore.launch.k8s_spawner import KubernetesSpawner
 from unicore.schema import TaskSpec
 from unicore.state import acl
 from unicore.state.client import build_client
-from unicore.state.keys import ACTIVATIONS_STREAM, CHANGES_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.keys import (
+    ACTIVATIONS_STREAM,
+    CHANGES_STREAM,
+    HEARTBEATS_INDEX,
+    TASKS_INDEX,
+    TaskKeys,
+    namespace_activations_stream,
+    namespace_changes_stream,
+)
 from unicore.state.model_cache import read_model_names, write_model_names
 from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
@@ -149,9 +157,11 @@ def test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_re
     second = run("team-a/root")
     assert second.exit_code == 0 and "It is 42." in second.final_text
     assert [t.turn_number for t in admin.load_history("team-a/root")] == [0, 1]
-    activations = [(f["task"], f["reason"]) for _, f in redis_client.xrange(ACTIVATIONS_STREAM)]
+    activations = [(f["task"], f["reason"]) for _, f in redis_client.xrange(namespace_activations_stream("team-a"))]
     assert ("team-a/root", "completion:team-a/root-kid") in activations
-    noted = [(f["task"], f["change"]) for _, f in redis_client.xrange(CHANGES_STREAM)]  # the tree rows' changes
+    assert redis_client.xlen(ACTIVATIONS_STREAM) == 0  # the namespace's own stream, not the local one
+    noted = [(f["task"], f["change"])  # the tree rows' changes, in the namespace's own stream
+             for _, f in redis_client.xrange(namespace_changes_stream("team-a"))]
     kid_changes = [change for task, change in noted if task == "team-a/root-kid"]  # two model calls: tokens twice
     assert kid_changes == ["created", "turn_started", "turn", "tokens", "tokens", "turn_ended"]
     counters = redis_client.hgetall(COUNTERS_KEY)
@@ -228,13 +238,23 @@ def test_a_namespaces_scripts_cannot_reach_into_another_and_the_operators_record
             tenant.exists(key)
 
 
+B_ACTIVATIONS, A_ACTIVATIONS = namespace_activations_stream("team-b"), namespace_activations_stream("team-a")
+MAX_ID = "18446744073709551615-18446744073709551615"
 SHARED_READS = {
-    "activation stream XRANGE": lambda c: c.xrange(ACTIVATIONS_STREAM),
-    "activation stream XREAD": lambda c: c.xread({ACTIVATIONS_STREAM: "0"}),
-    "activation stream XREADGROUP": lambda c: c.xreadgroup("operator", "me", {ACTIVATIONS_STREAM: "0"}),
-    "activation stream XLEN": lambda c: c.xlen(ACTIVATIONS_STREAM),
-    "change stream XREAD": lambda c: c.xread({CHANGES_STREAM: "0"}),
-    "change stream XREVRANGE": lambda c: c.xrevrange(CHANGES_STREAM, count=1),
+    "activation stream XRANGE": lambda c: c.xrange(B_ACTIVATIONS),
+    "activation stream XREAD": lambda c: c.xread({B_ACTIVATIONS: "0"}),
+    "activation stream XREADGROUP": lambda c: c.xreadgroup("operator", "me", {B_ACTIVATIONS: "0"}),
+    "activation stream XLEN": lambda c: c.xlen(B_ACTIVATIONS),
+    "own activation stream XRANGE": lambda c: c.xrange(A_ACTIVATIONS),
+    "change stream XREAD": lambda c: c.xread({namespace_changes_stream("team-b"): "0"}),
+    "change stream XREVRANGE": lambda c: c.xrevrange(namespace_changes_stream("team-b"), count=1),
+    # issue 25: an entry with the largest id, or MAXLEN 0, in a stream others use stopped their wake-ups
+    "another namespace's activation stream XADD": lambda c: c.xadd(B_ACTIVATIONS, {"task": "x"}, id=MAX_ID),
+    "another namespace's activation stream MAXLEN 0": lambda c: c.xadd(B_ACTIVATIONS, {"task": "x"}, maxlen=0),
+    "another namespace's change stream XADD": lambda c: c.xadd(namespace_changes_stream("team-b"), {"task": "x"},
+                                                               id=MAX_ID),
+    "the local activation stream XADD": lambda c: c.xadd(ACTIVATIONS_STREAM, {"task": "x"}, id=MAX_ID),
+    "the local change stream XADD": lambda c: c.xadd(CHANGES_STREAM, {"task": "x"}, id=MAX_ID),
     "task index ZRANGE": lambda c: c.zrange(TASKS_INDEX, 0, -1),
     "task index ZADD": lambda c: c.zadd(TASKS_INDEX, {"team-b/fake": 1}),
     "heartbeat index ZRANGE": lambda c: c.zrange(HEARTBEATS_INDEX, 0, -1, withscores=True),
@@ -264,7 +284,7 @@ def test_reads_of_what_other_tenants_share_are_refused(
     admin = TaskStore(redis_client)
     admin.create_task(TaskSpec(id="team-b/secret", prompt="hush"))
     admin.activate("team-b/secret", "created")
-    redis_client.xgroup_create(ACTIVATIONS_STREAM, "operator", id="0")
+    redis_client.xgroup_create(B_ACTIVATIONS, "operator", id="0")
     redis_client.zadd(HEARTBEATS_INDEX, {"team-b/secret": 1.0})
     Telemetry(redis_client).incr("turns_started_total")
     tenant = identities.client("team-a")
@@ -272,6 +292,25 @@ def test_reads_of_what_other_tenants_share_are_refused(
         SHARED_READS[what](tenant)
     assert redis_client.zrange(TASKS_INDEX, 0, -1) == ["team-b/secret"]  # nothing was flushed or changed
     assert redis_client.exists(TaskKeys("team-b/secret").task)
+    assert redis_client.xlen(B_ACTIVATIONS) == 1
+
+
+def test_a_namespace_that_poisons_its_own_activation_stream_stops_no_other_and_loses_no_message(
+    redis_client: redis.Redis, identities: Identities
+) -> None:
+    """Issue 25: XADD with the largest id (or MAXLEN 0) is all a namespace's user can do to a stream, and only to its
+    own: the other namespaces' activations go on, and its own sends still queue (the resync starts them)."""
+    admin = TaskStore(redis_client)
+    for task_id in ("team-a/own", "team-b/work"):
+        admin.create_task(TaskSpec(id=task_id, prompt="hi"))
+    tenant = identities.client("team-a")
+    tenant.xadd(A_ACTIVATIONS, {"task": "team-a/own"}, maxlen=0)  # its own stream emptied: its own loss only
+    tenant.xadd(A_ACTIVATIONS, {"task": "team-a/own"}, id=MAX_ID)
+    assert admin.activate("team-a/own", "message") == ""  # refused by the stream: logged, not raised
+    assert admin.queue_text("team-a/own", "still queued", message_id="m-1")
+    assert [m.id for m in admin.inbox("team-a/own")][-1] == "m-1"
+    assert admin.activate("team-b/work", "message")  # another namespace: unaffected
+    assert [f["task"] for _, f in redis_client.xrange(B_ACTIVATIONS)][-1] == "team-b/work"
 
 
 def test_the_user_is_idempotent_and_a_new_password_replaces_the_old(
@@ -282,7 +321,8 @@ def test_the_user_is_idempotent_and_a_new_password_replaces_the_old(
     assert identities.client("team-a", first).ping()
     rules = redis_client.acl_getuser(acl.namespace_user("team-a"))
     assert rules["enabled"] and len(rules["passwords"]) == 1
-    assert len(rules["selectors"]) == len(acl.SHARED_SELECTORS) + 1  # + the GET of its namespace's agent definitions
+    # + its own streams' XADD, + the GET of its namespace's agent definitions
+    assert len(rules["selectors"]) == len(acl.SHARED_SELECTORS) + 2
     second = identities.password("team-a")  # rotation: the next apply with a new password
     with pytest.raises(AuthenticationError):
         build_client(acl.identity_url(redis_url, acl.namespace_user("team-a"), first), retry_for=0).ping()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 from unicore.schema import TaskSpec, text_block
+from unicore.state.keys import activations_stream
 from unicore.state.store import TaskStore
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
@@ -65,7 +66,7 @@ def _post(api: TaskApi, body: Any, name: str = NAME) -> tuple[int, dict[str, Any
 def test_send_queues_once_per_id_and_activates(api: TaskApi, store: TaskStore) -> None:
     store.create_task(TaskSpec(id=TASK_ID, prompt="hello"))
     _run_turn(store, "first answer")
-    stream_before = store.redis.xlen("uc:activations")
+    stream_before = store.redis.xlen(activations_stream(TASK_ID))
 
     status, body = _post(api, {"id": "m-1", "text": "follow up"})
     assert (status, body["duplicate"], body["pending"]) == (202, False, 1)
@@ -74,7 +75,7 @@ def test_send_queues_once_per_id_and_activates(api: TaskApi, store: TaskStore) -
 
     inbox = store.inbox(TASK_ID)
     assert [(m.id, m.content, m.type, m.sender) for m in inbox] == [("user:m-1", "follow up", "user", SENDER)]
-    assert store.redis.xlen("uc:activations") == stream_before + 2  # every attempt wakes the task
+    assert store.redis.xlen(activations_stream(TASK_ID)) == stream_before + 2  # every attempt wakes the task
 
 
 def test_concurrent_sends_each_arrive_once(api: TaskApi, store: TaskStore) -> None:

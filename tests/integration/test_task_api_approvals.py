@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from unicore.schema import TaskSpec
 from unicore.state import approvals
 from unicore.state.approvals import PendingCall
-from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.state.keys import activations_stream
 from unicore.state.store import TaskStore
 from unicore_operator.metrics import REGISTRY
 from unicore_operator.task_api import answer
@@ -86,7 +86,7 @@ def counted(decision: str) -> float:
 
 
 def activations(store: TaskStore) -> int:
-    return sum(1 for _, fields in store.redis.xrange(ACTIVATIONS_STREAM) if fields.get("task") == TASK_ID)
+    return sum(1 for _, fields in store.redis.xrange(activations_stream(TASK_ID)) if fields.get("task") == TASK_ID)
 
 
 def test_the_list_shows_waiting_calls_then_decisions(api: TaskApi, store: TaskStore) -> None:

@@ -75,8 +75,10 @@ def root_commands() -> set[str]:
 
 def test_shared_keys_get_only_the_writes_a_turn_makes() -> None:
     shared = selectors()
-    assert shared[(ACTIVATIONS_STREAM,)] == {"xadd"}
-    assert shared[(CHANGES_STREAM,)] == {"xadd"}
+    # Its own namespace's streams only (issue 25: XADD with the largest id or MAXLEN 0 to a stream every namespace
+    # wrote stopped every namespace's wake-ups); no selector names a stream another namespace uses.
+    assert shared[("uc:{team-a/}:activations", "uc:{team-a/}:changes")] == {"xadd"}
+    assert not any(ACTIVATIONS_STREAM in keys or CHANGES_STREAM in keys for keys in shared)
     assert shared[(HEARTBEATS_INDEX,)] == {"zadd", "zrem"}
     assert shared[("uc:metrics:counters", "uc:metrics:hist")] == {"hincrbyfloat"}
     assert shared[("uc:metrics:gauges",)] == {"hset"}

@@ -7,9 +7,10 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   ...; the operator's per-task accounting, ``operator``/``opjobs``/``opreaped``, is left out), exactly the commands
   the runtime sends for a turn, its tools, spawns and reports (``TASK_COMMANDS``), scripts included: Redis checks
   every command a script calls against the caller's ACL, and they all touch the task's own keys;
-- on the shared keys, one selector each with only what a turn writes there (``SHARED_SELECTORS``): XADD to the
-  activation stream and to the stream of task changes (no XREAD/XRANGE: a tenant cannot read which tasks others
-  activate or change), ZADD/ZREM on the heartbeat index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no
+- on the namespace's own activation stream and stream of task changes (``uc:{<namespace>/}:activations``,
+  ``...:changes``; each namespace has its own, so none can poison another's): XADD only (no XREAD/XRANGE);
+- on the shared keys, one selector each with only what a turn writes there (``SHARED_SELECTORS``):
+  ZADD/ZREM on the heartbeat index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no
   reads), the throttle scripts on ``uc:throttle:*`` (read and write: the model throttle is shared on purpose) and
   GET/SET of the Bedrock model-name cache;
 - GET of the namespace's agent definitions (``uc:agent:{<namespace>/*}``, ``state.agents``): a turn reads its
@@ -34,13 +35,13 @@ import redis
 from redis.cluster import RedisCluster
 
 from unicore.state.keys import (
-    ACTIVATIONS_STREAM,
     BEDROCK_MODELS_CACHE,
-    CHANGES_STREAM,
     HEARTBEATS_INDEX,
     THROTTLE_PREFIX,
     TaskKeys,
     agent_key,
+    namespace_activations_stream,
+    namespace_changes_stream,
     task_key,
 )
 from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
@@ -76,8 +77,6 @@ KEYLESS_COMMANDS = (
 )
 # (commands, key patterns) of each shared key a turn writes (one selector each).
 SHARED_SELECTORS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("xadd",), (ACTIVATIONS_STREAM,)),  # TaskStore.activate
-    (("xadd",), (CHANGES_STREAM,)),  # state.changes: a turn's tree row changed (running, tokens, idle, ...)
     (("zadd", "zrem"), (HEARTBEATS_INDEX,)),  # acquire / renew / release of a lease
     (("hincrbyfloat",), (COUNTERS_KEY, HISTOGRAMS_KEY)),  # Telemetry.incr / observe
     (("hset",), (GAUGES_KEY,)),  # Telemetry.set_gauge
@@ -122,6 +121,11 @@ def namespace_rules(namespace: str) -> list[str]:
     rules.append("resetchannels")
     for commands, keys in SHARED_SELECTORS:
         rules.append("(" + " ".join([*(f"+{c}" for c in commands), *(f"~{k}" for k in keys)]) + ")")
+    # Its own activation stream (TaskStore.activate) and stream of task changes (state.changes): XADD only. Never a
+    # stream another namespace's tasks use: Redis cannot limit XADD's arguments, and an entry with the largest id or
+    # MAXLEN 0 in a shared stream stopped every namespace's wake-ups (issue 25).
+    escaped = glob_escape(namespace)
+    rules.append(f"(+xadd ~{namespace_activations_stream(escaped)} ~{namespace_changes_stream(escaped)})")
     rules.append(f"(+get ~{agent_key(glob_escape(namespace) + '/*')})")  # its Agents' definitions: read only
     return rules
 

@@ -1,6 +1,7 @@
-"""Consumers of the activation stream ``uc:activations`` (written by ``TaskStore.activate``): a consumer group per
-kind of consumer (the operator's, the local supervisor's), read with XREADGROUP and acknowledged with XACK after the
-work is done (at-least-once). ``Activation`` is the one parser of a stream entry.
+"""Consumers of the activation streams (written by ``TaskStore.activate``; ``keys.activations_stream``: the local
+``uc:activations`` and one per namespace): a consumer group per kind of consumer (the operator's, the local
+supervisor's), read with XREADGROUP and acknowledged with XACK after the work is done (at-least-once).
+``Activation`` is the one parser of a stream entry.
 
 ``ActivationConsumer`` takes a sync client (the local supervisor), ``AsyncActivationConsumer`` a ``redis.asyncio``
 one (the operator, whose client returns bytes); either way entries come back as ``Activation``s.
@@ -27,15 +28,17 @@ class Activation:
     task_id: str
     reason: str
     ts: float | None  # None when missing or unreadable
+    stream: str = ""  # the stream it was read from
 
     @classmethod
-    def of(cls, entry_id: Any, fields: Any) -> Activation:
+    def of(cls, entry_id: Any, fields: Any, stream: str = "") -> Activation:
         decoded = {text(k): text(v) for k, v in (fields or {}).items()}
         try:
             ts: float | None = float(decoded.get("ts", ""))
         except ValueError:
             ts = None
-        return cls(entry_id=entry_id, task_id=decoded.get("task", ""), reason=decoded.get("reason", ""), ts=ts)
+        return cls(entry_id=entry_id, task_id=decoded.get("task", ""), reason=decoded.get("reason", ""), ts=ts,
+                   stream=stream)
 
 
 def entry_fields(task_id: str, reason: str, ts: str) -> dict[str, str]:
@@ -53,70 +56,85 @@ def missing_group(exc: redis.ResponseError) -> bool:
 
 
 def _activations(reply: Any) -> list[Activation]:
-    """The entries of an XREADGROUP reply (one stream)."""
-    return [Activation.of(entry_id, fields) for _stream, batch in reply or [] for entry_id, fields in batch]
+    """The entries of an XREADGROUP reply (any number of streams)."""
+    return [Activation.of(entry_id, fields, text(stream)) for stream, batch in reply or []
+            for entry_id, fields in batch]
+
+
+async def read_streams(client: aioredis.Redis, group: str, consumer: str, start_ids: dict[str, str], *, count: int,
+                       block: int | None) -> list[Activation]:
+    """Up to ``count`` entries of each stream of ``start_ids`` (stream -> ``>`` for new ones, ``0`` for this
+    consumer's pending ones) in one XREADGROUP: how one operator reads every namespace's stream with one blocked
+    connection (a standalone Redis; on a Redis Cluster the streams are in different slots: one read per stream)."""
+    if not start_ids:
+        return []
+    reply = await client.xreadgroup(group, consumer, start_ids, count=count, block=block)  # type: ignore[arg-type]
+    return _activations(reply)
 
 
 class ActivationConsumer:
-    """A consumer of ``uc:activations`` in consumer group ``group`` (sync client)."""
+    """A consumer of ``stream`` (the local ``uc:activations``) in consumer group ``group`` (sync client)."""
 
-    def __init__(self, client: redis.Redis, group: str, consumer: str) -> None:
+    def __init__(self, client: redis.Redis, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
         self.redis = client
         self.group = group
         self.consumer = consumer
+        self.stream = stream
 
     def ensure_group(self, start_id: str = "$") -> None:
         """Create the group (and the stream) unless it exists; a new group starts after ``start_id``."""
         try:
-            self.redis.xgroup_create(ACTIVATIONS_STREAM, self.group, id=start_id, mkstream=True)
+            self.redis.xgroup_create(self.stream, self.group, id=start_id, mkstream=True)
         except redis.ResponseError as exc:
             if not _busy_group(exc):
                 raise
 
     def read(self, start_id: str = ">", *, count: int, block: int | None) -> list[Activation]:
         """Up to ``count`` entries: new ones (``>``), or this consumer's pending ones (``0``)."""
-        reply = self.redis.xreadgroup(self.group, self.consumer, {ACTIVATIONS_STREAM: start_id}, count=count,
+        reply = self.redis.xreadgroup(self.group, self.consumer, {self.stream: start_id}, count=count,
                                       block=block)
         return _activations(reply)
 
     def ack(self, activations: Iterable[Activation]) -> None:
         ids = [activation.entry_id for activation in activations]
         if ids:
-            self.redis.xack(ACTIVATIONS_STREAM, self.group, *ids)
+            self.redis.xack(self.stream, self.group, *ids)
 
 
 class AsyncActivationConsumer:
-    """A consumer of ``uc:activations`` in consumer group ``group`` (``redis.asyncio`` client)."""
+    """A consumer of ``stream`` (a namespace's: ``keys.namespace_activations_stream``) in consumer group ``group``
+    (``redis.asyncio`` client)."""
 
-    def __init__(self, client: aioredis.Redis, group: str, consumer: str) -> None:
+    def __init__(self, client: aioredis.Redis, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
         self.redis = client
         self.group = group
         self.consumer = consumer
+        self.stream = stream
 
     async def ensure_group(self, start_id: str = "0") -> None:
         """Create the group (and the stream) unless it exists; a new group reads from ``start_id`` on."""
         try:
-            await self.redis.xgroup_create(ACTIVATIONS_STREAM, self.group, id=start_id, mkstream=True)
+            await self.redis.xgroup_create(self.stream, self.group, id=start_id, mkstream=True)
         except redis.ResponseError as exc:
             if not _busy_group(exc):
                 raise
 
     async def read(self, start_id: str = ">", *, count: int, block: int | None) -> list[Activation]:
         """Up to ``count`` entries: new ones (``>``), or this consumer's pending ones (``0``)."""
-        reply = await self.redis.xreadgroup(self.group, self.consumer, {ACTIVATIONS_STREAM: start_id}, count=count,
+        reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: start_id}, count=count,
                                             block=block)
         return _activations(reply)
 
     async def ack(self, activations: Sequence[Activation]) -> None:
         ids = [activation.entry_id for activation in activations]
         if ids:
-            await self.redis.xack(ACTIVATIONS_STREAM, self.group, *ids)
+            await self.redis.xack(self.stream, self.group, *ids)
 
     async def claim(self, min_idle_ms: int, *, count: int) -> list[Activation]:
         """Take over entries another consumer of the group read but did not acknowledge for ``min_idle_ms`` (e.g.
         an operator pod that was replaced); [] when the group does not exist. Deleted entries are left out."""
         try:
-            result = await self.redis.xautoclaim(ACTIVATIONS_STREAM, self.group, self.consumer, min_idle_ms, "0-0",
+            result = await self.redis.xautoclaim(self.stream, self.group, self.consumer, min_idle_ms, "0-0",
                                                  count=count)
         except redis.ResponseError:
             return []
@@ -124,4 +142,5 @@ class AsyncActivationConsumer:
         return [Activation.of(entry_id, fields) for entry_id, fields in entries]
 
 
-__all__ = ["Activation", "ActivationConsumer", "AsyncActivationConsumer", "entry_fields", "missing_group"]
+__all__ = ["Activation", "ActivationConsumer", "AsyncActivationConsumer", "entry_fields", "missing_group",
+           "read_streams"]

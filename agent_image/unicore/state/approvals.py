@@ -75,7 +75,7 @@ from unicore.state.approval_records import (  # the records' format, shared with
     _parse,
     run_script,
 )
-from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, TaskKeys
+from unicore.state.keys import ACTIVATIONS_MAXLEN, TaskKeys, activations_stream
 
 # --------------------------------------------------------------------------- scripts
 
@@ -245,7 +245,7 @@ def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
     """Activate the task (decided calls may let it run) and note its row changed (``state.changes``): one round
     trip."""
     pipe = client.pipeline(transaction=False)
-    pipe.xadd(ACTIVATIONS_STREAM, entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
+    pipe.xadd(activations_stream(task_id), entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
               maxlen=ACTIVATIONS_MAXLEN, approximate=True)
     changes.execute_with_changes(pipe, [(task_id, "decided")])
 

@@ -1,7 +1,9 @@
 """The stream of task changes ``uc:changes``: which task's row of the tree changed, and how (issue 16).
 
-One global Redis stream (``keys.CHANGES_STREAM``), capped with ``MAXLEN ~`` at ``keys.CHANGES_MAXLEN`` entries. Every
-entry has two small fields, never a message's text:
+One Redis stream for local tasks (``keys.CHANGES_STREAM``) and one per namespace for AgentTasks
+(``keys.changes_stream``: a namespace's Redis user can write only its own, so it cannot poison another's), each
+capped with ``MAXLEN ~`` at ``keys.CHANGES_MAXLEN`` entries. Every entry has two small fields, never a message's
+text:
 
 ``task``    the task id
 ``change``  what changed (``KINDS``): ``created`` (a root or a child), ``turn_started`` (its lease taken: running),
@@ -21,7 +23,8 @@ never fails the write it reports, like the live token stream. So a reader must n
 entries can be lost (a Redis error, or trimmed away before they were read) and a resync now and then repairs that.
 
 The reader is the local web UI's tree feed (``unicore.ui.backend``): ``last_id`` before it reads the forest, then
-``read_after`` (XREAD BLOCK) and it re-reads only the rows of the tasks named.
+``read_after`` (XREAD BLOCK) and it re-reads only the rows of the tasks named. It reads the local stream; the
+namespaces' streams have no reader yet (the plugin's UI watches the API server) and only keep their last entries.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any, Literal, get_args
 
 from unicore.log import get_logger
 from unicore.state.codec import text
-from unicore.state.keys import CHANGES_MAXLEN, CHANGES_STREAM
+from unicore.state.keys import CHANGES_MAXLEN, CHANGES_STREAM, changes_stream
 
 log = get_logger("state.changes")
 
@@ -63,7 +66,7 @@ def entry_fields(task_id: str, change: Kind) -> dict[str, str]:
 
 def queue(pipe: Any, task_id: str, change: Kind) -> None:
     """Add the XADD of one change to a pipeline (whose errors the caller handles: ``execute_with_changes``)."""
-    pipe.xadd(CHANGES_STREAM, entry_fields(task_id, change), maxlen=CHANGES_MAXLEN,  # type: ignore[arg-type]
+    pipe.xadd(changes_stream(task_id), entry_fields(task_id, change), maxlen=CHANGES_MAXLEN,  # type: ignore[arg-type]
               approximate=True)
 
 
@@ -94,7 +97,7 @@ def publish(client: Any, changes: Sequence[tuple[str, Kind]]) -> None:
 def publish_one(client: Any, task_id: str, change: Kind) -> None:
     """One change, one XADD (no pipeline); best effort: logged, never raised."""
     try:
-        client.xadd(CHANGES_STREAM, entry_fields(task_id, change), maxlen=CHANGES_MAXLEN, approximate=True)
+        client.xadd(changes_stream(task_id), entry_fields(task_id, change), maxlen=CHANGES_MAXLEN, approximate=True)
     except Exception as exc:  # noqa: BLE001 - a change notice never fails the write it reports
         _lost([(task_id, change)], exc)
 

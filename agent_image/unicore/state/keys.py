@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ACTIVATIONS_STREAM = "uc:activations"
+ACTIVATIONS_STREAM = "uc:activations"  # local tasks'; an AgentTask's namespace has its own (activations_stream)
 TASKS_INDEX = "uc:tasks"
 # Sorted set: task id -> unix time of its turn's last heartbeat. One global key (not under a task's hash tag), so it is
 # written by a separate command next to the task's own scripts; members are removed when the lease is released.
@@ -12,7 +12,7 @@ HEARTBEATS_INDEX = "uc:heartbeats"
 ACTIVATIONS_MAXLEN = 10_000
 # Stream of task changes (state.changes): which task's tree row changed, one small entry each (the local UI's tree
 # feed). Global like the activation stream, so it is written by a separate command, never inside a task's script.
-CHANGES_STREAM = "uc:changes"
+CHANGES_STREAM = "uc:changes"  # local tasks'; an AgentTask's namespace has its own (changes_stream)
 CHANGES_MAXLEN = 10_000
 # Keys that belong to no task (each owned by one module that builds the rest of its name here).
 BEDROCK_MODELS_CACHE = "uc:bedrock:models:{region}"  # providers.model_names: the region's model list
@@ -27,6 +27,37 @@ def agent_key(agent_id: str) -> str:
     """``uc:agent:{<agent id>}``: one agent definition as JSON (``state.agents``). Not under ``uc:{<id>}:`` so no
     task's key pattern (retention's SCAN of a task, a namespace's ACL patterns) ever covers it."""
     return f"uc:agent:{{{agent_id}}}"
+
+
+def namespace_key(namespace: str, part: str) -> str:
+    """``uc:{<namespace>/}:<part>``: a key of a whole namespace, in its tasks' key space (a task name is never empty,
+    so no task's key is one of these; a namespace's Redis user is granted exactly the ones it writes)."""
+    return f"uc:{{{namespace}/}}:{part}"
+
+
+def activations_stream(task_id: str) -> str:
+    """The activation stream that wakes ``task_id``: its namespace's own (``uc:{<namespace>/}:activations``) for an
+    AgentTask, so a namespace that poisons its stream (an entry with the largest id, ``MAXLEN 0``) stops only its own
+    wake-ups; the local one (``uc:activations``) for a local task."""
+    namespace, slash, _ = task_id.partition("/")
+    return namespace_activations_stream(namespace) if slash else ACTIVATIONS_STREAM
+
+
+def namespace_activations_stream(namespace: str) -> str:
+    """The activation stream of ``namespace``'s AgentTasks (``activations_stream``)."""
+    return namespace_key(namespace, "activations")
+
+
+def changes_stream(task_id: str) -> str:
+    """The stream of task changes ``task_id``'s changes go to: its namespace's own, or the local one (as
+    ``activations_stream``)."""
+    namespace, slash, _ = task_id.partition("/")
+    return namespace_changes_stream(namespace) if slash else CHANGES_STREAM
+
+
+def namespace_changes_stream(namespace: str) -> str:
+    """The stream of task changes of ``namespace``'s AgentTasks (``changes_stream``)."""
+    return namespace_key(namespace, "changes")
 
 
 def task_key(task_id: str, part: str) -> str:
@@ -116,6 +147,11 @@ class TaskKeys:
         return task_key(self.task_id, "tokens")
 
     @property
+    def budget(self) -> str:
+        """On a root: the token budget reservations of the tree's model calls in flight (``state.tree_budget``)."""
+        return task_key(self.task_id, "budget")
+
+    @property
     def approvals(self) -> str:
         """Tool calls waiting for a person (approvals, ask_user questions) and their decisions (``state.approvals``)."""
         return task_key(self.task_id, "approvals")
@@ -158,4 +194,5 @@ class TaskKeys:
             self.retired,
             self.archived,
             self.approvals,
+            self.budget,
         ]

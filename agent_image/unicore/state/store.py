@@ -44,7 +44,7 @@ from unicore.state import approvals, changes, lua
 from unicore.state.activations import entry_fields
 from unicore.state.agents import read_agent
 from unicore.state.client import build_client
-from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.state.keys import ACTIVATIONS_MAXLEN, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, activations_stream
 from unicore.state.messages import load_message
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
 
@@ -338,11 +338,18 @@ class TaskStore:
         """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor);
         ``change``: also note that its tree row changed (``state.changes``, in the same round trip)."""
         fields = entry_fields(task_id, reason, _now())
-        if change is None:
-            return str(self.redis.xadd(ACTIVATIONS_STREAM, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(ACTIVATIONS_STREAM, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True)
-        return str(changes.execute_with_changes(pipe, [(task_id, change)])[0])
+        stream = activations_stream(task_id)
+        try:
+            if change is None:
+                return str(self.redis.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True))
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+            return str(changes.execute_with_changes(pipe, [(task_id, change)])[0])
+        except redis.ResponseError as exc:
+            # The stream refuses the entry (its namespace's Redis user gave it an entry with the largest id): the
+            # work stays queued and the periodic resync starts it; what the activation reports is not undone.
+            log.warning("task %s: activation not written to %s (%s); the resync starts it", task_id, stream, exc)
+            return ""
 
     def pending_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).inbox))
