@@ -15,8 +15,10 @@ without draining (decision wake-ups found then are dropped: a later decision que
 
 Never twice: an approved call's tool starts only after ``state.approval_writes.start_call`` marked it started (atomic,
 fenced); a turn that dies after that mark gives the call the error result ``INTERRUPTED_TEXT`` instead of running it
-again (at most once). Results are queued under the id ``tr:<call id>``, remembered in the task's seen set, so a
-repeated resolution queues nothing.
+again (at most once). An approval binds to what the call's tool name ran when it was made (``Tool.target``, kept
+in ``PendingCall.target``): an approved call whose name runs another tool by then (an MCP server that lists its
+tools differently now) is not run but answered with an error result. Results are queued under the id
+``tr:<call id>``, remembered in the task's seen set, so a repeated resolution queues nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.schema import ContentBlock, InboxMessage, tool_result_block, tool_result_message_id
 from unicore.state import approval_writes as writes
-from unicore.state import approvals
+from unicore.state import approvals, codec
 from unicore.state.approvals import PendingCall
 from unicore.state.records import Lease, TaskRecord
 from unicore.terminal import printable
@@ -111,7 +113,8 @@ class ApprovalGate:
         pending = [
             PendingCall(call_id=str(use["toolUseId"]), tool=str(use["name"]), input=dict(use.get("input") or {}),
                         kind=kind, turn=turn_number, requested_at=now, position=position,
-                        question=str((use.get("input") or {}).get("question", "")) if kind == "input" else "")
+                        question=str((use.get("input") or {}).get("question", "")) if kind == "input" else "",
+                        target=self.tools[str(use["name"])].target())
             for position, (use, kind) in enumerate(zip(uses, kinds, strict=True)) if kind is not None
         ]
         writes.record_calls(self.redis, self.lease, pending)  # the task waits from here on
@@ -183,6 +186,10 @@ class ApprovalGate:
             answers = call.answer_id or None
         elif call.status == "denied":
             block = tool_result_block(call.call_id, f"Error: {call.result_text()}", error=True)
+        elif (moved := self._moved(call)) is not None:
+            log.warning("task %s: approved call %s not run: %s", self.lease.task_id, call.call_id,
+                        printable(moved, multiline=False))
+            block = tool_result_block(call.call_id, f"Error: the approved call was not run: {moved}", error=True)
         elif writes.start_call(self.redis, self.lease, call.call_id):
             log.info("task %s: running approved call %s (%s)", self.lease.task_id, call.call_id, call.tool)
             use = {"toolUseId": call.call_id, "name": call.tool, "input": call.input}
@@ -194,9 +201,18 @@ class ApprovalGate:
             block = tool_result_block(call.call_id, INTERRUPTED_TEXT, error=True)
         self._queue(call.call_id, result_entry(call.call_id, block, self.lease.task_id, answers))
 
+    def _moved(self, call: PendingCall) -> str | None:
+        """Why an approved call must not run: its name now runs something else than what was approved (an MCP
+        server that lists another tool under that name by now; issue 24). None: it runs what was approved (or its
+        tool is gone, which ``run_tool_call`` answers)."""
+        tool = self.tools.get(call.tool)
+        if tool is None or not call.target or tool.target() == call.target:
+            return None
+        return f"{call.tool} now names {tool.target()}, not {call.target} that was approved"
+
     def _queue(self, call_id: str, entry: InboxMessage) -> None:
         """Queue a call's result (as ``turn._queue_result`` does: one over the message cap becomes an error)."""
-        size = len(entry.model_dump_json().encode())
+        size = len(codec.model_json(entry).encode())  # as the store writes it (valid text, state.codec)
         if size > self.ctx.store.message_cap_bytes:
             text = (f"Error: the tool result was too large to keep ({size} bytes, over the cap of "
                     f"{self.ctx.store.message_cap_bytes} bytes)")

@@ -64,7 +64,7 @@ from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore
 from unicore.state.telemetry import Telemetry
 from unicore.state.token_stream import StreamSettings, TokenStreamSink, publish_turn_end
 from unicore.tools.base import Spawner, Tool, ToolContext
-from unicore.tools.mcp_tools import McpToolbox, toolbox_for
+from unicore.tools.mcp_toolbox import McpToolbox, toolbox_for
 from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
 from unicore.turn_numbers import shown_turn
 from unicore.turn_signals import Heartbeat
@@ -185,7 +185,7 @@ class _Turn:
         self.context = context
         self.view = HistoryView(None)  # the newest compaction and the messages after it (unicore.compaction)
         self.compactor: Compactor | None = None
-        self.mcp = McpToolbox()  # the MCP servers' tools of this turn (tools.mcp_tools), closed when it ends
+        self.mcp = McpToolbox()  # the MCP servers' tools of this turn (tools.mcp_toolbox), closed when it ends
 
     # ---- lifecycle
 

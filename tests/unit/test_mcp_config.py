@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import re
 
@@ -13,7 +15,8 @@ from unicore.cli_mcp import is_mcp_tool_name, parse_attachment
 from unicore.errors import ConfigError
 from unicore.mcp_config import dump_resolved, parse_document, parse_resolved, resolved
 from unicore.schema import MCPServerRef, TaskSpec
-from unicore.tools.mcp_tools import offered_names, result_text
+from unicore.tools.mcp_toolbox import offered_names
+from unicore.tools.mcp_tools import result_text
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -127,6 +130,19 @@ def test_offered_names_keep_valid_names_and_make_the_others_valid_unique_and_sta
     assert offered_names("fs", list(reversed(tools))) == offered  # the same names in every turn, whatever the order
     longest_server = "s" * 32
     assert all(NAME.match(name) for name in offered_names(longest_server, ["t" * 100, "u.v"]))
+
+
+def test_offered_names_do_not_depend_on_the_order_the_server_lists_its_tools_in():
+    """Names that sanitise alike (issue 24): each gets a name derived from its own real name, in every order."""
+    tools = ["files.read", "files/read", "files read", "files_read", "a.b", "a/b"]
+    offered = offered_names("fs", tools)
+    assert sorted(offered.values()) == sorted(tools) and all(NAME.match(name) for name in offered)
+    for order in itertools.permutations(tools):
+        assert offered_names("fs", list(order)) == offered, order
+    for colliding in ("files.read", "files/read", "files read", "a.b", "a/b"):  # each of a clash is hashed
+        digest = hashlib.sha256(colliding.encode()).hexdigest()[:8]
+        assert {tool: name for name, tool in offered.items()}[colliding].endswith("_" + digest)
+    assert offered["fs__files_read"] == "files_read"  # a valid name keeps it
 
 
 def test_result_text_summarizes_what_is_not_text():

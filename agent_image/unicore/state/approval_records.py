@@ -44,6 +44,9 @@ class PendingCall:
     answer_id: str = ""  # the id of the message that answered it
     started_at: float | None = None  # an approved call: when the turn started its tool (it runs at most once)
     resolved_at: float | None = None  # when its result was queued for the conversation
+    # What the tool's name ran when the call was made (``Tool.target``: an MCP tool's server and real name); an
+    # approved call whose name runs something else by then is not run (``approvals_turn``). "": not recorded.
+    target: str = ""
 
     @property
     def decided(self) -> bool:

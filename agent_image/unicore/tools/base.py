@@ -56,6 +56,12 @@ class Tool:
     def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
         raise NotImplementedError
 
+    def target(self) -> str:
+        """What this tool's name runs, for people and for approvals: an approval binds to it (``PendingCall.target``),
+        and an approved call whose name runs something else by then is not run (an MCP tool: the server's own name
+        for it, ``tools.mcp_tools``)."""
+        return f"tool {self.name!r}"
+
     def metric_labels(self) -> dict[str, str]:
         """The labels of this tool's call metrics (``tools.call_metrics``): a built-in or custom tool is counted under
         its own name."""

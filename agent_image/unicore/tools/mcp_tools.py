@@ -4,7 +4,7 @@
 ``UNICORE_MCP_SERVERS`` (``unicore.mcp_config``), all at once, each bounded by its ``timeoutSeconds``; lists their
 tools once (the list is the turn's); and makes a ``Tool`` of each allowed one:
 
-- named ``<server>__<tool>`` (``offered_names``: OpenAI function names are ``[A-Za-z0-9_-]{1,64}``);
+- named ``<server>__<tool>`` (``mcp_toolbox.offered_names``: OpenAI function names are ``[A-Za-z0-9_-]{1,64}``);
 - with the server's description and its JSON input schema UNCHANGED (the server validates the input);
 - a call runs with ``toolTimeoutSeconds[tool]`` or ``timeoutSeconds``; the result's text becomes the tool result,
   other content is summarized as text (``result_text``); an ``isError`` result, a server that is down, slow or dies
@@ -12,15 +12,14 @@ tools once (the list is the turn's); and makes a ``Tool`` of each allowed one:
 
 Tools outside the allow-list are never offered; a call of one, or of a tool of a server that could not be reached,
 is refused with an error tool result saying why (``McpToolbox.explain``, through ``ToolContext.explain_unavailable``).
+
+This module imports the ``mcp`` SDK: only ``mcp_toolbox.toolbox_for`` imports it, for a turn that uses MCP servers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,47 +28,15 @@ from pydantic import BaseModel, ConfigDict
 
 from unicore.errors import ToolError
 from unicore.log import get_logger
-from unicore.mcp_config import SEPARATOR, ResolvedMCPServer, parse_resolved
+from unicore.mcp_config import ResolvedMCPServer, parse_resolved
 from unicore.schema import MCPServerRef
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.mcp_client import LoopThread, ServerConnection, describe, gather_quietly, progress_logger
+from unicore.tools.mcp_toolbox import McpToolbox, offered_names
 
 log = get_logger("mcp")
 
-MAX_NAME = 64  # OpenAI's function names: [A-Za-z0-9_-], at most 64 characters (Bedrock's toolSpec names likewise)
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-HASH_CHARS = 8
 OPEN_GRACE_SECONDS = 5.0
-
-
-def offered_names(server: str, tools: Sequence[str]) -> dict[str, str]:
-    """Offered name -> the tool's name on the server, for the tools of one server.
-
-    ``<server>__<tool>`` when that is a valid function name. Otherwise the tool's characters outside
-    ``[A-Za-z0-9_-]`` become ``_``; a name that is then still too long, or taken (by a tool whose own name was
-    valid, which always keeps it), is cut and ends in ``_`` + 8 hex characters of the sha256 of the tool's real
-    name, so it stays unique and is the same in every turn."""
-    prefix = server + SEPARATOR
-    offered: dict[str, str] = {}
-    exact = [tool for tool in dict.fromkeys(tools) if NAME_RE.match(prefix + tool)]
-    for tool in exact:
-        offered[prefix + tool] = tool
-    for tool in dict.fromkeys(tools):
-        if tool in exact:
-            continue
-        name = prefix + re.sub(r"[^A-Za-z0-9_-]", "_", tool)
-        if len(name) > MAX_NAME or name in offered:
-            digest = hashlib.sha256(tool.encode()).hexdigest()
-            room = MAX_NAME - len(prefix) - HASH_CHARS - 1
-            stem = name[len(prefix):][:room]
-            name = f"{prefix}{stem}_{digest[:HASH_CHARS]}"
-            extra = HASH_CHARS
-            while name in offered:  # two real names sharing 8 hex characters: take more of the digest
-                extra += 1
-                stem = stem[:-1] if stem else stem
-                name = f"{prefix}{stem}_{digest[:extra]}"
-        offered[name] = tool
-    return offered
 
 
 def result_text(result: mcp_types.CallToolResult) -> str:
@@ -129,6 +96,9 @@ class McpTool(Tool):
             raise ToolError(text or f"MCP tool {self.remote_name} of server {self.connection.name} failed")
         return text
 
+    def target(self) -> str:
+        return f"MCP tool {self.remote_name!r} of server {self.connection.name!r}"
+
     def metric_labels(self) -> dict[str, str]:
         # By server only: the server's tool names are a tenant's choice, no bounded label (tools.call_metrics).
         return {"tool": "mcp", "source": "mcp", "server": self.connection.name}
@@ -141,36 +111,6 @@ def make_tool(offered: str, connection: ServerConnection, remote: mcp_types.Tool
         "schema": remote.input_schema,
     })
     return cls()
-
-
-@dataclass
-class McpToolbox:
-    """The MCP tools of one turn: ``tools`` to offer, ``explain`` for refused calls, ``close`` at the turn's end."""
-
-    tools: list[Tool] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)  # offered name of a listed, not allowed tool -> why
-    down: dict[str, str] = field(default_factory=dict)  # server -> why its tools are not available
-    runner: LoopThread | None = None
-    connections: list[ServerConnection] = field(default_factory=list)
-
-    def explain(self, name: str) -> str | None:
-        """Why ``name`` is no tool of this turn, when it names an MCP server's tool; None otherwise."""
-        if name in self.refused:
-            return self.refused[name]
-        server = name.split(SEPARATOR, 1)[0] if SEPARATOR in name else ""
-        if server in self.down:
-            return f"the tools of MCP server {server!r} are not available in this turn: {self.down[server]}"
-        return None
-
-    def close(self) -> None:
-        if self.runner is None:
-            return
-        runner, self.runner = self.runner, None
-        try:
-            runner.run(gather_quietly([connection.aclose() for connection in self.connections]), 30)
-        except Exception as exc:  # noqa: BLE001 - closing never fails a turn
-            log.warning("closing MCP sessions: %s", describe(exc))
-        runner.stop()
 
 
 def open_toolbox(refs: Sequence[MCPServerRef] | None, definitions: str, *, local: bool, workspace: Path,
@@ -217,7 +157,9 @@ def _add_tools(box: McpToolbox, ref: MCPServerRef, connection: ServerConnection,
     if missing:
         log.warning("MCP server %s lists no tool(s) %s (named in the task's allow-list)", ref.name, ", ".join(missing))
     offered_allowed = [name for name in ref.tools or () if name in by_name]
-    for offered, remote in offered_names(ref.name, list(by_name)).items():
+    offered_as = {remote: offered for offered, remote in offered_names(ref.name, list(by_name)).items()}
+    for remote in (name for name in by_name if name in offered_as):  # in the server's order
+        offered = offered_as[remote]
         if remote not in allowed:
             box.refused[offered] = (f"tool {remote!r} of MCP server {ref.name!r} is not in this task's allow-list "
                                     f"(allowed: {', '.join(offered_allowed) or 'none'})")
@@ -230,15 +172,4 @@ def _add_tools(box: McpToolbox, ref: MCPServerRef, connection: ServerConnection,
         box.tools.append(make_tool(offered, connection, by_name[remote]))
 
 
-def toolbox_for(record: Any, settings: Any, workspace: Path, environ: Mapping[str, str],
-                taken: Iterable[str]) -> McpToolbox:
-    """The toolbox of a task record (``TaskRecord``) under the turn's ``RuntimeSettings``: stdio servers only in
-    local mode (``UNICORE_SPAWNER=local``)."""
-    refs = getattr(record, "mcp_servers", None)
-    if not refs:
-        return McpToolbox()
-    return open_toolbox(refs, settings.mcp_servers, local=settings.spawner == "local", workspace=workspace,
-                        environ=environ, taken=taken)
-
-
-__all__ = ["McpTool", "McpToolbox", "offered_names", "open_toolbox", "result_text", "toolbox_for"]
+__all__ = ["McpTool", "make_tool", "open_toolbox", "result_text"]
