@@ -1,12 +1,14 @@
 """A hostile stdio MCP server (tests/hostile_mcp_server.py, made with the mcp SDK) against the real ``unicore`` CLI
 and a real redis-server (issue 24): tool names that sanitise alike keep their offered names whatever order the
-server lists them in, and an approval runs only the tool it was given for (docs/mcp.md)."""
+server lists them in, an approval runs only the tool it was given for, and the server's stderr reaches the turn's
+log escaped and bounded (docs/mcp.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from unicore.launch.local import turn_log_name
 from unicore.state.store import TaskStore, connect
 from unicore.tools.mcp_toolbox import offered_names
 
@@ -14,6 +16,10 @@ from tests import hostile_mcp_server as hostile
 from tests.integration.test_mcp_local import calls, results, script
 from tests.mcp_servers import document, write_documents
 from tests.unicore_cli import unicore
+from tests.waiting import wait_for
+
+STDERR_CAP_BYTES = 65_536  # docs/mcp.md: a stdio server's stderr in the turn's log, per server and turn
+STDERR_LINE_CHARS = 1_000
 
 
 @pytest.fixture
@@ -64,3 +70,31 @@ def test_an_approved_call_whose_name_now_names_another_tool_is_not_run(cli_env, 
     assert text == ("Error: the approved call was not run: fs__files_read now names MCP tool 'files_read' of server "
                     "'fs', not MCP tool 'files.read' of server 'fs' that was approved")
 
+
+def test_a_stdio_servers_stderr_reaches_the_turns_log_escaped_cut_and_bounded(cli_env, store, tmp_path):
+    lines = 4000  # far past the cap
+    servers = write_documents(tmp_path / "servers.yaml",
+                              [document("noisy", hostile.spec(order(tmp_path, "files.read"), flood_lines=lines))])
+    steps = [calls(("noisy__files_read", {"path": "a.txt"})), {"text": "done"}]
+    run = unicore("run", "--name", "noisy", "--no-summary", "--script", script(tmp_path, "noisy", steps),
+                  "--mcp-server", str(servers), "read a.txt", env=cli_env)
+    assert run.returncode == 0, run.stderr
+    assert results(store, "noisy")["noisy__files_read"] == ("success", "files.read read a.txt")
+
+    prefix = "MCP server noisy stderr: "
+    log = Path(cli_env["UNICORE_HOME"]) / "logs" / turn_log_name("noisy")
+    wait_for(lambda: " bytes dropped" in log.read_text(), timeout=30, what="the stderr's last line in the log")
+    raw = log.read_bytes()
+    assert b"\x1b" not in raw and b"\x07" not in raw  # no terminal control character reaches the log
+    *kept, last = [line for line in raw.decode().splitlines(keepends=True) if line.startswith(prefix)]
+    assert kept[0] == prefix + "L" * STDERR_LINE_CHARS + " [cut]\n"  # a long line is cut
+
+    def shown(number: int) -> str:
+        return prefix + f"\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mflood {number:05d}\\x1b[0m" + "\n"
+
+    assert kept[1:] == [shown(number) for number in range(len(kept) - 1)]  # in order, none lost before the cap
+    size = sum(len(line.encode()) for line in kept)
+    assert size <= STDERR_CAP_BYTES < size + len(shown(len(kept) - 1).encode())  # filled up to the cap exactly
+    written = len(hostile.flood_text(lines).encode())
+    shown_raw = STDERR_LINE_CHARS + 1 + (len(kept) - 1) * len(hostile.flood_line(0).encode())
+    assert last.startswith(f"{prefix}... {written - shown_raw} bytes dropped"), last

@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from unicore.errors import ToolError
 from unicore.log import get_logger
 from unicore.mcp_config import ResolvedMCPServer
+from unicore.tools.mcp_stderr import StderrPump
 
 log = get_logger("mcp")
 
@@ -40,6 +41,7 @@ PROGRESS_LOG_SECONDS = 1.0  # at most one progress line per call and second
 # restart) is connected to again with backoff for this long at most (and never past timeoutSeconds) before the turn
 # goes on without it.
 CONNECT_RETRY_SECONDS = 20.0
+STDERR_DRAIN_SECONDS = 2.0  # at close, a stopped stdio server's last stderr lines are awaited this long at most
 
 ProgressHandler = Callable[[float, float | None, str | None], None]
 
@@ -95,15 +97,6 @@ class LoopThread:
             self.loop.close()
 
 
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: the turn's own stderr (its log file), else nowhere."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the server process
-    return sys.stderr
-
-
 class ServerConnection:
     """One MCP server's session for one turn. ``open`` and ``aclose`` run on the loop; ``call`` in the turn's
     thread."""
@@ -121,6 +114,8 @@ class ServerConnection:
         self._closing: asyncio.Event | None = None
         self._gone: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._errlog: TextIO | None = None  # a stdio server's stderr: the pump's pipe, or /dev/null
+        self._stderr: StderrPump | None = None
 
     # ---- on the loop
 
@@ -142,7 +137,23 @@ class ServerConnection:
             return streamable_http_client(spec.url, http_client=http)
         assert spec.command is not None
         params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=self.cwd)
-        return stdio_client(params, errlog=_errlog())
+        return stdio_client(params, errlog=self._stderr_sink())
+
+    def _stderr_sink(self) -> TextIO:
+        """Where a stdio server's stderr goes: through a ``StderrPump`` into the turn's own stderr (its log file),
+        escaped and bounded; nowhere when the turn has no stderr file."""
+        if self._errlog is None:
+            try:
+                self._stderr = StderrPump(self.name, sys.stderr.fileno())
+                self._errlog = self._stderr.errlog
+            except (AttributeError, OSError, ValueError):
+                self._errlog = open(os.devnull, "w")  # noqa: SIM115 - closed when the session ends
+        return self._errlog
+
+    def _close_errlog(self) -> None:
+        """This process's end of the server's stderr: the server started with its own copy."""
+        if self._errlog is not None and not self._errlog.closed:
+            self._errlog.close()
 
     async def _hold(self, ready: asyncio.Future[list[mcp_types.Tool]]) -> None:
         assert self._closing is not None and self._gone is not None
@@ -152,6 +163,7 @@ class ServerConnection:
                 client = await stack.enter_async_context(
                     Client(transport, cache=None, read_timeout_seconds=self.server.spec.timeout_seconds,
                            client_info=mcp_types.Implementation(name="unicore", version="0.1.0")))
+                self._close_errlog()  # the server runs: it holds its stderr itself
                 tools = await _list_tools(client)
                 self._client = client
                 ready.set_result(tools)
@@ -168,6 +180,7 @@ class ServerConnection:
                 ready.set_exception(McpServerError(self.broken))
         finally:
             self._client = None
+            self._close_errlog()
             self._gone.set()
 
     async def open(self) -> list[mcp_types.Tool]:
@@ -210,6 +223,8 @@ class ServerConnection:
                 self._holder.cancel()
             except BaseException as exc:  # noqa: BLE001 - closing never fails a turn
                 log.debug("MCP server %s: close: %s", self.name, describe(exc))
+        if self._stderr is not None:  # the server is stopped: the rest of its stderr, then the pump's last line
+            await asyncio.to_thread(self._stderr.finish, STDERR_DRAIN_SECONDS)
 
     async def _call(self, tool: str, arguments: dict[str, Any], timeout: float,
                     on_progress: ProgressHandler | None) -> mcp_types.CallToolResult:
