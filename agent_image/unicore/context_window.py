@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from unicore.glob_order import specificity
 from unicore.settings import EnvSettings, _default_if_blank
 
 # Built-in windows by model-name glob (matched against the name without its provider), then by provider. A
@@ -112,8 +113,6 @@ def _parse_windows(text: str) -> dict[str, int]:
 
 
 def _most_specific(patterns: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    from unicore.providers.scripted import specificity
-
     matching = [p for p in patterns if any(fnmatch.fnmatchcase(n, p) for n in names)]
     return min(matching, key=specificity, default=None)
 

@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from unicore.errors import ConfigError, TurnCancelled
+from unicore.glob_order import specificity
 from unicore.history import latest_user_text
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import CallRunner
@@ -89,45 +90,6 @@ class Script(BaseModel):
     def steps_for(self, task_id: str) -> list[ScriptStep]:
         pattern = pick_pattern(self.tasks, task_id)
         return self.tasks[pattern] if pattern is not None else []
-
-
-def _glob_tokens(pattern: str) -> list[tuple[bool, str]]:
-    """``pattern`` as ``(is_wildcard, text)`` tokens, splitting exactly where ``fnmatch`` does: ``*``, ``?`` and a
-    ``[...]`` set are wildcards; a ``[`` without its closing ``]`` is a literal character."""
-    tokens: list[tuple[bool, str]] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char in "*?":
-            tokens.append((True, char))
-            i += 1
-            continue
-        if char == "[":
-            j = i + 1
-            if j < n and pattern[j] == "!":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j < n:
-                tokens.append((True, pattern[i:j + 1]))
-                i = j + 1
-                continue
-        tokens.append((False, char))
-        i += 1
-    return tokens
-
-
-def specificity(pattern: str) -> tuple[int, int, int, int, str]:
-    """Sort key of a script key, most specific first: exact name, more literal characters, fewer ``*``, fewer
-    ``?``/``[...]``, then lexical order (a total order: the same keys always rank the same, in whatever order they
-    came)."""
-    tokens = _glob_tokens(pattern)
-    stars = sum(1 for is_wildcard, text in tokens if is_wildcard and text == "*")
-    others = sum(1 for is_wildcard, text in tokens if is_wildcard and text != "*")
-    literals = len(tokens) - stars - others
-    return (0 if stars + others == 0 else 1, -literals, stars, others, pattern)
 
 
 def pick_pattern(patterns: Iterable[str], task_id: str) -> str | None:
