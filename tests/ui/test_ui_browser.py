@@ -4,6 +4,7 @@ for real (real redis-server, scripted model, the local supervisor, turn processe
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def create(page: Any, ui: UI, prompt: str, model: str, name: str) -> None:
 def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page, ui, tmp_path: Path):
     script = tmp_path / "tree.yaml"
     script.write_text(TREE_SCRIPT)
-    create(page, ui, "Tell me about water.", f"scripted:{script}", "water")
+    create(page, ui, "Tell me about water.", f"scripted:{script.name}", "water")
     page.evaluate("window.notReloaded = true")  # a reload would lose it: everything below arrives live
 
     page.get_by_role("link", name="All tasks").click()
@@ -97,7 +98,7 @@ def test_a_created_tree_grows_and_settles_live_and_a_follow_up_is_answered(page,
 def test_model_text_with_markup_is_shown_as_text(page, ui, tmp_path: Path):
     script = tmp_path / "hostile.yaml"
     script.write_text("tasks:\n  hostile:\n    - text: '" + HOSTILE + "'\n")
-    create(page, ui, "Say something nasty.", f"scripted:{script}", "hostile")
+    create(page, ui, "Say something nasty.", f"scripted:{script.name}", "hostile")
     answer = page.locator("#transcript .msg.assistant .text")
     expect(answer).to_have_text(HOSTILE, timeout=SETTLE)
     assert answer.evaluate("node => node.textContent") == HOSTILE
@@ -126,10 +127,11 @@ def test_the_running_calls_tokens_stream_in_and_a_new_try_replaces_them(page, ui
     assert page.locator("#live b").count() == 0
 
 
-def test_a_gated_call_waits_for_the_approve_button_then_runs(page, ui):
+def test_a_gated_call_waits_for_the_approve_button_then_runs(page, ui, tmp_path: Path):
+    shutil.copy(REPO / "examples" / "approval-script.yaml", tmp_path)  # the UI reads its --scripts directory only
     page.goto(ui.url)
     page.get_by_label("Prompt").fill("Release note")
-    page.get_by_label("Model").fill(f"scripted:{REPO / 'examples' / 'approval-script.yaml'}")
+    page.get_by_label("Model").fill("scripted:approval-script.yaml")
     page.get_by_label("Name (optional)").fill("rel")
     page.get_by_label("Tools that wait for approval (comma-separated, optional)").fill("write_file")
     page.get_by_role("button", name="Create").click()

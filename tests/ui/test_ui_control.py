@@ -59,7 +59,7 @@ def test_suspend_a_running_task_then_resume_it_from_the_keyboard(page: Any, ui: 
     store = TaskStore(connect(redis_url))
     page.goto(ui.url)
     page.get_by_label("Prompt").fill("Take your time.")
-    page.get_by_label("Model").fill(f"scripted:{script}")
+    page.get_by_label("Model").fill(f"scripted:{script.name}")
     page.get_by_label("Name (optional)").fill("slow")
     page.get_by_text("Limits (optional").click()
     page.get_by_label("Iterations per turn").fill("7")

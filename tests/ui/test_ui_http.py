@@ -142,7 +142,7 @@ def test_last_event_id_resumes_stored_messages_with_no_gap_and_no_duplicate(ui, 
     script.write_text("tasks:\n  three:\n    - text: 'first answer'\n")
     jar = cookie(ui)
     headers = {"Cookie": jar, "X-CSRF-Token": csrf(ui, jar)}
-    body = {"prompt": "go", "model": f"scripted:{script}", "name": "three"}
+    body = {"prompt": "go", "model": f"scripted:{script.name}", "name": "three"}
     assert request(ui, "POST", "/api/tasks", headers=headers, body=body).status == 201
     store = TaskStore(connect(redis_url))
     wait_for(lambda: store.message_count("three") == 2 and not busy(store.redis, "three"), timeout=60)

@@ -21,6 +21,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +36,7 @@ from unicore.state.store import TaskStore
 from unicore.state.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
 from unicore.state.ui_reads import Row, build_forest, derived_events, read_all_rows
 from unicore.ui.manifest import parse_manifest
+from unicore.ui.scripts import ui_model
 from unicore.ui.tree_feed import FeedTiming, tree_changes
 
 MAX_ROOTS = 200  # roots shown in the tree view (newest first)
@@ -96,9 +98,11 @@ def forest_json(rows: dict[str, Row]) -> list[dict[str, Any]]:
 class LocalBackend:
     """Reads and writes of the UI in local mode (module doc)."""
 
-    def __init__(self, store: TaskStore, redis_url: str, *, tree_timing: FeedTiming | None = None) -> None:
+    def __init__(self, store: TaskStore, redis_url: str, *, tree_timing: FeedTiming | None = None,
+                 scripts: Path | None = None) -> None:
         self.store = store
         self.redis_url = redis_url
+        self.scripts = scripts  # ``unicore ui --scripts DIR``: where the UI's scripted:NAME is read (ui.scripts)
         self.tree_timing = tree_timing or FeedTiming()
         self._lock = threading.Lock()
         self._runners: dict[str, bool] = {}  # root -> run again after settling
@@ -144,11 +148,10 @@ class LocalBackend:
     def create(self, prompt: str, model: str, name: str | None, gated: list[str] | None = None,
                limits: dict[str, Any] | None = None) -> str:
         """Create and run a root task (as ``unicore run``); ``gated``: tools whose calls wait for approval;
-        ``limits``: fields of ``schema.Limits`` (the others keep their defaults)."""
-        from unicore.cli import script_spec
-
+        ``limits``: fields of ``schema.Limits`` (the others keep their defaults); ``scripted:NAME``: a file of the
+        scripts directory only (``unicore.ui.scripts``)."""
         name = name or f"task-{uuid.uuid4().hex[:8]}"
-        spec_model, script = script_spec(model or "scripted", None)
+        spec_model, script = ui_model(model or "scripted", self.scripts)
         spec = TaskSpec(id=_root_name(name), prompt=prompt, model=spec_model, script=script, limits=_limits(limits))
         if gated:
             spec.approval = Approval(tools=list(dict.fromkeys(gated)))
@@ -158,12 +161,8 @@ class LocalBackend:
         """Create and run a root task from an AgentTask manifest (``unicore.ui.manifest``: the CRD model's rules;
         Kubernetes-only fields such as gpus or nodeSelector have no meaning here and are ignored); one with
         ``spec.suspend: true`` is created suspended."""
-        from unicore.cli import script_spec
-
         name, parsed = parse_manifest(text)
-        model, script = parsed.model or "scripted", parsed.script
-        if script is None:
-            model, script = script_spec(model, None)
+        model, script = ui_model(parsed.model or "scripted", self.scripts, parsed.script)
         try:
             spec = TaskSpec(id=_root_name(name), prompt=parsed.prompt, model=model, script=script,
                             system_prompt=parsed.system_prompt or "", tools=parsed.tools,
