@@ -199,9 +199,13 @@ class UIHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.FORBIDDEN, "missing or wrong CSRF token or origin")
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                raise BadRequest("request too large")
+            length = self._body_length()
+        except BadRequest as exc:  # the body's end is unknown: answer, then drop the connection
+            self.close_connection = True
+            self._send(HTTPStatus.BAD_REQUEST, json.dumps({"error": str(exc)}).encode(), "application/json",
+                       {"Connection": "close"})
+            return
+        try:
             body = json.loads(self.rfile.read(length) or b"{}")
             if not isinstance(body, dict):
                 raise BadRequest("the body is a JSON object")
@@ -214,6 +218,19 @@ class UIHandler(BaseHTTPRequestHandler):
             self._error(exc.status, exc.message)
         except UniCoreError as exc:
             self._error(HTTPStatus.BAD_REQUEST, f"{type(exc).__name__}: {exc}")
+
+    def _body_length(self) -> int:
+        """The request's ``Content-Length`` (0 without one): one header of ASCII digits, at most MAX_BODY; else
+        BadRequest. Never -1, which would read until the client closes and hold this thread meanwhile."""
+        given = self.headers.get_all("Content-Length") or []
+        if not given:
+            return 0
+        text = given[0].strip()
+        if len(given) > 1 or not (text.isascii() and text.isdigit()):
+            raise BadRequest("Content-Length: one whole number of bytes")
+        if int(text) > MAX_BODY:
+            raise BadRequest(f"request too large (at most {MAX_BODY} bytes)")
+        return int(text)
 
     def _post(self, segments: list[str], body: dict[str, Any]) -> None:
         backend = self.server.backend
@@ -237,7 +254,10 @@ class UIHandler(BaseHTTPRequestHandler):
             queued = backend.send(segments[2], _text(body, "text"), client_id)
             self._json(HTTPStatus.OK, {"queued": queued})
         elif len(segments) == 5 and segments[:2] == ["api", "tasks"] and segments[3] == "calls":
-            backend.decide(segments[2], segments[4], bool(body.get("approve")))
+            approve = body.get("approve")
+            if not isinstance(approve, bool):  # "false" or 0 is no decision (it was: truthiness)
+                raise BadRequest("approve: true or false (a JSON boolean)")
+            backend.decide(segments[2], segments[4], approve)
             self._json(HTTPStatus.OK, {"ok": True})
         else:
             self._error(HTTPStatus.NOT_FOUND, "no such endpoint")

@@ -260,6 +260,10 @@ for (const control of ["suspend", "resume", "stop"]) {
   });
 }
 
+// Calls whose decision this page sent and has no answer to yet (``<task>\n<call>``): their buttons stay disabled,
+// also in a list re-rendered meanwhile, so a double click decides once.
+const deciding = new Set();
+
 function renderLinks(info) {
   const links = [];
   if (info.parent) links.push("parent: ", el("a", { href: `#/task/${encodeURIComponent(info.parent)}`, text: info.parent }), " ");
@@ -268,12 +272,23 @@ function renderLinks(info) {
   document.getElementById("task-links").replaceChildren(...links);
   const pending = document.getElementById("pending");
   pending.replaceChildren(...info.pending_calls.map((call) => {
-    const decide = (approve) => async () => {
-      await api("POST", `/api/tasks/${encodeURIComponent(info.id)}/calls/${encodeURIComponent(call.call_id)}`, { approve });
-      showTask(info.id);
-    };
+    const key = `${info.id}\n${call.call_id}`;
     const approve = el("button", { type: "button", text: "Approve" });
     const deny = el("button", { type: "button", text: "Deny" });
+    approve.disabled = deny.disabled = deciding.has(key);
+    const decide = (choice) => async () => {
+      if (deciding.has(key)) return;
+      deciding.add(key);
+      approve.disabled = deny.disabled = true;
+      try {
+        await api("POST", `/api/tasks/${encodeURIComponent(info.id)}/calls/${encodeURIComponent(call.call_id)}`, { approve: choice });
+      } catch (err) {  // e.g. decided meanwhile by someone else (AlreadyDecided): say so; the list shows what holds
+        if (task && task.id === info.id) document.getElementById("task-error").textContent = err.message;
+      } finally {
+        deciding.delete(key);
+      }
+      if (task && task.id === info.id) refreshLinks(info.id);
+    };
     approve.addEventListener("click", decide(true));
     deny.addEventListener("click", decide(false));
     return el("div", { class: "msg" }, el("div", { class: "who", text: `waiting: ${call.tool}` }),
@@ -314,16 +329,29 @@ async function refreshLinks(id) {
   try { renderLinks(await api("GET", `/api/tasks/${encodeURIComponent(id)}`)); } catch { /* the stream retries */ }
 }
 
-document.getElementById("earlier").addEventListener("click", async () => {
-  const start = Math.max(0, task.first - PAGE);
-  const page = await api("GET", `/api/tasks/${encodeURIComponent(task.id)}/messages?start=${start}&count=${task.first - start}`);
-  const anchor = document.getElementById("transcript").firstChild;
-  const turn = task.turn;
-  task.turn = null;
-  page.messages.forEach((m) => addMessage(m, anchor));
-  task.turn = turn;
-  task.first = start;
-  document.getElementById("earlier").hidden = start === 0;
+// One page at a time: the button is disabled while its page loads (a double click loads it once), and a page that
+// arrives after the user moved to another task is dropped.
+document.getElementById("earlier").addEventListener("click", async (event) => {
+  const button = event.currentTarget;
+  if (button.disabled) return;
+  const mine = view;
+  button.disabled = true;
+  try {
+    const start = Math.max(0, task.first - PAGE);
+    const page = await api("GET", `/api/tasks/${encodeURIComponent(task.id)}/messages?start=${start}&count=${task.first - start}`);
+    if (mine !== view) return;
+    const anchor = document.getElementById("transcript").firstChild;
+    const turn = task.turn;
+    task.turn = null;
+    page.messages.forEach((m) => addMessage(m, anchor));
+    task.turn = turn;
+    task.first = start;
+    button.hidden = start === 0;
+  } catch (err) {
+    if (mine === view) document.getElementById("task-error").textContent = err.message;
+  } finally {
+    button.disabled = false;
+  }
 });
 
 document.getElementById("send-form").addEventListener("submit", async (event) => {
@@ -349,7 +377,15 @@ document.getElementById("send-form").addEventListener("submit", async (event) =>
 
 function route() {
   const match = location.hash.match(/^#\/task\/(.+)$/);
-  if (match) showTask(decodeURIComponent(match[1])); else showTree();
+  let id = null;
+  try {
+    id = match ? decodeURIComponent(match[1]) : null;
+  } catch {  // URIError: not percent-encoded UTF-8 (a hand-edited or cut link)
+    id = null;
+  }
+  document.getElementById("route-error").textContent =
+    match && id === null ? `${location.hash.slice(0, 100)}: not a task address` : "";
+  if (id !== null) showTask(id); else showTree();
 }
 window.addEventListener("hashchange", route);
 route();
