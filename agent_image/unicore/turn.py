@@ -58,7 +58,6 @@ from unicore.schema import (
 )
 from unicore.settings import RuntimeSettings
 from unicore.state.compactions import Compaction, append_compaction, load_request_history, seen_tool_results
-from unicore.state.reads import tree_budget_use
 from unicore.state.records import Lease, TaskRecord, Turn
 from unicore.state.store import DEFAULT_LEASE_TTL_MS, TaskStore
 from unicore.state.telemetry import Telemetry
@@ -66,6 +65,7 @@ from unicore.state.token_stream import StreamSettings, TokenStreamSink, publish_
 from unicore.tools.base import Spawner, Tool, ToolContext
 from unicore.tools.mcp_toolbox import McpToolbox, toolbox_for
 from unicore.tools.registry import run_tool_call, tool_specs, toolset_for
+from unicore.turn_budget import BudgetUsedUp, TreeBudget, hold_seconds
 from unicore.turn_numbers import shown_turn
 from unicore.turn_signals import Heartbeat
 
@@ -186,6 +186,7 @@ class _Turn:
         self.view = HistoryView(None)  # the newest compaction and the messages after it (unicore.compaction)
         self.compactor: Compactor | None = None
         self.mcp = McpToolbox()  # the MCP servers' tools of this turn (tools.mcp_toolbox), closed when it ends
+        self.budget: TreeBudget | None = None  # the tree's token budget: a reservation per model call (turn_budget)
 
     # ---- lifecycle
 
@@ -232,6 +233,8 @@ class _Turn:
                     log.error("task %s: could not release the lease: %s", self.task_id, exc)
                 fault_point("after release")
             self.mcp.close()
+            if self.budget is not None:
+                self.budget.release_quietly()
         if self.outcome.turn_number is not None and self.outcome.exit_code != EXIT_LEASE_LOST:
             publish_turn_end(self.redis, self.task_id, self.outcome.turn_number, self.live)  # wakes live readers
         if self.outcome.turn_number is not None:
@@ -317,6 +320,9 @@ class _Turn:
         assert self.lease is not None
         record = resolve_for_turn(self.store, self.lease, record)  # its agent's definition as of now
         self._check_cancel()
+        self.budget = TreeBudget(self.redis, self.task_id, record.root or self.task_id,
+                                 hold_seconds=hold_seconds(self.progress.stall_seconds, self.lease_ttl_ms),
+                                 cancel=self.cancel, check_cancel=self._check_cancel, mark=self.progress.mark)
         model = self.model_factory(record, self.redis)
         if hasattr(model, "set_cancel_event"):
             model.set_cancel_event(self.cancel)
@@ -388,22 +394,22 @@ class _Turn:
         used_ids = used_tool_use_ids(view.messages)  # tool-use ids are unique over the task's history (answers.py)
         for _ in range(max_iterations):
             self._check_cancel()
-            budget_note = self._budget_exhausted(record)
-            if budget_note:
-                note = budget_note
-                final_text = note
-                break
             system = self.system_prompt_builder(self.store, record)
-            request = ModelRequest(
-                task_id=self.task_id,
-                system=system,
-                messages=self.compactor.fit(system, specs),  # compacts first when the history passes the limit
-                tools=specs,
-                purpose="turn",
-                earlier_answers=view.earlier_answers,
-            )
-            self.answer_seq = view.messages[-1].seq + 1
-            response = self._call_model(model, request)
+            try:
+                request = ModelRequest(
+                    task_id=self.task_id,
+                    system=system,
+                    messages=self.compactor.fit(system, specs),  # compacts first when the history passes the limit
+                    tools=specs,
+                    purpose="turn",
+                    earlier_answers=view.earlier_answers,
+                )
+                self.answer_seq = view.messages[-1].seq + 1
+                response = self._call_model(model, request)
+            except BudgetUsedUp as exc:  # the tree's token budget: no call was made
+                note = final_text = str(exc)
+                log.info("task %s: %s", self.task_id, note)
+                break
             fault_point("after model call")
             self.outcome.iterations += 1
             try:
@@ -417,9 +423,11 @@ class _Turn:
                 refusal = self.store.append_message(
                     self.lease, "user", [text_block(refusal_text(str(exc)))], usage=response.usage
                 )
+                self._usage_counted()
                 view.messages.append(refusal)
                 continue
             answer = self.store.append_message(self.lease, "assistant", content, usage=response.usage)
+            self._usage_counted()
             fault_point("after answer")
             view.messages.append(answer)
             tool_uses = [block for block in content if "toolUse" in block]
@@ -455,25 +463,27 @@ class _Turn:
             final_text = final_text or note
         self._end_turn(model, record, current, final_text, note, self.outcome.iterations, report=not waiting)
 
-    def _budget_exhausted(self, record: TaskRecord) -> str:
-        spent = tree_budget_use(self.redis, record.root)
-        if spent is None:
-            return ""
-        budget, used = spent
-        if used >= budget:
-            return f"stopped: the token budget of the tree ({budget} tokens) is used up ({used} used)"
-        return ""
+    def _usage_counted(self) -> None:
+        """The last call's usage is stored (and rolled up on the root): its budget reservation goes back."""
+        if self.budget is not None:
+            self.budget.release()
 
     def _call_model(self, model: Model, request: ModelRequest) -> ModelResponse:
+        """One model call, once the tree's token budget admits it (BudgetUsedUp: not made). The caller stores its
+        usage, then calls ``_usage_counted``."""
         # The model's metrics (model_calls_total, model_tokens_total, model_call_duration_seconds) have one owner,
         # the provider's CallRunner (unicore.providers.calling), so a call is counted once.
+        if self.budget is not None:
+            self.budget.admit(request)
         self.progress.mark(f"model call ({request.purpose})")
         sink = self._answer_sink(request)
         try:
             response = model.converse(request, sink)
         except (TurnCancelled, ModelError, ConfigError):
+            self._usage_counted()  # nothing to count
             raise
         except Exception as exc:  # a provider bug is a model failure of this turn
+            self._usage_counted()
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             if sink is not None:
@@ -574,6 +584,7 @@ class _Turn:
         response = self._call_model(model, request)
         assert self.lease is not None
         self.store.record_usage(self.lease, response.usage)
+        self._usage_counted()
         return response
 
     def _write_compaction(self, record: Compaction) -> bool:

@@ -1,12 +1,11 @@
-"""Pipelined reads that span several keys (of one task or many), for the operator's gauges and task API, a turn's
-budget check and the local supervisor: the Redis layout's owner answers them, not the callers."""
+"""Pipelined reads that span several keys (of one task or many), for the operator's gauges and task API and the
+local supervisor: the Redis layout's owner answers them, not the callers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from unicore.schema import Limits
 from unicore.state import approvals
 from unicore.state.keys import TaskKeys
 
@@ -63,19 +62,6 @@ def read_message_slice(client: Any, task_id: str, start: int, stop: int) -> list
     return list(client.lrange(TaskKeys(task_id).messages, start, stop - 1)) if stop > start else []
 
 
-def tree_budget_use(client: Any, root_id: str) -> tuple[int, int] | None:
-    """(token budget of the tree, tokens the tree used) from its root's record; None when the tree has no budget
-    (the used count is read only when there is one)."""
-    key = TaskKeys(root_id).task
-    raw_limits = client.hget(key, "limits")
-    if not raw_limits:
-        return None
-    budget = Limits.model_validate_json(raw_limits).token_budget
-    if budget <= 0:
-        return None
-    return budget, int(client.hget(key, "tree_total_tokens") or 0)
-
-
 def last_error(client: Any, task_id: str) -> str | None:
     """The ``last_error`` of the task's record (None or "" when there is none)."""
     value = client.hget(TaskKeys(task_id).task, "last_error")
@@ -102,5 +88,4 @@ def busy(client: Any, task_id: str) -> bool:
     return bool(pending) and not approvals.blocked(client, task_id)
 
 
-__all__ = ["TranscriptHead", "busy", "inbox_lengths", "last_error", "read_message_slice", "read_transcript_head",
-           "tree_budget_use"]
+__all__ = ["TranscriptHead", "busy", "inbox_lengths", "last_error", "read_message_slice", "read_transcript_head"]
