@@ -80,11 +80,11 @@ def children_of(ctx: OperatorContext, key: TaskKey, snap: TaskSnapshot) -> list[
     children: list[dict[str, str]] = []
     parent_id = names.task_id(*key)
     for child_id in snap.children:
-        key = contract.split_task_id(child_id)
-        body = first(ctx.agenttasks.get(key)) if key is not None and ctx.agenttasks is not None else None
-        if key is None or body is None or spec_parent(body) != parent_id:
+        child_key = contract.split_task_id(child_id)
+        body = first(ctx.agenttasks.get(child_key)) if child_key is not None and ctx.agenttasks is not None else None
+        if child_key is None or body is None or spec_parent(body) != parent_id:
             continue  # not a child of this task as the API server has it (the children set is tenant-writable)
-        children.append({"name": key[1], "phase": str((body.get("status") or {}).get("phase") or "Pending")})
+        children.append({"name": child_key[1], "phase": str((body.get("status") or {}).get("phase") or "Pending")})
     return sorted(children, key=lambda c: c["name"])
 
 
