@@ -5,6 +5,8 @@ A model answer becomes part of the task's append-only history, so a bad one woul
 
 - **shape**: a list of blocks, each an object with a ``text`` string or a ``toolUse`` object whose ``name`` is
   a string and ``input`` an object (other block kinds, e.g. reasoning, are kept when they are objects);
+- **valid text**: a lone surrogate (``"\ud800"``) becomes U+FFFD, as the store writes it (``state.codec``), so the
+  turn goes on with the answer it stored;
 - **nesting depth** at most ``MAX_ANSWER_DEPTH`` and **size** at most the message cap: deeper or larger
   answers would fail JSON decoding (Python, pydantic and Redis' cjson all have depth limits) on every later
   history load;
@@ -26,6 +28,7 @@ from typing import Any
 
 from unicore.errors import UniCoreError
 from unicore.schema import ContentBlock, Message
+from unicore.state import codec
 
 MAX_ANSWER_DEPTH = 64  # JSON nesting of one content block list, far above any real answer
 TOOL_USE_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -88,7 +91,8 @@ def _check_block(block: Any, index: int) -> None:
 
 
 def accept_answer(content: Any, used_ids: set[str], *, max_bytes: int) -> list[ContentBlock]:
-    """The answer as it will be stored (tool-use ids made unique; ``used_ids`` is updated), or BadAnswer."""
+    """The answer as it will be stored (its text valid, ``state.codec``; tool-use ids made unique; ``used_ids`` is
+    updated), or BadAnswer."""
     if not isinstance(content, list) or not content:
         raise BadAnswer("the answer has no content blocks")
     depth = json_depth(content, MAX_ANSWER_DEPTH)
@@ -114,7 +118,7 @@ def accept_answer(content: Any, used_ids: set[str], *, max_bytes: int) -> list[C
             use["toolUseId"] = _fresh_id(original, used_ids)
         used_ids.add(use["toolUseId"])
         accepted.append({**block, "toolUse": use})
-    return accepted
+    return codec.valid(accepted)  # a lone surrogate as U+FFFD: the turn goes on with what the store keeps
 
 
 def refusal_text(reason: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import redis
 
 from unicore.errors import LeaseLost, TaskNotFound
-from unicore.state import lua
+from unicore.state import codec, lua
 
 PendingKind = Literal["approval", "input"]
 CallStatus = Literal["pending", "approved", "denied", "answered"]
@@ -73,14 +73,14 @@ _STATE_FIELDS = ("status", "decided_by", "reason", "decided_at", "answer", "answ
 
 def _call_json(call: PendingCall) -> str:
     data = {k: v for k, v in asdict(call).items() if k not in _STATE_FIELDS}
-    return json.dumps(data)
+    return codec.dumps(data)
 
 
 def _state_json(call: PendingCall) -> str:
     data = {k: getattr(call, k) for k in _STATE_FIELDS if getattr(call, k) is not None}
     data["kind"] = call.kind
     data["requested_at"] = call.requested_at
-    return json.dumps(data)
+    return codec.dumps(data)
 
 
 def _parse(call_raw: str, state_raw: str | None) -> PendingCall:

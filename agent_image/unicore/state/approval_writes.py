@@ -18,7 +18,7 @@ import redis
 
 from unicore.errors import UniCoreError
 from unicore.schema import ContentBlock, InboxMessage
-from unicore.state import changes, lua
+from unicore.state import changes, codec, lua
 from unicore.state.approval_records import _DECODE_STATE, _HELD, PendingCall, _call_json, _state_json, run_script
 from unicore.state.keys import TaskKeys
 from unicore.state.records import Lease
@@ -146,7 +146,7 @@ def hold_result(client: redis.Redis, lease: Lease, call_id: str, position: int, 
     """Keep the result of an ungated call of a waiting answer until the whole answer's results are queued."""
     keys = TaskKeys(lease.task_id)
     run_script(client, HOLD_RESULT, [keys.lease, keys.approvals],
-         [lease.token, call_id, json.dumps({"position": position, "result": result})])
+         [lease.token, call_id, codec.dumps({"position": position, "result": result})])
 
 
 def held_results(client: redis.Redis, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
@@ -188,7 +188,7 @@ def resolve(client: redis.Redis, lease: Lease, call_id: str, message: InboxMessa
     """Queue the call's result (``message``, a tool_result entry; once by its id) and mark the call resolved."""
     keys = TaskKeys(lease.task_id)
     run_script(client, RESOLVE, [keys.lease, keys.approvals, keys.inbox, keys.seen],
-         [lease.token, call_id, message.id, message.model_dump_json(), repr(message.timestamp)])
+         [lease.token, call_id, message.id, codec.model_json(message), repr(message.timestamp)])
 
 
 def drop_entries(client: redis.Redis, lease: Lease, raw_entries: Sequence[str]) -> int:

@@ -14,6 +14,9 @@ machinery (``Retry``, ``EqualJitterBackoff``, ``retry_on_error``) with two addit
 - taking a connection from the pool is retried too (redis-py reconnects a pooled connection outside of any
   retry, so a command issued while the server restarts failed on its first attempt).
 
+Text is written valid whatever it holds (a lone surrogate as U+FFFD) and a reply that is not UTF-8 is read with
+U+FFFD in place of its bad bytes: ``state.codec``'s ``ENCODING_ERRORS`` handler.
+
 Sockets get timeouts (``UNICORE_REDIS_SOCKET_TIMEOUT``, default 15 s, longer than the longest blocking read:
 XREADGROUP BLOCK 2 s), TCP keepalive, and a PING before using a connection idle for more than 15 s, so a dead or
 half-open connection is noticed and replaced instead of hanging a turn.
@@ -50,6 +53,7 @@ from redis.retry import Retry
 from unicore.errors import ConfigError
 from unicore.log import get_logger
 from unicore.settings import RedisClientSettings
+from unicore.state.codec import ENCODING_ERRORS
 
 log = get_logger("state.client")
 
@@ -250,6 +254,7 @@ def client_options(
         "health_check_interval": HEALTH_CHECK_INTERVAL if health_check_interval is None else health_check_interval,
         "retry": AsyncBoundedRetry(seconds) if is_async else BoundedRetry(seconds),
         "retry_on_error": list(RETRY_ERRORS),
+        "encoding_errors": ENCODING_ERRORS,  # text is written valid, a reply that is not UTF-8 read (state.codec)
     }
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True

@@ -22,7 +22,7 @@ import redis
 
 from unicore.errors import LeaseLost, UniCoreError
 from unicore.schema import Message, tool_result_message_id
-from unicore.state import lua
+from unicore.state import codec, lua
 from unicore.state.keys import TaskKeys
 from unicore.state.messages import load_message
 from unicore.state.records import Lease, Turn, TurnMeta, turn_meta_field
@@ -62,7 +62,7 @@ class Compaction:
     created_at: float = field(default_factory=time.time)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return codec.dumps(asdict(self))
 
     @classmethod
     def parse(cls, raw: str) -> Compaction | None:

@@ -161,7 +161,11 @@ else
   if nmsgs <= first_seq then
     new_turn = true
   elseif ARGV[4] == '1' then
-    local last = cjson.decode(redis.call('LINDEX', KEYS[5], -1))
+    local last_raw = redis.call('LINDEX', KEYS[5], -1)
+    local ok, last = pcall(cjson.decode, last_raw)
+    if not ok then  -- stored before text was made valid (state.codec): loaded as a text stand-in (state.messages)
+      last = {role = string.match(last_raw, '"role":"(%a+)"'), content = {{text = ''}}}
+    end
     if last['role'] == 'assistant' then
       local has_text, has_tool_use = false, false
       for _, block in ipairs(last['content']) do

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from unicore.schema import SCHEMA_VERSION, Approval, Limits, MCPServerRef, Message, Usage
+from unicore.state import codec
 
 TaskStatus = Literal["idle", "running"]
 
@@ -93,7 +94,7 @@ class TaskRecord(BaseModel):
         out: dict[str, str] = {}
         for key, value in self.model_dump(mode="json").items():
             if key in self.JSON_FIELDS:
-                out[key] = "" if value is None else json.dumps(value)
+                out[key] = "" if value is None else codec.dumps(value)
             elif value is None:
                 out[key] = ""
             elif isinstance(value, bool):

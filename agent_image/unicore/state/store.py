@@ -40,7 +40,7 @@ from unicore.schema import (
     task_name,
     text_block,
 )
-from unicore.state import approvals, changes, lua
+from unicore.state import approvals, changes, codec, lua
 from unicore.state.activations import entry_fields
 from unicore.state.agents import read_agent
 from unicore.state.client import build_client
@@ -85,7 +85,7 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
         if isinstance(block, dict) and "toolUseId" in block:
             return "tool_result", {"toolResult": block}
     content = entry.get("content")
-    return "text", content if isinstance(content, str) else json.dumps(content)
+    return "text", content if isinstance(content, str) else codec.dumps(content)
 
 
 def inherited_approval(own: Approval | None, parent: Approval | None) -> Approval | None:
@@ -281,7 +281,7 @@ class TaskStore:
     # ------------------------------------------------------------------ inbox and activations
 
     def _encode_entry(self, message: InboxMessage) -> str:
-        encoded = message.model_dump_json()
+        encoded = codec.model_json(message)  # valid text whatever the message holds (state.codec)
         size = len(encoded.encode())
         if size > self.message_cap_bytes:
             raise MessageTooLarge(
@@ -480,7 +480,7 @@ class TaskStore:
                         "1" if first_drain else "0",
                         now,
                         uuid.uuid4().hex,  # write id: a retry after a lost reply replays the result (lua._replay)
-                        *(arg for content, ids in batch for arg in (json.dumps(content), json.dumps(ids))),
+                        *(arg for content, ids in batch for arg in (codec.dumps(content), codec.dumps(ids))),
                     ],
                 )
             except redis.ResponseError as exc:
@@ -516,6 +516,7 @@ class TaskStore:
         """Append one message to the current turn (and add the model call's usage), fenced."""
         keys = self.keys(lease.task_id)
         now = _now()
+        content = codec.valid(content)  # what is stored, and returned (state.codec)
         is_assistant = role == "assistant"
         has_tool_use = is_assistant and any("toolUse" in block for block in content)
         used = usage or Usage()
@@ -525,7 +526,7 @@ class TaskStore:
             [
                 lease.token,
                 role,
-                json.dumps(content),
+                codec.dumps(content),
                 now,
                 int(is_assistant),
                 int(has_tool_use),
