@@ -7,6 +7,8 @@ A model answer becomes part of the task's append-only history, so a bad one woul
   a string and ``input`` an object (other block kinds, e.g. reasoning, are kept when they are objects);
 - **valid text**: a lone surrogate (``"\ud800"``) becomes U+FFFD, as the store writes it (``state.codec``), so the
   turn goes on with the answer it stored;
+- **tool call inputs** nested at most ``MAX_ARGUMENT_DEPTH`` deep; a deeper one is replaced by ``{UNPARSED: ...}``
+  and the call gets an error result (``tool_input`` does the same for arguments sent as JSON text);
 - **nesting depth** at most ``MAX_ANSWER_DEPTH`` and **size** at most the message cap: deeper or larger
   answers would fail JSON decoding (Python, pydantic and Redis' cjson all have depth limits) on every later
   history load;
@@ -31,6 +33,8 @@ from unicore.schema import ContentBlock, Message
 from unicore.state import codec
 
 MAX_ANSWER_DEPTH = 64  # JSON nesting of one content block list, far above any real answer
+MAX_ARGUMENT_DEPTH = MAX_ANSWER_DEPTH - 3  # a tool call's input sits 3 levels into an answer (list, block, toolUse)
+UNPARSED = "_unparsed_arguments"  # the input of a call whose arguments were not one object (tools.registry refuses it)
 TOOL_USE_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -55,6 +59,37 @@ def json_depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def tool_input(raw: str) -> dict[str, Any]:
+    """A tool call's arguments, JSON text as model servers send them, as the call's input (``{}`` for none).
+
+    Arguments that are not one JSON object nested at most ``MAX_ARGUMENT_DEPTH`` deep stay text, ``{UNPARSED: raw}``
+    (cut to 200 characters when too deep), and the call gets an error result (``tools.registry``): arguments nested
+    100,000 deep would exhaust the JSON parser's stack (RecursionError) and fail the turn."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        return {UNPARSED: raw[:200]}
+    except ValueError:
+        return {UNPARSED: raw}
+    if not isinstance(value, dict):
+        return {UNPARSED: raw}
+    return bounded_input(value)
+
+
+def bounded_input(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` (a tool call's input) when it is nested at most ``MAX_ARGUMENT_DEPTH`` deep, else
+    ``{UNPARSED: <its start>}`` (the call gets an error result, the answer is kept)."""
+    if json_depth(value, MAX_ARGUMENT_DEPTH) <= MAX_ARGUMENT_DEPTH:
+        return value
+    try:
+        start = json.dumps(value)[:200]
+    except (RecursionError, TypeError, ValueError):
+        start = ""
+    return {UNPARSED: start}
+
+
 def used_tool_use_ids(messages: Iterable[Message]) -> set[str]:
     return {
         str(block["toolUse"].get("toolUseId"))
@@ -73,6 +108,16 @@ def _fresh_id(original: str, used: set[str]) -> str:
         if candidate not in used:
             return candidate
         counter += 1
+
+
+def _with_bounded_input(block: Any) -> Any:
+    """A toolUse block whose input is nested too deep gets ``bounded_input``'s stand-in (an error result, not a
+    refused answer); every other block as it is."""
+    use = block.get("toolUse") if isinstance(block, dict) else None
+    if not isinstance(use, dict) or not isinstance(use.get("input"), dict):
+        return block
+    bounded = bounded_input(use["input"])
+    return block if bounded is use["input"] else {**block, "toolUse": {**use, "input": bounded}}
 
 
 def _check_block(block: Any, index: int) -> None:
@@ -95,6 +140,7 @@ def accept_answer(content: Any, used_ids: set[str], *, max_bytes: int) -> list[C
     updated), or BadAnswer."""
     if not isinstance(content, list) or not content:
         raise BadAnswer("the answer has no content blocks")
+    content = [_with_bounded_input(block) for block in content]
     depth = json_depth(content, MAX_ANSWER_DEPTH)
     if depth > MAX_ANSWER_DEPTH:
         raise BadAnswer(f"the answer is nested more than {MAX_ANSWER_DEPTH} levels deep")
@@ -132,8 +178,12 @@ def refusal_text(reason: str) -> str:
 __all__ = [
     "BadAnswer",
     "MAX_ANSWER_DEPTH",
+    "MAX_ARGUMENT_DEPTH",
+    "UNPARSED",
     "accept_answer",
+    "bounded_input",
     "json_depth",
     "refusal_text",
+    "tool_input",
     "used_tool_use_ids",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.answers import MAX_ARGUMENT_DEPTH
 from unicore.history import INTERRUPTED_TEXT
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
@@ -157,15 +158,20 @@ class DeeplyNestedAnswerModel:
         return ModelResponse(content=[{"text": "recovered"}], usage=Usage(), stop_reason="end_turn")
 
 
-def test_a_deeply_nested_answer_is_refused_and_the_task_keeps_working(store: TaskStore, turn: TurnRunner) -> None:
+def test_a_deeply_nested_tool_input_gets_an_error_result_and_the_task_keeps_working(
+    store: TaskStore, turn: TurnRunner
+) -> None:
+    """Issue 24 changed the answer's refusal into an error result of the call (``answers.bounded_input``): one rule
+    for every tool call nested too deep, also those a provider parsed itself, as here."""
     store.create_task(TaskSpec(id="deep", prompt="go", tools=["note"]))
     model = DeeplyNestedAnswerModel(250)
     turn.models["deep"] = model  # type: ignore[assignment]
     assert turn("deep").exit_code == EXIT_OK
     history = store.load_history("deep")  # loads: nothing poisoned was stored
     assert history[-1].messages[-1].content == [{"text": "recovered"}]
-    told = json.dumps(model.requests[1].messages)
-    assert "could not be used" in told and "nested more than" in told
+    results = _results_seen(model.requests[1])
+    assert [r["status"] for r in results] == ["error"]
+    assert f"nested at most {MAX_ARGUMENT_DEPTH} levels deep" in results[0]["content"][0]["text"]
     store.queue_text("deep", "again")
     assert turn("deep").exit_code == EXIT_OK
 

@@ -10,7 +10,6 @@ while iterating (a ``ClientError``; lists of plain event dicts, as tests may giv
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from botocore.exceptions import ClientError, ReadTimeoutError, ResponseStreamingError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from unicore.answers import tool_input
 from unicore.log import get_logger
 from unicore.providers.base import AnswerSink, ModelResponse
 from unicore.schema import Usage
@@ -82,12 +82,7 @@ def stream_response(model_id: str, events: Iterable[Mapping[str, Any]], sink: An
     for index in sorted(blocks):
         block = blocks[index]
         if block.tool is not None:
-            raw = "".join(block.tool_input)
-            try:
-                tool_input = json.loads(raw) if raw.strip() else {}
-            except ValueError:
-                tool_input = {"_unparsed_arguments": raw}
-            content.append({"toolUse": {**block.tool, "input": tool_input}})
+            content.append({"toolUse": {**block.tool, "input": tool_input("".join(block.tool_input))}})
         elif block.text:
             content.append({"text": "".join(block.text)})
     inp, out = int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore.answers import tool_input
 from unicore.log import get_logger
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import Retryable, estimate_tokens
@@ -156,19 +157,12 @@ class StreamAssembler:
         return "".join(self.text)
 
     def tool_uses(self) -> list[dict[str, Any]]:
-        """The assembled calls as toolUse inner dicts (arguments that are no JSON object reach the tool layer
-        as ``_unparsed_arguments``, whose validation tells the model)."""
+        """The assembled calls as toolUse inner dicts (arguments that are not one JSON object, or nested too deep,
+        reach the tool layer as ``answers.UNPARSED``, which answers them with an error result)."""
         uses = []
         for index in sorted(self.calls):
             call = self.calls[index]
-            raw = "".join(call.arguments)
-            try:
-                tool_input = json.loads(raw) if raw.strip() else {}
-            except ValueError:
-                tool_input = {"_unparsed_arguments": raw}
-            if not isinstance(tool_input, dict):
-                tool_input = {"_unparsed_arguments": raw}
-            uses.append({"toolUseId": call.id, "name": call.name, "input": tool_input})
+            uses.append({"toolUseId": call.id, "name": call.name, "input": tool_input("".join(call.arguments))})
         return uses
 
 

@@ -78,7 +78,7 @@ def _decode_sequence(text: str) -> tuple[list[Any], bool]:
             return values, True
         try:
             value, pos = decoder.raw_decode(text, pos)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: not a call we can read
             return values, False
         values.append(value)
 
@@ -156,7 +156,7 @@ def _to_call(value: dict[str, Any], tools: dict[str, ToolSpec]) -> tuple[dict[st
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return None, f"the arguments of {name} are not valid JSON"
     if arguments is None:
         arguments = {}

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from unicore.answers import MAX_ARGUMENT_DEPTH, UNPARSED
 from unicore.errors import ConfigError, ToolError
 from unicore.log import get_logger
 from unicore.providers.base import ToolSpec
@@ -194,6 +195,10 @@ def _run(ctx: ToolContext, tools: Iterable[Tool], use: Mapping[str, Any]) -> _Do
     raw_input = use.get("input")
     if raw_input is None:
         raw_input = {}
+    if isinstance(raw_input, dict) and UNPARSED in raw_input:  # not one JSON object, or nested too deep (answers)
+        message = (f"Invalid input for tool {tool.name}: the arguments are not one JSON object nested at most "
+                   f"{MAX_ARGUMENT_DEPTH} levels deep.\nFix the input and call the tool again.")
+        return _Done(_error(tool_use_id, message), call_metrics.REFUSED, labels)
     try:
         args = tool.Input.model_validate(raw_input)
     except ValidationError as exc:
