@@ -13,6 +13,17 @@ write. Every entry has the same fields (Redis then stores the field names once p
 ``kind``     ``attempt`` (a try starts), ``text`` (a delta), ``end`` (the call returned or failed), ``turn_end``
 ``text``     the delta (``text`` entries), else empty
 
+Bytes are bounded too, whatever a model (or an endpoint that ignores ``max_tokens``) writes:
+
+- an entry's text is at most ``ENTRY_TEXT_BYTES`` (512) bytes of UTF-8 (a larger delta becomes several entries) and
+  the stream is trimmed to exactly ``entries`` entries (``MAXLEN``, not ``MAXLEN ~``), so a stream holds at most
+  ``entries`` x 512 bytes of text: 1,024,000 bytes at the default 2000 entries;
+- one try of a call publishes at most ``answer_bytes`` bytes of text, the message cap (256 KiB: an answer longer
+  than that is refused, never stored); past it, one text entry ``CUT_MARK`` says where the live text stopped and
+  the rest of that try is not published. Readers show the mark as text, so every follower shows it.
+
+Text is published valid (``state.codec.valid_text``: a lone surrogate as U+FFFD).
+
 Stored history never comes from here: a turn stores one message per model answer after the call returns. So a
 reader shows live text for calls whose answer is not stored yet and the stored message after (``unicore.live_view``).
 
@@ -33,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from unicore.log import get_logger
+from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES
+from unicore.state.codec import valid_text
 from unicore.state.keys import TaskKeys
 
 log = get_logger("state.token_stream")
@@ -41,6 +54,8 @@ Kind = Literal["attempt", "text", "end", "turn_end"]
 KINDS: tuple[str, ...] = ("attempt", "text", "end", "turn_end")
 DEFAULT_ENTRIES = 2000
 DEFAULT_TTL_SECONDS = 3600.0
+ENTRY_TEXT_BYTES = 512  # UTF-8 bytes of text in one entry, at most
+CUT_MARK = "\n[live text cut after {limit:,} bytes: the rest of this answer is not shown live]"
 READ_COUNT = 500  # entries per read, at most
 ENTRY_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 
@@ -51,6 +66,8 @@ class StreamSettings:
 
     entries: int = DEFAULT_ENTRIES
     ttl_seconds: float = DEFAULT_TTL_SECONDS
+    answer_bytes: int = DEFAULT_MESSAGE_CAP_BYTES  # text of one try, at most (then CUT_MARK)
+    entry_bytes: int = ENTRY_TEXT_BYTES  # text of one entry, at most
     flush_seconds: float = 0.05
     flush_chars: int = 64
     close_wait_seconds: float = 2.0
@@ -95,7 +112,7 @@ def publish(client: Any, task_id: str, events: list[dict[str, Any]], settings: S
     key = TaskKeys(task_id).tokens
     pipe = client.pipeline(transaction=False)
     for fields in events:
-        pipe.xadd(key, fields, maxlen=settings.entries, approximate=True)
+        pipe.xadd(key, fields, maxlen=settings.entries, approximate=False)  # exact: the byte bound (module doc)
     pipe.pexpire(key, max(1, int(settings.ttl_seconds * 1000)))
     pipe.execute()
 
@@ -125,6 +142,8 @@ class TokenStreamSink:
         self._closed = False
         self._attempt = 0
         self._text_sent = False  # the current try's first delta went out
+        self._try_bytes = 0  # bytes of the current try's text taken (at most settings.answer_bytes)
+        self._cut = False  # the current try passed settings.answer_bytes: CUT_MARK is queued, the rest dropped
         self._last_flush = float("-inf")
         self._worker: threading.Thread | None = None
         self._warned = False
@@ -143,25 +162,46 @@ class TokenStreamSink:
             self._pending_chars = 0
             self._events.append(_fields(self.turn, self.call, self.seq, self._attempt, "attempt"))
             self._text_sent = False
+            self._try_bytes, self._cut = 0, False
             self._wake(urgent=True)
 
     def text(self, delta: str) -> None:
         if not delta:
             return
         with self._cond:
-            if self._closed:
+            if self._closed or self._cut:
                 return
             if self._attempt == 0:  # a provider that does not announce tries: this is the first
                 self._attempt = 1
-            last = self._events[-1] if self._events else None
-            if last is not None and last["kind"] == "text" and last["attempt"] == self._attempt:
-                last["text"] += delta
-            else:
-                self._events.append(_fields(self.turn, self.call, self.seq, self._attempt, "text", delta))
-            self._pending_chars += len(delta)
-            urgent = not self._text_sent or self._pending_chars >= self.settings.flush_chars
+            limit = self.settings.answer_bytes
+            taken, rest = utf8_split(valid_text(delta), limit - self._try_bytes)
+            self._try_bytes += len(taken.encode())
+            self._add_text(taken)
+            if rest:  # past the try's budget: say so once, publish nothing more of this try
+                self._cut = True
+                self._add_text(CUT_MARK.format(limit=limit), own_entry=True)
+            urgent = not self._text_sent or self._pending_chars >= self.settings.flush_chars or self._cut
             self._text_sent = True
             self._wake(urgent=urgent)
+
+    def _add_text(self, text: str, *, own_entry: bool = False) -> None:
+        """Queue ``text`` (with the lock held): appended to the last queued entry of this try while that stays within
+        ``entry_bytes``, the rest in new entries (``own_entry``: starts a new one)."""
+        size = max(4, self.settings.entry_bytes)  # one character always fits an entry
+        last = None if own_entry or not self._events else self._events[-1]
+        if last is not None and (last["kind"] != "text" or last["attempt"] != self._attempt):
+            last = None
+        pos = 0
+        while pos < len(text):
+            room = size - len(last["text"].encode()) if last is not None else 0
+            piece = utf8_split(text[pos:pos + room], room)[0]
+            if not piece:  # the last entry is full (or there is none): a new one
+                last = _fields(self.turn, self.call, self.seq, self._attempt, "text")
+                self._events.append(last)
+                continue
+            last["text"] += piece  # type: ignore[index]
+            self._pending_chars += len(piece)
+            pos += len(piece)
 
     # ---- the end of the call
 
@@ -231,6 +271,20 @@ class TokenStreamSink:
                     self._warned = True
                     log.warning("task %s: live stream: %d entries dropped (%s: %s); the turn goes on",
                                 self.task_id, len(batch), type(exc).__name__, exc)
+
+
+def utf8_split(text: str, limit: int) -> tuple[str, str]:
+    """``text`` split where its UTF-8 encoding reaches ``limit`` bytes, between characters: (head, rest)."""
+    if limit <= 0:
+        return "", text
+    data = text[:limit].encode()  # the first ``limit`` characters hold at least ``limit`` bytes, if there are that many
+    if len(data) <= limit:
+        return text[:limit], text[limit:]
+    end = limit
+    while end > 0 and data[end] & 0xC0 == 0x80:  # a continuation byte: back to the character's start
+        end -= 1
+    head = data[:end].decode()
+    return head, text[len(head):]
 
 
 # --------------------------------------------------------------------------- readers
@@ -303,5 +357,5 @@ def live_state(client: Any, task_id: str) -> LiveState:
     return LiveState(status=status, pending=int(pending), leased=bool(leased), messages=int(total))
 
 
-__all__ = ["KINDS", "LiveState", "StreamEntry", "StreamSettings", "TokenStreamSink", "check_entry_id",
-           "current_call", "live_state", "publish", "publish_turn_end", "read_after"]
+__all__ = ["CUT_MARK", "ENTRY_TEXT_BYTES", "KINDS", "LiveState", "StreamEntry", "StreamSettings", "TokenStreamSink",
+           "check_entry_id", "current_call", "live_state", "publish", "publish_turn_end", "read_after", "utf8_split"]
