@@ -48,7 +48,16 @@ from unicore.follow import block_lines as _block_lines
 from unicore.history import answer_to, message_text
 from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.retention import add_gc_command
-from unicore.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec, prompt_message_id, validate_task_id
+from unicore.schema import (
+    APPROVE_ALL,
+    Approval,
+    Limits,
+    MCPServerRef,
+    TaskSpec,
+    check_prompt,
+    prompt_message_id,
+    validate_task_id,
+)
 from unicore.settings import RuntimeSettings
 from unicore.state import approvals
 from unicore.state.client import RedisURLError
@@ -155,6 +164,10 @@ def check_gated_tools(names: list[str], mcp: list[MCPServerRef] | None = None) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        check_prompt(args.prompt)  # the web UI's rule too
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     name = args.name or f"task-{uuid.uuid4().hex[:8]}"
     try:
         validate_task_id(name)

@@ -110,6 +110,20 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
+def check_prompt(text: str) -> str:
+    """The one rule for a prompt (a task's first message) on every path a task is created by: ``unicore run``, the
+    web UI's form and manifests, an AgentTask's ``spec.prompt``, ``spawn_task``. Not empty and not only whitespace
+    (``str.isspace``: spaces, tabs, line breaks, U+3000 ...); otherwise kept as written. A one-line ValueError (a
+    pydantic error, so that a model's field reports this line and no "Value error, ")."""
+    if not text.strip():
+        raise PydanticCustomError("empty_prompt", "the prompt is empty (or only whitespace)")
+    return text
+
+
+# minLength: what a JSON schema can say of the rule (a tool's input schema, for the model)
+Prompt = Annotated[str, AfterValidator(check_prompt), Field(json_schema_extra={"minLength": 1})]
+
+
 def validate_task_id(task_id: str) -> str:
     name = task_name(task_id)
     namespace = task_id[: -len(name) - 1] if len(name) < len(task_id) else ""
@@ -203,7 +217,7 @@ class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    prompt: str | None = None
+    prompt: Prompt | None = None  # None: none queued with the task (the operator queues spec.prompt on its own)
     parent: str | None = None
     model: str = "scripted"
     system_prompt: str = ""

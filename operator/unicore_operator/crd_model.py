@@ -13,7 +13,7 @@ from pydantic.alias_generators import to_camel
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
-from unicore.schema import Approval, InboxMessage, Limits, MCPServerRef, TaskSpec
+from unicore.schema import Approval, InboxMessage, Limits, MCPServerRef, Prompt, TaskSpec
 from unicore.state.task_views import TaskView
 from unicore.tools import policy
 
@@ -88,7 +88,7 @@ class AgentRef(CamelModel):
 class AgentTaskSpec(CamelModel):
     """``spec`` of an AgentTask."""
 
-    prompt: str | None = None
+    prompt: Prompt | None = None  # schema.check_prompt: not empty, not only whitespace
     system_prompt: str | None = None
     model: str | None = None
     script: dict[str, Any] | None = None
@@ -118,7 +118,7 @@ def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
             f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise SpecInvalid(f"invalid AgentTask spec: {problems}") from exc
-    if parsed.parent_ref is None and not (parsed.prompt or "").strip():
+    if parsed.parent_ref is None and parsed.prompt is None:
         raise SpecInvalid("spec.prompt is required for a root task (a task without spec.parentRef)")
     if parsed.model:
         check_model(parsed.model)

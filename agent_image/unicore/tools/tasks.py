@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from unicore.errors import ToolError
-from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, child_task_id
+from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Prompt, child_task_id
 from unicore.tools import policy, storeview
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.storeview import Activity
@@ -62,7 +62,7 @@ class SpawnTaskInput(BaseModel):
         description="short child name: lowercase letters, digits, '-' (e.g. 'research-a'); the child's id is "
         "'<your id>-<name>'. Using the name of an existing child sends it the prompt as a new message.",
     )
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="what the child should do")
+    prompt: Prompt = Field(max_length=MAX_PROMPT_CHARS, description="what the child should do")
     tools: list[str] | None = Field(
         None,
         description="tools for the child (a subset of yours, and of your child toolset if you have one); default: "

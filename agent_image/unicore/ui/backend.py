@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from unicore.launch.embedded_redis import unicore_home
-from unicore.schema import Approval, Limits, TaskSpec, user_message_id, validate_task_id
+from unicore.schema import Approval, Limits, TaskSpec, check_prompt, user_message_id, validate_task_id
 from unicore.state import approvals, suspension
 from unicore.state.messages import load_message
 from unicore.state.reads import read_message_slice
@@ -152,7 +152,8 @@ class LocalBackend:
         scripts directory only (``unicore.ui.scripts``)."""
         name = name or f"task-{uuid.uuid4().hex[:8]}"
         spec_model, script = ui_model(model or "scripted", self.scripts)
-        spec = TaskSpec(id=_root_name(name), prompt=prompt, model=spec_model, script=script, limits=_limits(limits))
+        spec = TaskSpec(id=_root_name(name), prompt=_prompt(prompt), model=spec_model, script=script,
+                        limits=_limits(limits))
         if gated:
             spec.approval = Approval(tools=list(dict.fromkeys(gated)))
         return self._create(spec)
@@ -175,8 +176,7 @@ class LocalBackend:
     def _create(self, spec: TaskSpec, *, suspended: bool = False) -> str:
         from unicore.cli import check_gated_tools, check_model
 
-        if not (spec.prompt or "").strip():
-            raise BadRequest("the prompt is empty")
+        _prompt(spec.prompt)  # a manifest without spec.prompt
         check_model(spec.model, spec.script, self.store.redis)
         if spec.approval is not None:
             check_gated_tools(spec.approval.tools)
@@ -286,6 +286,14 @@ class LocalBackend:
                                                    "kind": entry.kind, "text": entry.text}
             if not entries:
                 yield cursor.text(), "", {}  # nothing new: the server sends a comment (a closed client shows)
+
+
+def _prompt(text: str | None) -> str:
+    """``text`` by ``schema.check_prompt`` (the rule of ``unicore run`` too); BadRequest otherwise."""
+    try:
+        return check_prompt(text or "")
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _root_name(name: str) -> str:
