@@ -218,9 +218,32 @@ class ControlPlane:
 
         self._wait("etcd", healthy, deadline, "etcd /health")
 
+    def _admission_config(self) -> Path:
+        """The API server's admission configuration: it presents the front-proxy client certificate to every
+        admission webhook, which the operator's webhook checks as the task API checks its callers (same CA, same
+        allowed name: kube-system/extension-apiserver-authentication). JSON, which the API server reads as YAML."""
+        assert self.pki is not None
+        kubeconfig = self.data_dir / "admission-webhooks.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            # '*': the default for every webhook (a Service's DNS name, or a URL's host:port, would name just one)
+            "users": [{"name": "*", "user": {"client-certificate": str(self.pki.front_proxy_client.cert),
+                                             "client-key": str(self.pki.front_proxy_client.key)}}],
+        }, indent=2))
+        webhooks = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+                    "kubeConfigFile": str(kubeconfig)}
+        config = self.data_dir / "admission-config.yaml"
+        config.write_text(json.dumps({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": "ValidatingAdmissionWebhook", "configuration": webhooks},
+                        {"name": "MutatingAdmissionWebhook", "configuration": webhooks}],
+        }, indent=2))
+        return config
+
     def _start_apiserver(self, deadline: float) -> None:
         assert self.pki is not None
         pki = self.pki
+        admission_config = self._admission_config()
         self._spawn(
             "kube-apiserver",
             [
@@ -238,6 +261,7 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.sa_key}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",  # PodSecurity and the defaults stay on
+                f"--admission-control-config-file={admission_config}",  # a client certificate for webhooks
                 "--allow-privileged=true",  # PodSecurity, not this flag, decides per namespace
                 f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
                 f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",

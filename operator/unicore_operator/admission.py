@@ -6,7 +6,9 @@ pods' ServiceAccount. What needs a lookup it cannot do (a VAP reads no other obj
 match on its own, so it cannot even say that a parent exists) is this webhook's: the API server sends every CREATE of
 an AgentTask with ``spec.parentRef`` (the chart's ValidatingWebhookConfiguration, ``failurePolicy: Fail``, so an
 unreachable operator refuses children and never roots) to ``POST /validate-agenttask`` on UNICORE_WEBHOOK_PORT (TLS,
-UNICORE_WEBHOOK_CERT_DIR/tls.crt and tls.key, reloaded when they change). It refuses a child when
+UNICORE_WEBHOOK_CERT_DIR/tls.crt and tls.key, reloaded when they change). Only the API server may call it
+(``apiserver_auth``, as the task API: its client certificate; UNICORE_WEBHOOK_CLIENT_AUTH=none accepts any client):
+a review's answer says whether another namespace's tasks exist and what they allow. It refuses a child when
 
 - its parent does not exist in its own namespace (the operator's index, else a GET), is being deleted, or is not
   initialised within ``PARENT_WAIT_SECONDS``;
@@ -22,7 +24,6 @@ creates racing past the read-only count) is marked Failed and never runs.
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import time
 from collections.abc import Mapping
@@ -37,18 +38,28 @@ from unicore.state.slots import SpawnSlots
 from unicore.state.task_views import TaskView
 
 from unicore_operator import agent_checks, lineage, names
+from unicore_operator.apiserver_auth import (
+    CERT_FILE,
+    KEY_FILE,
+    REFRESH_SECONDS,
+    Authentication,
+    authentication,
+    refresh,
+    startup_problem,
+)
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec
+from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
+from unicore_operator.settings import OperatorSettings
 
-__all__ = ["PATH", "Verdict", "build_app", "review", "serve", "start_webhook", "vet_new_child"]
+__all__ = ["PATH", "Verdict", "build_app", "review", "serve", "start_webhook", "vet_new_child", "webhook_problem"]
 
 PATH = "/validate-agenttask"
 PARENT_WAIT_SECONDS = 5.0  # a parent created a moment before its child (one `kubectl apply` of both)
 READY_WAIT_SECONDS = 5.0  # a review that arrives while the operator starts
-CERT_CHECK_SECONDS = 30.0
-CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
 CONTEXT_KEY: web.AppKey[OperatorContext] = web.AppKey("unicore_admission_context", OperatorContext)
+AUTH_KEY: web.AppKey[Authentication] = web.AppKey("unicore_admission_auth", Authentication)
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,11 @@ def response(uid: str, verdict: Verdict) -> dict[str, Any]:
 
 async def validate(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT_KEY]
+    problem = request.app[AUTH_KEY].client_problem(request)
+    if problem:  # nothing read, nothing reviewed
+        logger.info("admission webhook: refused %s %s from %s: %s", request.method, request.path, request.remote,
+                    problem)
+        return web.json_response({"error": f"Unauthorized: {problem}"}, status=401)
     try:
         body = await request.json()
         req = body["request"]
@@ -227,59 +243,61 @@ async def validate(request: web.Request) -> web.Response:
     return web.json_response(response(uid, verdict))
 
 
-def build_app(ctx: OperatorContext) -> web.Application:
+def build_app(ctx: OperatorContext, auth: Authentication) -> web.Application:
     app = web.Application(client_max_size=4 * 1024 * 1024)
     app[CONTEXT_KEY] = ctx
+    app[AUTH_KEY] = auth
     app.router.add_post(PATH, validate)
     return app
 
 
-def _stamp(cert_dir: Path) -> tuple[float, float]:
-    return (os.stat(cert_dir / CERT_FILE).st_mtime, os.stat(cert_dir / KEY_FILE).st_mtime)
-
-
-def tls_context(cert_dir: Path) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(cert_dir / CERT_FILE), str(cert_dir / KEY_FILE))
-    return context
-
-
-async def serve(ctx: OperatorContext, port: int, cert_dir: Path, host: str = "0.0.0.0") -> None:
+async def serve(ctx: OperatorContext, port: int, auth: Authentication, kube: KubeClients | None,
+                host: str = "0.0.0.0") -> None:
     """Serve the webhook until cancelled; a renewed certificate (the Secret's files change) is loaded for new
-    connections without a restart."""
-    context = tls_context(cert_dir)
-    stamp = _stamp(cert_dir)
-    runner = web.AppRunner(build_app(ctx), access_log=None)
+    connections without a restart, and the API server's request-header settings are re-read through ``kube``
+    (None: never), every REFRESH_SECONDS."""
+    runner = web.AppRunner(build_app(ctx, auth), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=context).start()
-        logger.info("admission webhook on https://%s:%d%s", host, port, PATH)
+        await web.TCPSite(runner, host, port, ssl_context=auth.context).start()
+        logger.info("admission webhook on https://%s:%d%s (%s)", host, port, PATH,
+                    "any client" if auth.config is None else "the API server's client certificate only")
         while True:
-            await asyncio.sleep(CERT_CHECK_SECONDS)
-            try:
-                now = _stamp(cert_dir)
-                if now != stamp:
-                    context.load_cert_chain(str(cert_dir / CERT_FILE), str(cert_dir / KEY_FILE))
-                    stamp = now
-                    logger.info("admission webhook: loaded the renewed certificate from %s", cert_dir)
-            except (OSError, ssl.SSLError) as exc:  # mid-update: try again at the next check
-                logger.warning("admission webhook: cannot load the certificate from %s: %s", cert_dir, exc)
+            await asyncio.sleep(REFRESH_SECONDS)
+            await refresh(auth, kube, "admission webhook")
     finally:
         await runner.cleanup()
 
 
+def webhook_authentication(settings: OperatorSettings, kube: KubeClients) -> Authentication:
+    """The webhook's Authentication (UNICORE_WEBHOOK_CLIENT_AUTH); ConfigError saying in one line why it cannot be
+    had (no usable certificate; the request-header ConfigMap unreadable or missing)."""
+    cert_dir = Path(settings.webhook_cert_dir)
+    what = f"the admission webhook (UNICORE_WEBHOOK_PORT={settings.webhook_port})"
+    if settings.webhook_client_auth == "apiserver":
+        return authentication(cert_dir, kube, what, "UNICORE_WEBHOOK_CERT_DIR")
+    try:
+        return Authentication(cert_dir, None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{what} has no usable certificate in UNICORE_WEBHOOK_CERT_DIR={cert_dir} ({CERT_FILE}, "
+                          f"{KEY_FILE}): {exc}") from exc
+
+
+def webhook_problem(settings: OperatorSettings) -> str | None:
+    """The start-up check (``main``, before Kopf starts) as one line: why the webhook cannot be served."""
+    if not settings.webhook_port:
+        return None
+    return startup_problem(lambda kube: webhook_authentication(settings, kube))
+
+
 async def start_webhook(ctx: OperatorContext) -> None:
     """Start-up hook (``composition``): serve the webhook when UNICORE_WEBHOOK_PORT is set. A missing or bad
-    certificate stops the operator at start-up with the reason."""
-    port = ctx.settings.webhook_port
-    if not port:
+    certificate, or (UNICORE_WEBHOOK_CLIENT_AUTH=apiserver) no readable request-header settings, stops the operator
+    at start-up with the reason."""
+    if not ctx.settings.webhook_port:
         return
-    cert_dir = Path(ctx.settings.webhook_cert_dir)
-    try:
-        tls_context(cert_dir)  # fail now, clearly, rather than in the background task
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"the admission webhook (UNICORE_WEBHOOK_PORT={port}) has no usable certificate in "
-                          f"UNICORE_WEBHOOK_CERT_DIR={cert_dir} ({CERT_FILE}, {KEY_FILE}): {exc}") from exc
-    task = asyncio.get_running_loop().create_task(serve(ctx, port, cert_dir), name="unicore-admission-webhook")
+    auth = await asyncio.to_thread(webhook_authentication, ctx.settings, ctx.kube)  # fail now, clearly
+    kube = ctx.kube if auth.config is not None else None
+    task = asyncio.get_running_loop().create_task(serve(ctx, ctx.settings.webhook_port, auth, kube),
+                                                  name="unicore-admission-webhook")
     ctx.background.append(task)

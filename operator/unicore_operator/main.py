@@ -58,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"unicore-operator: {exc}", file=sys.stderr)
         return 2
+    from unicore_operator.admission import webhook_problem
     from unicore_operator.redis_identities import identity_problem
     from unicore_operator.task_api.server import task_api_problem
 
-    # per-namespace Redis identities need ACL rights, the task API the request-header CA: say so in one line
-    for check in (identity_problem, task_api_problem):
+    # per-namespace Redis identities need ACL rights, the task API and the webhook the request-header CA: say so in
+    # one line
+    for check in (identity_problem, task_api_problem, webhook_problem):
         problem = check(settings)
         if problem:
             print(f"unicore-operator: {problem}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
@@ -84,6 +84,11 @@ class OperatorSettings(KeywordOnlySettings):
     # tls.key from webhook_cert_dir (the chart's Secret unicore-operator-webhook), reloaded when they change.
     webhook_port: int = Field(0, ge=0, le=65535)
     webhook_cert_dir: str = "/etc/unicore/webhook"
+    # Who may call the webhook: "apiserver" (the API server only: a client certificate its request-header CA signed,
+    # with an allowed name, as the task API checks; the API server presents one when its admission configuration
+    # names a kubeconfig for webhooks: docs/install.md) or "none" (any TLS client: a control plane that cannot be
+    # configured so; the NetworkPolicy is then the only guard of reviews that reveal other namespaces' tasks).
+    webhook_client_auth: Literal["apiserver", "none"] = "apiserver"
     # The task API as a Kubernetes aggregated API (task_api/server.py, APIService v1alpha1.tasks.unicore.dev): HTTPS
     # on this port (0 = none), with tls.crt and tls.key from task_api_cert_dir (the chart: the same Secret as the
     # webhook's), reloaded when they change. Callers must present the API server's front-proxy client certificate

@@ -21,6 +21,9 @@ import base64
 import json
 import shutil
 import socket
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,6 +256,41 @@ def test_a_child_that_widens_its_parent_or_names_no_parent_of_its_namespace_is_r
     assert env.initialised("p-narrow") == "Suspended"
     stored = env.redis.hgetall(f"uc:{{{ns}/p-narrow}}:task")
     assert json.loads(stored["tools"]) == ["read_file"] and json.loads(stored["limits"])["max_descendants"] == 2
+
+
+def test_only_the_api_server_gets_the_webhooks_verdicts(admission_env: Callable[..., Cluster], crd: Any,
+                                                        tmp_path: Path) -> None:
+    """The API server presents its front-proxy client certificate to webhooks (the dev cluster's
+    --admission-control-config-file), and the webhook answers only it (issue 25, 7): a direct AdmissionReview
+    without it, or with a user's certificate, learns nothing about the namespace's tasks."""
+    from unicore_devcluster import pki
+
+    env = admission_env()
+    # the API server's reviews are answered (every refusal above is one)
+    refused = refusal(create_as(env.creators["user"], "p-wide", {**NARROW, "parentRef": {"name": "p"},
+                                                                  "limits": {"maxChildren": 99}}))
+    assert refused.startswith(WEBHOOK_DENIED)
+    port = int(env.operator.env["UNICORE_WEBHOOK_PORT"])
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "probe", "operation": "CREATE", "namespace": env.namespace, "name": "p-probe",
+        "object": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentTask",
+                   "metadata": {"name": "p-probe", "namespace": env.namespace},
+                   "spec": {**NARROW, "parentRef": {"name": "p"}, "limits": {"maxChildren": 99}}}}}
+    user = pki.issue(ca_pair(crd), tmp_path / "probe", "probe", "front-proxy-client", client=True)
+    for cert in (None, user):
+        context = ssl.create_default_context(cafile=str(ca_pair(crd).cert))
+        if cert is not None:
+            context.load_cert_chain(str(cert.cert), str(cert.key))
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/validate-agenttask",
+                                         data=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as answer:  # noqa: S310
+                raise AssertionError(f"answered: {answer.read()!r}")
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+            assert exc.code == 401 and "Unauthorized" in body["error"] and "response" not in body, body
+        except (urllib.error.URLError, ConnectionError, ssl.SSLError):
+            assert cert is not None  # another CA's certificate: the handshake fails
 
 
 def test_the_turn_pods_service_account_creates_only_children(admission_env: Callable[..., Cluster]) -> None:

@@ -377,6 +377,7 @@ def test_defaults() -> None:
     assert {o["metadata"]["name"] for o in find(objs, "NetworkPolicy")} == {
         "unicore-operator", "unicore-agent", "unicore-redis"}
     assert env["UNICORE_WEBHOOK_PORT"] == "8443" and settings.webhook_port == 8443
+    assert env["UNICORE_WEBHOOK_CLIENT_AUTH"] == "apiserver" and settings.webhook_client_auth == "apiserver"
     assert not find(objs, "PersistentVolumeClaim")
     dashboards = find(objs, "ConfigMap")
     assert dashboards and all(c["metadata"]["labels"]["grafana_dashboard"] == "1" for c in dashboards)
@@ -385,6 +386,24 @@ def test_defaults() -> None:
     for c in dashboards:
         for text in c["data"].values():
             json.loads(text)
+
+
+@pytest.mark.parametrize(("args", "reader"), [
+    ((), True),
+    (("--set", "taskApi.enabled=false"), True),  # the webhook alone still reads the request-header CA
+    (("--set", "taskApi.enabled=false", "--set", "admission.webhook.clientAuth=none"), False),
+    (("--set", "taskApi.enabled=false", "--set", "admission.webhook.enabled=false"), False),
+])
+def test_the_operator_reads_the_request_header_ca_for_the_task_api_and_the_webhook(args: tuple[str, ...],
+                                                                                     reader: bool) -> None:
+    objs = render(*args)
+    bindings = [o for o in find(objs, "RoleBinding")
+                if o["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
+    assert [(b["metadata"]["namespace"], b["metadata"]["name"]) for b in bindings] == (
+        [("kube-system", "unicore-operator-uc-auth-reader")] if reader else [])
+    env = env_of(one(objs, "Deployment", "unicore-operator"))
+    assert env["UNICORE_WEBHOOK_CLIENT_AUTH"] == ("none" if "admission.webhook.clientAuth=none" in args
+                                                  else "apiserver")
 
 
 def test_generated_password_is_stable_within_one_render() -> None:
@@ -606,6 +625,7 @@ def test_extra_env_overrides_a_setting_without_duplicates() -> None:
         ["--set", "rbac.provisionAgent=yes"],
         ["--set", "redis.identities.enabled=maybe"],
         ["--set", "redis.identities.resyncSeconds=0"],
+        ["--set", "admission.webhook.clientAuth=token"],
     ],
 )
 def test_schema_rejects_bad_values(bad: list[str]) -> None:

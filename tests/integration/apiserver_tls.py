@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from unicore_devcluster import pki
 from unicore_operator.task_api.authn import RequestHeaderConfig
-
-pki = pytest.importorskip("unicore_devcluster.pki")
 
 
 def free_port() -> int:

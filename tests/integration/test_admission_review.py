@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import socket
 import ssl
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,13 @@ from unicore.schema import Limits, TaskSpec
 from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
 from unicore_operator import admission
+from unicore_operator.apiserver_auth import Authentication
 from unicore_operator.context import OperatorContext
 from unicore_operator.crd_model import parse_spec
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
+
+from tests.integration.apiserver_tls import ApiServerPki, make_pki
 
 NS = "team-a"
 LIMITS = Limits(max_children=2, max_descendants=3, token_budget=1000)
@@ -155,28 +158,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_the_webhook_answers_an_admission_review_over_tls(redis_url: str, parent: dict[str, Any],
-                                                          tmp_path: Path) -> None:
-    pki = pytest.importorskip("unicore_devcluster.pki")
-    cluster_pki = pki.generate(tmp_path / "pki")
-    pair = pki.issue(cluster_pki.ca, tmp_path / "pki", "webhook", "unicore-operator", server=True, ips=("127.0.0.1",))
-    certs = tmp_path / "certs"
-    certs.mkdir()
-    shutil.copy(pair.cert, certs / "tls.crt")
-    shutil.copy(pair.key, certs / "tls.key")
+def serve_and_post(ctx: OperatorContext, auth: Authentication, tls: ApiServerPki,
+                   calls: list[tuple[str | None, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]] | Exception]:
+    """Serve the webhook with ``auth``; post each review with the named client certificate (None: none); the
+    answers (status, body), or the exception a client got (a failed handshake)."""
     port = free_port()
-    client_tls = ssl.create_default_context(cafile=str(cluster_pki.ca.cert))
 
-    def post(review: dict[str, Any]) -> dict[str, Any]:
+    def post(cert: str | None, review: dict[str, Any]) -> tuple[int, dict[str, Any]] | Exception:
         body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review})
         request = urllib.request.Request(f"https://127.0.0.1:{port}{admission.PATH}", data=body.encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, context=client_tls, timeout=10) as answer:  # noqa: S310
-            return dict(json.load(answer))
+        try:
+            with urllib.request.urlopen(request, context=tls.client_context(cert), timeout=10) as answer:  # noqa: S310
+                return answer.status, dict(json.load(answer))
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(json.loads(exc.read() or b"{}"))
+        except (urllib.error.URLError, ConnectionError, ssl.SSLError) as exc:
+            return exc
 
-    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
-        ctx = make_ctx(redis_url, {(NS, "p"): parent})
-        server = asyncio.create_task(admission.serve(ctx, port, certs, host="127.0.0.1"))
+    async def run() -> list[tuple[int, dict[str, Any]] | Exception]:
+        server = asyncio.create_task(admission.serve(ctx, port, auth, None, host="127.0.0.1"))
         try:
             for _ in range(100):  # the site is up once a connection is accepted
                 try:
@@ -186,18 +187,59 @@ def test_the_webhook_answers_an_admission_review_over_tls(redis_url: str, parent
                     continue
                 writer.close()
                 break
-            ok = await asyncio.to_thread(post, review_of("p-a", {"parentRef": {"name": "p"}}))
-            refused = await asyncio.to_thread(post, review_of("p-b", {"parentRef": {"name": "p"},
-                                                                      "limits": {"maxChildren": 3}}))
-            return ok, refused
+            return [await asyncio.to_thread(post, cert, review) for cert, review in calls]
         finally:
             server.cancel()
             await asyncio.gather(server, return_exceptions=True)
             await ctx.redis.close()
 
-    ok, refused = asyncio.run(run())
-    assert ok["kind"] == "AdmissionReview" and ok["response"] == {"uid": "review-p-a", "allowed": True}
-    answer = refused["response"]
+    return asyncio.run(run())
+
+
+def test_the_webhook_answers_the_api_servers_admission_reviews_over_tls(redis_url: str, parent: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    tls = make_pki(tmp_path)
+    ok, refused = serve_and_post(make_ctx(redis_url, {(NS, "p"): parent}), Authentication(tls.cert_dir, tls.config),
+                                 tls, [("front-proxy", review_of("p-a", {"parentRef": {"name": "p"}})),
+                                       ("front-proxy", review_of("p-b", {"parentRef": {"name": "p"},
+                                                                         "limits": {"maxChildren": 3}}))])
+    assert not isinstance(ok, Exception) and not isinstance(refused, Exception)
+    assert ok[0] == 200 and ok[1]["kind"] == "AdmissionReview"
+    assert ok[1]["response"] == {"uid": "review-p-a", "allowed": True}
+    answer = refused[1]["response"]
     assert answer["uid"] == "review-p-b" and answer["allowed"] is False
     assert answer["status"]["code"] == 403
     assert "spec.limits.maxChildren 3 is above its parent's 2" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize(("cert", "fragment"), [
+    (None, "no client certificate"),
+    ("front-proxy-ca-alice", "common name 'alice' is not one of requestheader-allowed-names"),
+    ("user-ca", None),  # another CA: the handshake fails
+])
+def test_anyone_but_the_api_server_learns_nothing_from_the_webhook(redis_url: str, parent: dict[str, Any],
+                                                                    tmp_path: Path, cert: str | None,
+                                                                    fragment: str | None) -> None:
+    """A pod that reaches the webhook's port cannot ask whether a task exists in another namespace or what it
+    allows (issue 25, 7): without the API server's client certificate it gets 401 and no verdict."""
+    tls = make_pki(tmp_path)
+    probes = [review_of("p-x", {"parentRef": {"name": "p"}, "limits": {"maxChildren": 3}}),  # "above its parent's 2"
+              review_of("p-y", {"parentRef": {"name": "nope"}})]  # "does not exist"
+    answers = serve_and_post(make_ctx(redis_url, {(NS, "p"): parent}), Authentication(tls.cert_dir, tls.config),
+                             tls, [(cert, probe) for probe in probes])
+    for answer in answers:
+        if fragment is None:
+            assert isinstance(answer, Exception), answer
+            continue
+        assert not isinstance(answer, Exception), answer
+        status, body = answer
+        assert status == 401 and fragment in body["error"] and "response" not in body, body
+
+
+def test_without_client_authentication_any_tls_client_is_answered(redis_url: str, parent: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """UNICORE_WEBHOOK_CLIENT_AUTH=none, for a control plane that cannot present a certificate to webhooks."""
+    tls = make_pki(tmp_path)
+    (answer,) = serve_and_post(make_ctx(redis_url, {(NS, "p"): parent}), Authentication(tls.cert_dir, None), tls,
+                               [(None, review_of("p-a", {"parentRef": {"name": "p"}}))])
+    assert not isinstance(answer, Exception) and answer[1]["response"] == {"uid": "review-p-a", "allowed": True}

@@ -50,6 +50,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_HTTP_PORT": ("0", "http_port", 0),
     "UNICORE_WEBHOOK_PORT": ("8443", "webhook_port", 8443),
     "UNICORE_WEBHOOK_CERT_DIR": ("/run/certs", "webhook_cert_dir", "/run/certs"),
+    "UNICORE_WEBHOOK_CLIENT_AUTH": ("none", "webhook_client_auth", "none"),
     "UNICORE_TASK_API_PORT": ("9443", "task_api_port", 9443),
     "UNICORE_TASK_API_CERT_DIR": ("/run/api-certs", "task_api_cert_dir", "/run/api-certs"),
     "UNICORE_HEARTBEAT_TIMEOUT_SECONDS": ("45", "heartbeat_timeout_seconds", 45.0),

@@ -167,6 +167,7 @@ seccompProfile:
   "UNICORE_HTTP_PORT" "8080"
   "UNICORE_WEBHOOK_PORT" (ternary "8443" "0" $v.admission.webhook.enabled)
   "UNICORE_WEBHOOK_CERT_DIR" "/etc/unicore/webhook"
+  "UNICORE_WEBHOOK_CLIENT_AUTH" $v.admission.webhook.clientAuth
   "UNICORE_TASK_API_PORT" (ternary "9443" "0" $v.taskApi.enabled)
   "UNICORE_TASK_API_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)

@@ -24,32 +24,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import ssl
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from aiohttp import hdrs, web
-from kubernetes.client.rest import ApiException
 from unicore.errors import ConfigError
 
+from unicore_operator.apiserver_auth import REFRESH_SECONDS, Authentication, authentication, refresh, startup_problem
 from unicore_operator.approvals import decision_events
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.settings import OperatorSettings
-from unicore_operator.task_api.authn import (
-    CONFIGMAP_NAME,
-    CONFIGMAP_NAMESPACE,
-    CONFIGMAP_PATH,
-    AuthConfigError,
-    RequestHeaderConfig,
-    UserInfo,
-    client_cert_problem,
-    user_from_headers,
-)
 from unicore_operator.task_api.authz import Authorizer
 from unicore_operator.task_api.bodies import BODY_METHODS, MAX_BODY_BYTES, declared_length, media_type_problem, over_cap
 from unicore_operator.task_api.errors import ApiError, task_not_found
@@ -67,13 +55,10 @@ from unicore_operator.task_api.routes import (
 from unicore_operator.task_api.service import TaskApi, sender_of
 from unicore_operator.task_api.stream import MAX_WAITERS, STREAM
 
-__all__ = ["Authentication", "build_app", "context_lookup", "read_auth_config", "serve", "start_task_api"]
+__all__ = ["Authentication", "build_app", "context_lookup", "serve", "start_task_api"]
 
 log = logger.getChild("task_api")
-CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
-REFRESH_SECONDS = 30.0  # the serving certificate's files and the request-header ConfigMap are checked this often
 HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
-READER_ROLE = "extension-apiserver-authentication-reader"
 
 
 def context_lookup(ctx: OperatorContext) -> TaskLookup:
@@ -92,79 +77,6 @@ def context_lookup(ctx: OperatorContext) -> TaskLookup:
             raise LookupUnavailable(f"cannot read agenttask {namespace}/{name}: {exc}") from exc
 
     return lookup
-
-
-def read_auth_config(kube: KubeClients) -> RequestHeaderConfig:
-    """The request-header settings the API server publishes; AuthConfigError saying why not."""
-    where = f"{CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}"
-    try:
-        found = kube.core.read(CONFIGMAP_PATH)
-    except ApiException as exc:
-        if exc.status == 403:
-            raise AuthConfigError(f"the operator may not read the ConfigMap {where} (bind it the Role {READER_ROLE} "
-                                  f"in {CONFIGMAP_NAMESPACE}, as the chart does)") from None
-        raise AuthConfigError(f"cannot read the ConfigMap {where}: HTTP {exc.status} {exc.reason}") from None
-    if found is None:
-        raise AuthConfigError(f"the ConfigMap {where} does not exist: the API server runs without the aggregation "
-                              "layer")
-    return RequestHeaderConfig.from_configmap(found.get("data"))
-
-
-def _server_context(cert_dir: Path, config: RequestHeaderConfig) -> ssl.SSLContext:
-    # Not create_default_context: that would also trust the system's CAs for client certificates.
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(cert_dir / CERT_FILE), str(cert_dir / KEY_FILE))
-    context.verify_mode = ssl.CERT_OPTIONAL  # ask every client for a certificate; a wrong one fails the handshake
-    context.load_verify_locations(cadata=config.ca_pem)
-    return context
-
-
-class Authentication:
-    """The TLS context (serving certificate, request-header CAs) and the current request-header settings.
-
-    The context's trust store only grows (Python cannot drop a CA from it): a CA the API server stopped publishing
-    still passes the handshake until the operator restarts, but ``client_cert_problem`` then refuses it."""
-
-    def __init__(self, cert_dir: Path, config: RequestHeaderConfig) -> None:
-        self.cert_dir = cert_dir
-        self.config = config
-        self.context = _server_context(cert_dir, config)
-        self.stamp = self._stamp()
-
-    def _stamp(self) -> tuple[float, float]:
-        return (os.stat(self.cert_dir / CERT_FILE).st_mtime, os.stat(self.cert_dir / KEY_FILE).st_mtime)
-
-    def update(self, config: RequestHeaderConfig) -> bool:
-        """Use new request-header settings; True when they changed."""
-        if config == self.config:
-            return False
-        self.context.load_verify_locations(cadata=config.ca_pem)
-        self.config = config
-        return True
-
-    def reload_certificate(self) -> bool:
-        """Load renewed serving certificate files for new connections; True when they changed."""
-        stamp = self._stamp()
-        if stamp == self.stamp:
-            return False
-        self.context.load_cert_chain(str(self.cert_dir / CERT_FILE), str(self.cert_dir / KEY_FILE))
-        self.stamp = stamp
-        return True
-
-    def user(self, request: web.Request) -> tuple[UserInfo | None, str]:
-        """The user the API server vouches for on this request, else (None, why not)."""
-        transport = request.transport
-        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        problem = client_cert_problem(self.config, der)
-        if problem:
-            return None, problem
-        user = user_from_headers(self.config, request.headers.items())
-        if user is None:
-            return None, (f"the request names no user ({', '.join(self.config.username_headers)}): call this API "
-                          "through the Kubernetes API server")
-        return user, ""
 
 
 STATE_KEY: web.AppKey[dict[str, Any]] = web.AppKey("unicore_task_api", dict)
@@ -269,57 +181,23 @@ async def serve(app: web.Application, port: int, kube: KubeClients | None, host:
         log.info("task API (aggregated API %s) on https://%s:%d", GROUP, host, port)
         while True:
             await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                if auth.reload_certificate():
-                    log.info("task API: loaded the renewed serving certificate from %s", auth.cert_dir)
-            except (OSError, ssl.SSLError) as exc:  # mid-update: try again at the next check
-                log.warning("task API: cannot load the serving certificate from %s: %s", auth.cert_dir, exc)
-            if kube is not None:
-                try:
-                    if auth.update(await asyncio.to_thread(read_auth_config, kube)):
-                        log.info("task API: the API server's request-header settings changed; using them")
-                except (AuthConfigError, ssl.SSLError, OSError) as exc:
-                    log.warning("task API: keeping the request-header settings read before: %s", exc)
+            await refresh(auth, kube, "task API")
     finally:
         await runner.cleanup()
 
 
 def _authentication(settings: OperatorSettings, kube: KubeClients) -> Authentication:
     """The task API's Authentication; ConfigError saying in one line why it cannot be had."""
-    port, cert_dir = settings.task_api_port, Path(settings.task_api_cert_dir)
-    try:
-        config = read_auth_config(kube)
-    except AuthConfigError as exc:
-        raise ConfigError(f"the task API (UNICORE_TASK_API_PORT={port}) cannot authenticate the API server: "
-                          f"{exc}") from exc
-    try:
-        return Authentication(cert_dir, config)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"the task API (UNICORE_TASK_API_PORT={port}) has no usable certificate in "
-                          f"UNICORE_TASK_API_CERT_DIR={cert_dir} ({CERT_FILE}, {KEY_FILE}): {exc}") from exc
+    return authentication(Path(settings.task_api_cert_dir), kube,
+                          f"the task API (UNICORE_TASK_API_PORT={settings.task_api_port})", "UNICORE_TASK_API_CERT_DIR")
 
 
 def task_api_problem(settings: OperatorSettings) -> str | None:
     """The start-up check (``main``, before Kopf starts) as one line: why the task API cannot be served (the
-    request-header ConfigMap unreadable or missing, no usable certificate), or None (no task API, the check passed,
-    or the API server not reachable yet: then the start-up hook checks once it is)."""
+    request-header ConfigMap unreadable or missing, no usable certificate), or None (``startup_problem``)."""
     if not settings.task_api_port:
         return None
-    from unicore.kube_config import load_api_client
-
-    try:
-        api = load_api_client()
-    except Exception:  # the operator's own start-up says why it has no credentials
-        return None
-    try:
-        _authentication(settings, KubeClients(api))
-    except ConfigError as exc:
-        return str(exc)
-    except Exception:  # the API server not reachable (yet): transient, the hook checks again
-        return None
-    finally:
-        api.close()
-    return None
+    return startup_problem(lambda kube: _authentication(settings, kube))
 
 
 async def start_task_api(ctx: OperatorContext) -> None:
