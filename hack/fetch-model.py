@@ -132,7 +132,7 @@ def fetch(name: str) -> Path:
         log(f"cached: {target}")
         return target
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / f".{name}.lock").open("w") as lock:
+    with (folder.parent / f".fetch-model-{name}.lock").open("w") as lock:  # beside the models, not among them
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file() and target.stat().st_size == model.size:
             log(f"cached: {target}")
