@@ -61,6 +61,10 @@ def test_only_a_json_boolean_decides_a_call(ui: UI, redis_url: str, tmp_path: Pa
     reply = request(ui, "POST", path, headers=headers, body={"approve": False})
     assert reply.status == 200, reply.read()
     assert approvals.get_call(client, "rel", pending[0].call_id).status == "denied"
+    again = request(ui, "POST", path, headers=headers, body={"approve": True})  # decided already: a conflict
+    text = again.read().decode()
+    assert again.status == 409 and "AlreadyDecided" in text, (again.status, text)
+    assert approvals.get_call(client, "rel", pending[0].call_id).status == "denied"
 
 
 def raw_post(ui: UI, path: str, length: str, body: bytes) -> tuple[int, bytes]:

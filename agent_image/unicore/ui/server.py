@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from unicore.cli_input import UsageError
-from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.errors import AlreadyDecided, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.ui.backend import BadRequest, Cursor
 from unicore.ui.backend_protocol import BackendRefusal, UIBackend
 
@@ -216,6 +216,8 @@ class UIHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, str(exc))
         except BackendRefusal as exc:
             self._error(exc.status, exc.message)
+        except AlreadyDecided as exc:  # decided already, or past its timeout (DecisionExpired): as the task API, 409
+            self._error(HTTPStatus.CONFLICT, f"{type(exc).__name__}: {exc}")
         except UniCoreError as exc:
             self._error(HTTPStatus.BAD_REQUEST, f"{type(exc).__name__}: {exc}")
 
