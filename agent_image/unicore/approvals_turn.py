@@ -13,6 +13,11 @@ result "denied by <who>: <reason>"; answered -> the answer. The drain that follo
 conversation and the model goes on. While something is still pending, ``prepare`` says so and the turn ends
 without draining (decision wake-ups found then are dropped: a later decision queues a new one).
 
+Decided means what the deciders wrote into ``uc:{T}:decisions`` (``state.approvals``), a key this turn's Redis user
+may only read: a state, a name or a wake-up that code in the turn pod wrote into the approvals hash or the inbox
+decides nothing (the call stays pending), and an approved call runs with the tool and input its decision recorded
+(issue 25).
+
 Never twice: an approved call's tool starts only after ``state.approval_writes.start_call`` marked it started (atomic,
 fenced); a turn that dies after that mark gives the call the error result ``INTERRUPTED_TEXT`` instead of running it
 again (at most once). An approval binds to what the call's tool name ran when it was made (``Tool.target``, kept

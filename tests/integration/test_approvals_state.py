@@ -216,12 +216,10 @@ def test_the_approvals_key_is_a_task_key(store):
 def test_a_decision_retried_after_a_lost_reply_answers_as_the_first_run(waiting):
     """The Redis client re-sends a script whose reply was lost: the same decision (same id) is not a second one."""
     client = waiting.redis
-    keys = waiting.keys("t")
 
     def run(call_id: str, decision: str) -> list[str]:
         args = [call_id, "1", "alice", "", "1000.5", decision, '{"type": "decision"}', ""]
-        return sorted(approvals.run_script(client, approvals.DECIDE,
-                                           [keys.approvals, keys.inbox, keys.seen, keys.task], args))
+        return sorted(approvals.run_script(client, approvals.DECIDE, approvals.decide_keys("t"), args))
 
     assert run("c1", "decision:one") == ["c1"]
     assert run("c1", "decision:one") == ["c1"]  # the retry

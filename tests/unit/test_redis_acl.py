@@ -36,8 +36,9 @@ def test_the_patterns_cover_every_key_a_turn_uses_of_the_namespaces_tasks_and_no
     for task in ("team-a/root", "team-a/root-kid-grandkid", "team-a/" + "x" * 253):
         keys = TaskKeys(task)
         operator = {keys.operator, keys.operator_jobs, keys.operator_reaped}
-        assert all(covered(key, "team-a") for key in keys.all() if key not in operator)
+        assert all(covered(key, "team-a") for key in keys.all() if key not in (*operator, keys.decisions))
         assert not any(covered(key, "team-a") for key in operator)  # the operator's records of the task
+        assert not covered(keys.decisions, "team-a")  # people's decisions: read only (below)
     for other in ("team-b/root", "team-a-2/root", "team/a", "team-a", "xteam-a/root", "default/team-a"):
         assert not any(covered(key, "team-a") for key in TaskKeys(other).all()), other
     for shared in (ACTIVATIONS_STREAM, CHANGES_STREAM, TASKS_INDEX, HEARTBEATS_INDEX, "uc:metrics:counters",
@@ -91,6 +92,18 @@ def test_agent_definitions_of_the_namespace_are_read_only() -> None:
     """A turn reads its agent's definition (issue 17) but may not write one: that would widen its own agent."""
     assert selectors()[("uc:agent:{team-a/*}",)] == {"get"}
     assert not any("uc:agent:" in rule for rule in acl.namespace_rules("team-a") if rule.startswith("~"))
+
+
+def test_the_decisions_of_the_namespaces_tasks_are_read_only() -> None:
+    """issue 25: a turn pod that could write its task's approvals approved its own gated calls in a person's name;
+    the decisions live in a key it may only read (``%R~``), with read commands only."""
+    [rule] = [r for r in acl.namespace_rules("team-a") if "decisions" in r]
+    words = rule.strip("()").split()
+    assert [w for w in words if not w.startswith("+")] == ["%R~uc:{team-a/*}:decisions"]
+    assert {w[1:] for w in words if w.startswith("+")} == {"hget", "hmget", "hgetall"}
+    pattern = redis_glob(acl.namespace_read_only_patterns("team-a")[0])
+    assert pattern.match(TaskKeys("team-a/root-kid").decisions) and not pattern.match(TaskKeys("team-b/x").decisions)
+    assert not pattern.match(TaskKeys("team-a/root").approvals)
 
 
 def test_nothing_that_reads_across_tenants_or_disturbs_the_server_is_allowed() -> None:

@@ -7,6 +7,9 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   ...; the operator's per-task accounting, ``operator``/``opjobs``/``opreaped``, is left out), exactly the commands
   the runtime sends for a turn, its tools, spawns and reports (``TASK_COMMANDS``), scripts included: Redis checks
   every command a script calls against the caller's ACL, and they all touch the task's own keys;
+- on the people's decisions of its tasks' waiting calls (``uc:{<namespace>/*}:decisions``, ``READ_ONLY_PARTS``):
+  HGET/HMGET/HGETALL only, as read-only key patterns (``%R~``): only the deciders (task API, local CLI, the
+  operator's timeout) write them, so a turn pod cannot approve its own calls (``state.approvals``, issue 25);
 - on the namespace's own activation stream and stream of task changes (``uc:{<namespace>/}:activations``,
   ``...:changes``; each namespace has its own, so none can poison another's): XADD only (no XREAD/XRANGE);
 - on the shared keys, one selector each with only what a turn writes there (``SHARED_SELECTORS``):
@@ -53,8 +56,13 @@ _GLOB = "*?[]\\"
 # The parts of a task's keys (TaskKeys) a turn, its tools, spawns and reports use; the operator's own records of a
 # task (operator, opjobs, opreaped: failure counts, retry times, the Jobs it accounted) stay out of a tenant's reach.
 OPERATOR_PARTS = ("operator", "opjobs", "opreaped")
+# Parts a turn reads and never writes: people's decisions on its waiting calls (state.approvals; issue 25: a turn
+# pod that could write them approved its own gated calls in a person's name).
+READ_ONLY_PARTS = ("decisions",)
+READ_ONLY_COMMANDS = ("hget", "hmget", "hgetall")
 TURN_PARTS = tuple(
-    key.rsplit(":", 1)[1] for key in TaskKeys("x").all() if key.rsplit(":", 1)[1] not in OPERATOR_PARTS
+    key.rsplit(":", 1)[1] for key in TaskKeys("x").all()
+    if key.rsplit(":", 1)[1] not in (*OPERATOR_PARTS, *READ_ONLY_PARTS)
 )
 
 # Commands a turn sends on its namespace's task keys, directly or inside the state package's Lua scripts
@@ -114,6 +122,12 @@ def namespace_key_patterns(namespace: str) -> list[str]:
     return [task_key(glob_escape(namespace) + "/*", part) for part in TURN_PARTS]
 
 
+def namespace_read_only_patterns(namespace: str) -> list[str]:
+    """The key patterns of ``namespace``'s tasks a turn may read, not write (without the ``%R~``)."""
+    _check_namespace(namespace)
+    return [task_key(glob_escape(namespace) + "/*", part) for part in READ_ONLY_PARTS]
+
+
 def namespace_rules(namespace: str) -> list[str]:
     """The ACL rules of ``namespace``'s user, as ACL SETUSER arguments, without password or on/off (pure)."""
     rules = ["-@all", *(f"+{command}" for command in (*TASK_COMMANDS, *KEYLESS_COMMANDS))]
@@ -127,6 +141,10 @@ def namespace_rules(namespace: str) -> list[str]:
     escaped = glob_escape(namespace)
     rules.append(f"(+xadd ~{namespace_activations_stream(escaped)} ~{namespace_changes_stream(escaped)})")
     rules.append(f"(+get ~{agent_key(glob_escape(namespace) + '/*')})")  # its Agents' definitions: read only
+    # People's decisions on its tasks' calls: read only (``%R~``: no write command on them, even if one is added
+    # above); no script of a turn may name them either (EVAL's keys count as written)
+    rules.append("(" + " ".join([*(f"+{c}" for c in READ_ONLY_COMMANDS),
+                                 *(f"%R~{p}" for p in namespace_read_only_patterns(namespace))]) + ")")
     return rules
 
 
@@ -221,7 +239,7 @@ def acl_users(client: redis.Redis) -> Sequence[str]:
     return [name.decode() if isinstance(name, bytes) else str(name) for name in client.execute_command("ACL USERS")]
 
 
-__all__ = ["AclUnavailable", "CHECK_USER", "SHARED_SELECTORS", "TASK_COMMANDS", "TURN_PARTS", "USER_PREFIX",
-           "acl_users", "apply_namespace_user", "check_acl_rights", "delete_namespace_user", "glob_escape",
-           "identity_url", "namespace_key_patterns", "namespace_rules", "namespace_user", "new_password",
-           "same_address", "setuser_args", "url_credentials"]
+__all__ = ["AclUnavailable", "CHECK_USER", "READ_ONLY_PARTS", "SHARED_SELECTORS", "TASK_COMMANDS", "TURN_PARTS",
+           "USER_PREFIX", "acl_users", "apply_namespace_user", "check_acl_rights", "delete_namespace_user",
+           "glob_escape", "identity_url", "namespace_key_patterns", "namespace_read_only_patterns", "namespace_rules",
+           "namespace_user", "new_password", "same_address", "setuser_args", "url_credentials"]

@@ -1,5 +1,12 @@
-"""The stored form of a tool call waiting for a person (``state.approvals``' hash ``uc:{T}:approvals``), shared by
-the readers and deciders (``state.approvals``) and the turn's writes (``state.approval_writes``)."""
+"""The stored form of a tool call waiting for a person, shared by the readers and deciders (``state.approvals``) and
+the turn's writes (``state.approval_writes``): the turn's records in ``uc:{T}:approvals`` and the people's decisions
+in ``uc:{T}:decisions``.
+
+Who decides what a call's status is (``_parse``, issue 25): approved or denied, by whom, why and when come only from
+the call's entry in ``decisions``, which a namespace's Redis user cannot write; an entry also holds the call as it
+was when decided, and that copy is what runs. ``answered`` (a question answered by a user message) comes from the
+turn's state in ``approvals``. Anything else the approvals hash claims (a state or a call record that says approved,
+a decider's name) is ignored: such a call is pending."""
 
 from __future__ import annotations
 
@@ -83,13 +90,28 @@ def _state_json(call: PendingCall) -> str:
     return codec.dumps(data)
 
 
-def _parse(call_raw: str, state_raw: str | None) -> PendingCall:
-    data = json.loads(call_raw)
+# The fields of a call's state that the turn writes (its marks); a decision's fields come from ``decisions`` only.
+_TURN_FIELDS = ("answer", "answer_id", "started_at", "resolved_at")
+_DECISION_FIELDS = ("status", "decided_by", "reason", "decided_at")
+_DECIDED = ("approved", "denied")
+
+
+def _parse(call_raw: str, state_raw: str | None, decision_raw: str | None = None) -> PendingCall:
+    """The call from its record and state (``approvals``) and its decision (``decisions``; None: undecided)."""
+    decision = json.loads(decision_raw) if decision_raw else {}
+    if decision.get("status") not in _DECIDED:
+        decision = {}
+    recorded = decision.get("call")
+    data = {k: v for k, v in json.loads(recorded if isinstance(recorded, str) else call_raw).items()
+            if k not in _STATE_FIELDS}
     state = json.loads(state_raw) if state_raw else {}
-    for name in _STATE_FIELDS:
-        value = state.get(name)
-        if value is not None:
-            data[name] = value
+    for name in _TURN_FIELDS:
+        if state.get(name) is not None:
+            data[name] = state[name]
+    if decision:
+        data.update({name: decision[name] for name in _DECISION_FIELDS if decision.get(name) is not None})
+    elif state.get("status") == "answered" and data.get("kind") == "input":
+        data.update(status="answered", decided_by=state.get("decided_by") or "", decided_at=state.get("decided_at"))
     known = PendingCall.__dataclass_fields__
     return PendingCall(**{k: v for k, v in data.items() if k in known})
 
@@ -117,9 +139,11 @@ def _count(value: object) -> int:
         return 0
 
 
-def calls_from_hash(data: dict[str, str]) -> list[PendingCall]:
-    """Every call in the approvals hash (decoded to text), in call order: for readers that fetched it themselves."""
-    found = [_parse(raw, data.get(_STATE + name[len(_CALL):])) for name, raw in data.items() if name.startswith(_CALL)]
+def calls_from_hash(data: dict[str, str], decisions: dict[str, str]) -> list[PendingCall]:
+    """Every call in the approvals hash with its decision (both HGETALLs decoded to text), in call order: for readers
+    that fetched them themselves."""
+    found = [_parse(raw, data.get(_STATE + call_id), decisions.get(call_id))
+             for call_id, raw in ((name[len(_CALL):], raw) for name, raw in data.items() if name.startswith(_CALL))]
     return sorted(found, key=_order)
 
 

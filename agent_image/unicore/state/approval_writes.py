@@ -1,4 +1,5 @@
-"""The turn's writes of ``state.approvals`` (fenced by its lease: a turn that lost it writes nothing).
+"""The turn's writes of ``state.approvals`` (fenced by its lease: a turn that lost it writes nothing). They write the
+approvals hash only, never the decisions (``uc:{T}:decisions``: the deciders' alone, issue 25).
 
 ``record_calls`` (the answer's waiting calls), ``hold_result`` / ``held_results`` (results of the answer's other
 calls, kept until every call is decided), ``answer_question`` (a user message becomes a question's answer and leaves
@@ -75,7 +76,8 @@ return 1
 # KEYS: lease, approvals   ARGV: token, call id, now
 # An approved call's tool may start only once: 1 = start it now, 0 = it was started before (a turn died after).
 # The starting turn's token is kept with the mark, so the Redis client's retry of this script after a lost reply
-# (the same token) still gets 1.
+# (the same token) still gets 1. Whether the call is approved is not this script's to say: ``start_call`` reads the
+# decision (``uc:{T}:decisions``, which the namespace's user may only read, so no script of the turn names it).
 START = (
     lua._FENCE
     + _DECODE_STATE
@@ -83,7 +85,6 @@ START = (
 local raw = redis.call('HGET', KEYS[2], 'state:' .. ARGV[2])
 if not raw then return -1 end
 local st = cjson.decode(raw)
-if st['status'] ~= 'approved' then return 0 end
 if is_set(st['started_at']) then
   -- the same turn's retry after a lost reply (same token) may go on; any other turn may not
   if st['started_by'] == ARGV[1] then return 1 end
@@ -179,8 +180,13 @@ def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int,
 
 def start_call(client: redis.Redis, lease: Lease, call_id: str) -> bool:
     """True exactly once per approved call: the caller runs its tool now. False: it was started before (a turn
-    died after starting it: the tool may or may not have run) or the call is not approved."""
+    died after starting it: the tool may or may not have run) or the call is not approved. Approved means a
+    decider's entry in ``uc:{T}:decisions`` says so (a decision is written once and never changes, so reading it
+    before the fenced mark is as good as reading it inside); nothing in the approvals hash does."""
     keys = TaskKeys(lease.task_id)
+    decision = client.hget(keys.decisions, call_id)
+    if not decision or json.loads(decision).get("status") != "approved":
+        return False
     return int(run_script(client, START, [keys.lease, keys.approvals], [lease.token, call_id, repr(time.time())])) == 1
 
 

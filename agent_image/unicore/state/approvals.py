@@ -27,7 +27,8 @@ Deciders (the operator with its admin identity, the task API, the local CLI, the
   deciding every pending approval leaves it out (``DecisionExpired`` when that leaves none); an unknown id raises
   ``NoSuchCall``. A question (kind input) can be denied, not approved: it is
   answered by a user message. When the decision leaves nothing of the task pending, the same script queues one
-  wake-up entry (inbox type ``"decision"``; it carries no conversation text) and ``decide`` then activates the task
+  wake-up entry (inbox type ``"decision"``; it carries no conversation text and decides nothing: the turn reads the
+  decisions from ``uc:{T}:decisions``) and ``decide`` then activates the task
   (``uc:activations``), so the operator or the local supervisor starts the turn that gives each decided call its
   result (approved: the tool runs now; denied: an error result "denied by <who>: <reason>"). Returns the calls it
   decided (with their new status).
@@ -42,10 +43,22 @@ own (``unicore_operator.approvals.task_timeout``: the AgentTask's spec, then the
 The turn's side (fenced by its lease, ``unicore.approvals_turn`` uses them): ``record_calls``, ``hold_result``,
 ``answer_question``, ``start_call``, ``resolve``, ``drop_wakeups``, ``held_results``.
 
-Storage: one hash per task, ``uc:{T}:approvals`` (``TaskKeys.approvals``, inside the namespace's ACL patterns):
-``call:<id>`` the call as recorded (JSON, written once), ``state:<id>`` its decision (JSON of scalars only, so the
-scripts can rewrite it with cjson), ``held:<id>`` the result of an ungated call of the same answer, kept until the
-whole answer's results are queued together, ``pending:approval`` / ``pending:input`` counters.
+Storage, two hashes per task (``TaskKeys``; one hash tag, so one slot on a Redis Cluster):
+
+- ``uc:{T}:approvals``, the turn's records (inside the namespace's ACL patterns: a turn pod writes it): ``call:<id>``
+  the call as recorded (JSON, written once), ``state:<id>`` the turn's marks on it (JSON of scalars only, so the
+  scripts can rewrite it with cjson: kind, requested time, a question's answer, started, resolved; a decision's status
+  is copied there for the turn's own scripts), ``held:<id>`` the result of an ungated call of the same answer, kept
+  until the whole answer's results are queued together, ``pending:approval`` / ``pending:input`` counters (what
+  ``waiting_for`` says: they schedule turns and decide nothing);
+- ``uc:{T}:decisions``, the people's decisions (issue 25): ``<id>`` -> JSON ``{status: approved|denied, decided_by,
+  reason, decided_at, decision: the wake id, call: the call record as decided}``, written only by ``DECIDE``
+  (``decide``, ``expire_overdue``: the deciders' admin or local identity). A namespace's Redis user may read it and
+  not write it (``state.acl``), and a call's status is approved or denied only through it
+  (``approval_records._parse``): an approval the turn pod writes into ``approvals`` (a state ``approved``, a
+  decider's name, a wake-up in the inbox) leaves the call pending, runs nothing and names nobody; an approved call
+  runs as its decision recorded it, whatever its record says later. A question's ``answered`` comes from the turn's
+  state (the answer is a user message, which the task's own inbox holds anyway).
 """
 
 from __future__ import annotations
@@ -71,46 +84,58 @@ from unicore.state.approval_records import (  # the records' format, shared with
     CallStatus,
     PendingCall,
     PendingKind,
-    _order,
     _parse,
+    calls_from_hash,
     run_script,
 )
 from unicore.state.keys import ACTIVATIONS_MAXLEN, TaskKeys, activations_stream
 
 # --------------------------------------------------------------------------- scripts
 
-# KEYS: approvals, inbox, seen, task
+# KEYS: approvals, inbox, seen, task, decisions
 # ARGV: call id ('' = every pending approval), approve '1'|'0', by, reason, now, wake id, wake entry, before ('' = any),
 # expired ('' = none: a pending approval requested at or before it is past its timeout, no person may decide it)
-# The wake id names the decision too (kept with each call it decided): the Redis client's retry of the script after a
-# lost reply finds its own decision and answers as the first run did, instead of AlreadyDecided.
+# A call is decided once its entry in decisions exists (only this script writes one), else undecided unless the turn
+# answered it (a question) or already gave it its result; what else its state says is the turn pod's to write and is
+# no decision. The decision keeps the call's record as it was decided (what runs), and the state gets the status too
+# (the turn's scripts read only the approvals hash: an answer to a question that was denied meanwhile is refused).
+# The wake id names the decision too (kept in it): the Redis client's retry of the script after a lost reply finds its
+# own decision and answers as the first run did, instead of AlreadyDecided.
 DECIDE = (
     _DECODE_STATE
     + """
 if redis.call('EXISTS', KEYS[4]) == 0 then return redis.error_reply('UC_NO_TASK') end
 local decided = {}
 local expired = tonumber(ARGV[9])
+local function requested(st) return tonumber(st['requested_at']) or 0 end
 local function overdue(st)
-  return expired ~= nil and st['kind'] == 'approval' and st['requested_at'] <= expired
+  return expired ~= nil and st['kind'] == 'approval' and requested(st) <= expired
 end
+local function ours(prior) return cjson.decode(prior)['decision'] == ARGV[6] end
 local function decide_one(id, st)
-  if ARGV[2] == '1' then st['status'] = 'approved' else st['status'] = 'denied' end
-  st['decided_by'] = ARGV[3]
-  st['reason'] = ARGV[4]
-  st['decided_at'] = tonumber(ARGV[5])
-  st['decision'] = ARGV[6]
+  local status = 'denied'
+  if ARGV[2] == '1' then status = 'approved' end
+  local call = redis.call('HGET', KEYS[1], 'call:' .. id)
+  redis.call('HSET', KEYS[5], id, cjson.encode({status = status, decided_by = ARGV[3], reason = ARGV[4],
+    decided_at = tonumber(ARGV[5]), decision = ARGV[6], call = call}))
+  st['status'] = status
   redis.call('HSET', KEYS[1], 'state:' .. id, cjson.encode(st))
   redis.call('HINCRBY', KEYS[1], 'pending:' .. st['kind'], -1)
   decided[#decided + 1] = id
 end
 if ARGV[1] ~= '' then
   local raw = redis.call('HGET', KEYS[1], 'state:' .. ARGV[1])
-  if not raw then return redis.error_reply('UC_NO_SUCH_CALL') end
-  local st = cjson.decode(raw)
-  if st['status'] ~= 'pending' then
-    if st['decision'] == ARGV[6] then return {ARGV[1]} end  -- this very call, retried after a lost reply
-    return redis.error_reply('UC_ALREADY_DECIDED ' .. st['status'])
+  if not raw or redis.call('HEXISTS', KEYS[1], 'call:' .. ARGV[1]) == 0 then
+    return redis.error_reply('UC_NO_SUCH_CALL')
   end
+  local prior = redis.call('HGET', KEYS[5], ARGV[1])
+  if prior then
+    if ours(prior) then return {ARGV[1]} end  -- this very call, retried after a lost reply
+    return redis.error_reply('UC_ALREADY_DECIDED ' .. cjson.decode(prior)['status'])
+  end
+  local st = cjson.decode(raw)
+  if st['status'] == 'answered' then return redis.error_reply('UC_ALREADY_DECIDED answered') end
+  if is_set(st['resolved_at']) then return redis.error_reply('UC_ALREADY_DECIDED resolved') end
   if st['kind'] == 'input' and ARGV[2] == '1' then return redis.error_reply('UC_QUESTION') end
   if overdue(st) then return redis.error_reply('UC_EXPIRED') end
   decide_one(ARGV[1], st)
@@ -119,12 +144,17 @@ else
   local skipped = 0
   for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     if string.sub(field, 1, 6) == 'state:' then
-      local st = cjson.decode(redis.call('HGET', KEYS[1], field))
-      if st['status'] == 'pending' and st['kind'] == 'approval'
-          and (before == nil or st['requested_at'] <= before) then
-        if overdue(st) then skipped = skipped + 1 else decide_one(string.sub(field, 7), st) end
-      elseif st['decision'] == ARGV[6] then  -- decided by this very call (a retry after a lost reply)
-        decided[#decided + 1] = string.sub(field, 7)
+      local id = string.sub(field, 7)
+      local prior = redis.call('HGET', KEYS[5], id)
+      if prior then
+        if ours(prior) then decided[#decided + 1] = id end  -- decided by this very call (a retry)
+      else
+        local st = cjson.decode(redis.call('HGET', KEYS[1], field))
+        if st['kind'] == 'approval' and st['status'] ~= 'answered' and not is_set(st['resolved_at'])
+            and redis.call('HEXISTS', KEYS[1], 'call:' .. id) == 1
+            and (before == nil or requested(st) <= before) then
+          if overdue(st) then skipped = skipped + 1 else decide_one(id, st) end
+        end
       end
     end
   end
@@ -141,14 +171,19 @@ return decided
 """
 )
 
+
 # --------------------------------------------------------------------------- readers
 
 
 def calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
-    """Every recorded call of the task (pending, decided, resolved), in call order."""
-    data: dict[str, str] = client.hgetall(TaskKeys(task_id).approvals)
-    out = [_parse(raw, data.get(_STATE + field[len(_CALL):])) for field, raw in data.items() if field.startswith(_CALL)]
-    return sorted(out, key=_order)
+    """Every recorded call of the task (pending, decided, resolved), in call order, each with its decision (one round
+    trip)."""
+    keys = TaskKeys(task_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.approvals)
+    pipe.hgetall(keys.decisions)
+    data, decisions = pipe.execute()
+    return calls_from_hash(data, decisions)
 
 
 def recorded_approval(client: redis.Redis, task_id: str) -> Approval | None:
@@ -175,11 +210,12 @@ def overdue(call: PendingCall, now: float, timeout_seconds: float) -> bool:
 
 def pending_calls(client: redis.Redis, task_id: str, *, timeout_seconds: float | None = None,
                   now: float | None = None) -> list[PendingCall]:
-    """The calls of the task a person may still decide (undecided, not past the timeout), in call order.
-    ``timeout_seconds`` None: the task's own (``recorded_timeout``)."""
+    """The calls of the task a person may still decide (undecided, no result queued yet, not past the timeout), in
+    call order. ``timeout_seconds`` None: the task's own (``recorded_timeout``)."""
     timeout = recorded_timeout(client, task_id) if timeout_seconds is None else timeout_seconds
     at = time.time() if now is None else now
-    return [call for call in calls(client, task_id) if call.status == "pending" and not overdue(call, at, timeout)]
+    return [call for call in calls(client, task_id)
+            if call.status == "pending" and call.resolved_at is None and not overdue(call, at, timeout)]
 
 
 def unresolved_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
@@ -188,11 +224,14 @@ def unresolved_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
 
 
 def get_call(client: redis.Redis, task_id: str, call_id: str) -> PendingCall:
-    key = TaskKeys(task_id).approvals
-    call_raw, state_raw = client.hmget(key, [_CALL + call_id, _STATE + call_id])
+    keys = TaskKeys(task_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.approvals, [_CALL + call_id, _STATE + call_id])
+    pipe.hget(keys.decisions, call_id)
+    (call_raw, state_raw), decision_raw = pipe.execute()
     if not call_raw:
         raise NoSuchCall(f"task {task_id} has no tool call {call_id!r} waiting for a person")
-    return _parse(call_raw, state_raw)
+    return _parse(call_raw, state_raw, decision_raw)
 
 
 def waiting_for(client: redis.Redis, task_id: str) -> PendingKind | None:
@@ -250,13 +289,18 @@ def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
     changes.execute_with_changes(pipe, [(task_id, "decided")])
 
 
+def decide_keys(task_id: str) -> list[str]:
+    """The keys the decision script (``DECIDE``) takes, in its order."""
+    keys = TaskKeys(task_id)
+    return [keys.approvals, keys.inbox, keys.seen, keys.task, keys.decisions]
+
+
 def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,
             before: float | None, expired: float | None = None) -> list[str]:
-    keys = TaskKeys(task_id)
     wake = InboxMessage(id=f"decision:{uuid.uuid4().hex}", type=WAKEUP_TYPE,  # type: ignore[arg-type]
                         content={"by": by, "approve": approve}, sender=by, timestamp=now)
     try:
-        ids = run_script(client, DECIDE, [keys.approvals, keys.inbox, keys.seen, keys.task],
+        ids = run_script(client, DECIDE, decide_keys(task_id),
                    [call_id, "1" if approve else "0", by, reason, repr(now), wake.id, wake.model_dump_json(),
                     "" if before is None else repr(before), "" if expired is None else repr(expired)])
     except TaskNotFound:
@@ -304,9 +348,9 @@ def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_sec
 
 __all__ = [
     "AlreadyDecided", "CallStatus", "DecisionExpired", "NoSuchCall", "PendingCall", "PendingKind", "TIMEOUT_DECIDER",
-    "WAKEUP_TYPE", "blocked", "calls", "decide", "expire_overdue", "get_call", "inbox_entries", "inbox_types",
-    "overdue", "pending_calls", "recorded_approval", "recorded_timeout", "run_script", "unresolved_calls",
-    "waiting_for", "wakes",
+    "WAKEUP_TYPE", "blocked", "calls", "decide", "decide_keys", "expire_overdue", "get_call", "inbox_entries",
+    "inbox_types", "overdue", "pending_calls", "recorded_approval", "recorded_timeout", "run_script",
+    "unresolved_calls", "waiting_for", "wakes",
 ]
 
 # The turn's writes live in state.approval_writes; re-exported here (imported last: that module uses this one).

@@ -153,8 +153,15 @@ class TaskKeys:
 
     @property
     def approvals(self) -> str:
-        """Tool calls waiting for a person (approvals, ask_user questions) and their decisions (``state.approvals``)."""
+        """Tool calls waiting for a person (approvals, ask_user questions) as the turn recorded them, and the turn's
+        marks on them (``state.approvals``); the decisions are in ``decisions``."""
         return task_key(self.task_id, "approvals")
+
+    @property
+    def decisions(self) -> str:
+        """People's decisions on the task's waiting calls (``state.approvals``): written only by the deciders, with the
+        admin or local identity; a namespace's Redis user may read it, not write it (``state.acl``, issue 25)."""
+        return task_key(self.task_id, "decisions")
 
     @property
     def retired(self) -> str:
@@ -194,5 +201,6 @@ class TaskKeys:
             self.retired,
             self.archived,
             self.approvals,
+            self.decisions,
             self.budget,
         ]

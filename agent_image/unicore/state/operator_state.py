@@ -181,13 +181,14 @@ async def _read_waiting(client: aioredis.Redis, keys: TaskKeys, snap: TaskSnapsh
     """The pending calls of a task that waits for people and, when messages are queued, whether one wakes it."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.approvals)
+    pipe.hgetall(keys.decisions)
     if snap.pending:
         pipe.lrange(keys.inbox, 0, -1)
     replies = await pipe.execute()
-    found = records_of_calls.calls_from_hash(text_hash(replies[0]))
-    snap.pending_calls = tuple(call for call in found if call.status == "pending")
+    found = records_of_calls.calls_from_hash(text_hash(replies[0]), text_hash(replies[1]))
+    snap.pending_calls = tuple(call for call in found if call.status == "pending" and call.resolved_at is None)
     if snap.pending:
-        snap.inbox_wakes = approvals.wakes(snap.waiting_for, _types_of(text(raw) for raw in replies[1]))
+        snap.inbox_wakes = approvals.wakes(snap.waiting_for, _types_of(text(raw) for raw in replies[2]))
 
 
 class OperatorRecords:
