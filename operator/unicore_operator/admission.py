@@ -12,13 +12,19 @@ a review's answer says whether another namespace's tasks exist and what they all
 
 - its parent does not exist in its own namespace (the operator's index, else a GET), is being deleted, or is not
   initialised within ``PARENT_WAIT_SECONDS``;
+- the AgentTask chain above its parent cannot vouch for it (``parent_view``: a missing ancestor, a cycle, an
+  ancestor that does not narrow its own parent);
 - ``lineage.check_child`` finds it widens its parent's limits or tools;
 - the parent's ``maxChildren`` or the root's ``maxDescendants`` are used up (``SpawnSlots.room``: read only; the
   webhook has no side effects, so a dry run and a review the API server later drops change nothing).
 
-The create handler runs the same checks on the parent's stored record (``vet_new_child``) and then reserves the
-child's slots atomically, so a child that reached the API server some other way (no webhook installed, or two
-creates racing past the read-only count) is marked Failed and never runs.
+The parent's settings and its tree's root come from the API server (``effective_parent``: the AgentTask chain and
+the Agents, ``parent_view``), never from the parent's Redis record, which the namespace's own Redis user, held by its
+turn pods, may write (issue 25); the record only has to exist (the parent is initialised). The create handler runs
+the same checks (``vet_new_child``) and then reserves the child's slots atomically in the tree of the chain's root,
+so a child that reached the API server some other way (no webhook installed, or two creates racing past the
+read-only count) is marked Failed and never runs; its record is built over the same view
+(``parent_view.create_record``).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from unicore.launch.local_spawner import reserve_child_slots
 from unicore.state.slots import SpawnSlots
 from unicore.state.task_views import TaskView
 
-from unicore_operator import agent_checks, lineage, names
+from unicore_operator import agent_checks, lineage, names, parent_view
 from unicore_operator.apiserver_auth import (
     CERT_FILE,
     KEY_FILE,
@@ -53,7 +59,8 @@ from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.settings import OperatorSettings
 
-__all__ = ["PATH", "Verdict", "build_app", "review", "serve", "start_webhook", "vet_new_child", "webhook_problem"]
+__all__ = ["PATH", "Verdict", "Vetted", "build_app", "effective_parent", "review", "serve", "start_webhook",
+           "vet_new_child", "webhook_problem"]
 
 PATH = "/validate-agenttask"
 PARENT_WAIT_SECONDS = 5.0  # a parent created a moment before its child (one `kubectl apply` of both)
@@ -79,16 +86,29 @@ async def parent_object(ctx: OperatorContext, namespace: str, name: str) -> dict
     return await asyncio.to_thread(ctx.kube.get_agenttask, namespace, name)
 
 
-async def parent_record(ctx: OperatorContext, parent_id: str, wait: float) -> TaskView | None:
-    """The parent's stored record, waiting up to ``wait`` seconds for the create handler to make it."""
+async def parent_initialised(ctx: OperatorContext, parent_id: str, wait: float) -> bool:
+    """The parent has a stored record (its create handler ran), waiting up to ``wait`` seconds for it. Only that it
+    exists: what it holds, a namespace's own Redis user may write (``effective_parent`` says what the parent is)."""
     deadline = time.monotonic() + wait
     while True:
-        snap = await ctx.redis.snapshot(parent_id)
-        if snap.exists:
-            return snap.view
+        if (await ctx.redis.snapshot(parent_id)).exists:
+            return True
         if time.monotonic() >= deadline:
-            return None
+            return False
         await asyncio.sleep(0.2)
+
+
+async def effective_parent(ctx: OperatorContext, namespace: str, parent_obj: Mapping[str, Any]) -> TaskView:
+    """The settings of AgentTask ``parent_obj`` (of ``namespace``) as the API server has them: its chain of
+    AgentTasks and the Agents they name (the operator's indexes, else the API), never its Redis record
+    (``parent_view``); LineageBroken with one line when that chain cannot vouch for a child."""
+    chain = await parent_view.ancestry(namespace, parent_obj, lambda name: parent_object(ctx, namespace, name))
+    agents: dict[str, Mapping[str, Any] | None] = {}
+    for body in chain:
+        agent = ((body.get("spec") or {}).get("agentRef") or {}).get("name")
+        if isinstance(agent, str) and "/" not in agent and agent not in agents:
+            agents[agent] = await agent_object(ctx, namespace, agent)
+    return parent_view.effective_view(namespace, chain, agents, ctx.settings.default_turn_timeout_seconds)
 
 
 def _lineage_problems(ctx: OperatorContext, namespace: str, name: str, labels: Mapping[str, str],
@@ -99,32 +119,44 @@ def _lineage_problems(ctx: OperatorContext, namespace: str, name: str, labels: M
                                default_turn_timeout=ctx.settings.default_turn_timeout_seconds)
 
 
+@dataclass(frozen=True)
+class Vetted:
+    """The create handler's check of a new child: ``refusal`` None when it may run (its slots are then reserved),
+    else why not; ``parent`` its parent's settings as the API server has them (``effective_parent``), which its
+    record is built over (``parent_view.create_record``)."""
+
+    refusal: str | None
+    parent: TaskView | None = None
+
+
 async def vet_new_child(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any],
-                        parsed: AgentTaskSpec, parent: TaskView | None) -> str | None:
-    """The create handler's check of a new child whose parent's record is ``parent``: None when it may run (its
-    slots are then reserved), else why not (the task goes Failed, nothing is stored, no turn runs)."""
+                        parsed: AgentTaskSpec) -> Vetted:
+    """The create handler's check of new child ``namespace/name`` (a refused one goes Failed, nothing is stored, no
+    turn runs); its slots are reserved in the tree of its chain's root."""
     ref = parsed.parent_ref
     assert ref is not None
-    if parent is None:
-        return f"parent AgentTask {namespace}/{ref.name} has no stored record"
     parent_obj = await parent_object(ctx, namespace, ref.name)
     if parent_obj is None:
-        return f"parent AgentTask {namespace}/{ref.name} does not exist"
+        return Vetted(f"parent AgentTask {namespace}/{ref.name} does not exist")
+    try:
+        parent = await effective_parent(ctx, namespace, parent_obj)
+    except parent_view.LineageBroken as exc:
+        return Vetted(parent_view.broken(namespace, name, ref.name, exc))
     meta = body.get("metadata") or {}
     problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, body.get("spec") or {}, parsed,
                                  parent_obj, parent)
     if problems:
-        return lineage.refusal(namespace, name, ref.name, problems)
+        return Vetted(lineage.refusal(namespace, name, ref.name, problems), parent)
     if parsed.agent_ref is not None:
         refused = await agent_refusal(ctx, namespace, name, body.get("spec") or {}, parsed, parent)
         if refused is not None:
-            return refused
+            return Vetted(refused, parent)
     child_id = names.task_id(namespace, name)
     try:
         await asyncio.to_thread(reserve_child_slots, ctx.store, parent, child_id)
     except LimitExceeded as exc:
-        return f"AgentTask {namespace}/{name} does not fit in its tree: {exc}"
-    return None
+        return Vetted(f"AgentTask {namespace}/{name} does not fit in its tree: {exc}", parent)
+    return Vetted(None, parent)
 
 
 async def agent_object(ctx: OperatorContext, namespace: str, name: str) -> dict[str, Any] | None:
@@ -180,18 +212,21 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
     if (parent_obj.get("metadata") or {}).get("deletionTimestamp"):
         return Verdict(False, f"parent AgentTask {namespace}/{parent_name} is being deleted")
     parent_id = names.task_id(namespace, parent_name)
-    parent = await parent_record(ctx, parent_id, PARENT_WAIT_SECONDS)
-    if parent is None:
+    if not await parent_initialised(ctx, parent_id, PARENT_WAIT_SECONDS):
         phase = ((parent_obj.get("status") or {}).get("phase")) or "not initialised"
         return Verdict(False, f"parent AgentTask {namespace}/{parent_name} is not initialised yet ({phase}); "
                               "create the child once the parent has a phase")
+    shown = name or str(meta.get("generateName") or "")
+    try:
+        parent = await effective_parent(ctx, namespace, parent_obj)
+    except parent_view.LineageBroken as exc:
+        return Verdict(False, parent_view.broken(namespace, shown, parent_name, exc))
     # generateName: the name comes after admission; the checks only need one that is valid
     stand_in = f"{meta.get('generateName') or parent_name + '-'}generated"
     problems = _lineage_problems(ctx, namespace, name or stand_in, meta.get("labels") or {}, spec, parsed,
                                  parent_obj, parent)
     if problems:
-        return Verdict(False, lineage.refusal(namespace, name or str(meta.get("generateName") or ""), parent_name,
-                                              problems))
+        return Verdict(False, lineage.refusal(namespace, shown, parent_name, problems))
     if parsed.agent_ref is not None:
         refused = await agent_refusal(ctx, namespace, name or stand_in, spec, parsed, parent)
         if refused is not None:

@@ -21,7 +21,7 @@ from unicore.state.task_views import TaskView
 
 from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, agent_task_spec, check_model
 
-__all__ = ["agent_definition", "agent_task_problems", "refusal"]
+__all__ = ["agent_definition", "agent_task_problems", "refusal", "usable_agent"]
 
 
 def agent_definition(body: Mapping[str, Any]) -> AgentDefinition:
@@ -43,25 +43,36 @@ def _timeout(spec: Mapping[str, Any]) -> int | None:
     return int(value) if value is not None else None
 
 
-def agent_task_problems(*, namespace: str, name: str, parsed: AgentTaskSpec, spec: Mapping[str, Any],
-                        agent_body: Mapping[str, Any] | None, parent: TaskView | None) -> list[str]:
-    """What is wrong with AgentTask ``namespace/name`` (``spec`` raw, ``parsed`` typed, ``parent`` its parent's stored
-    record for a child) against its Agent ``agent_body`` (None: there is none); empty when it only narrows it."""
-    ref = parsed.agent_ref
-    assert ref is not None
+def usable_agent(namespace: str, agent: str, agent_body: Mapping[str, Any] | None,
+                 parent: TaskView | None) -> tuple[AgentDefinition | None, list[str]]:
+    """The definition of Agent ``namespace/agent`` (``agent_body``; None: there is none) and what stops a task from
+    running as it: it does not exist, is being deleted or cannot be used, or the task's ``parent`` (its settings as
+    the API server has them, ``parent_view``; None for a root) may not spawn it (its agent's ``spec.agents``)."""
     if agent_body is None:
-        return [f"Agent {namespace}/{ref.name} does not exist: spec.agentRef names an Agent of the task's own "
-                "namespace"]
+        return None, [f"Agent {namespace}/{agent} does not exist: spec.agentRef names an Agent of the task's own "
+                      "namespace"]
     if (agent_body.get("metadata") or {}).get("deletionTimestamp"):
-        return [f"Agent {namespace}/{ref.name} is being deleted"]
+        return None, [f"Agent {namespace}/{agent} is being deleted"]
     try:
         definition = agent_definition(agent_body)
     except SpecInvalid as exc:
-        return [f"Agent {namespace}/{ref.name} cannot be used: {exc}"]
-    problems: list[str] = []
-    if parent is not None and ref.name not in (parent.agents or []):
+        return None, [f"Agent {namespace}/{agent} cannot be used: {exc}"]
+    if parent is not None and agent not in (parent.agents or []):
         listed = ", ".join(parent.agents or []) or "none"
-        problems.append(f"its parent {parent.id} may not spawn agent {ref.name} (the agents it may spawn: {listed})")
+        return definition, [f"its parent {parent.id} may not spawn agent {agent} (the agents it may spawn: {listed})"]
+    return definition, []
+
+
+def agent_task_problems(*, namespace: str, name: str, parsed: AgentTaskSpec, spec: Mapping[str, Any],
+                        agent_body: Mapping[str, Any] | None, parent: TaskView | None) -> list[str]:
+    """What is wrong with AgentTask ``namespace/name`` (``spec`` raw, ``parsed`` typed, ``parent`` its parent's
+    settings for a child, ``parent_view``) against its Agent ``agent_body`` (None: there is none); empty when it only
+    narrows it."""
+    ref = parsed.agent_ref
+    assert ref is not None
+    definition, problems = usable_agent(namespace, ref.name, agent_body, parent)
+    if definition is None or agent_body is None:
+        return problems
     try:
         own = agent_task_spec(namespace, name, parsed, None)  # only what the task sets itself
     except SpecInvalid as exc:

@@ -2,8 +2,11 @@
 
 A child (an AgentTask with ``spec.parentRef``) is made by ``spawn_task`` in a turn pod, which copies the parent's
 limits and narrows its tools, but anyone who may create AgentTasks (a namespace user, any turn pod's ServiceAccount)
-could also write one by hand. ``check_child`` says what is wrong with such a child, against its parent's stored
-record (the limits and tools its turns run with) and its parent's AgentTask:
+could also write one by hand. ``check_child`` says what is wrong with such a child, against its parent's settings as
+the API server has them (a ``TaskView`` from ``parent_view.effective_view``: the AgentTask chain and the Agents, equal
+to what an untampered record holds) and its parent's AgentTask. Never against the parent's Redis record: a namespace's
+own Redis user, held by its turn pods, may write every field of it (issue 25). The same function checks every link of
+that chain (``parent_view``):
 
 - the parent is in the child's own namespace, is the object ``parentRef.uid`` names, and may have children at all
   (``limits.recursion``, and the child's depth within the parent's ``limits.maxDepth``);
@@ -17,7 +20,8 @@ record (the limits and tools its turns run with) and its parent's AgentTask:
 - its ``unicore.dev/root`` label, if any, names the parent's tree (the label picks the tree's workspace folder).
 
 The root's descendant budget (``maxDescendants``) and the parent's ``maxChildren`` are counted in Redis: the webhook
-reads the slot sets (``SpawnSlots.room``), the create handler reserves the child's slots (``reserve_child_slots``).
+reads the slot sets (``SpawnSlots.room``), the create handler reserves the child's slots (``reserve_child_slots``),
+both in the tree of the chain's root (the view's ``root_id``: in the child's namespace by construction).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ def check_child(
     default_turn_timeout: int,
 ) -> list[str]:
     """What is wrong with child AgentTask ``namespace/name`` (``spec`` raw, ``parsed`` typed) under its parent
-    (``parent_obj`` its AgentTask, ``parent`` its stored record); empty when it only narrows its parent."""
+    (``parent_obj`` its AgentTask, ``parent`` its settings: ``parent_view``); empty when it only narrows its parent."""
     ref = parsed.parent_ref
     if ref is None:
         return []

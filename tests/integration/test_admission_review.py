@@ -13,20 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicore.schema import Limits, TaskSpec
 from unicore.state.slots import SpawnSlots
 from unicore.state.store import TaskStore
 from unicore_operator import admission
 from unicore_operator.apiserver_auth import Authentication
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import parse_spec
+from unicore_operator.crd_model import parse_spec, to_task_spec
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 
 from tests.integration.apiserver_tls import ApiServerPki, make_pki
 
 NS = "team-a"
-LIMITS = Limits(max_children=2, max_descendants=3, token_budget=1000)
 
 
 class FakeKube:
@@ -60,10 +58,12 @@ def review_of(name: str, spec: dict[str, Any], *, namespace: str = NS, operation
 
 @pytest.fixture
 def parent(redis_url: str) -> dict[str, Any]:
-    store = TaskStore.from_url(redis_url)
-    store.create_task(TaskSpec(id=f"{NS}/p", limits=LIMITS, tools=["read_file", "spawn_task", "task_status"],
-                               child_tools=["read_file"]))
-    return agenttask("p", {"prompt": "go", "limits": {"maxChildren": 2, "maxDescendants": 3, "tokenBudget": 1000}})
+    """The root AgentTask p and its record as the operator stores it (the settings a child is checked against come
+    from the AgentTask, ``parent_view``; the record only has to exist)."""
+    spec = {"prompt": "go", "tools": ["read_file", "spawn_task", "task_status"], "childTools": ["read_file"],
+            "limits": {"maxChildren": 2, "maxDescendants": 3, "tokenBudget": 1000}}
+    TaskStore.from_url(redis_url).create_task(to_task_spec(NS, "p", parse_spec(spec), None))
+    return agenttask("p", spec)
 
 
 def verdict(ctx: OperatorContext, name: str, spec: dict[str, Any], **kw: Any) -> admission.Verdict:
@@ -135,9 +135,7 @@ def test_the_create_handler_refuses_and_reserves(redis_url: str, parent: dict[st
     async def vet(name: str, spec: dict[str, Any]) -> str | None:
         ctx = make_ctx(redis_url, {(NS, "p"): parent})
         try:
-            view = (await ctx.redis.snapshot(f"{NS}/p")).view
-            body = agenttask(name, spec)
-            return await admission.vet_new_child(ctx, NS, name, body, parse_spec(spec), view)
+            return (await admission.vet_new_child(ctx, NS, name, agenttask(name, spec), parse_spec(spec))).refusal
         finally:
             await ctx.redis.close()
 

@@ -163,9 +163,11 @@ class TaskStore:
 
     # ------------------------------------------------------------------ tasks
 
-    def create_task(self, spec: TaskSpec) -> bool:
+    def create_task(self, spec: TaskSpec, *, root: str | None = None, depth: int | None = None) -> bool:
         """Create the task (and queue its prompt). Returns False, writing nothing, if the task already exists:
-        an existing conversation is never overwritten (seed 000 bug 2)."""
+        an existing conversation is never overwritten (seed 000 bug 2). ``root`` and ``depth``: the task's place in
+        its tree as the caller knows it from elsewhere (the operator: the AgentTask chain, since a namespace's Redis
+        user may write its parent's record; ``unicore_operator.parent_view``); default: from the parent's record."""
         parent: TaskRecord | None = None
         if spec.parent:
             parent = self.get_task(spec.parent)
@@ -188,8 +190,8 @@ class TaskStore:
             id=spec.id,
             name=task_name(spec.id),
             parent=spec.parent,
-            root=parent.root if parent else spec.id,
-            depth=parent.depth + 1 if parent else 0,
+            root=root if root is not None else (parent.root if parent else spec.id),
+            depth=depth if depth is not None else (parent.depth + 1 if parent else 0),
             model=spec.model,
             system_prompt=spec.system_prompt,
             tools=spec.tools,

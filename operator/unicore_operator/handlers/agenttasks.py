@@ -17,10 +17,11 @@ from unicore.state.task_views import TaskView
 from unicore_operator import agent_rbac, events, names, redis_identities
 from unicore_operator.admission import agent_refusal, vet_new_child
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message, to_task_spec
+from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message
 from unicore_operator.handlers import agents as agent_handlers
 from unicore_operator.indexes import active_job, compact_task
 from unicore_operator.log import logger
+from unicore_operator.parent_view import create_record
 from unicore_operator.reconcile import _post, jobs_of, reconcile_task
 
 PARENT_WAIT_RETRIES = 30
@@ -76,16 +77,17 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
                 _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
                 return
             raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
-        parent = snap.view
-        refused = await vet_new_child(ctx, namespace, name, body, parsed, parent)
-        if refused is not None:  # it widens its parent, or its tree is full: it never runs (docs/install.md)
+        # Its settings and tree come from the AgentTask chain, not the parent's record (parent_view, issue 25).
+        vetted = await vet_new_child(ctx, namespace, name, body, parsed)
+        if vetted.refusal is not None:  # it widens its parent, or its tree is full: it never runs (docs/install.md)
+            refused = vetted.refusal
             logger.warning("AgentTask %s/%s refused: %s", namespace, name, refused)
             _post(ctx, task, events.WARNING, events.CHILD_REFUSED, refused)
             await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": refused})
             return
-    task_spec = to_task_spec(namespace, name, parsed, parent)
+        parent = vetted.parent
     try:
-        created = await asyncio.to_thread(ctx.store.create_task, task_spec)
+        created = await asyncio.to_thread(create_record, ctx.store, namespace, name, parsed, parent)
     except AgentNotFound as exc:  # deleted a moment ago: the next try fails it (agent_not_ready)
         raise kopf.TemporaryError(str(exc), delay=2) from exc
     if parsed.agent_ref is not None:
