@@ -22,7 +22,7 @@ from unicore.archive import FileSink, read_document
 from unicore.retention import Retention
 from unicore.schema import Approval, InboxMessage, TaskSpec
 from unicore.state import approvals
-from unicore.state.keys import TaskKeys
+from unicore.state.keys import TaskKeys, activations_stream
 from unicore.state.store import TaskStore
 from unicore.tools.base import Tool, ToolContext
 from unicore.turn import EXIT_OK
@@ -173,3 +173,14 @@ def test_retention_archives_and_removes_the_decisions_with_the_task(redis_client
     archived = task["keys"]["decisions"]["value"]
     assert list(archived) == [call_id] and json.loads(archived[call_id])["decided_by"] == "bob"
     assert not redis_client.exists(decisions) and not redis_client.exists(TaskKeys(TASK).approvals)
+
+
+def test_a_decision_stands_when_the_namespace_poisoned_its_own_activation_stream(redis_client, waiting):
+    """Found on the real node (issue 25): after a namespace's user gave its activation stream an entry with the
+    largest id, a person's approval was written but its wake-up XADD failed, the task API answered 503, the plugin
+    retried and got 409 'already decided'. The decision now stands and answers; the resync starts the turn."""
+    tenant, runner, call_id = waiting
+    tenant.xadd(activations_stream(TASK), {"task": TASK}, id="18446744073709551615-18446744073709551615")
+    [decided] = approvals.decide(redis_client, TASK, None, True, by="bob", reason="ok")
+    assert (decided.call_id, decided.status, decided.decided_by) == (call_id, "approved", "bob")
+    assert runner(TASK).exit_code == EXIT_OK and CountTool.runs == ["a"]

@@ -16,8 +16,12 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from unicore.log import get_logger
+from unicore.state import changes
 from unicore.state.codec import text
-from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.state.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, activations_stream
+
+log = get_logger("state.activations")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,26 @@ class Activation:
 def entry_fields(task_id: str, reason: str, ts: str) -> dict[str, str]:
     """The fields of the stream entry that activates ``task_id`` (``TaskStore.activate`` writes them)."""
     return {"task": task_id, "reason": reason, "ts": ts}
+
+
+def write_activation(client: Any, task_id: str, reason: str, ts: str, change: changes.Kind | None = None) -> str:
+    """XADD the entry that wakes ``task_id`` to its activation stream (``keys.activations_stream``), with the note
+    that its tree row changed (``change``, ``state.changes``) in the same round trip; the entry id, or "" when the
+    stream refuses the entry: its namespace's Redis user can give its own stream an entry with the largest id, and
+    then every XADD fails. That is logged and never fails the write the activation reports (a message queued, a
+    decision made): the operator's periodic resync starts the work. The one writer of activations
+    (``TaskStore.activate``, the approval deciders)."""
+    stream = activations_stream(task_id)
+    fields = entry_fields(task_id, reason, ts)
+    try:
+        if change is None:
+            return text(client.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True))
+        pipe = client.pipeline(transaction=False)
+        pipe.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True)
+        return text(changes.execute_with_changes(pipe, [(task_id, change)])[0])
+    except redis.ResponseError as exc:
+        log.warning("task %s: activation not written to %s (%s); the resync starts it", task_id, stream, exc)
+        return ""
 
 
 def _busy_group(exc: redis.ResponseError) -> bool:
@@ -143,4 +167,4 @@ class AsyncActivationConsumer:
 
 
 __all__ = ["Activation", "ActivationConsumer", "AsyncActivationConsumer", "entry_fields", "missing_group",
-           "read_streams"]
+           "read_streams", "write_activation"]

@@ -72,8 +72,7 @@ import redis
 
 from unicore.errors import AlreadyDecided, DecisionExpired, NoSuchCall, TaskNotFound, UniCoreError
 from unicore.schema import Approval, InboxMessage
-from unicore.state import changes
-from unicore.state.activations import entry_fields
+from unicore.state.activations import write_activation
 from unicore.state.approval_records import (  # the records' format, shared with the turn's writes
     _CALL,
     _COUNT,
@@ -88,7 +87,7 @@ from unicore.state.approval_records import (  # the records' format, shared with
     calls_from_hash,
     run_script,
 )
-from unicore.state.keys import ACTIVATIONS_MAXLEN, TaskKeys, activations_stream
+from unicore.state.keys import TaskKeys
 
 # --------------------------------------------------------------------------- scripts
 
@@ -283,10 +282,7 @@ def blocked(client: redis.Redis, task_id: str) -> bool:
 def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
     """Activate the task (decided calls may let it run) and note its row changed (``state.changes``): one round
     trip."""
-    pipe = client.pipeline(transaction=False)
-    pipe.xadd(activations_stream(task_id), entry_fields(task_id, reason, repr(time.time())),  # type: ignore[arg-type]
-              maxlen=ACTIVATIONS_MAXLEN, approximate=True)
-    changes.execute_with_changes(pipe, [(task_id, "decided")])
+    write_activation(client, task_id, reason, repr(time.time()), "decided")
 
 
 def decide_keys(task_id: str) -> list[str]:

@@ -41,10 +41,10 @@ from unicore.schema import (
     text_block,
 )
 from unicore.state import approvals, changes, codec, lua
-from unicore.state.activations import entry_fields
+from unicore.state.activations import write_activation
 from unicore.state.agents import read_agent
 from unicore.state.client import build_client
-from unicore.state.keys import ACTIVATIONS_MAXLEN, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, activations_stream
+from unicore.state.keys import HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.state.messages import load_message
 from unicore.state.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
 
@@ -339,19 +339,7 @@ class TaskStore:
     def activate(self, task_id: str, reason: str, *, change: changes.Kind | None = None) -> str:
         """Signal that the task has work (at-least-once stream consumed by the operator / local supervisor);
         ``change``: also note that its tree row changed (``state.changes``, in the same round trip)."""
-        fields = entry_fields(task_id, reason, _now())
-        stream = activations_stream(task_id)
-        try:
-            if change is None:
-                return str(self.redis.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True))
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xadd(stream, fields, maxlen=ACTIVATIONS_MAXLEN, approximate=True)
-            return str(changes.execute_with_changes(pipe, [(task_id, change)])[0])
-        except redis.ResponseError as exc:
-            # The stream refuses the entry (its namespace's Redis user gave it an entry with the largest id): the
-            # work stays queued and the periodic resync starts it; what the activation reports is not undone.
-            log.warning("task %s: activation not written to %s (%s); the resync starts it", task_id, stream, exc)
-            return ""
+        return write_activation(self.redis, task_id, reason, _now(), change)
 
     def pending_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).inbox))
