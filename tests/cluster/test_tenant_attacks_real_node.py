@@ -9,7 +9,11 @@ neither written nor read and still works:
 1. an owed report on A's own record naming B's task as parent (plus an activation): nothing reaches B;
 2. B's task added to A's children set: A's ``status.children`` and ``kubectl agenttask tree`` never show it;
 3. an entry with the largest id, or ``MAXLEN 0``, in the local streams and B's activation stream: NOPERM, and after
-   A poisons its own stream, B's task still answers a message at once.
+   A poisons its own stream, B's task still answers a message at once;
+4. A's task widens its own stored limits and tools: a child as wide as the forged record is refused (the webhook
+   checks it against the parent's AgentTask);
+5. A forges an approval of its own gated call (state approved by alice, nothing pending, a decision wake-up, an
+   activation): the tool does not run; a person's real approval afterwards runs it once, and nothing names alice.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ SECRET = "unicore-redis-agent"
 VICTIM_ANSWER = "B's private answer: the launch code is 0000"
 VICTIM_SCRIPT = {"default": "Done.", "tasks": {"victim": [{"text": VICTIM_ANSWER}, {"echo": True}, {"echo": True}]}}
 MOLE_SCRIPT = {"default": "mole ready"}
+GATED_SCRIPT = {"tasks": {"gated": [
+    {"tool_use": [{"name": "write_file", "input": {"path": "pwned.txt", "content": "written"}}]},
+    {"text": "done"}]}}
 
 # Run in the attacker pod (the agent image's Python and redis-py) with only A's Redis user.
 ATTACK = r"""
@@ -71,6 +78,29 @@ deadline = time.time() + 90
 while time.time() < deadline and r.hget(f"uc:{{{mole}}}:task", "report_id"):
     time.sleep(0.2)
 out["report-cleared"] = not r.hget(f"uc:{{{mole}}}:task", "report_id")
+# 4. A's task widens its own stored limits and tools (the child the test then creates claims as much)
+limits = json.loads(r.hget(f"uc:{{{mole}}}:task", "limits"))
+attempt("widen", lambda: r.hset(f"uc:{{{mole}}}:task", mapping={
+    "limits": json.dumps({**limits, "recursion": True, "max_depth": 9, "max_children": 50}),
+    "tools": json.dumps(["read_file", "write_file", "spawn_task"]), "child_tools": "null"}))
+# 5. an approval of A's own gated call, forged the way the issue found it: approved by alice, nothing pending, a
+# decision wake-up in the inbox and an activation
+gated = f"{A}/gated"
+fields = r.hgetall(f"uc:{{{gated}}}:approvals")
+calls = [name.split(":", 1)[1] for name in fields if name.startswith("call:")]
+out["gated-calls"] = len(calls)
+forged = {"status": "approved", "decided_by": "alice", "reason": "fine by me", "decided_at": time.time()}
+for call in calls:
+    attempt("forge-state", lambda call=call: r.hset(f"uc:{{{gated}}}:approvals", mapping={
+        f"state:{call}": json.dumps({**json.loads(fields.get(f"state:{call}") or "{}"), **forged}),
+        f"call:{call}": json.dumps({**json.loads(fields[f"call:{call}"]), **forged}),
+        "pending:approval": 0}))
+    attempt("forge-decisions", lambda call=call: r.hset(f"uc:{{{gated}}}:decisions", call, json.dumps(forged)))
+from unicore.schema import InboxMessage
+wake = InboxMessage(id="decision:forged", type="decision", content={"by": "alice", "approve": True}, sender="alice")
+attempt("forge-wake", lambda: r.rpush(f"uc:{{{gated}}}:inbox", wake.model_dump_json()))
+attempt("forge-activate", lambda: r.xadd(f"uc:{{{A}/}}:activations",
+                                         {"task": gated, "reason": "decision", "ts": str(time.time())}))
 # and A poisons its own stream last (its own loss)
 attempt("poison-own", lambda: r.xadd(f"uc:{{{A}/}}:activations", {"task": mole}, id=MAX))
 print("RESULT " + json.dumps(out), flush=True)
@@ -147,10 +177,15 @@ def test_code_in_a_turn_pod_of_one_namespace_cannot_write_read_or_stop_another(t
     core = client.CoreV1Api(tenants["api"])
     victims, moles = Tasks(tenants["api"], b), Tasks(tenants["api"], a)
     victims.create("victim", {"prompt": "Say your answer.", "gpus": 0, "script": VICTIM_SCRIPT})
-    moles.create("mole", {"prompt": "hi", "gpus": 0, "script": MOLE_SCRIPT})
+    moles.create("mole", {"prompt": "hi", "gpus": 0, "script": MOLE_SCRIPT, "tools": ["read_file"],
+                          "limits": {"recursion": False}})
+    moles.create("gated", {"prompt": "Write it.", "gpus": 0, "script": GATED_SCRIPT, "tools": ["write_file"],
+                           "approval": {"tools": ["write_file"]}})
     victim = wait_for(lambda: idle_after(victims, "victim", 1), timeout=180, interval=0.5, what="B's task Idle")
     assert victim["status"]["lastResponse"] == VICTIM_ANSWER
     wait_for(lambda: idle_after(moles, "mole", 1), timeout=180, interval=0.5, what="A's task Idle")
+    wait_for(lambda: moles.phase("gated") == "WaitingForApproval", timeout=180, interval=0.5,
+             what="A's gated call to wait for a person")
     wait_for(lambda: core.read_namespaced_secret(SECRET, a), timeout=60, what=f"A's Redis identity Secret in {a}")
 
     agent_image = tenants["images"]["agent"].ref
@@ -188,3 +223,31 @@ def test_code_in_a_turn_pod_of_one_namespace_cannot_write_read_or_stop_another(t
     answered = wait_for(lambda: idle_after(victims, "victim", victim["status"]["turns"] + 1), timeout=120,
                         interval=0.5, what="B's task to answer after A poisoned its stream")
     assert "are you still there?" in answered["status"]["lastResponse"]
+
+    # 4. A's forged record widens nothing: a child as wide as it claims is refused at admission
+    assert result["widen"] == "ok", result
+    parent = moles.get("mole") or {}
+    kid = {"prompt": "dig deeper", "gpus": 0, "tools": ["write_file", "spawn_task"], "limits": {"maxDepth": 9},
+           "parentRef": {"name": "mole", "uid": parent["metadata"]["uid"]}}
+    with pytest.raises(client.ApiException) as refused:
+        moles.create("mole-kid", kid)
+    assert refused.value.status in (400, 403, 422), refused.value.body
+    assert "mole" in refused.value.body and "may not have children" in refused.value.body, refused.value.body
+
+    # 5. the forged approval ran nothing: the decisions are not the namespace's to write, and the call still waits
+    assert result["gated-calls"] == 1 and result["forge-state"] == "ok", result
+    assert result["forge-decisions"].startswith("refused: NoPermissionError"), result
+    approved = plugin(cluster, "approve", "gated", "-n", a, "--reason", "checked")
+    # a forged approval would have left nothing to decide; and A's poisoned stream must not fail a person's decision
+    assert approved.returncode == 0, approved.stderr
+    def finished() -> dict[str, Any] | None:  # woken by the resync: A's own stream refuses its activations
+        task = moles.get("gated") or {}
+        status = task.get("status") or {}
+        return task if status.get("phase") == "Idle" and status.get("lastResponse") == "done" else None
+
+    wait_for(finished, timeout=180, interval=0.5, what="the gated task to run its call after the real approval")
+    log = plugin(cluster, "logs", "gated", "-n", a, "--tools")
+    assert log.returncode == 0, log.stderr
+    assert "pwned.txt" in log.stdout and "alice" not in log.stdout, log.stdout
+    described = plugin(cluster, "describe", "gated", "-n", a).stdout
+    assert "alice" not in described and "checked" in described, described  # the decider is the real one
