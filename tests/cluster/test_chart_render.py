@@ -275,7 +275,7 @@ def assert_metadata_values_are_strings(objs: list[dict[str, Any]]) -> None:
 def test_a_config_checksum_of_digits_only_still_renders_as_a_string() -> None:
     # this URL happens to hash to a checksum of digits only; unquoted, YAML read it as a number and the API
     # server refused the Deployment (CI: the bundled Redis' random password did the same about once in 800 installs)
-    objs = render("--set", "redis.enabled=false", "--set", "redis.external.url=redis://r.example:6379/0?n=449")
+    objs = render("--set", "redis.enabled=false", "--set", "redis.external.url=redis://r.example:6379/0?n=572")
     annotations = one(objs, "Deployment", "unicore-operator")["spec"]["template"]["metadata"]["annotations"]
     checksum = annotations["checksum/config"]
     assert isinstance(checksum, str), f"checksum/config renders as {type(checksum).__name__}: {checksum!r}"
