@@ -98,7 +98,11 @@ def test_the_task_api_can_be_turned_off() -> None:
     objs = render("--set", "taskApi.enabled=false", namespace=NS)
     assert not find(objs, "APIService")
     assert not find(objs, "ClusterRoleBinding", f"unicore-operator-{NS}-auth-delegator")
-    assert not find(objs, "RoleBinding", f"unicore-operator-{NS}-auth-reader", "kube-system")
+    # the admission webhook still checks the API server's client certificate (admission.webhook.clientAuth):
+    # the request-header CA stays readable for it; without that check nothing needs it
+    assert find(objs, "RoleBinding", f"unicore-operator-{NS}-auth-reader", "kube-system")
+    neither = render("--set", "taskApi.enabled=false", "--set", "admission.webhook.clientAuth=none", namespace=NS)
+    assert not find(neither, "RoleBinding", f"unicore-operator-{NS}-auth-reader", "kube-system")
     assert settings_of(objs).task_api_port == 0
     assert [p["name"] for p in one(objs, "Service", "unicore-operator")["spec"]["ports"]] == ["http", "webhook"]
     policy = one(objs, "NetworkPolicy", "unicore-operator")
