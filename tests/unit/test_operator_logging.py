@@ -46,7 +46,8 @@ def test_main_prints_each_operator_record_once_in_one_format(
     """Run ``unicore-operator``'s real start-up path (``main``) with Kopf's event loop replaced by a coroutine that
     logs: the operator's record, and a Kopf warning, each come out exactly once, in the operator's format."""
     monkeypatch.setattr(operator_main, "load_settings", lambda: SimpleNamespace(cluster_wide=False, namespaces=["ns"],
-                                                                        redis_identities=False, task_api_port=0))
+                                                                        redis_identities=False, task_api_port=0,
+                                                                        webhook_port=0))
     monkeypatch.setattr(operator_main, "import_handlers", lambda: None)
     ran: list[dict[str, Any]] = []
 
