@@ -75,6 +75,10 @@ class ModelServer:
         self.command = [
             str(binary), "--jinja", "-m", str(gguf), "--host", host, "--port", str(self.port),
             "-c", str(context), "--alias", model, "--temp", "0", "--seed", "42", "--no-webui", "-t", str(THREADS),
+            # One slot: each request is evaluated alone, so a greedy answer depends only on its prompt. With the
+            # default slots, a child's request batched with its parent's got other logits now and then (CI: a
+            # child that was told to use no tool called one), depending on which requests happened to overlap.
+            "--parallel", "1",
             *extra_args,
         ]
         start = time.monotonic()
