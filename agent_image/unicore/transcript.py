@@ -52,9 +52,12 @@ def transcribe(
     include_tool_details: bool = True,
     *,
     tool_result_chars: int | None = DEFAULT_TOOL_RESULT_CHARS,
+    include_ids: bool = True,
 ) -> str:
     """Seed 000 format: ``User: ...`` / ``Assistant: ...`` paragraphs; tool uses with their input JSON and
-    tool results when ``include_tool_details``, else ``[Used <name> tool]``. Joined by blank lines."""
+    tool results when ``include_tool_details``, else ``[Used <name> tool]``. Joined by blank lines. Without
+    ``include_ids`` the tool-use ids (random, from the model server) are left out: a child's prompt then depends
+    only on what its parent said and did."""
     lines: list[str] = []
     for message in flatten(history):
         role = message.get("role")
@@ -66,17 +69,16 @@ def transcribe(
                 use = block["toolUse"]
                 if include_tool_details:
                     payload = json.dumps(use.get("input"), sort_keys=True, default=str)
-                    lines.append(
-                        f"Assistant used tool {use.get('name')} (id {use.get('toolUseId')}) "
-                        f"with input: {payload}"
-                    )
+                    ident = f" (id {use.get('toolUseId')})" if include_ids else ""
+                    lines.append(f"Assistant used tool {use.get('name')}{ident} with input: {payload}")
                 else:
                     lines.append(f"[Used {use.get('name')} tool]")
             elif "toolResult" in block and include_tool_details:
                 result = block["toolResult"]
                 status = result.get("status", "success")
                 text = _result_text(result, tool_result_chars)
-                lines.append(f"Tool result (id {result.get('toolUseId')}, {status}): {text}")
+                ident = f"id {result.get('toolUseId')}, " if include_ids else ""
+                lines.append(f"Tool result ({ident}{status}): {text}")
     return "\n\n".join(lines)
 
 
