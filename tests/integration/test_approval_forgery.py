@@ -13,42 +13,22 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import redis
-from pydantic import BaseModel
 from unicore.archive import FileSink, read_document
 from unicore.retention import Retention
 from unicore.schema import Approval, InboxMessage, TaskSpec
 from unicore.state import approvals
 from unicore.state.keys import TaskKeys, activations_stream
 from unicore.state.store import TaskStore
-from unicore.tools.base import Tool, ToolContext
 from unicore.turn import EXIT_OK
 
 from tests.integration.conftest import TurnRunner
+from tests.integration.test_approvals_turn import CountTool
 from tests.integration.test_redis_identities import Identities
 
 TASK = "team-a/gated"
-
-
-class CountTool(Tool):
-    """A gated test tool that counts its runs."""
-
-    name = "count"
-    description = "Count."
-    runs: ClassVar[list[str]] = []
-
-    class Input(BaseModel):
-        label: str
-
-    Input.__name__ = "CountInput"
-
-    def run(self, ctx: ToolContext, args: BaseModel) -> str:
-        assert isinstance(args, CountTool.Input)
-        CountTool.runs.append(args.label)
-        return f"counted {args.label}"
 
 
 @pytest.fixture
