@@ -62,8 +62,8 @@ test-fast: bootstrap mcp-servers ## unit + integration tests only (no control pl
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff and mypy
-	$(BIN)/ruff check agent_image operator hack tests bench
-	$(BIN)/mypy agent_image/unicore operator/unicore_operator hack/unicore_devcluster
+	$(BIN)/ruff check core operator client hack tests bench
+	$(BIN)/mypy core/unicore operator/unicore_operator client/unicore_client hack/unicore_devcluster
 
 demo-local: bootstrap ## run a scripted tree of agents as local processes (no cluster), then show it
 	@hack/demo-local.sh

@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, watch  # noqa: E402
-from unicore.schema import InboxMessage, TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore  # noqa: E402
+from unicore.api.schema import InboxMessage, TaskSpec  # noqa: E402
+from unicore.store.tasks import TaskStore  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 
 from bench.bench_cluster import BenchCluster  # noqa: E402

@@ -16,7 +16,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 
 from tests.cluster.operator_harness import Tasks, install_agent_rbac, install_crd  # noqa: E402

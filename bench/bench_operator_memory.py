@@ -11,7 +11,7 @@ least 10 s); VmRSS and VmHWM from /proc/<pid>/status. Each pair is measured ``--
 (resident memory after the same start-up varies by several MiB from run to run), and the table shows the means. The
 same measurements with no objects at all come first.
 
-``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``agent_image``,
+``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``core``,
 ``operator`` and ``hack`` first on the operator's PYTHONPATH; e.g. a ``git worktree`` of an earlier commit): each
 variant in each round, next to the same no-op runs, so before and after a change are measured in one run.
 
@@ -145,7 +145,7 @@ def run(bench: BenchCluster, totals: list[int], repeat: int, variants: list[tupl
                 else [sys.executable, str(HERE / "noop_operator.py")])
         env = dict(op_env)
         if tree:
-            env["PYTHONPATH"] = os.pathsep.join(str(Path(tree) / d) for d in ("agent_image", "operator", "hack"))
+            env["PYTHONPATH"] = os.pathsep.join(str(Path(tree) / d) for d in ("core", "operator", "client", "hack"))
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         running.append(proc)

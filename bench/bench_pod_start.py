@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kubernetes import client, watch  # noqa: E402
-from unicore.schema import TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
+from unicore.api.schema import TaskSpec  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
 from unicore_devcluster import node_host  # noqa: E402
 from unicore_devcluster.cluster import DevCluster  # noqa: E402
 from unicore_devcluster.node_images import build_images, load_images  # noqa: E402

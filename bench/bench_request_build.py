@@ -1,7 +1,7 @@
 """Building a model request for a task with 10,000 stored messages after compaction vs a task with 10.
 
 What a turn does before each model call: read the newest compaction record and only the messages after it
-(``unicore.state.compactions.load_request_history``), shape them (summary first, ``HistoryView.request_messages``)
+(``unicore.store.compactions.load_request_history``), shape them (summary first, ``HistoryView.request_messages``)
 and estimate the request's tokens. The anchor is the same build for a task with 10 stored messages and no
 compaction, measured in the same run, interleaved. For reference, the build without compaction (load every stored
 message, ``TaskStore.load_history``, then shape all of them) is measured after them (a tenth of the repeats): what
@@ -26,13 +26,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from unicore.compaction import HistoryView  # noqa: E402
-from unicore.history import build_request_messages  # noqa: E402
+from unicore.api.schema import TaskSpec  # noqa: E402
 from unicore.providers.base import ModelRequest  # noqa: E402
 from unicore.providers.calling import estimate_input_tokens  # noqa: E402
-from unicore.schema import TaskSpec  # noqa: E402
-from unicore.state.compactions import Compaction, append_compaction, load_request_history  # noqa: E402
-from unicore.state.store import TaskStore, connect, history_messages  # noqa: E402
+from unicore.store.compactions import Compaction, append_compaction, load_request_history  # noqa: E402
+from unicore.store.tasks import TaskStore, connect, history_messages  # noqa: E402
+from unicore.turn.compaction import HistoryView  # noqa: E402
+from unicore.turn.history import build_request_messages  # noqa: E402
 
 from bench.bench_drain import fill_history  # noqa: E402
 from bench.doc_section import write_section  # noqa: E402

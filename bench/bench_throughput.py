@@ -17,7 +17,7 @@ for both sides. The operator runs with its default resync period (``--resync``, 
 use 5 s. A second table gives, per step, the CPU time per item of each part (the control-plane processes, Redis,
 the turn pods, this process with its pod runner, the operator) and of the whole machine (everyone's work).
 
-``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``agent_image``,
+``--operator NAME=TREE`` (repeatable) measures the operator code of a source tree instead (its ``core``,
 ``operator`` and ``hack`` first on the operator's PYTHONPATH; e.g. ``git archive`` of an earlier commit), several
 in one run: after each anchor step, each operator runs the same rate, the order rotating from rate to rate.
 
@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, watch  # noqa: E402
-from unicore.schema import TaskSpec  # noqa: E402
+from unicore.api.schema import TaskSpec  # noqa: E402
 from unicore_operator.job_builder import build_turn_job_spec  # noqa: E402
 from unicore_operator.settings import load_settings  # noqa: E402
 
@@ -192,7 +192,7 @@ def start_operator(bench: BenchCluster, resync: float, tree: str = "") -> tuple[
     second."""
     log = bench.data / "operator.log"
     offset = log.stat().st_size if log.exists() else 0
-    code = {"PYTHONPATH": os.pathsep.join(str(Path(tree) / d) for d in ("agent_image", "operator", "hack"))}
+    code = {"PYTHONPATH": os.pathsep.join(str(Path(tree) / d) for d in ("core", "operator", "client", "hack"))}
     operator = OperatorProcess(bench.kubeconfig, bench.redis_url, bench.namespace, log,
                                UNICORE_RESYNC_SECONDS=f"{resync:g}", **(code if tree else {})).start()
     assert operator.proc is not None

@@ -2,7 +2,8 @@
 
 Whole path: a model call through the OpenAI-compatible provider (``openai:qwen2.5-coder-0.5b``, streaming) with the
 turn's live-stream sink (``TokenStreamSink``) -> the task's Redis stream -> a follower blocked on the stream (the
-reader of ``unicore show --follow``: ``unicore.follow.Follower``, in a thread with its own Redis connection), timed
+reader of ``unicore show --follow``: ``unicore_client.local.follow.Follower``, in a thread with its own Redis
+connection), timed
 from the call's start to the follower writing the first character of the answer.
 Direct: the same request body, ``stream: true``, straight to llama-server over HTTP, timed from the request to the
 first SSE chunk with answer text.
@@ -39,7 +40,7 @@ import redis  # noqa: E402
 from unicore.providers.base import ModelRequest  # noqa: E402
 from unicore.providers.openai_compat import OpenAISettings, chat_request  # noqa: E402
 from unicore.providers.registry import resolve_model  # noqa: E402
-from unicore.state.token_stream import StreamSettings, TokenStreamSink, read_after  # noqa: E402
+from unicore.store.token_stream import StreamSettings, TokenStreamSink, read_after  # noqa: E402
 
 from tests.model_server import ModelServer, opted_out  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
@@ -97,8 +98,8 @@ class FirstWrite(io.StringIO):
 def make_reader(client: redis.Redis, task_id: str, done: threading.Event, out: FirstWrite) -> threading.Thread:
     """The show --follow reader if it is importable, else a bare XREAD loop (the primitive it uses)."""
     try:
-        from unicore.follow import Follower  # noqa: PLC0415
-        from unicore.state.store import TaskStore  # noqa: PLC0415
+        from unicore.store.tasks import TaskStore  # noqa: PLC0415
+        from unicore_client.local.follow import Follower  # noqa: PLC0415
 
         follower = Follower(TaskStore(client), task_id, printed_next=0, turn=None, out=out, wait_seconds=0.5,
                             settled=done.is_set)

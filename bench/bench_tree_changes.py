@@ -27,11 +27,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from unicore.schema import TaskSpec, Usage  # noqa: E402
-from unicore.state import changes, suspension  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
-from unicore.state.ui_reads import read_all_rows  # noqa: E402
-from unicore.ui.backend import LocalBackend, forest_json  # noqa: E402
+from unicore.api.schema import TaskSpec, Usage  # noqa: E402
+from unicore.store import changes, suspension  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
+from unicore.store.ui_reads import read_all_rows  # noqa: E402
+from unicore_client.ui.local_backend import LocalBackend, forest_json  # noqa: E402
 
 from bench.doc_section import write_section  # noqa: E402
 from tests.ui.seeding import seed_forest  # noqa: E402

@@ -28,8 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from unicore.schema import TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
+from unicore.api.schema import TaskSpec  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
 
 ANSWER = {
     "id": "c", "object": "chat.completion", "model": "bench",

@@ -31,9 +31,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from unicore.schema import TaskSpec  # noqa: E402
-from unicore.state.store import TaskStore, connect  # noqa: E402
-from unicore.state.token_stream import StreamSettings, publish, read_after  # noqa: E402
+from unicore.api.schema import TaskSpec  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
+from unicore.store.token_stream import StreamSettings, publish, read_after  # noqa: E402
 
 from bench.doc_section import write_section  # noqa: E402
 from tests.ui.conftest import CHROMIUM, UNICORE, _printed_url  # noqa: E402

@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for extra in ("operator", "agent_image"):
+for extra in ("operator", "core"):
     sys.path.insert(0, str(ROOT / extra))
 
 import redis  # noqa: E402
-from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys  # noqa: E402
+from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys  # noqa: E402
 from unicore_operator.watchdog.redis_state import read_states  # noqa: E402
 from unicore_operator.watchdog.scan import Thresholds, plan_redis_reads, scan  # noqa: E402
 from unicore_operator.watchdog.snapshot import build_snapshot, with_redis  # noqa: E402

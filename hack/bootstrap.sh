@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv, installs the project with its dev extras, and makes sure a redis-server exists.
+# Creates .venv, installs the four distributions (core, operator, client, devcluster; editable) with the dev tools of
+# requirements-dev.txt, and makes sure a redis-server exists.
 # Idempotent: a second run only checks. Used by `make test`, `make demo`, `make demo-local`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,14 +9,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.unicore-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+inputs=(core/pyproject.toml operator/pyproject.toml client/pyproject.toml hack/pyproject.toml requirements-dev.txt)
+stale=0
+for input in "${inputs[@]}"; do [ "$input" -nt "$stamp" ] && stale=1; done
+if [ ! -f "$stamp" ] || [ "$stale" = 1 ]; then
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev]'
+  # a venv made before the split holds the one-wheel `unicore` with every entry point; the editable installs replace it
+  .venv/bin/pip install --quiet -e ./core -e ./operator -e ./client -e ./hack -r requirements-dev.txt
   touch "$stamp"
 fi
-# The three source folders go on sys.path directly, so packages and modules added later need no reinstall.
+# The four source folders go on sys.path directly, so packages and modules added later need no reinstall.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n' "$PWD/agent_image" "$PWD/operator" "$PWD/hack" > "$site/unicore-src.pth"
+printf '%s\n' "$PWD/core" "$PWD/operator" "$PWD/client" "$PWD/hack" > "$site/unicore-src.pth"
 if ! command -v redis-server >/dev/null 2>&1; then
   echo "bootstrap: redis-server not found; installing Debian's package" >&2
   SUDO=""

@@ -10,7 +10,7 @@ NAME="${DEMO_NAME:-demo}"
 "$BIN/python" - "$NAME" <<'PY'
 import sys
 from unicore.launch.embedded_redis import redis_url
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 store = TaskStore(connect(redis_url()))
 root = sys.argv[1]
 if store.exists(root):

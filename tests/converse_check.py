@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from unicore.history import ConverseMessage, tool_use_ids
+from unicore.turn.history import ConverseMessage, tool_use_ids
 
 
 def converse_problems(messages: Sequence[ConverseMessage]) -> list[str]:

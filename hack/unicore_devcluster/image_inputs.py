@@ -41,8 +41,9 @@ MCP_TIME_RECIPE = "hack/images/Containerfile.mcp-time"
 MCP_TIME_FILES = ("hack/images/mcp-time/proxy-requirements.txt", "hack/images/mcp-time/time-requirements.txt")
 MCP_TIME_REF = "unicore-mcp-time:2026.10.19"  # mcp-server-time's version (hack/images/mcp-time/time-requirements.txt)
 PROJECT_DOCKERFILES = {"agent": "Dockerfile.agent", "operator": "Dockerfile.operator"}
-# what the Dockerfiles copy into the build (the .dockerignore lets only these in)
-CONTEXT_SOURCES = ("pyproject.toml", "README.md", "agent_image", "operator")
+# what each Dockerfile copies into its build (the .dockerignore lets only these in): the agent image the core only
+IMAGE_SOURCES = {"agent": ("core",), "operator": ("core", "operator")}
+CONTEXT_SOURCES = ("core", "operator")
 _IGNORED_PARTS = ("__pycache__", ".egg-info")
 MANIFEST = "images.json"
 HASH_CHARS = 16
@@ -170,10 +171,10 @@ def plan(root: Path, *, mirror: str = DEFAULT_MIRROR, ca_bundle: Path = CA_BUNDL
         ),
     )
     version = app_version(root)
-    sources = hash_files(root, context_files(root))
     images = [base]
     for key, dockerfile in PROJECT_DOCKERFILES.items():
         recipe = hash_files(root, [dockerfile, ".dockerignore"])
+        sources = hash_files(root, context_files(root, IMAGE_SOURCES[key]))
         images.append(ImagePlan(key, f"unicore-{key}:{version}", hash_parts(key, recipe, sources, base.inputs)))
     images.append(ImagePlan("redis", REDIS_REF, hash_parts("redis", hash_files(root, [REDIS_RECIPE]), base.inputs)))
     images.append(ImagePlan("mcptime", MCP_TIME_REF,

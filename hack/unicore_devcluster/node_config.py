@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unicore import contract
+from unicore.api import contract
 
 from unicore_devcluster.launcher import SERVICE_CIDR
 

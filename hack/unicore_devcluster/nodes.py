@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from unicore.contract import NODE_POOL_LABEL
+from unicore.api.contract import NODE_POOL_LABEL
 
 from unicore_devcluster.log import logger
 

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unicore import contract
+from unicore.api import contract
 from unicore.kube_config import load_api_client
 
 SERVICE = "unicore-operator"

@@ -22,9 +22,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from unicore.contract import task_namespace
-from unicore.state.activations import Activation, AsyncActivationConsumer, missing_group, read_streams
-from unicore.state.keys import namespace_activations_stream
+from unicore.api.contract import task_namespace
+from unicore.store.activations import Activation, AsyncActivationConsumer, missing_group, read_streams
+from unicore.store.keys import namespace_activations_stream
 
 from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec
 from unicore.errors import ConfigError, LimitExceeded
 from unicore.launch.local_spawner import reserve_child_slots
-from unicore.state.slots import SpawnSlots
-from unicore.state.task_views import TaskView
+from unicore.store.slots import SpawnSlots
+from unicore.store.task_views import TaskView
 
 from unicore_operator import agent_checks, lineage, names, parent_view
 from unicore_operator.apiserver_auth import (
@@ -54,7 +55,6 @@ from unicore_operator.apiserver_auth import (
     startup_problem,
 )
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.settings import OperatorSettings

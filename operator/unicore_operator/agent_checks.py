@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from unicore.agents import AgentDefinition, AgentInvalid, definition_from_spec, widening
-from unicore.state.task_views import TaskView
-
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, agent_task_spec, check_model
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_task_spec, check_model
+from unicore.store.task_views import TaskView
 
 __all__ = ["agent_definition", "agent_task_problems", "refusal", "usable_agent"]
 

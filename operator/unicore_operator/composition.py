@@ -22,7 +22,7 @@ from unicore_operator import handlers, http_server, kopf_patches, redis_identiti
 from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
-from unicore_operator.retention import start_retention
+from unicore_operator.retention_daemon import start_retention
 from unicore_operator.task_api.server import start_task_api
 from unicore_operator.watchdog import adapter as watchdog
 

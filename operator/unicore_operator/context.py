@@ -40,7 +40,7 @@ class OperatorContext:
     settings: OperatorSettings
     redis: RedisState
     kube: KubeClients
-    store: Any  # unicore.state.store.TaskStore (sync; called through asyncio.to_thread)
+    store: Any  # unicore.store.tasks.TaskStore (sync; called through asyncio.to_thread)
     # Live kopf indexes (kopf.Index mappings), captured in the startup handler.
     agenttasks: Any = None
     turnjobs: Any = None

@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from unicore.schema import Limits, task_name
-from unicore.state.task_views import TaskView
+from unicore.api.schema import Limits, task_name
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, to_task_spec
+from unicore.store.task_views import TaskView
 from unicore.tools import policy
 
 from unicore_operator import names
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, to_task_spec
 
 __all__ = ["check_child", "refusal", "turn_timeout"]
 

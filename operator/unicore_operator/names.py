@@ -1,8 +1,9 @@
-"""The names of the shared contract (``unicore.contract``) plus the operator's own (consumer group, Job name cap)."""
+"""The names of the shared contract (``unicore.api.contract``) plus the operator's own (consumer group, Job name
+cap)."""
 
 from __future__ import annotations
 
-from unicore.contract import (
+from unicore.api.contract import (
     AGENT_KIND,
     AGENT_PLURAL,
     AGENT_SERVICE_ACCOUNT,
@@ -30,7 +31,7 @@ from unicore.contract import (
     short_hash,
     task_id,
 )
-from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.store.keys import ACTIVATIONS_STREAM
 
 OPERATOR_CONSUMER_GROUP = "operator"
 JOB_NAME_MAX = 52  # Job names above 52 characters break the pod-name/label limits of derived objects

@@ -1,7 +1,7 @@
 """A parent task as the API server has it: the settings a new child is checked against, and its tree's root.
 
 A task's Redis record holds the settings its turns run with (limits, tools, childTools, depth, root, the agents it
-may spawn), but a namespace's own Redis user, the one its turn pods hold (``unicore.state.acl``), may write every
+may spawn), but a namespace's own Redis user, the one its turn pods hold (``unicore.store.acl``), may write every
 field of it (issue 25, item 4: a pod raised its own record's limits and tools and a wider child was admitted; set its
 ``root`` to a task of another namespace and the operator reserved the child's slot in that tree's budget). So the
 admission webhook and the create handler (``admission``) never read a parent's settings from its record; they compute
@@ -29,12 +29,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from unicore.agents import AgentDefinition, effective_spec, own_settings
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.state.task_views import TaskView
+from unicore.api.schema import TaskSpec
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, to_task_spec
+from unicore.store.task_views import TaskView
+from unicore.store.tasks import TaskStore
 
 from unicore_operator import agent_checks, lineage
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, to_task_spec
 
 __all__ = ["MAX_DEPTH", "LineageBroken", "ancestry", "broken", "create_record", "effective_view", "task_view"]
 

@@ -19,7 +19,7 @@ Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > Waitin
 - A turn that runs, and queued work that wakes the task (a decision's wake-up, a user message answering a question,
   an interrupted turn), come before the wait: the task's turn is what it waits for then, not a person.
 - While a task waits for people, other queued messages (a child's report, a message sent while an approval waits)
-  do not make it Pending: they wait in the inbox until the decision (``unicore.state.approvals.wakes``), and the
+  do not make it Pending: they wait in the inbox until the decision (``unicore.store.approvals.wakes``), and the
   message says how many wait.
 - A person's wait comes before the children's: the task cannot go on without the answer, whatever its children do,
   and it is the one that needs acting on. An approval comes before a question when a turn left both.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from unicore.state.operator_state import LastTurn
-from unicore.state.task_views import TaskView
-from unicore.turn_numbers import shown_turn
+from unicore.api.turn_numbers import shown_turn
+from unicore.store.operator_state import LastTurn
+from unicore.store.task_views import TaskView
 
 from unicore_operator.watchdog.views import PodView
 
@@ -64,7 +64,7 @@ WAIT_TEXT_MAX = 200  # of a tool input or a question in the status message
 
 @dataclass(frozen=True)
 class HumanWait:
-    """What a task waits for from a human (``unicore.state.approvals.waiting_for``, in the operator's terms): the
+    """What a task waits for from a human (``unicore.store.approvals.waiting_for``, in the operator's terms): the
     tool calls awaiting a decision (``kind`` "approval": ``calls`` of them, the first one's ``call_id`` and
     ``tool``), or an ``ask_user`` question (``kind`` "input": its ``call_id`` and ``question``)."""
 
@@ -119,7 +119,7 @@ class TaskObservation:
     job_waiting: tuple[str, str] | None = None
     # What the task waits for from a human (a pending approval, an ask_user question), when it does; then
     # ``pending_messages`` counts only queued messages that give it a turn (a decision's wake-up, an answer), and
-    # ``held_messages`` the others, which wait in the inbox until then (``unicore.state.approvals.wakes``).
+    # ``held_messages`` the others, which wait in the inbox until then (``unicore.store.approvals.wakes``).
     human: HumanWait | None = None
     held_messages: int = 0
 

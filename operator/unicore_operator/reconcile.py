@@ -11,13 +11,14 @@ import datetime
 import time
 from typing import Any
 
-from unicore import contract
-from unicore.reports import deliver_report, report_failure
-from unicore.state.operator_state import TaskSnapshot
+from unicore.api import contract
+from unicore.api.spec import SpecInvalid, parse_spec
+from unicore.store.operator_state import TaskSnapshot
+from unicore.turn.reports import deliver_report, report_failure
 
-from unicore_operator import approvals, events, metrics, names
+from unicore_operator import approval_waits as approvals
+from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext, WrittenStatus
-from unicore_operator.crd_model import SpecInvalid, parse_spec
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import agent_name, build_turn_job_spec, with_agent_defaults
 from unicore_operator.log import logger

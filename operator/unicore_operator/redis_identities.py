@@ -1,7 +1,7 @@
 """Per-namespace Redis identities (``UNICORE_REDIS_IDENTITIES``): every namespace with AgentTasks gets its own Redis
 ACL user, and its turn pods get only that user's credentials.
 
-The user's rules are ``unicore.state.acl``'s (only that namespace's task keys, plus the few writes a turn makes to
+The user's rules are ``unicore.store.acl``'s (only that namespace's task keys, plus the few writes a turn makes to
 shared keys); its name is ``unicore-ns-<namespace>``. Its one copy of the password is the Secret
 ``UNICORE_REDIS_IDENTITY_SECRET`` (default ``unicore-redis-agent``, key ``redis-url``: the operator's own REDIS_URL
 with that user's name and password) in the namespace, which the turn Jobs read (job_builder.py). The Secret is the
@@ -21,7 +21,7 @@ truth and the Redis user is derived from it:
 A Secret of that name without the operator's ``app.kubernetes.io/managed-by`` label is left alone (a Warning Event
 ``RedisIdentityMissing`` on the task says so), as is any problem the API server or Redis reports permanently.
 
-The operator's own Redis user needs the right to manage ACL users; at start-up ``unicore.state.acl.check_acl_rights``
+The operator's own Redis user needs the right to manage ACL users; at start-up ``unicore.store.acl.check_acl_rights``
 creates and deletes a disabled probe user with a namespace's rules, and without the rights (or on a Redis without
 selectors, older than 7) the operator stops with one line saying why (``identity_problem``, before Kopf starts; the
 start-up hook checks again when Redis was not reachable then).
@@ -39,7 +39,7 @@ from urllib.parse import quote
 import kopf
 import redis
 from kubernetes.client.rest import ApiException
-from unicore.state.acl import (
+from unicore.store.acl import (
     AclUnavailable,
     apply_namespace_user,
     check_acl_rights,
@@ -49,7 +49,7 @@ from unicore.state.acl import (
     same_address,
     url_credentials,
 )
-from unicore.state.client import build_client
+from unicore.store.client import build_client
 from urllib3.exceptions import HTTPError
 
 from unicore_operator import events, names

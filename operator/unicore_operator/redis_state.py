@@ -1,7 +1,7 @@
-"""The operator's Redis clients and its calls into ``unicore.state`` (the owner of the Redis layout).
+"""The operator's Redis clients and its calls into ``unicore.store`` (the owner of the Redis layout).
 
 ``RedisState`` holds the operator's two clients (``aio``: redis.asyncio, ``sync``: decoded responses, used from
-worker threads) and delegates every read and write to ``unicore.state.operator_state``: one pipelined snapshot of a
+worker threads) and delegates every read and write to ``unicore.store.operator_state``: one pipelined snapshot of a
 task per reconcile, the accounting of ended turn Jobs in the operator's per-task records, the scan/expiry/deletion of
 a deleted task's keys.
 """
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import redis
 import redis.asyncio as aioredis
-from unicore.state import operator_state
-from unicore.state.client import build_async_client, build_client
-from unicore.state.operator_state import OperatorRecords, TaskSnapshot
+from unicore.store import operator_state
+from unicore.store.client import build_async_client, build_client
+from unicore.store.operator_state import OperatorRecords, TaskSnapshot
 
 __all__ = ["RedisState", "TaskSnapshot"]
 

@@ -132,7 +132,7 @@ class OperatorSettings(KeywordOnlySettings):
     # {"eks.amazonaws.com/role-arn": "arn:aws:iam::...:role/..."}), as the chart annotates its own.
     agent_service_account_annotations: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     # Per-namespace Redis identities (redis_identities.py): every namespace with AgentTasks gets its own Redis ACL user
-    # (only its tasks' keys, plus the few writes a turn makes to shared keys: unicore.state.acl), and its turn pods get
+    # (only its tasks' keys, plus the few writes a turn makes to shared keys: unicore.store.acl), and its turn pods get
     # only that user's URL, from the Secret `redis_identity_secret` the operator writes there (key `redis-url`). The
     # operator's own Redis user must be allowed to manage ACL users (checked at start-up). Off when unset: the chart
     # turns it on with its bundled Redis (redis.identities.enabled).

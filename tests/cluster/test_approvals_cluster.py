@@ -26,7 +26,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
-from unicore.state import approvals
+from unicore.store import approvals
 
 from tests.cluster.operator_harness import (
     REPO,

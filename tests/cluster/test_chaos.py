@@ -28,7 +28,7 @@ import redis
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
 from tests.integration.fault_harness import check_tree, leafy_tree_script

@@ -20,8 +20,8 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
-from unicore.state.keys import namespace_activations_stream
-from unicore.state.store import TaskStore
+from unicore.store.keys import namespace_activations_stream
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import (
     REPO,

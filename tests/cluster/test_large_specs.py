@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import redis
-from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES
-from unicore.state.keys import TaskKeys
+from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES
+from unicore.store.keys import TaskKeys
 
 from tests.cluster.operator_harness import OperatorProcess, Tasks, task_events
 from tests.waiting import wait_for

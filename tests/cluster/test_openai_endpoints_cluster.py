@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.state.reads import last_error
+from unicore.store.reads import last_error
 
 from tests.chat_endpoint import Endpoint
 from tests.cluster.operator_harness import StartOperator, Tasks, kubectl, operator_factory

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import redis
-from unicore.schema import InboxMessage
-from unicore.state.store import TaskStore
+from unicore.api.schema import InboxMessage
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import (
     OperatorProcess,

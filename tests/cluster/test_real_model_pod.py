@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.state.token_stream import read_after
+from unicore.store.token_stream import read_after
 
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, turn_pod_logs
 from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out

@@ -15,9 +15,9 @@ import pytest
 import redis
 from kubernetes import client
 from redis.exceptions import AuthenticationError, NoPermissionError
-from unicore.state import acl
-from unicore.state.client import build_client
-from unicore.state.keys import ACTIVATIONS_STREAM, TaskKeys
+from unicore.store import acl
+from unicore.store.client import build_client
+from unicore.store.keys import ACTIVATIONS_STREAM, TaskKeys
 
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory
 from tests.waiting import wait_for

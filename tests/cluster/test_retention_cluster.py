@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 from unicore.archive import read_document
-from unicore.state.keys import TaskKeys
+from unicore.store.keys import TaskKeys
 
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
 from tests.waiting import wait_for

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis
 from kubernetes import client
+from unicore.api.schema import TaskSpec
 from unicore.launch.k8s_spawner import GROUP, PLURAL, VERSION, KubernetesSpawner
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 from urllib3.exceptions import ReadTimeoutError
 
 from tests.cluster.operator_harness import Tasks

@@ -30,7 +30,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd, kubectl
 from tests.cluster.task_api_harness import TaskApiEndpoint, aggregated_task_api, ca_pair, task_path

@@ -96,7 +96,7 @@ for call in calls:
         f"call:{call}": json.dumps({**json.loads(fields[f"call:{call}"]), **forged}),
         "pending:approval": 0}))
     attempt("forge-decisions", lambda call=call: r.hset(f"uc:{{{gated}}}:decisions", call, json.dumps(forged)))
-from unicore.schema import InboxMessage
+from unicore.api.schema import InboxMessage
 wake = InboxMessage(id="decision:forged", type="decision", content={"by": "alice", "approve": True}, sender="alice")
 attempt("forge-wake", lambda: r.rpush(f"uc:{{{gated}}}:inbox", wake.model_dump_json()))
 attempt("forge-activate", lambda: r.xadd(f"uc:{{{A}/}}:activations",

@@ -23,7 +23,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd
 from tests.cluster.task_api_harness import aggregated_task_api, ca_pair
@@ -247,8 +247,8 @@ def test_a_task_its_transcript_and_a_message_sent_exactly_once(env: Env, alice_u
 
 
 def test_suspend_resume_and_stop_patch_the_agenttasks_as_the_user(env: Env) -> None:
-    from unicore_operator.kubectl_plugin.kube import connect
-    from unicore_operator.kubectl_plugin.ui_backend import ClusterBackend
+    from unicore_client.kubectl_plugin.kube import connect
+    from unicore_client.ui.cluster_backend import ClusterBackend
 
     backend = ClusterBackend(connect(kubeconfig=str(env.users["alice"])), env.a).start()
     try:
@@ -438,8 +438,8 @@ def test_in_the_browser_a_user_suspends_and_resumes_reads_events_and_creates_fro
 def test_the_tree_watch_survives_a_dropped_connection_and_an_expired_resource_version(env: Env) -> None:
     """The watch's connection cut and its resourceVersion too old for the API server (410 Gone): it lists again and
     keeps following, with no error left for the page."""
-    from unicore_operator.kubectl_plugin.kube import connect
-    from unicore_operator.kubectl_plugin.ui_watch import TaskWatch
+    from unicore_client.kubectl_plugin.kube import connect
+    from unicore_client.ui.cluster_watch import TaskWatch
 
     watch = TaskWatch(connect(kubeconfig=str(env.users["alice"])), env.a)
     watch.start()

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
-from unicore.history import INTERRUPTED_TEXT
+from unicore.turn.history import INTERRUPTED_TEXT
 from unicore_devcluster.fixture_tools import SPEC as SLOW_TOOLS
 
 from tests.cluster.operator_harness import (

@@ -13,10 +13,10 @@ import redis
 from pydantic import BaseModel
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.scripted import ScriptedModel, load_script
-from unicore.state.records import TaskRecord
-from unicore.state.store import TaskStore
+from unicore.store.records import TaskRecord
+from unicore.store.tasks import TaskStore
 from unicore.tools.base import Tool, ToolContext
-from unicore.turn import TurnOutcome, run_turn
+from unicore.turn.runner import TurnOutcome, run_turn
 
 
 class NoteTool(Tool):

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from unicore.api.schema import TaskSpec
 from unicore.faults import ENV, LOG_KEY
-from unicore.history import INTERRUPTED_TEXT, build_request_messages
 from unicore.launch.local import LocalSupervisor, SettleReport
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, history_messages
+from unicore.store.tasks import TaskStore, history_messages
+from unicore.turn.history import INTERRUPTED_TEXT, build_request_messages
 
 from tests.converse_check import converse_problems
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore
 from unicore_operator.task_api.authz import Authorizer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.server import Authentication, build_app, serve

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.schema import TaskSpec
-from unicore.state.client import build_async_client
-from unicore.state.keys import namespace_activations_stream
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec
+from unicore.store.client import build_async_client
+from unicore.store.keys import namespace_activations_stream
+from unicore.store.tasks import TaskStore
 from unicore_operator import activation
 
 MAX_ID = "18446744073709551615-18446744073709551615"

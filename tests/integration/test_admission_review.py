@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicore.state.slots import SpawnSlots
-from unicore.state.store import TaskStore
+from unicore.api.spec import parse_spec, to_task_spec
+from unicore.store.slots import SpawnSlots
+from unicore.store.tasks import TaskStore
 from unicore_operator import admission
 from unicore_operator.apiserver_auth import Authentication
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import parse_spec, to_task_spec
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 

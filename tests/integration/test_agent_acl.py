@@ -12,11 +12,11 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 from unicore.agents import definition_from_spec
-from unicore.schema import TaskSpec
-from unicore.state import acl
-from unicore.state.agents import read_agent, write_agent
-from unicore.state.client import build_client
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec
+from unicore.store import acl
+from unicore.store.agents import read_agent, write_agent
+from unicore.store.client import build_client
+from unicore.store.tasks import TaskStore
 
 from tests.integration.conftest import TurnRunner
 

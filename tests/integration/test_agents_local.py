@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 from unicore.agents import definition_from_spec
+from unicore.api.schema import TaskSpec
 from unicore.providers.base import ModelRequest
-from unicore.schema import TaskSpec
-from unicore.state.agents import delete_agent, read_agent, write_agent
-from unicore.state.store import TaskStore
+from unicore.store.agents import delete_agent, read_agent, write_agent
+from unicore.store.tasks import TaskStore
 
 from tests.integration.conftest import TurnRunner
 from tests.unicore_cli import unicore

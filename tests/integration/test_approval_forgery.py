@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from unicore.api.schema import Approval, InboxMessage, TaskSpec
 from unicore.archive import FileSink, read_document
 from unicore.retention import Retention
-from unicore.schema import Approval, InboxMessage, TaskSpec
-from unicore.state import approvals
-from unicore.state.keys import TaskKeys, activations_stream
-from unicore.state.store import TaskStore
-from unicore.turn import EXIT_OK
+from unicore.store import approvals
+from unicore.store.keys import TaskKeys, activations_stream
+from unicore.store.tasks import TaskStore
+from unicore.turn.runner import EXIT_OK
 
 from tests.integration.conftest import TurnRunner
 from tests.integration.test_approvals_turn import CountTool

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from unicore.state import approvals
-from unicore.state.store import TaskStore, connect
+from unicore.store import approvals
+from unicore.store.tasks import TaskStore, connect
 
 from tests.unicore_cli import unicore
 from tests.waiting import wait_for

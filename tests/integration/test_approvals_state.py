@@ -7,13 +7,13 @@ import threading
 import time
 
 import pytest
+from unicore.api.schema import Approval, InboxMessage, TaskSpec, tool_result_block
 from unicore.errors import AlreadyDecided, DecisionExpired, LeaseLost, NoSuchCall, TaskNotFound, UniCoreError
-from unicore.schema import Approval, InboxMessage, TaskSpec, tool_result_block
-from unicore.state import approval_writes as writes
-from unicore.state import approvals
-from unicore.state.approvals import PendingCall
-from unicore.state.keys import ACTIVATIONS_STREAM
-from unicore.state.store import TaskStore, build_drain_batch
+from unicore.store import approval_writes as writes
+from unicore.store import approvals
+from unicore.store.approvals import PendingCall
+from unicore.store.keys import ACTIVATIONS_STREAM
+from unicore.store.tasks import TaskStore, build_drain_batch
 
 
 def _call(call_id: str, kind: str = "approval", position: int = 0, at: float | None = None, **extra) -> PendingCall:

@@ -7,16 +7,16 @@ from typing import ClassVar
 
 import pytest
 from pydantic import BaseModel
-from unicore.approvals_turn import INTERRUPTED_TEXT
+from unicore.api.schema import Approval, TaskSpec
 from unicore.errors import AlreadyDecided
-from unicore.history import answer_to
-from unicore.schema import Approval, TaskSpec
-from unicore.state import approval_writes as writes
-from unicore.state import approvals
-from unicore.state.store import TaskStore
-from unicore.state.telemetry import COUNTERS_KEY
+from unicore.store import approval_writes as writes
+from unicore.store import approvals
+from unicore.store.tasks import TaskStore
+from unicore.store.telemetry import COUNTERS_KEY
 from unicore.tools.base import Tool, ToolContext
-from unicore.turn import EXIT_OK
+from unicore.turn.approvals import INTERRUPTED_TEXT
+from unicore.turn.history import answer_to
+from unicore.turn.runner import EXIT_OK
 
 
 class CountTool(Tool):
@@ -169,8 +169,8 @@ def test_a_child_inherits_its_parents_gates_and_a_waiting_child_reports_nothing(
 def test_a_namespaces_own_redis_user_records_waits_and_resolves_them(redis_client, redis_url, tmp_path):
     """The turn's side under the agent namespace's ACL user (state.acl); the decision with the admin identity."""
     from redis.exceptions import NoPermissionError
-    from unicore.state import acl
-    from unicore.state.client import build_client
+    from unicore.store import acl
+    from unicore.store.client import build_client
 
     from tests.integration.conftest import NoteTool, TurnRunner
 
@@ -200,7 +200,7 @@ def test_a_namespaces_own_redis_user_records_waits_and_resolves_them(redis_clien
 
 
 def test_an_answer_too_large_for_a_result_becomes_an_error_result(store, turn, gated):
-    from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage
+    from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage
 
     gated("t", [{"tool_use": [{"name": "ask_user", "input": {"question": "Everything?"}}]}, {"echo_results": True}],
           tools=["ask_user"])

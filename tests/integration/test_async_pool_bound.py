@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import redis
-from unicore.state.client import ASYNC_MAX_CONNECTIONS, build_async_client
+from unicore.store.client import ASYNC_MAX_CONNECTIONS, build_async_client
 
 BURST = 200  # concurrent commands, several times the bound
 

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.state.agents import write_agent
-from unicore.state.keys import TaskKeys
-from unicore.state.slots import SpawnSlots
-from unicore.state.store import TaskStore
+from unicore.api.spec import parse_spec, to_task_spec
+from unicore.store.agents import write_agent
+from unicore.store.keys import TaskKeys
+from unicore.store.slots import SpawnSlots
+from unicore.store.tasks import TaskStore
 from unicore.tools.storeview import get_view
 from unicore_operator import admission, agent_checks, parent_view
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import parse_spec, to_task_spec
 
 from tests.integration.test_admission_review import NS, agenttask, make_ctx, review_of
 from tests.integration.test_redis_identities import Identities

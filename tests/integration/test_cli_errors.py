@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from unicore import cli
-from unicore.cli_input import MAX_SCRIPT_BYTES
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
+from unicore_client.arguments import MAX_SCRIPT_BYTES
+from unicore_client.local import main as cli
 
 UNICORE = str(Path(sys.executable).with_name("unicore"))
 LAUGHS = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from unicore import cli
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
+from unicore_client.local import main as cli
 
 CSI_CLEAR = "\x1b[2J"
 OSC_TITLE = "\x1b]0;pwned\x07"

@@ -15,21 +15,21 @@ from typing import Any
 
 import pytest
 import redis
-from unicore import cli
-from unicore.compaction import COMPACTION_PROMPT, HistoryView
-from unicore.context_window import ContextSettings
-from unicore.history import INTERRUPTED_TEXT
+from unicore.api.schema import Limits, TaskSpec
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import estimate_input_tokens
 from unicore.providers.scripted import ScriptedModel, load_script
-from unicore.schema import Limits, TaskSpec
-from unicore.state import compactions as compaction_state
-from unicore.state.compactions import Compaction, append_compaction, load_request_history, read_compactions
-from unicore.state.keys import TaskKeys
-from unicore.state.store import TaskStore
-from unicore.state.telemetry import COUNTERS_KEY
-from unicore.transcript import compaction_mark
-from unicore.turn import EXIT_FAILED, EXIT_OK, run_turn
+from unicore.store import compactions as compaction_state
+from unicore.store.compactions import Compaction, append_compaction, load_request_history, read_compactions
+from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
+from unicore.store.telemetry import COUNTERS_KEY
+from unicore.turn.compaction import COMPACTION_PROMPT, HistoryView
+from unicore.turn.context_window import ContextSettings
+from unicore.turn.history import INTERRUPTED_TEXT
+from unicore.turn.runner import EXIT_FAILED, EXIT_OK, run_turn
+from unicore.turn.transcript import compaction_mark
+from unicore_client.local import main as cli
 
 from tests.integration.conftest import NoteTool
 
@@ -235,7 +235,7 @@ def test_a_crash_between_writing_the_summary_and_using_it_loses_and_repeats_noth
     env = {**os.environ, "REDIS_URL": redis_url, "UNICORE_FAULTS": "kill:after compaction",
            "UNICORE_POD_NAME": "crashpod", "UNICORE_HOME": str(tmp_path / "home"),
            "UNICORE_WORKSPACE": str(tmp_path / "ws"), "UNICORE_SUMMARIZE_TURNS": "0"}
-    killed = subprocess.run([sys.executable, "-m", "unicore.turn_entry", "crash"], env=env, capture_output=True,
+    killed = subprocess.run([sys.executable, "-m", "unicore.turn.entry", "crash"], env=env, capture_output=True,
                             text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr  # died right after storing its first record
     keys = TaskKeys("crash")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from unicore.schema import TaskSpec
-from unicore.state.compactions import Compaction, append_compaction
-from unicore.state.store import TaskStore
-from unicore.transcript import compaction_mark
-from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
+from unicore.api.schema import TaskSpec
+from unicore.store.compactions import Compaction, append_compaction
+from unicore.store.tasks import TaskStore
+from unicore.turn.transcript import compaction_mark
+from unicore_client.kubectl_plugin.logs_view import TranscriptPrinter
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi
@@ -63,7 +63,7 @@ def test_pages_mark_each_compaction_once_and_show_every_message(redis_url: str) 
 def test_show_marks_compactions_and_lists_them_in_json(redis_url: str, monkeypatch: Any, capsys: Any) -> None:
     import json
 
-    from unicore import cli
+    from unicore_client.local import main as cli
 
     store = TaskStore(redis.Redis.from_url(redis_url, decode_responses=True))
     store.create_task(TaskSpec(id="local-long", prompt="message 0"))

@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 import pytest
-from unicore.history import INTERRUPTED_TEXT
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
-from unicore.turn import run_turn
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
+from unicore.turn.history import INTERRUPTED_TEXT
+from unicore.turn.runner import run_turn
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, TurnRunner

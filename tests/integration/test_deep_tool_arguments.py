@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.answers import MAX_ARGUMENT_DEPTH
+from unicore.api.schema import TaskSpec
 from unicore.providers import openai_compat
 from unicore.providers.openai_compat import OpenAISettings, build_openai_model
 from unicore.providers.retry import RetryPolicy
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.turn import EXIT_OK, TurnOutcome, run_turn
+from unicore.store.tasks import TaskStore
+from unicore.turn.answers import MAX_ARGUMENT_DEPTH
+from unicore.turn.runner import EXIT_OK, TurnOutcome, run_turn
 
 from tests.sse_server import SSEServer, serve, stream, text_chunks, tool_call_chunks
 

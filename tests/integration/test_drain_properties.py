@@ -43,18 +43,18 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from unicore.api.schema import ContentBlock, InboxMessage, Message, TaskSpec, is_turn_ending, tool_result_block
 from unicore.errors import LeaseBusy, LeaseLost
-from unicore.history import (
+from unicore.store.records import Lease
+from unicore.store.tasks import TaskStore, history_messages
+from unicore.turn.history import (
     EMPTY_TEXT,
     INTERRUPTED_TEXT,
     ConverseMessage,
     build_request_messages,
     tool_use_ids,
 )
-from unicore.schema import ContentBlock, InboxMessage, Message, TaskSpec, is_turn_ending, tool_result_block
-from unicore.state.records import Lease
-from unicore.state.store import TaskStore, history_messages
-from unicore.turn import EXIT_OK
+from unicore.turn.runner import EXIT_OK
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import TurnRunner
@@ -562,7 +562,7 @@ TEXTS = st.sampled_from(["", " ", "\n\t", "hi", "(empty)", "done"]) | st.text(ma
 def conversations(draw: st.DrawFn) -> list[Message | ConverseMessage]:
     """Arbitrary user/assistant sequences: assistant after assistant, empty texts and messages, results for
     unknown, later-answered or already answered calls. Tool-use ids are unique over the conversation, as
-    ``unicore.answers.accept_answer`` makes them before an answer is stored."""
+    ``unicore.turn.answers.accept_answer`` makes them before an answer is stored."""
     messages: list[Message | ConverseMessage] = []
     calls: list[str] = []
     serial = itertools.count()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from unicore.api.schema import TaskSpec, Usage
 from unicore.errors import LeaseBusy, LeaseLost
-from unicore.schema import TaskSpec, Usage
-from unicore.state.store import TaskStore
-from unicore.turn import EXIT_BUSY, EXIT_LEASE_LOST
+from unicore.store.tasks import TaskStore
+from unicore.turn.runner import EXIT_BUSY, EXIT_LEASE_LOST
 
 from tests.waiting import wait_for
 

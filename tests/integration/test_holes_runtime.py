@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.answers import MAX_ARGUMENT_DEPTH
-from unicore.history import INTERRUPTED_TEXT
+from unicore.api.schema import Limits, TaskSpec, Usage
 from unicore.launch.local_spawner import LocalSpawner
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
-from unicore.schema import Limits, TaskSpec, Usage
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 from unicore.tools import policy
-from unicore.turn import EXIT_CANCELLED, EXIT_OK
+from unicore.turn.answers import MAX_ARGUMENT_DEPTH
+from unicore.turn.history import INTERRUPTED_TEXT
+from unicore.turn.runner import EXIT_CANCELLED, EXIT_OK
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, RecordingModel, TurnRunner

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.api.schema import Limits, TaskSpec, Usage
 from unicore.errors import ToolError
 from unicore.launch.local_spawner import LocalSpawner
-from unicore.schema import Limits, TaskSpec, Usage
-from unicore.state.keys import TaskKeys
-from unicore.state.slots import STALE_RESERVATION_SECONDS, SpawnSlots
-from unicore.state.store import TaskStore
+from unicore.store.keys import TaskKeys
+from unicore.store.slots import STALE_RESERVATION_SECONDS, SpawnSlots
+from unicore.store.tasks import TaskStore
 from unicore.tools.base import ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call, toolset_for
 

@@ -15,13 +15,13 @@ from typing import IO, Any
 import pytest
 import redis
 from redis.exceptions import NoPermissionError
+from unicore.api.schema import TaskSpec
 from unicore.providers.base import ModelRequest
-from unicore.schema import TaskSpec
-from unicore.state import acl
-from unicore.state.client import build_client
-from unicore.state.keys import TaskKeys
-from unicore.state.store import TaskStore
-from unicore.state.token_stream import (
+from unicore.store import acl
+from unicore.store.client import build_client
+from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
+from unicore.store.token_stream import (
     StreamEntry,
     StreamSettings,
     TokenStreamSink,
@@ -29,7 +29,7 @@ from unicore.state.token_stream import (
     publish,
     read_after,
 )
-from unicore.turn import TurnOutcome
+from unicore.turn.runner import TurnOutcome
 
 from tests.integration.conftest import TurnRunner
 from tests.waiting import wait_for
@@ -218,8 +218,8 @@ def follow(follow_env: dict[str, str]) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
     def start(task_id: str) -> tuple[subprocess.Popen[str], Lines]:
-        proc = subprocess.Popen([sys.executable, "-m", "unicore.cli", "show", task_id, "--follow"], env=follow_env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "unicore_client.local.main", "show", task_id, "--follow"],
+                                env=follow_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         assert proc.stdout is not None
         return proc, Lines(proc.stdout)
@@ -266,6 +266,6 @@ def test_show_follow_escapes_control_characters_of_live_text(store: TaskStore, t
 
 def test_show_follow_does_not_go_with_json(follow_env: dict[str, str], store: TaskStore) -> None:
     store.create_task(TaskSpec(id="plain", prompt="x"))
-    done = subprocess.run([sys.executable, "-m", "unicore.cli", "show", "plain", "--follow", "--json"],
+    done = subprocess.run([sys.executable, "-m", "unicore_client.local.main", "show", "plain", "--follow", "--json"],
                           env=follow_env, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "--follow" in done.stderr

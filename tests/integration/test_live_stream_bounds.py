@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from unicore.live_view import LiveText
-from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, TaskSpec
-from unicore.state.keys import TaskKeys
-from unicore.state.store import TaskStore
-from unicore.state.token_stream import (
+from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, TaskSpec
+from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
+from unicore.store.token_stream import (
     CUT_MARK,
     DEFAULT_ENTRIES,
     ENTRY_TEXT_BYTES,
@@ -23,6 +22,7 @@ from unicore.state.token_stream import (
     TokenStreamSink,
     read_after,
 )
+from unicore_client.live_view import LiveText
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 
 from tests.unicore_cli import unicore
 

@@ -1,4 +1,4 @@
-"""Local mode's suspend, resume and stop (``unicore.state.suspension``, the local supervisor, ``unicore
+"""Local mode's suspend, resume and stop (``unicore.store.suspension``, the local supervisor, ``unicore
 suspend|resume|stop``): real redis-server, the CLI and its turn processes as subprocesses, scripted model."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from unicore.api.schema import TaskSpec
 from unicore.errors import TaskNotFound
-from unicore.schema import TaskSpec
-from unicore.state import suspension
-from unicore.state.activations import ActivationConsumer
-from unicore.state.reads import busy
-from unicore.state.store import TaskStore, connect
+from unicore.store import suspension
+from unicore.store.activations import ActivationConsumer
+from unicore.store.reads import busy
+from unicore.store.tasks import TaskStore, connect
 
 from tests.unicore_cli import UNICORE, unicore
 from tests.waiting import wait_for

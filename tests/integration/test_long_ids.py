@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from unicore.api.schema import MAX_TASK_NAME, TaskSpec
 from unicore.launch.local import MAX_FILE_NAME_BYTES, turn_log_name
-from unicore.schema import MAX_TASK_NAME, TaskSpec
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 
 UNICORE = str(Path(sys.executable).with_name("unicore"))
 

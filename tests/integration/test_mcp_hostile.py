@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from unicore.launch.local import turn_log_name
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 from unicore.tools.mcp_toolbox import offered_names
 
 from tests import hostile_mcp_server as hostile

@@ -18,8 +18,8 @@ import pytest
 import redis
 import yaml
 from unicore.launch.local import turn_log_name
-from unicore.state.store import TaskStore, connect
-from unicore.state.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY
+from unicore.store.tasks import TaskStore, connect
+from unicore.store.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY
 
 from tests.mcp_servers import (
     EverythingHttp,

@@ -10,8 +10,8 @@ from typing import Any
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from unicore.api.schema import MCPServerRef, TaskSpec
 from unicore.mcp_config import MCPServerSpec, ResolvedMCPServer, dump_resolved
-from unicore.schema import MCPServerRef, TaskSpec
 from unicore.settings import RuntimeSettings
 
 from tests.mcp_servers import time_spec
@@ -82,7 +82,7 @@ def test_a_cancelled_turn_abandons_a_running_call_and_stops_the_stdio_server(tur
     import time
     import uuid
 
-    from unicore.turn import EXIT_CANCELLED
+    from unicore.turn.runner import EXIT_CANCELLED
 
     from tests.mcp_servers import everything_stdio_spec, pids_with_argument
     from tests.waiting import wait_for

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from unicore.api.schema import TaskSpec
 from unicore.providers.endpoints import parse_endpoints
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.turn import run_turn
+from unicore.store.tasks import TaskStore
+from unicore.turn.runner import run_turn
 
 from tests.chat_endpoint import Endpoint
 

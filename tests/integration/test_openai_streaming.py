@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from unicore.api.schema import TaskSpec
 from unicore.providers import openai_compat
 from unicore.providers.base import ModelRequest, ToolSpec
 from unicore.providers.openai_compat import OpenAICompatModel, OpenAISettings, build_openai_model
 from unicore.providers.retry import RetryPolicy
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.state.telemetry import COUNTERS_KEY
-from unicore.turn import EXIT_OK, run_turn
+from unicore.store.tasks import TaskStore
+from unicore.store.telemetry import COUNTERS_KEY
+from unicore.turn.runner import EXIT_OK, run_turn
 
 from tests.answer_sink import RecordingSink as Sink
 from tests.sse_server import (

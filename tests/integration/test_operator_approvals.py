@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import pytest
 import redis
-from unicore.schema import InboxMessage, TaskSpec, text_block
-from unicore.state import approvals
-from unicore.state.approvals import PendingCall
-from unicore.state.store import TaskStore
+from unicore.api.schema import InboxMessage, TaskSpec, text_block
+from unicore.store import approvals
+from unicore.store.approvals import PendingCall
+from unicore.store.tasks import TaskStore
 from unicore_operator import reconcile
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import job_view

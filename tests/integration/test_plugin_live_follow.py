@@ -12,12 +12,12 @@ from urllib.parse import urlencode
 
 import pytest
 import redis
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore_operator.kubectl_plugin.errors import Forbidden, PluginError
-from unicore_operator.kubectl_plugin.live_follow import LiveFollower
-from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
-from unicore_operator.kubectl_plugin.proxy import task_path
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore
+from unicore_client.kubectl_plugin.errors import Forbidden, PluginError
+from unicore_client.kubectl_plugin.live_follow import LiveFollower
+from unicore_client.kubectl_plugin.logs_view import TranscriptPrinter
+from unicore_client.kubectl_plugin.proxy import task_path
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

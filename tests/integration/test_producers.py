@@ -6,8 +6,8 @@ import multiprocessing
 import re
 import threading
 
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
 
 from tests.waiting import wait_for
 

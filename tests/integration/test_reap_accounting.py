@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 from kubernetes import client as k8s
+from unicore.api.schema import TaskSpec
 from unicore.errors import LeaseLost
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 from unicore_operator.watchdog.reaper import Reaper

@@ -1,6 +1,6 @@
 """A Redis blip in the middle of a turn does not fail it (issue 10, item 11).
 
-Each test runs a turn in process (the integration TurnRunner) on a client made by ``unicore.state.store.connect``
+Each test runs a turn in process (the integration TurnRunner) on a client made by ``unicore.store.tasks.connect``
 (what turn processes, the CLI and the local supervisor use), against a dedicated real redis-server that a tool of
 the turn disturbs; the turn's next Redis command is then the write of that tool's result (``queue_message``, a
 script; the model call's metrics in between would be best-effort writes, which swallow errors):
@@ -38,14 +38,14 @@ from typing import Any, cast
 import pytest
 import redis
 import redis.asyncio as aioredis
-import unicore.state.client as client_module
+import unicore.store.client as client_module
 from pydantic import BaseModel, ConfigDict
-from unicore.schema import TaskSpec
-from unicore.state.client import build_async_client, build_client
-from unicore.state.store import TaskStore, connect
+from unicore.api.schema import TaskSpec
+from unicore.store.client import build_async_client, build_client
+from unicore.store.tasks import TaskStore, connect
 from unicore.tools import call_metrics
 from unicore.tools.base import Tool, ToolContext
-from unicore.turn import EXIT_OK, TurnOutcome
+from unicore.turn.runner import EXIT_OK, TurnOutcome
 
 from tests.integration.conftest import NoteTool, TurnRunner
 from tests.waiting import wait_for

@@ -2,7 +2,7 @@
 
 A session fixture starts the cluster (``tests.redis_cluster``); this module overrides ``redis_url`` and
 ``redis_client`` so that the shared ``store`` and ``turn`` fixtures (tests/integration/conftest.py) run on a
-``redis.cluster.RedisCluster`` built by ``unicore.state.client.build_client``. Existing single-Redis tests are
+``redis.cluster.RedisCluster`` built by ``unicore.store.client.build_client``. Existing single-Redis tests are
 re-collected here by importing them (store, drain, fencing and leases, approvals and ask_user, the seed sequences
 with full in-process turns, the stream of task changes and the UI's tree feed, spawning with LocalSpawner, the
 watchdog's heartbeat-index reads, turns under a namespace's own ACL user, made on every node, and its NOPERMs); the
@@ -21,15 +21,15 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from unicore.api.schema import TaskSpec
 from unicore.launch.local_spawner import LocalSpawner
-from unicore.schema import TaskSpec
-from unicore.state import heartbeats
-from unicore.state.activations import AsyncActivationConsumer, read_streams
-from unicore.state.client import build_async_client, build_client, cluster_seed_url
-from unicore.state.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, namespace_activations_stream
-from unicore.state.slots import SpawnSlots
-from unicore.state.store import TaskStore
-from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store import heartbeats
+from unicore.store.activations import AsyncActivationConsumer, read_streams
+from unicore.store.client import build_async_client, build_client, cluster_seed_url
+from unicore.store.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, namespace_activations_stream
+from unicore.store.slots import SpawnSlots
+from unicore.store.tasks import TaskStore
+from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
 from unicore_operator import names
 from unicore_operator.metrics.state_collector import inbox_depths
 from unicore_operator.redis_state import RedisState

@@ -1,6 +1,6 @@
 """Per-namespace Redis identities on a real redis-server (issue 13, item 2).
 
-A namespace's user (``unicore.state.acl``, applied with the admin client as the operator does) runs whole turns of
+A namespace's user (``unicore.store.acl``, applied with the admin client as the operator does) runs whole turns of
 its own tasks in process (TurnRunner), with the Kubernetes spawner (the child's AgentTask create answered by a stand-in
 that makes the child's record with the admin client, as the operator's create handler does): the turn, its heartbeats
 and telemetry, a spawned child, the child's report reaching the parent and the parent's next turn. The same
@@ -19,11 +19,11 @@ import pytest
 import redis
 from kubernetes.client.rest import ApiException
 from redis.exceptions import AuthenticationError, NoPermissionError
+from unicore.api.schema import TaskSpec
 from unicore.launch.k8s_spawner import KubernetesSpawner
-from unicore.schema import TaskSpec
-from unicore.state import acl
-from unicore.state.client import build_client
-from unicore.state.keys import (
+from unicore.store import acl
+from unicore.store.client import build_client
+from unicore.store.keys import (
     ACTIVATIONS_STREAM,
     CHANGES_STREAM,
     HEARTBEATS_INDEX,
@@ -32,11 +32,11 @@ from unicore.state.keys import (
     namespace_activations_stream,
     namespace_changes_stream,
 )
-from unicore.state.model_cache import read_model_names, write_model_names
-from unicore.state.slots import SpawnSlots
-from unicore.state.store import TaskStore
-from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
-from unicore.state.throttle import ThrottleState
+from unicore.store.model_cache import read_model_names, write_model_names
+from unicore.store.slots import SpawnSlots
+from unicore.store.tasks import TaskStore
+from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store.throttle import ThrottleState
 from unicore_operator.redis_identities import identity_problem
 from unicore_operator.settings import load_settings
 

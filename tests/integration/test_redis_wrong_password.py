@@ -12,7 +12,7 @@ import pytest
 import redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from unicore.state.client import build_async_client, build_client
+from unicore.store.client import build_async_client, build_client
 
 from tests.waiting import wait_for
 

@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 import pytest
+from unicore.api.schema import TaskSpec
 from unicore.errors import TaskNotFound
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.ui.backend import BadRequest, LocalBackend
+from unicore.store.tasks import TaskStore
+from unicore_client.ui.local_backend import BadRequest, LocalBackend
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

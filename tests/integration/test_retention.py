@@ -18,13 +18,13 @@ import boto3
 import pytest
 import redis
 from botocore.stub import Stubber
-from unicore import cli
+from unicore.api.schema import TaskSpec
 from unicore.archive import FileSink, S3Sink, document, object_name, read_document
 from unicore.retention import Retention
-from unicore.schema import TaskSpec
-from unicore.state import retention as state
-from unicore.state.keys import RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
-from unicore.state.store import TaskStore
+from unicore.store import retention as state
+from unicore.store.keys import RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
+from unicore.store.tasks import TaskStore
+from unicore_client.local import main as cli
 
 from tests.integration.conftest import TurnRunner
 
@@ -140,7 +140,7 @@ def test_an_active_tree_is_kept_whole(
 def test_a_tree_waiting_for_a_person_is_kept_whatever_its_age(
     kind: str, store: TaskStore, turn: TurnRunner, redis_client: redis.Redis,
 ) -> None:
-    from unicore.state import approvals
+    from unicore.store import approvals
 
     ids = make_tree(store, turn, "asks", children=1)
     lease = store.acquire_lease(ids[1])

@@ -15,9 +15,9 @@ import pytest
 import redis
 from unicore.archive import read_document
 from unicore.faults import ENV
-from unicore.state import retention as state
-from unicore.state.keys import RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
-from unicore.state.store import TaskStore
+from unicore.store import retention as state
+from unicore.store.keys import RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
+from unicore.store.tasks import TaskStore
 
 from tests.integration.conftest import TurnRunner
 from tests.integration.test_retention import make_tree, stored

@@ -14,8 +14,8 @@ import redis
 from moto.server import ThreadedMotoServer
 from unicore.archive import read_document, sink_for
 from unicore.retention import Retention
-from unicore.state.keys import RETENTION_JOURNAL
-from unicore.state.store import TaskStore
+from unicore.store.keys import RETENTION_JOURNAL
+from unicore.store.tasks import TaskStore
 
 from tests.integration.conftest import TurnRunner
 from tests.integration.test_retention import HOUR, LATER, assert_archived, make_tree, stored

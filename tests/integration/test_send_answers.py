@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from unicore.history import answer_to
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
+from unicore.turn.history import answer_to
 
 from tests.waiting import wait_for
 

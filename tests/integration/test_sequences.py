@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from unicore.schema import InboxMessage, TaskSpec, tool_result_block
-from unicore.state.keys import ACTIVATIONS_STREAM
+from unicore.api.schema import InboxMessage, TaskSpec, tool_result_block
+from unicore.store.keys import ACTIVATIONS_STREAM
 
 from tests.converse_check import converse_problems
 

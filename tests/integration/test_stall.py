@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.history import INTERRUPTED_TEXT
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
-from unicore.turn import EXIT_LEASE_LOST, EXIT_OK, TurnOutcome
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore
+from unicore.turn.history import INTERRUPTED_TEXT
+from unicore.turn.runner import EXIT_LEASE_LOST, EXIT_OK, TurnOutcome
 from unicore_devcluster.fixture_tools import SPEC
 
 from tests.integration.conftest import TurnRunner

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.schema import TaskSpec, text_block
-from unicore.state.keys import activations_stream
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec, text_block
+from unicore.store.keys import activations_stream
+from unicore.store.tasks import TaskStore
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

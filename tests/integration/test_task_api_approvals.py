@@ -15,11 +15,11 @@ import pytest
 import redis
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from unicore.schema import TaskSpec
-from unicore.state import approvals
-from unicore.state.approvals import PendingCall
-from unicore.state.keys import activations_stream
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec
+from unicore.store import approvals
+from unicore.store.approvals import PendingCall
+from unicore.store.keys import activations_stream
+from unicore.store.tasks import TaskStore
 from unicore_operator.metrics import REGISTRY
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
@@ -202,7 +202,7 @@ def test_the_operators_snapshot_sees_the_wait_and_what_wakes_it(api: TaskApi, st
     calls, messages held while it waits, and the decision's wake-up that makes it runnable."""
     import asyncio
 
-    from unicore.schema import InboxMessage
+    from unicore.api.schema import InboxMessage
 
     def snapshot() -> Any:
         return asyncio.run(read_snapshot_of(redis_url, TASK_ID))
@@ -228,7 +228,7 @@ def test_the_operators_snapshot_sees_the_wait_and_what_wakes_it(api: TaskApi, st
 
 async def read_snapshot_of(redis_url: str, task_id: str) -> Any:
     import redis.asyncio as aioredis
-    from unicore.state.operator_state import read_snapshot
+    from unicore.store.operator_state import read_snapshot
 
     client = aioredis.Redis.from_url(redis_url)
     try:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.schema import TaskSpec, text_block
-from unicore.state.store import TaskStore
-from unicore.state.token_stream import StreamSettings, TokenStreamSink
+from unicore.api.schema import TaskSpec, text_block
+from unicore.store.tasks import TaskStore
+from unicore.store.token_stream import StreamSettings, TokenStreamSink
 from unicore_operator.task_api import answer
 from unicore_operator.task_api import stream as stream_route
 from unicore_operator.task_api.lookup import static_lookup

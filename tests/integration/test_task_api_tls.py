@@ -101,7 +101,7 @@ def test_discovery_and_health_are_public(server: Server) -> None:
 
 
 def test_the_live_stream_is_a_long_poll_for_those_who_may_get_agenttasks_stream(server: Server) -> None:
-    from unicore.state.token_stream import TokenStreamSink
+    from unicore.store.token_stream import TokenStreamSink
 
     stream = f"{API}/namespaces/team-a/agenttasks/demo/stream"
     alice, bob = {"X-Remote-User": "alice"}, {"X-Remote-User": "bob"}

@@ -1,6 +1,7 @@
-"""The stream of task changes (``unicore.state.changes``, ``uc:changes``) on a real redis-server: every kind of tree
+"""The stream of task changes (``unicore.store.changes``, ``uc:changes``) on a real redis-server: every kind of tree
 row change writes an entry (store writes, a turn run by the real local supervisor with the scripted model, approvals,
-suspend/resume, retention), a failing XADD fails no write, and the local UI's tree feed (``unicore.ui.tree_feed``)
+suspend/resume, retention), a failing XADD fails no write, and the local UI's tree feed
+(``unicore_client.ui.tree_feed``)
 reads only the stream while nothing changes and only the changed rows when something does (counted with INFO
 commandstats)."""
 
@@ -13,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from unicore.api.schema import TaskSpec, Usage
 from unicore.archive import FileSink
 from unicore.retention import Retention
-from unicore.schema import TaskSpec, Usage
-from unicore.state import approvals, changes, suspension
-from unicore.state.keys import CHANGES_STREAM
-from unicore.state.store import TaskStore
-from unicore.ui.backend import LocalBackend
-from unicore.ui.tree_feed import FeedTiming
+from unicore.store import approvals, changes, suspension
+from unicore.store.keys import CHANGES_STREAM
+from unicore.store.tasks import TaskStore
+from unicore_client.ui.local_backend import LocalBackend
+from unicore_client.ui.tree_feed import FeedTiming
 
 from tests.integration.conftest import TurnRunner
 from tests.integration.test_approvals_turn import gated  # noqa: F401 (the fixture)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import redis
-from unicore.reports import deliver_report, report_failure
-from unicore.schema import TaskSpec
-from unicore.state.keys import TaskKeys
-from unicore.state.store import TaskStore
-from unicore.state.tree_reads import descendants
+from unicore.api.schema import TaskSpec
+from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
+from unicore.store.tree_reads import descendants
+from unicore.turn.reports import deliver_report, report_failure
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

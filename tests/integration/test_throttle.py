@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
-from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY
+from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY
 
 from tests.waiting import wait_for
 
@@ -194,7 +194,7 @@ def test_three_processes_sharing_a_limiter_never_exceed_its_rate(
     per_window: int,
 ) -> None:
     window = limits["window_seconds"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "agent_image"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), str(ROOT)])}
     procs = [
         subprocess.Popen(
             [

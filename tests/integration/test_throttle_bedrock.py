@@ -13,7 +13,7 @@ from unicore.providers.bedrock import BedrockModel, BedrockSettings, build_bedro
 from unicore.providers.model_names import CACHE_KEY
 from unicore.providers.retry import RetryPolicy
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
-from unicore.state.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
+from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
 
 from tests.bedrock_stream_stub import add_stream, text_events
 

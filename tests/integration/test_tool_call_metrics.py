@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 from unicore.errors import ToolError
-from unicore.state.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY, Telemetry
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call
 from unicore.tools.workspace import ReadFileInput
@@ -128,7 +128,7 @@ def test_no_telemetry_measures_nothing_and_a_dead_redis_fails_no_call(redis_clie
 
 def test_the_operator_exports_the_runtime_series_with_every_outcome(redis_client: redis.Redis,
                                                                     tmp_path: Path) -> None:
-    from unicore.state.telemetry import read_telemetry
+    from unicore.store.telemetry import read_telemetry
     from unicore_operator.metrics.catalog import TOOL_CALL_OUTCOMES
     from unicore_operator.metrics.redis_collector import families_from_hashes
 

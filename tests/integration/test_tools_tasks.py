@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.api.schema import Limits, TaskSpec
 from unicore.launch.local_spawner import LocalSpawner
-from unicore.prompts import build_system_prompt
-from unicore.schema import Limits, TaskSpec
-from unicore.state.keys import ACTIVATIONS_STREAM
-from unicore.state.store import TaskStore
+from unicore.store.keys import ACTIVATIONS_STREAM
+from unicore.store.tasks import TaskStore
 from unicore.tools.base import ToolContext
 from unicore.tools.registry import run_tool_call, toolset_for
+from unicore.turn.prompts import build_system_prompt
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import threading
 from typing import Any
 
 import redis
-from unicore.schema import Limits, TaskSpec, Usage
-from unicore.state import acl, tree_budget
-from unicore.state.client import build_client
-from unicore.state.store import TaskStore
-from unicore.turn import EXIT_OK, TurnOutcome
+from unicore.api.schema import Limits, TaskSpec, Usage
+from unicore.store import acl, tree_budget
+from unicore.store.client import build_client
+from unicore.store.tasks import TaskStore
+from unicore.turn.runner import EXIT_OK, TurnOutcome
 
 from tests.integration.conftest import TurnRunner
 from tests.waiting import wait_for

@@ -6,12 +6,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from unicore import cli
+from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, TaskSpec
 from unicore.errors import MessageTooLarge, ModelError
-from unicore.history import CANCELLED_TEXT
-from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, TaskSpec
-from unicore.state.telemetry import COUNTERS_KEY
-from unicore.turn import EXIT_CANCELLED, EXIT_FAILED
+from unicore.store.telemetry import COUNTERS_KEY
+from unicore.turn.history import CANCELLED_TEXT
+from unicore.turn.runner import EXIT_CANCELLED, EXIT_FAILED
+from unicore_client.local import main as cli
 
 from tests.integration.conftest import RecordingModel
 

@@ -19,16 +19,17 @@ from urllib.parse import urlencode
 
 import pytest
 import redis
-from unicore.schema import TaskSpec, text_block
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec, text_block
+from unicore.store.tasks import TaskStore
+from unicore_client.kubectl_plugin import commands
+from unicore_client.kubectl_plugin import main as cli
+from unicore_client.kubectl_plugin.describe_view import render_describe
+from unicore_client.kubectl_plugin.errors import NotFound
+from unicore_client.kubectl_plugin.kube import KubeContext
+from unicore_client.kubectl_plugin.proxy import TaskApiClient
 from unicore_operator import reconcile
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import job_view
-from unicore_operator.kubectl_plugin import cli, commands
-from unicore_operator.kubectl_plugin.describe_view import render_describe
-from unicore_operator.kubectl_plugin.errors import NotFound
-from unicore_operator.kubectl_plugin.kube import KubeContext
-from unicore_operator.kubectl_plugin.proxy import TaskApiClient
 from unicore_operator.redis_state import RedisState
 from unicore_operator.settings import OperatorSettings
 from unicore_operator.task_api import routes

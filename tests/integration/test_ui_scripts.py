@@ -9,10 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from unicore.state.reads import busy
-from unicore.state.store import TaskStore
-from unicore.ui.backend import LocalBackend
-from unicore.ui.scripts import ScriptRefused
+from unicore.store.reads import busy
+from unicore.store.tasks import TaskStore
+from unicore_client.ui.local_backend import LocalBackend
+from unicore_client.ui.scripts import ScriptRefused
 
 from tests.waiting import wait_for
 

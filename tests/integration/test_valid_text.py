@@ -2,7 +2,7 @@
 
 A model answer ``"bad \\ud800 once"`` failed its turn (UnicodeEncodeError) and was stored anyway, as a ``\\ud800``
 escape that Redis' cjson refuses: from then on every turn failed in the drain script and the user's messages piled
-up. Now every text is made valid at the store's edge (``unicore.state.codec``: a lone surrogate becomes U+FFFD),
+up. Now every text is made valid at the store's edge (``unicore.store.codec``: a lone surrogate becomes U+FFFD),
 whoever sent it: a model (through the OpenAI-compatible provider and a real local HTTP server, tests/sse_server.py),
 a tool (``list_files`` over a file name that is not UTF-8) and the task's own fields; a person's message through the
 web UI is in tests/ui/test_ui_valid_text.py (``unicore send`` refuses arguments that are not UTF-8, exit 2)."""
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from unicore.api.schema import Approval, TaskSpec
 from unicore.providers import openai_compat
 from unicore.providers.openai_compat import OpenAISettings, build_openai_model
 from unicore.providers.retry import RetryPolicy
-from unicore.schema import Approval, TaskSpec
-from unicore.state import approvals
-from unicore.state.keys import TaskKeys
-from unicore.state.store import TaskStore, connect
-from unicore.state.token_stream import read_after
-from unicore.turn import EXIT_OK, TurnOutcome, run_turn
+from unicore.store import approvals
+from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore, connect
+from unicore.store.token_stream import read_after
+from unicore.turn.runner import EXIT_OK, TurnOutcome, run_turn
 
 from tests.integration.conftest import TurnRunner
 from tests.sse_server import SSEServer, serve, stream, text_chunks

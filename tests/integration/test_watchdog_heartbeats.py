@@ -8,13 +8,13 @@ import time
 
 import pytest
 import redis
-import unicore.state.store as store_module
+import unicore.store.tasks as store_module
+from unicore.api.schema import TaskSpec
 from unicore.errors import LeaseLost
-from unicore.schema import TaskSpec
-from unicore.state import heartbeats
-from unicore.state.heartbeats import TurnReset, _read_running, read_not_running
-from unicore.state.keys import HEARTBEATS_INDEX, TaskKeys
-from unicore.state.store import TaskStore
+from unicore.store import heartbeats
+from unicore.store.heartbeats import TurnReset, _read_running, read_not_running
+from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys
+from unicore.store.tasks import TaskStore
 from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis

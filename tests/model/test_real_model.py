@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from unicore.state.store import TaskStore, connect
-from unicore.state.token_stream import StreamEntry, live_state, read_after
+from unicore.store.tasks import TaskStore, connect
+from unicore.store.token_stream import StreamEntry, live_state, read_after
 
 from tests.model.conftest import REPO, UNICORE, unicore
 from tests.model_server import ModelServer

@@ -61,7 +61,8 @@ def _printed_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
 def ui(redis_url: str, tmp_path: Path) -> Iterator[UI]:
     env = {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home")}
     with open(tmp_path / "ui.stderr", "w") as stderr:  # the server's tracebacks, if any, for a failing test
-        # --scripts: the tests' scripts are written to tmp_path and named scripted:<file name> (unicore.ui.scripts)
+        # --scripts: the tests' scripts are written to tmp_path and named scripted:<file name>
+        # (unicore_client.ui.scripts)
         process = subprocess.Popen([UNICORE, "ui", "--port", "0", "--scripts", str(tmp_path)], env=env, cwd=tmp_path,
                                    text=True, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
     try:

@@ -3,8 +3,8 @@ of many tasks, and a task with a long transcript."""
 
 from __future__ import annotations
 
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore
 
 
 def seed_forest(store: TaskStore, roots: int, children_per_root: int, prefix: str = "big") -> list[str]:

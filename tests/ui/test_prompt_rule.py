@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 
 from tests.ui.conftest import UI
 from tests.ui.test_ui_http import cookie, csrf, request

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
-from unicore.state.token_stream import StreamSettings, publish
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
+from unicore.store.token_stream import StreamSettings, publish
 
 from tests.ui.conftest import REPO, UI
 

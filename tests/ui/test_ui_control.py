@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
-from unicore.state import suspension
-from unicore.state.store import TaskStore, connect
+from unicore.store import suspension
+from unicore.store.tasks import TaskStore, connect
 
 from tests.ui.conftest import UI
 from tests.ui.seeding import seed_forest, seed_transcript

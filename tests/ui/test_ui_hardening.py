@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from unicore.state import approvals
-from unicore.state.store import TaskStore, connect
-from unicore.ui.server import MAX_BODY
+from unicore.store import approvals
+from unicore.store.tasks import TaskStore, connect
+from unicore_client.ui.server import MAX_BODY
 
 from tests.ui.conftest import REPO, UI
 from tests.ui.test_ui_http import cookie, csrf, request

@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 import pytest
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
-from unicore.state.token_stream import StreamSettings, publish
-from unicore.ui.server import CSP
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
+from unicore.store.token_stream import StreamSettings, publish
+from unicore_client.ui.server import CSP
 
 from tests.ui.conftest import UI
 
@@ -134,7 +134,7 @@ def test_last_event_id_resumes_a_task_stream_with_no_gap_and_no_duplicate(ui, re
 
 
 def test_last_event_id_resumes_stored_messages_with_no_gap_and_no_duplicate(ui, redis_url, tmp_path):
-    from unicore.state.reads import busy
+    from unicore.store.reads import busy
 
     from tests.waiting import wait_for
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import expect
-from unicore.state.store import TaskStore, connect
+from unicore.store.tasks import TaskStore, connect
 
 from tests.ui.conftest import REPO, UI
 from tests.ui.seeding import seed_transcript

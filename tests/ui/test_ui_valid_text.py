@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from unicore.schema import TaskSpec
-from unicore.state.store import TaskStore, connect
+from unicore.api.schema import TaskSpec
+from unicore.store.tasks import TaskStore, connect
 
 from tests.ui.conftest import UI
 from tests.ui.test_ui_http import cookie, csrf, request

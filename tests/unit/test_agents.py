@@ -16,10 +16,10 @@ from unicore.agents import (
     own_settings,
     widening,
 )
+from unicore.api.schema import TaskSpec
 from unicore.errors import LimitExceeded
-from unicore.schema import TaskSpec
-from unicore.state.records import TaskRecord
-from unicore.state.task_views import TaskView
+from unicore.store.records import TaskRecord
+from unicore.store.task_views import TaskView
 from unicore.tools import policy
 
 WRITER: dict[str, Any] = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from unicore.history import answer_to
-from unicore.schema import InboxMessage, Message
-from unicore.state.records import Turn
-from unicore.state.store import build_drain_batch, build_drain_messages
+from unicore.api.schema import InboxMessage, Message
+from unicore.store.records import Turn
+from unicore.store.tasks import build_drain_batch, build_drain_messages
+from unicore.turn.history import answer_to
 
 
 def user(text: str, *ids: str) -> Message:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from unicore.approvals_turn import waiting_note
-from unicore.cli_approvals import call_mark
-from unicore.schema import Approval
-from unicore.state.approvals import PendingCall, wakes
-from unicore.state.store import inherited_approval
+from unicore.api.schema import Approval
+from unicore.store.approvals import PendingCall, wakes
+from unicore.store.tasks import inherited_approval
+from unicore.turn.approvals import waiting_note
+from unicore_client.local.approval_commands import call_mark
 
 
 def call(kind: str = "approval", call_id: str = "c1", **extra: object) -> PendingCall:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from unicore.compaction import COMPACTION_PROMPT, Compactor, ContextTooLarge, HistoryView, cut_points
+from unicore.api.schema import Message
 from unicore.providers.base import ModelRequest, ModelResponse
 from unicore.providers.calling import estimate_input_tokens
-from unicore.schema import Message
-from unicore.state.compactions import Compaction
+from unicore.store.compactions import Compaction
+from unicore.turn.compaction import COMPACTION_PROMPT, Compactor, ContextTooLarge, HistoryView, cut_points
 
 
 def msg(seq: int, role: str, text: str = "", use: str = "", result: str = "") -> Message:

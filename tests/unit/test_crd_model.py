@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
-from unicore_operator.crd_model import AgentTaskSpec, ApprovalSpec, LimitsSpec, ParentRef, SpecInvalid, parse_spec
+from unicore.api.spec import AgentTaskSpec, ApprovalSpec, LimitsSpec, ParentRef, SpecInvalid, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,8 +68,8 @@ def test_unknown_and_out_of_range_keys_are_reported_by_their_yaml_path() -> None
 
 
 def test_spec_approval_reaches_the_runtime_task_spec() -> None:
-    from unicore.schema import Approval
-    from unicore_operator.crd_model import to_task_spec
+    from unicore.api.schema import Approval
+    from unicore.api.spec import to_task_spec
 
     spec = parse_spec({"prompt": "hi", "approval": {"tools": ["write_file", "spawn_task"], "timeoutSeconds": 60}})
     assert to_task_spec("ns", "t", spec, None).approval == Approval(tools=["write_file", "spawn_task"],

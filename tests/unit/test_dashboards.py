@@ -155,7 +155,7 @@ def test_every_dashboard_metric_has_a_series_from_the_start(redis_url: str) -> N
 
     import redis
     from prometheus_client.parser import text_string_to_metric_families
-    from unicore.state.telemetry import Telemetry
+    from unicore.store.telemetry import Telemetry
     from unicore.tools import call_metrics
     from unicore.tools.registry import ALL_TOOLS
     from unicore_operator import composition

@@ -171,8 +171,11 @@ def context_files(source: str, ignore: DockerIgnore) -> list[str]:
 # ------------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def scripts() -> dict[str, str]:
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return dict(data["project"]["scripts"])
+    """The console scripts of the distributions the images install: the core (core/) and the operator (operator/)."""
+    found: dict[str, str] = {}
+    for dist in ("core", "operator"):
+        found |= tomllib.loads((ROOT / dist / "pyproject.toml").read_text())["project"]["scripts"]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -210,10 +213,10 @@ def test_parser_handles_continuations_comments_and_both_forms(tmp_path: Path) ->
 
 
 def test_dockerignore_sense() -> None:
-    ign = DockerIgnore("*\n!agent_image/\n**/__pycache__\n!README.md\n")
+    ign = DockerIgnore("*\n!core/\n**/__pycache__\n!README.md\n")
     assert ign.excluded("tests/unit/x.py")
-    assert not ign.excluded("agent_image/unicore/turn.py")
-    assert ign.excluded("agent_image/unicore/__pycache__/turn.cpython-311.pyc")
+    assert not ign.excluded("core/unicore/turn/runner.py")
+    assert ign.excluded("core/unicore/__pycache__/turn.cpython-311.pyc")
     assert not ign.excluded("README.md")
 
 
@@ -274,7 +277,7 @@ def test_entrypoint_is_a_declared_console_script(name: str, scripts: dict[str, s
     assert chosen is not None, f"{name}: no ENTRYPOINT or CMD"
     assert chosen.json_form, f"{name}:{chosen.line}: use the JSON (exec) form so signals reach the process"
     executable = chosen.args[0]
-    assert executable in scripts, f"{name}: {executable} is not in pyproject [project.scripts]"
+    assert executable in scripts, f"{name}: {executable} is not in core's or operator's [project.scripts]"
     assert executable == EXPECTED_ENTRYPOINT[name]
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from unicore.api.schema import TaskSpec
 from unicore.errors import ConfigError
-from unicore.schema import TaskSpec
 from unicore.tools.registry import ALL_TOOLS, known_tools, load_extra_tools, tool_names_for, toolset_for
 from unicore_devcluster.fixture_tools import SPEC, SlowStep
 

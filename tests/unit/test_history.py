@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from unicore.history import (
+from unicore.api.schema import Message, tool_result_block
+from unicore.turn.history import (
     INTERRUPTED_TEXT,
     build_request_messages,
     cleanup_conversation_history,
     latest_user_text,
     shape_converse_messages,
 )
-from unicore.schema import Message, tool_result_block
 
 from tests.converse_check import converse_problems
 

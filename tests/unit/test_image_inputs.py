@@ -20,11 +20,11 @@ BASE = "python:3.11.11-slim-bookworm"
 FILES = {
     "Dockerfile.agent": f'FROM {BASE} AS builder\nFROM {BASE}\nENTRYPOINT ["unicore-turn"]\n',
     "Dockerfile.operator": f"FROM {BASE} AS builder\nFROM builder AS x\nFROM {BASE}\n",
-    ".dockerignore": "*\n!agent_image/\n",
+    ".dockerignore": "*\n!core/\n",
     ".gitignore": "__pycache__/\n*.pyc\n*.egg-info/\n",
-    "pyproject.toml": "[project]\nname = 'unicore'\n",
+    "core/pyproject.toml": "[project]\nname = 'unicore'\n",
     "README.md": "# readme\n",
-    "agent_image/unicore/turn.py": "print('turn')\n",
+    "core/unicore/turn/runner.py": "print('turn')\n",
     "operator/unicore_operator/main.py": "print('operator')\n",
     "helm/unicore/Chart.yaml": 'name: unicore\nversion: 0.1.0\nappVersion: "1.2.3"\n',
     "hack/images/base-setup.sh": "#!/bin/sh\napt-get install python3\n",
@@ -89,7 +89,7 @@ def test_an_mtime_alone_changes_nothing(repo: Path, ca: Path) -> None:
 
 def test_a_source_file_changes_the_two_project_images_only(repo: Path, ca: Path) -> None:
     before = hashes(repo, ca)
-    (repo / "agent_image/unicore/turn.py").write_text("print('turn 2')\n")
+    (repo / "core/unicore/turn/runner.py").write_text("print('turn 2')\n")
     assert changed(before, hashes(repo, ca)) == {"agent", "operator"}
 
 
@@ -97,20 +97,22 @@ def test_a_renamed_file_and_the_executable_bit_count(repo: Path, ca: Path) -> No
     before = hashes(repo, ca)
     (repo / "operator/unicore_operator/main.py").rename(repo / "operator/unicore_operator/main2.py")
     renamed = hashes(repo, ca)
-    assert changed(before, renamed) == {"agent", "operator"}
+    assert changed(before, renamed) == {"operator"}  # the agent image installs the core only
     (repo / "operator/unicore_operator/main2.py").chmod(0o755)
+    assert changed(renamed, hashes(repo, ca)) == {"operator"}
+    (repo / "core/unicore/turn/runner.py").chmod(0o755)
     assert changed(renamed, hashes(repo, ca)) == {"agent", "operator"}
 
 
 def test_untracked_sources_count_and_ignored_files_do_not(repo: Path, ca: Path) -> None:
     before = hashes(repo, ca)
-    (repo / "agent_image/unicore/__pycache__").mkdir()
-    (repo / "agent_image/unicore/__pycache__/turn.cpython-311.pyc").write_bytes(b"\0bytecode")
-    (repo / "agent_image/unicore.egg-info").mkdir()
-    (repo / "agent_image/unicore.egg-info/PKG-INFO").write_text("x")
+    (repo / "core/unicore/__pycache__").mkdir()
+    (repo / "core/unicore/__pycache__/turn.cpython-311.pyc").write_bytes(b"\0bytecode")
+    (repo / "core/unicore.egg-info").mkdir()
+    (repo / "core/unicore.egg-info/PKG-INFO").write_text("x")
     (repo / "tests/test_y.py").write_text("outside the build context")
     assert hashes(repo, ca) == before
-    (repo / "agent_image/unicore/new_module.py").write_text("x = 1\n")  # untracked, not ignored: in the context
+    (repo / "core/unicore/new_module.py").write_text("x = 1\n")  # untracked, not ignored: in the context
     assert changed(before, hashes(repo, ca)) == {"agent", "operator"}
 
 
@@ -156,8 +158,8 @@ def test_outside_a_git_checkout_the_files_are_walked(repo: Path, ca: Path) -> No
     before = hashes(repo, ca)
     shutil.rmtree(repo / ".git")
     assert hashes(repo, ca) == before
-    (repo / "agent_image/unicore/__pycache__").mkdir()
-    (repo / "agent_image/unicore/__pycache__/turn.cpython-311.pyc").write_bytes(b"\0")
+    (repo / "core/unicore/__pycache__").mkdir()
+    (repo / "core/unicore/__pycache__/turn.cpython-311.pyc").write_bytes(b"\0")
     assert hashes(repo, ca) == before
 
 

@@ -1,5 +1,5 @@
 """One owner for each shared name: no ``uc:`` key literal outside ``unicore/state``, no shared label or annotation
-literal (``unicore.dev/...``, ``app.kubernetes.io/...``) outside ``unicore/contract.py`` (issue 11).
+literal (``unicore.dev/...``, ``app.kubernetes.io/...``) outside ``unicore/api/contract.py`` (issue 11).
 
 Every string literal of the production packages is read with ``tokenize``; a literal whose text starts with
 ``uc:`` is a Redis key built outside the module that owns the layout. Prose that mentions a key (docstrings,
@@ -69,7 +69,7 @@ def test_no_shared_label_or_annotation_literal_outside_the_contract_module() -> 
 
 
 def test_the_turn_meta_format_is_parsed_only_in_the_state_package() -> None:
-    """``<n>:ended_at`` and its siblings are read through ``unicore.state.records.TurnMeta`` (one parser)."""
+    """``<n>:ended_at`` and its siblings are read through ``unicore.store.records.TurnMeta`` (one parser)."""
     pattern = re.compile(r"""[}"']:(ended_at|summary|iterations|note)["']""")
     offenders = [
         f"{path.relative_to(REPO)}:{number}: {line.strip()}"

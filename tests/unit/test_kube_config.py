@@ -141,8 +141,8 @@ def test_kubectl_order_puts_the_home_kubeconfig_before_the_service_account(
 def test_the_kubectl_plugin_uses_the_loader_in_kubectls_order(
     places: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from unicore_operator.kubectl_plugin.errors import PluginError
-    from unicore_operator.kubectl_plugin.kube import connect
+    from unicore_client.kubectl_plugin.errors import PluginError
+    from unicore_client.kubectl_plugin.kube import connect
 
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("HOME", places["home"])

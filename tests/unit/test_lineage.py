@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from unicore.api.schema import Limits
+from unicore.api.spec import parse_spec, to_task_spec
 from unicore.launch.k8s_spawner import child_agenttask
-from unicore.schema import Limits
-from unicore.state.task_views import TaskView
+from unicore.store.task_views import TaskView
 from unicore.tools import policy
 from unicore_operator import lineage
-from unicore_operator.crd_model import parse_spec, to_task_spec
 
 NS = "team-a"
 DEFAULT_TIMEOUT = 600

@@ -1,12 +1,12 @@
-"""Live text for followers (``unicore.live_view``, pure) and the scripted model's streaming (issue 14)."""
+"""Live text for followers (``unicore_client.live_view``, pure) and the scripted model's streaming (issue 14)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unicore.live_view import RETRY_MARK, LiveText
 from unicore.providers.base import ModelRequest
 from unicore.providers.scripted import ScriptedModel, load_script
+from unicore_client.live_view import RETRY_MARK, LiveText
 
 
 def entry(kind: str, seq: int = 3, attempt: int = 1, text: str = "") -> dict[str, Any]:

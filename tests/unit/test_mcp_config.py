@@ -10,13 +10,13 @@ import re
 import mcp_types
 import pytest
 from pydantic import ValidationError
-from unicore.cli_input import UsageError
-from unicore.cli_mcp import is_mcp_tool_name, parse_attachment
+from unicore.api.schema import MCPServerRef, TaskSpec
 from unicore.errors import ConfigError
 from unicore.mcp_config import dump_resolved, parse_document, parse_resolved, resolved
-from unicore.schema import MCPServerRef, TaskSpec
 from unicore.tools.mcp_toolbox import offered_names
 from unicore.tools.mcp_tools import result_text
+from unicore_client.arguments import UsageError
+from unicore_client.local.mcp_commands import is_mcp_tool_name, parse_attachment
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

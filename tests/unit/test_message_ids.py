@@ -1,4 +1,4 @@
-"""The ids of the runtime's own inbox messages and the rule for ids a user chooses (``unicore.schema``): every id
+"""The ids of the runtime's own inbox messages and the rule for ids a user chooses (``unicore.api.schema``): every id
 the runtime gives a message is refused as a user's id, and nothing else is (issue 24, item 4)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from unicore import schema
-from unicore.schema import (
+from unicore.api import schema
+from unicore.api.schema import (
     RUNTIME_MESSAGE_ID_PREFIXES,
     completion_message_id,
     failure_message_id,
@@ -19,7 +19,7 @@ from unicore.schema import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = [REPO / "agent_image" / "unicore", REPO / "operator" / "unicore_operator"]
+SOURCES = [REPO / "core" / "unicore", REPO / "operator" / "unicore_operator", REPO / "client" / "unicore_client"]
 BUILDERS = {"prompt_message_id", "completion_message_id", "failure_message_id", "tool_result_message_id",
             "reap_message_id"}
 # ids passed on, not made, where the message is built: a child's owed report (made by ``reports.completion_report``:

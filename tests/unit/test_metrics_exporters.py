@@ -156,7 +156,7 @@ def test_watched_namespaces_have_task_series_before_any_task() -> None:
 
 def test_the_catalogs_closed_label_sets_are_the_codes() -> None:
     """The known values are declared in the catalog; each must be what the code that records the metric uses."""
-    from unicore import turn
+    from unicore.turn import runner as turn
     from unicore_operator.phases import Phase
     from unicore_operator.watchdog.scan import ReapReason
 

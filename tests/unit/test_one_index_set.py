@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import kopf
-from unicore.state.operator_state import TaskSnapshot
+from unicore.store.operator_state import TaskSnapshot
 from unicore_operator import composition, indexes
 from unicore_operator.reconcile import children_of
 from unicore_operator.watchdog.adapter import TaskViews

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from unicore.api.spec import SpecInvalid, parse_spec, to_task_spec
 from unicore.launch.k8s_spawner import child_agenttask
-from unicore.state.task_views import TaskView, view_from_mapping
+from unicore.store.task_views import TaskView, view_from_mapping
 from unicore_operator.agent_checks import agent_definition, agent_task_problems
-from unicore_operator.crd_model import SpecInvalid, parse_spec, to_task_spec
 from unicore_operator.handlers.agents import count_tasks
 from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
 from unicore_operator.settings import OperatorSettings

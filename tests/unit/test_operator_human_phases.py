@@ -9,14 +9,14 @@ import json
 from typing import Any
 
 import pytest
-from unicore.state.approvals import PendingCall
-from unicore.state.operator_state import TaskSnapshot
-from unicore_operator import approvals
-from unicore_operator.kubectl_plugin import cli
-from unicore_operator.kubectl_plugin.approvals import render_approvals, request_body
-from unicore_operator.kubectl_plugin.describe_view import render_describe
-from unicore_operator.kubectl_plugin.errors import PluginError
-from unicore_operator.kubectl_plugin.tree_view import render_tree
+from unicore.store.approvals import PendingCall
+from unicore.store.operator_state import TaskSnapshot
+from unicore_client.kubectl_plugin import main as cli
+from unicore_client.kubectl_plugin.approval_commands import render_approvals, request_body
+from unicore_client.kubectl_plugin.describe_view import render_describe
+from unicore_client.kubectl_plugin.errors import PluginError
+from unicore_client.kubectl_plugin.tree_view import render_tree
+from unicore_operator import approval_waits as approvals
 from unicore_operator.phases import (
     HumanWait,
     Phase,
@@ -225,7 +225,7 @@ def test_approval_metrics_are_exported_at_zero_and_count_from_the_statuses() -> 
 
 
 def test_a_refused_decision_says_which_right_is_missing() -> None:
-    from unicore_operator.kubectl_plugin.proxy import forbidden_message
+    from unicore_client.kubectl_plugin.proxy import forbidden_message
 
     status = ('agenttasks.tasks.unicore.dev "demo" is forbidden: User "carol" cannot create resource '
               '"agenttasks/approvals" in API group "tasks.unicore.dev" in the namespace "team-a"')

@@ -59,7 +59,7 @@ def test_a_turn_pod_gets_the_servers_of_its_task_and_agent_from_its_own_namespac
 
 
 def test_an_agenttasks_mcp_servers_reach_its_stored_task_spec() -> None:
-    from unicore_operator.crd_model import SpecInvalid, parse_spec, to_task_spec
+    from unicore.api.spec import SpecInvalid, parse_spec, to_task_spec
 
     spec = parse_spec({"prompt": "what time is it?", "mcpServers": [{"name": "time", "tools": ["get_current_time"]}]})
     stored = to_task_spec("team-a", "clock", spec, None)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from unicore.state.operator_state import LastTurn
-from unicore.state.task_views import view_from_mapping
-from unicore_operator.crd_model import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
+from unicore.api.spec import LimitsSpec, SpecInvalid, parse_spec, to_task_spec
+from unicore.store.operator_state import LastTurn
+from unicore.store.task_views import view_from_mapping
 from unicore_operator.indexes import job_outcome
 from unicore_operator.phases import (
     Phase,

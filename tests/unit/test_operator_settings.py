@@ -14,7 +14,7 @@ import pytest
 from unicore.archive import ArchiveEnvironment
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import parse_endpoints
-from unicore.state import client as redis_client
+from unicore.store import client as redis_client
 from unicore_operator.settings import OperatorSettings, env_var, load_settings
 from unicore_operator.watchdog.adapter import thresholds_from
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from unicore.schema import InboxMessage
-from unicore.state.operator_state import TaskSnapshot
-from unicore.state.records import TaskRecord
+from unicore.api.schema import InboxMessage
+from unicore.store.operator_state import TaskSnapshot
+from unicore.store.records import TaskRecord
 from unicore_operator import reconcile
 from unicore_operator.context import OperatorContext
 from unicore_operator.phases import TaskObservation

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from annotated_types import Le
-from unicore.schema import Limits
+from unicore.api.schema import Limits
 from unicore.tools import policy
 from unicore_operator import parent_view
 from unicore_operator.parent_view import LineageBroken

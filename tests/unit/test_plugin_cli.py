@@ -7,10 +7,11 @@ import io
 from pathlib import Path
 
 import pytest
-from unicore_operator.kubectl_plugin import cli, commands
-from unicore_operator.kubectl_plugin.describe_view import render_describe
-from unicore_operator.kubectl_plugin.errors import PluginError
-from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
+from unicore_client.kubectl_plugin import commands
+from unicore_client.kubectl_plugin import main as cli
+from unicore_client.kubectl_plugin.describe_view import render_describe
+from unicore_client.kubectl_plugin.errors import PluginError
+from unicore_client.kubectl_plugin.logs_view import TranscriptPrinter
 
 
 def test_send_accepts_words_after_options_and_flags_anywhere() -> None:

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from unicore_operator.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
-from unicore_operator.kubectl_plugin.kube import KubeContext
-from unicore_operator.kubectl_plugin.proxy import TaskApiClient, forbidden_message, task_path
+from unicore_client.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
+from unicore_client.kubectl_plugin.kube import KubeContext
+from unicore_client.kubectl_plugin.proxy import TaskApiClient, forbidden_message, task_path
 
 
 @dataclass

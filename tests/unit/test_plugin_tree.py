@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicore_operator.kubectl_plugin.humanize import human_count, human_duration, one_line
-from unicore_operator.kubectl_plugin.tree_view import build_forest, parent_name, render_tree
+from unicore_client.kubectl_plugin.humanize import human_count, human_duration, one_line
+from unicore_client.kubectl_plugin.tree_view import build_forest, parent_name, render_tree
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 NOW = datetime.datetime(2026, 11, 22, 10, 5, 0, tzinfo=datetime.UTC)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 from unicore.errors import ConfigError
-from unicore.progress import DEFAULT_STALL_SECONDS, Progress, stall_seconds_from_env
-from unicore.turn_signals import Heartbeat
+from unicore.turn.progress import DEFAULT_STALL_SECONDS, Progress, stall_seconds_from_env
+from unicore.turn.signals import Heartbeat
 
 from tests.waiting import wait_for
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
+from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES
+from unicore.api.spec import SpecInvalid, parse_spec, prompt_message
 from unicore.errors import MessageTooLarge
-from unicore.schema import DEFAULT_MESSAGE_CAP_BYTES
-from unicore.state.store import TaskStore
-from unicore_operator.crd_model import SpecInvalid, parse_spec, prompt_message
+from unicore.store.tasks import TaskStore
 from unicore_operator.handlers.agenttasks import checked_prompt
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from unicore.schema import TaskSpec, check_prompt
+from unicore.api.schema import TaskSpec, check_prompt
+from unicore.api.spec import SpecInvalid, parse_spec
 from unicore.tools.tasks import SpawnTaskInput
-from unicore_operator.crd_model import SpecInvalid, parse_spec
 
 BLANK = ["", " ", "\n\t ", "\u3000\u2003"]
 SAID = "the prompt is empty (or only whitespace)"

@@ -1,4 +1,4 @@
-"""The ACL rules of a namespace's Redis user (``unicore.state.acl``), pure; the same rules on a real redis-server are in
+"""The ACL rules of a namespace's Redis user (``unicore.store.acl``), pure; the same rules on a real redis-server are in
 tests/integration/test_redis_identities.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 from redis.connection import parse_url
-from unicore.state import acl
-from unicore.state.keys import ACTIVATIONS_STREAM, CHANGES_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
+from unicore.store import acl
+from unicore.store.keys import ACTIVATIONS_STREAM, CHANGES_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 
 
 def redis_glob(pattern: str) -> re.Pattern[str]:

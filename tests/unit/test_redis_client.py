@@ -1,4 +1,4 @@
-"""The Redis client builder (unicore.state.client): retries within a bounded time, configuration, options.
+"""The Redis client builder (unicore.store.client): retries within a bounded time, configuration, options.
 
 The turn-level behaviour (a blip in the middle of a turn) is tested against a real redis-server in
 tests/integration/test_redis_blips.py; here the "server" is a unix socket that accepts and drops every
@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from unicore.errors import ConfigError
-from unicore.state.client import (
+from unicore.store.client import (
     AsyncBoundedRetry,
     BoundedRetry,
     build_async_client,
@@ -29,7 +29,7 @@ from unicore.state.client import (
     client_options,
     retry_seconds,
 )
-from unicore.state.store import connect
+from unicore.store.tasks import connect
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 from kubernetes.client.rest import ApiException
-from unicore.state.acl import url_credentials
+from unicore.store.acl import url_credentials
 from unicore_operator.job_builder import build_env
 from unicore_operator.redis_identities import (
     RedisIdentities,

@@ -1,7 +1,7 @@
 """One owner for the Redis layout: no Redis command is called outside ``unicore/state`` (issue 11).
 
 The operator, the watchdog, the task API, the metrics exporter, the tools and the launchers read and write Redis
-through typed functions of ``unicore.state`` (``operator_state``, ``heartbeats``, ``activations``, ``reads``,
+through typed functions of ``unicore.store`` (``operator_state``, ``heartbeats``, ``activations``, ``reads``,
 ``tree_reads``, ...), so key names, hash fields, scripts and pipelining live in one package.
 
 Every ``.py`` file of the production packages outside ``unicore/state`` is parsed with ``ast``; an attribute call

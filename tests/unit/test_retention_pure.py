@@ -9,8 +9,8 @@ import pytest
 from unicore.archive import check_archive_url, document, object_name, read_document
 from unicore.errors import ConfigError
 from unicore.retention import RetentionSettings
-from unicore.state.retention import ArchivedNote, TaskDump, TreeDump
-from unicore_operator.retention import archived_status
+from unicore.store.retention import ArchivedNote, TaskDump, TreeDump
+from unicore_operator.retention_daemon import archived_status
 from unicore_operator.settings import load_settings
 
 NOW = 1_800_000_000.0
@@ -132,7 +132,7 @@ def _task(name: str, phase: str | None, parent: str | None = None, **spec: objec
 def test_the_operator_offers_only_roots_whose_every_indexed_task_is_settled() -> None:
     from types import SimpleNamespace
 
-    from unicore_operator.retention import RetentionLoop
+    from unicore_operator.retention_daemon import RetentionLoop
 
     bodies = [
         _task("quiet", "Idle"), _task("quiet-a", "Failed", "quiet"),

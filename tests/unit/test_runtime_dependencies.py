@@ -1,5 +1,6 @@
-"""Every module the runtime and the operator import is installed by their own dependencies, not only by the dev
-extras: the images install ``unicore`` without them (Dockerfile.agent, Dockerfile.operator). The chart's operator pod
+"""Every module a distribution's package imports is installed by that distribution's own dependencies (and the
+distributions it requires), not by the dev tools or a sibling: the agent image installs the core only
+(Dockerfile.agent), the operator image the core and the operator (Dockerfile.operator). The chart's operator pod
 crashed at start-up on the real node with ``No module named 'cryptography'`` (the task API's authentication imports
 it; only the dev extras named it), while every test run from the venv passed."""
 
@@ -12,15 +13,18 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = (ROOT / "agent_image" / "unicore", ROOT / "operator" / "unicore_operator")
-OWN = {"unicore", "unicore_operator"}
+# distribution folder -> its import package; the test cluster (hack/) is development only
+PACKAGES = {"core": "unicore", "operator": "unicore_operator", "client": "unicore_client"}
+OWN = {"unicore", "unicore_operator", "unicore_client", "unicore_devcluster"}
 
 
-def imported_modules() -> dict[str, str]:
-    """Top-level module -> the first file importing it, over both packages (imports inside functions too)."""
+def imported_modules(folder: str) -> dict[str, str]:
+    """Top-level module -> the first file importing it, over one package (imports inside functions too)."""
     found: dict[str, str] = {}
-    for package in PACKAGES:
+    for package in (ROOT / folder / PACKAGES[folder],):
         for path in sorted(package.rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 names = []
@@ -37,9 +41,9 @@ def requirement_name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def runtime_closure() -> set[str]:
-    """The distributions ``pip install unicore`` installs: its dependencies and theirs (no extras)."""
-    direct = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+def runtime_closure(folder: str) -> set[str]:
+    """The distributions ``pip install`` of one of ours installs: its dependencies and theirs (no extras)."""
+    direct = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]["dependencies"]
     todo, seen = [requirement_name(r) for r in direct], set()
     while todo:
         name = todo.pop()
@@ -54,14 +58,20 @@ def runtime_closure() -> set[str]:
     return seen
 
 
-def test_every_imported_module_comes_with_the_runtime_dependencies() -> None:
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_every_imported_module_comes_with_the_distributions_own_dependencies(folder: str) -> None:
     providers = metadata.packages_distributions()
-    closure = runtime_closure()
+    closure = runtime_closure(folder)
     missing = {}
-    for module, where in imported_modules().items():
+    for module, where in imported_modules(folder).items():
         if module in OWN or module in sys.stdlib_module_names or module == "__future__":
             continue
         dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
         if not dists & closure:
             missing[module] = (sorted(dists), where)
-    assert not missing, f"imported, but not installed by pyproject's dependencies (only dev extras?): {missing}"
+    assert not missing, f"imported, but not installed by {folder}/pyproject.toml's dependencies: {missing}"
+
+
+def test_the_core_does_not_install_the_operators_or_the_clients_dependencies() -> None:
+    """The agent image stays small: kopf, prometheus-client and cryptography are the operator's."""
+    assert not {"kopf", "prometheus-client", "cryptography"} & runtime_closure("core")

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicore.context_window import ContextSettings
 from unicore.errors import ConfigError
 from unicore.providers.bedrock import BedrockEnvironment, BedrockSettings
 from unicore.providers.endpoints import EndpointEnvironment
 from unicore.providers.openai_compat import OpenAIEnvironment, OpenAISettings
 from unicore.settings import EnvSettings, RedisClientSettings, RuntimeSettings
+from unicore.turn.context_window import ContextSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_NAME = re.compile(r"`((?:UNICORE_|OPENAI_|AWS_)[A-Z0-9_]+|REDIS_URL)`")

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from unicore.api.spec import parse_spec, to_task_spec
 from unicore.providers.base import ModelRequest
 from unicore.providers.registry import resolve_model
 from unicore.providers.scripted import ScriptedModel, load_script, pick_pattern, specificity
-from unicore_operator.crd_model import parse_spec, to_task_spec
 
 KEYS = ["*", "*-a", "demo-*", "demo-a", "d?mo-a", "demo-[ab]", "ns/*"]
 EXPECTED = {

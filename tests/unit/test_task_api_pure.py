@@ -7,7 +7,7 @@ import json
 from typing import Any, cast
 
 import pytest
-from unicore.state.records import parse_turn_headers
+from unicore.store.records import parse_turn_headers
 from unicore_operator.task_api import transcript as pages
 from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from unicore.schema import validate_task_id
+from unicore.api.schema import validate_task_id
 
 
 @pytest.mark.parametrize("task_id", ["demo", "ns/demo", "ns/a.b", "ns/a-1.b-2.c", "a1/b2", "x"])

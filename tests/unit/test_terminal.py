@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from unicore.terminal import printable
-from unicore_operator.kubectl_plugin import cli as plugin_cli
-from unicore_operator.kubectl_plugin.describe_view import render_describe
-from unicore_operator.kubectl_plugin.errors import PluginError
-from unicore_operator.kubectl_plugin.logs_view import TranscriptPrinter
-from unicore_operator.kubectl_plugin.tree_view import render_tree
+from unicore_client.kubectl_plugin import main as plugin_cli
+from unicore_client.kubectl_plugin.describe_view import render_describe
+from unicore_client.kubectl_plugin.errors import PluginError
+from unicore_client.kubectl_plugin.logs_view import TranscriptPrinter
+from unicore_client.kubectl_plugin.tree_view import render_tree
 
 NOW = datetime.datetime(2026, 11, 22, 10, 5, 0, tzinfo=datetime.UTC)
 CSI_CLEAR = "\x1b[2J"  # erase the screen

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicore.answers import (
+from unicore.tools.base import ToolContext
+from unicore.tools.registry import run_tool_call
+from unicore.tools.workspace import ReadFile
+from unicore.turn.answers import (
     MAX_ANSWER_DEPTH,
     MAX_ARGUMENT_DEPTH,
     UNPARSED,
@@ -18,9 +21,6 @@ from unicore.answers import (
     json_depth,
     tool_input,
 )
-from unicore.tools.base import ToolContext
-from unicore.tools.registry import run_tool_call
-from unicore.tools.workspace import ReadFile
 
 
 def nested_input(depth: int) -> dict[str, Any]:

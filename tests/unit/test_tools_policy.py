@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from unicore.api.schema import Limits
 from unicore.errors import LimitExceeded, ToolError
-from unicore.schema import Limits
 from unicore.tools import policy
 from unicore.tools.policy import TreeCounts, check_message, check_spawn
 from unicore.tools.registry import ALL_TOOLS

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
+from unicore.api.schema import Limits, TaskSpec
 from unicore.errors import LimitExceeded, ToolError
-from unicore.schema import Limits, TaskSpec
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call, tool_names_for, tool_specs, toolset_for
 from unicore.tools.storeview import TaskView

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from unicore.schema import Message
-from unicore.transcript import bound_tail, omitted_marker, transcribe
+from unicore.api.schema import Message
+from unicore.turn.transcript import bound_tail, omitted_marker, transcribe
 
 HISTORY = [
     Message(role="user", content=[{"text": "Find A"}]),

@@ -15,8 +15,8 @@ LAZY = ("mcp", "mcp_types", "httpx2", "anyio", "boto3", "botocore", "yaml")
 
 TURN_START = """
 import json, sys
-import unicore.turn_entry
-from unicore.context_window import ContextSettings
+import unicore.turn.entry
+from unicore.turn.context_window import ContextSettings
 from unicore.providers.registry import resolve_model
 
 ContextSettings.from_env().window_for("openai:bench")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from unicore_operator.crd_model import SpecInvalid, parse_spec
+from unicore.api.spec import SpecInvalid, parse_spec
 from unicore_operator.resources import ResourcesInvalid, check_resources, merge_resources, parse_quantity
 
 from tests.unit.test_operator_settings import ROOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unicore_operator.kubectl_plugin.ui_nodes import (
+from unicore_client.ui.cluster_nodes import (
     descendants,
     event_of,
     forest_of,

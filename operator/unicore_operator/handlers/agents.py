@@ -1,7 +1,7 @@
 """Agents (issue 17): the operator stores what each Agent says in Redis for its tasks' turns, and keeps its status.
 
 - create, update (a spec change) and resume (operator start): the Agent's definition (``agent_checks.agent_definition``)
-  is written to Redis (``unicore.state.agents``, id ``<namespace>/<name>``); turns read it at their start, so a change
+  is written to Redis (``unicore.store.agents``, id ``<namespace>/<name>``); turns read it at their start, so a change
   counts from each task's next turn. A definition the runtime cannot use (CEL let it through, e.g. an unknown model
   provider) is not stored: ``status.lastError`` says why and the tasks keep the last good one.
 - delete (a finalizer): the definition is removed, so the next turn of a task that still names it fails with a
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from unicore.state.agents import delete_agent, write_agent
+from unicore.api.spec import SpecInvalid
+from unicore.store.agents import delete_agent, write_agent
 
 from unicore_operator import names
 from unicore_operator.agent_checks import agent_definition
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import SpecInvalid
 from unicore_operator.log import logger
 
 COUNT_DELAY_SECONDS = 0.5  # AgentTask creations and deletions within this time are counted once

@@ -8,16 +8,16 @@ from typing import Any
 
 import kopf
 from unicore.agents import AgentNotFound
+from unicore.api.schema import InboxMessage
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message
 from unicore.errors import MessageTooLarge, TaskNotFound
-from unicore.schema import InboxMessage
-from unicore.state.agents import read_agent
-from unicore.state.store import TaskStore
-from unicore.state.task_views import TaskView
+from unicore.store.agents import read_agent
+from unicore.store.task_views import TaskView
+from unicore.store.tasks import TaskStore
 
 from unicore_operator import agent_rbac, events, names, redis_identities
 from unicore_operator.admission import agent_refusal, vet_new_child
 from unicore_operator.context import OperatorContext
-from unicore_operator.crd_model import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message
 from unicore_operator.handlers import agents as agent_handlers
 from unicore_operator.indexes import active_job, compact_task
 from unicore_operator.log import logger

@@ -8,7 +8,7 @@ from typing import Any
 
 import kopf
 from unicore.kube_config import load_api_client
-from unicore.state.store import TaskStore
+from unicore.store.tasks import TaskStore
 
 from unicore_operator import activation, http_server, job_events, kopf_login, names
 from unicore_operator.context import OperatorContext

@@ -1,6 +1,6 @@
 """Every metric UniCore exports on /metrics: name (with the ``unicore_`` prefix), type, help, and who measures it.
 
-``runtime`` metrics are written to Redis by turn Jobs (``unicore.state.telemetry``) and exported by the operator's
+``runtime`` metrics are written to Redis by turn Jobs (``unicore.store.telemetry``) and exported by the operator's
 Redis collector; ``operator`` metrics are measured in the operator process. The dashboards may only use these.
 
 ``known`` lists the closed set of values of a label (a failure reason, an outcome, a phase). Prometheus practice is
@@ -51,15 +51,15 @@ class MetricSpec:
 
 
 # Closed label value sets (tests/unit/test_metrics_exporters.py checks each against the code that produces it).
-TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn._exit_reason
-MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.turn, unicore.providers.calling
+TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.runner._exit_reason
+MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.turn.runner, unicore.providers.calling
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
 REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission_timeout", "heartbeat_stale",
                 "lease_holder_gone", "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
-APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approvals.DECISIONS
+APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approval_waits.DECISIONS
 TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "Waiting", "Idle", "Suspended",
                "Failed", "Archived")  # unicore_operator.phases.Phase
 

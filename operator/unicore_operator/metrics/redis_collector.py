@@ -1,4 +1,4 @@
-"""Export the metrics short-lived turn Jobs wrote to Redis (``unicore.state.telemetry``) as Prometheus families.
+"""Export the metrics short-lived turn Jobs wrote to Redis (``unicore.store.telemetry``) as Prometheus families.
 
 Three hashes, read in one pipelined round trip per scrape: counters (``<name>|<labels>`` -> value), histograms
 (``<name>|<labels>|le=<bound>`` cumulative counts, ``|sum``, ``|count``) and gauges. ``families_from_hashes`` is
@@ -23,8 +23,8 @@ import redis
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from unicore.state.codec import text
-from unicore.state.telemetry import DEFAULT_BUCKETS, parse_labels, read_telemetry
+from unicore.store.codec import text
+from unicore.store.telemetry import DEFAULT_BUCKETS, parse_labels, read_telemetry
 from unicore.tools.call_metrics import builtin_label_sets
 
 from unicore_operator.log import logger

@@ -19,8 +19,8 @@ from typing import Any
 import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from unicore import contract
-from unicore.state.reads import inbox_lengths
+from unicore.api import contract
+from unicore.store.reads import inbox_lengths
 
 from unicore_operator.log import logger
 from unicore_operator.metrics.catalog import BY_NAME, TASK_PHASES
@@ -37,7 +37,7 @@ def _gauge(name: str) -> GaugeMetricFamily:
 
 
 def inbox_depths(client: redis.Redis, task_ids: list[str]) -> dict[str, int]:
-    """Inbox length of every task with a non-empty inbox (``unicore.state.reads.inbox_lengths``)."""
+    """Inbox length of every task with a non-empty inbox (``unicore.store.reads.inbox_lengths``)."""
     return inbox_lengths(client, task_ids)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from unicore_operator.task_api.approvals import APPROVALS, get_approvals, post_decision
+from unicore_operator.task_api.approval_routes import APPROVALS, get_approvals, post_decision
 from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
 from unicore_operator.task_api.service import TaskApi, log

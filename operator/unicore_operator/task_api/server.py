@@ -32,7 +32,7 @@ from aiohttp import hdrs, web
 from unicore.errors import ConfigError
 
 from unicore_operator.apiserver_auth import REFRESH_SECONDS, Authentication, authentication, refresh, startup_problem
-from unicore_operator.approvals import decision_events
+from unicore_operator.approval_waits import decision_events
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import first
 from unicore_operator.kube import KubeClients

@@ -15,13 +15,13 @@ from urllib.parse import parse_qs
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from unicore.api.schema import DEFAULT_APPROVAL_TIMEOUT_SECONDS, InboxMessage, UserMessageId
+from unicore.api.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
 from unicore.errors import MessageTooLarge, TaskNotFound
-from unicore.schema import DEFAULT_APPROVAL_TIMEOUT_SECONDS, InboxMessage, UserMessageId
-from unicore.state.reads import read_message_slice, read_transcript_head
-from unicore.state.records import parse_turn_headers
-from unicore.state.retention import archived_note
-from unicore.state.store import TaskStore
-from unicore.turn_numbers import FIRST_SHOWN_TURN, shown_turn, stored_turn
+from unicore.store.reads import read_message_slice, read_transcript_head
+from unicore.store.records import parse_turn_headers
+from unicore.store.retention import archived_note
+from unicore.store.tasks import TaskStore
 
 from unicore_operator.log import logger
 from unicore_operator.task_api import transcript as pages

@@ -1,5 +1,5 @@
 """``GET .../agenttasks/<name>/stream?after=<id>&wait=<s>``: the task's live token stream
-(``unicore.state.token_stream``) for ``kubectl agenttask logs --follow`` and the web UI: the model's answers as they
+(``unicore.store.token_stream``) for ``kubectl agenttask logs --follow`` and the web UI: the model's answers as they
 are written, before they are stored. RBAC: ``get agenttasks/stream`` (group ``tasks.unicore.dev``), granted next to
 ``agenttasks/transcript``.
 
@@ -23,7 +23,8 @@ import threading
 from typing import Any
 
 import redis
-from unicore.state.token_stream import (
+from unicore.api.turn_numbers import shown_turn
+from unicore.store.token_stream import (
     READ_COUNT,
     StreamEntry,
     check_entry_id,
@@ -31,7 +32,6 @@ from unicore.state.token_stream import (
     live_state,
     read_after,
 )
-from unicore.turn_numbers import shown_turn
 
 from unicore_operator.task_api import transcript as pages
 from unicore_operator.task_api.errors import ApiError

@@ -3,7 +3,8 @@
 A page is a contiguous run of messages by ``seq`` (the message's index in the task's append-only history):
 ``since`` is the first seq wanted, ``next`` the seq to ask for next; ``turn=N`` restricts the run to turn N.
 Turn numbers: ``TurnHeader.number`` and the ``turn`` arguments here are Redis's (from 0); what a page shows (a
-message's ``turn``, a turn's ``number``) is the user's (from 1, as in the Job ``<task>-tN``): ``unicore.turn_numbers``.
+message's ``turn``, a turn's ``number``) is the user's (from 1, as in the Job ``<task>-tN``):
+``unicore.api.turn_numbers``.
 Every page is bounded by a message count (``limit``) and by a byte budget; single blocks are clipped.
 """
 
@@ -13,10 +14,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from unicore.state.compactions import Compaction
-from unicore.state.messages import load_message
-from unicore.state.records import TurnHeader, TurnMeta
-from unicore.turn_numbers import shown_turn
+from unicore.api.turn_numbers import shown_turn
+from unicore.store.compactions import Compaction
+from unicore.store.messages import load_message
+from unicore.store.records import TurnHeader, TurnMeta
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -6,7 +6,7 @@
   (which tasks' Redis state can change it);
 - :mod:`attempts` which turn attempt (Job name) a reap counts as failed;
 - :mod:`redis_state` the O(stale) Redis read (``uc:heartbeats`` + the flagged tasks) the scan's plan calls for,
-  done by ``unicore.state.heartbeats`` (which also owns the fenced lease release, ``TurnReset``);
+  done by ``unicore.store.heartbeats`` (which also owns the fenced lease release, ``TurnReset``);
 - :mod:`reaper` carries actions out (delete the Job, release the lease, record, activate or fail the task);
 - :mod:`adapter` the background loop started at operator startup, scanning the operator's indexes.
 """

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from unicore import contract
+from unicore.api import contract
 
 from unicore_operator.indexes import first
 from unicore_operator.metrics import observe_watchdog_scan

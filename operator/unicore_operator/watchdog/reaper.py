@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from kubernetes.client.rest import ApiException
-from unicore import contract
-from unicore.schema import InboxMessage, reap_message_id
-from unicore.state.heartbeats import TurnReset
+from unicore.api import contract
+from unicore.api.schema import InboxMessage, reap_message_id
+from unicore.store.heartbeats import TurnReset
 
 from unicore_operator.metrics import job_reaped
 from unicore_operator.watchdog.log import logger

@@ -1,11 +1,11 @@
-"""The watchdog's Redis read: the scan's plan and thresholds turned into one ``unicore.state.heartbeats.read_turns``
+"""The watchdog's Redis read: the scan's plan and thresholds turned into one ``unicore.store.heartbeats.read_turns``
 (the O(stale) read of ``uc:heartbeats`` plus the flagged tasks; see that module). The fenced clean-up of a reaped
-turn is ``unicore.state.heartbeats.TurnReset``. This module touches no key: the layout's owner does."""
+turn is ``unicore.store.heartbeats.TurnReset``. This module touches no key: the layout's owner does."""
 
 from __future__ import annotations
 
 import redis
-from unicore.state.heartbeats import ReadResult, read_turns
+from unicore.store.heartbeats import ReadResult, read_turns
 
 from unicore_operator.watchdog.scan import RedisPlan, Thresholds
 

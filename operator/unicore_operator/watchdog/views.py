@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from unicore import contract
-from unicore.state.heartbeats import RedisTaskState as RedisTaskState  # what Redis says of a turn
+from unicore.api import contract
+from unicore.store.heartbeats import RedisTaskState as RedisTaskState  # what Redis says of a turn
 from unicore.terminal import printable
 
 TASK_LABEL = contract.TASK_LABEL

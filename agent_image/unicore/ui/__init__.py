@@ -1,1 +1,0 @@
-"""The local-mode web UI (``unicore ui``): see ``unicore.ui.server``."""

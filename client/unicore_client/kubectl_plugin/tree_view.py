@@ -1,0 +1,206 @@
+"""``kubectl agenttask tree``: a pure rendering of AgentTask objects as a box-drawing tree (like
+``argo get``).
+
+``render_tree(tasks, now)`` takes the AgentTask objects (dicts as the API returns them) and the current time,
+and returns the text; nothing here talks to a cluster, so golden files pin the output down.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from unicore.api import contract
+from unicore.terminal import printable
+
+from unicore_client.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
+
+PHASE_ICONS_UTF8: dict[str, str] = {
+    "Idle": "✔",
+    "Running": "●",
+    "Pending": "◷",
+    "Suspended": "⏸",
+    "Failed": "✖",
+    "Waiting": "…",
+    "WaitingForApproval": "?",
+    "WaitingForInput": "?",
+    "Archived": "▫",
+}
+PHASE_ICONS_ASCII: dict[str, str] = {
+    "Idle": "+",
+    "Running": "*",
+    "Pending": "o",
+    "Suspended": "=",
+    "Failed": "x",
+    "Waiting": ".",
+    "WaitingForApproval": "?",
+    "WaitingForInput": "?",
+    "Archived": "-",
+}
+UNKNOWN_ICON = {True: "◌", False: "?"}
+SETTLED = frozenset({"Idle", "Failed", "Archived"})
+HUMAN = frozenset({"WaitingForApproval", "WaitingForInput"})  # the message says what the human is asked
+LAST_RESPONSE_MAX = 60
+
+
+@dataclass(frozen=True)
+class Glyphs:
+    branch: str
+    last: str
+    pipe: str
+    blank: str
+
+    @classmethod
+    def for_mode(cls, utf8: bool) -> Glyphs:
+        return cls("├─", "└─", "│ ", "  ") if utf8 else cls("|-", "`-", "| ", "  ")
+
+
+@dataclass
+class Node:
+    obj: Mapping[str, Any]
+    children: list[Node] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.obj.get("metadata", {}).get("name", "?"))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj.get("metadata", {}).get("namespace", ""))
+
+    @property
+    def created(self) -> datetime.datetime | None:
+        return parse_time(self.obj.get("metadata", {}).get("creationTimestamp"))
+
+    def sort_key(self) -> tuple[str, str]:
+        created = self.created
+        return (created.isoformat() if created else "", self.name)
+
+
+def parent_name(obj: Mapping[str, Any]) -> str | None:
+    """The parent AgentTask's name: the ownerReference of kind AgentTask, else ``spec.parentRef.name``."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == contract.KIND and str(ref.get("apiVersion", "")).startswith(f"{contract.GROUP}/"):
+            return str(ref.get("name"))
+    parent = (obj.get("spec") or {}).get("parentRef") or {}
+    return str(parent["name"]) if parent.get("name") else None
+
+
+def build_forest(tasks: Iterable[Mapping[str, Any]]) -> list[Node]:
+    """Roots (tasks whose parent is not in ``tasks``), each with its descendants; siblings oldest first."""
+    nodes = {(n.namespace, n.name): n for n in (Node(obj) for obj in tasks)}
+    roots: list[Node] = []
+    for (namespace, _), node in nodes.items():
+        parent = parent_name(node.obj)
+        holder = nodes.get((namespace, parent)) if parent else None
+        if holder is None or holder is node:
+            roots.append(node)
+        else:
+            holder.children.append(node)
+    for node in nodes.values():
+        node.children.sort(key=Node.sort_key)
+    roots.sort(key=lambda n: (n.namespace, *n.sort_key()))
+    return roots
+
+
+def find_subtree(roots: Sequence[Node], name: str, namespace: str | None = None) -> Node | None:
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node.name == name and (namespace is None or node.namespace == namespace):
+            return node
+        stack.extend(node.children)
+    return None
+
+
+def _duration(obj: Mapping[str, Any], now: datetime.datetime) -> str:
+    created = parse_time(obj.get("metadata", {}).get("creationTimestamp"))
+    if created is None:
+        return "-"
+    status = obj.get("status") or {}
+    if status.get("phase") in SETTLED:
+        ended = parse_time((status.get("lastTurn") or {}).get("endedAt"))
+        return human_duration((ended - created).total_seconds()) if ended else "-"
+    return human_duration((now - created).total_seconds())
+
+
+def _age(obj: Mapping[str, Any], now: datetime.datetime) -> str:
+    created = parse_time(obj.get("metadata", {}).get("creationTimestamp"))
+    return human_duration((now - created).total_seconds()) if created else "-"
+
+
+def _message(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    if status.get("phase") in HUMAN | {"Failed"} and status.get("message"):
+        return str(status["message"])
+    return str(status.get("lastResponse") or "")
+
+
+def render_tree(
+    tasks: Iterable[Mapping[str, Any]],
+    now: datetime.datetime,
+    *,
+    utf8: bool = True,
+    root: str | None = None,
+    namespace: str | None = None,
+    all_namespaces: bool = False,
+    width: int | None = None,
+) -> str:
+    """The tree as text (lines end with newlines). ``root`` limits it to one task's subtree; ``width``
+    (terminal columns) trims the LAST RESPONSE column so lines fit. KeyError when ``root`` is absent."""
+    forest = build_forest(tasks)
+    if root is not None:
+        found = find_subtree(forest, root, namespace)
+        if found is None:
+            raise KeyError(root)
+        forest = [found]
+    if not forest:
+        where = "any namespace" if all_namespaces else f"namespace {namespace or 'default'}"
+        return f"No agenttasks found in {where}.\n"
+    glyphs = Glyphs.for_mode(utf8)
+    icons = PHASE_ICONS_UTF8 if utf8 else PHASE_ICONS_ASCII
+    rows: list[list[str]] = []
+
+    def visit(node: Node, prefix: str, connector: str) -> None:
+        status = node.obj.get("status") or {}
+        phase = str(status.get("phase") or "")
+        icon = icons.get(phase, UNKNOWN_ICON[utf8])
+        row = [
+            f"{prefix}{connector}{icon} {node.name}",
+            phase or "-",
+            str(status.get("turns") or 0),
+            human_count(status.get("tokens")),
+            _age(node.obj, now),
+            _duration(node.obj, now),
+            _message(node.obj),
+        ]
+        # Names, phases and responses come from objects anyone with write access shaped: escape controls.
+        row = [printable(cell) for cell in row]
+        rows.append([printable(node.namespace), *row] if all_namespaces else row)
+        below = (
+            "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
+        )
+        for index, child in enumerate(node.children):
+            visit(child, below, glyphs.last if index == len(node.children) - 1 else glyphs.branch)
+
+    for tree_root in forest:
+        visit(tree_root, "", "")
+    header = ["NAME", "PHASE", "TURNS", "TOKENS", "AGE", "DURATION", "LAST RESPONSE"]
+    if all_namespaces:
+        header = ["NAMESPACE", *header]
+    fixed = len(header) - 1
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(fixed)]
+    numeric = {header.index("TURNS"), header.index("TOKENS")}
+    used = sum(widths) + 2 * fixed
+    budget = LAST_RESPONSE_MAX if width is None else max(0, min(LAST_RESPONSE_MAX, width - used))
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            row[i].rjust(widths[i]) if i in numeric and row is not header else row[i].ljust(widths[i])
+            for i in range(fixed)
+        ]
+        last = row[fixed] if row is header else one_line(row[fixed], budget, utf8=utf8)
+        lines.append(("  ".join(cells) + "  " + last).rstrip())
+    return "\n".join(lines) + "\n"

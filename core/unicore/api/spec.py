@@ -1,0 +1,209 @@
+"""Pydantic model of the AgentTask spec, checks beyond the CRD's CEL rules, and the TaskSpec the runtime stores.
+
+A spec that passes admission but fails here (an unknown model name, a script the scripted model cannot load) makes
+the task phase Failed with a clear message; the object and anything queued stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+from unicore_operator import names
+from unicore_operator.resources import ResourcesInvalid, check_resources
+
+from unicore.api.schema import Approval, InboxMessage, Limits, MCPServerRef, Prompt, TaskSpec
+from unicore.errors import UniCoreError
+from unicore.providers.registry import parse_model_spec
+from unicore.providers.scripted import load_script
+from unicore.store.task_views import TaskView
+from unicore.tools import policy
+
+
+class SpecInvalid(UniCoreError):
+    """The AgentTask spec cannot be run; the message says why."""
+
+
+class CamelModel(BaseModel):
+    """A part of the spec: camelCase keys in YAML (``maxIterations``), snake_case attributes (``max_iterations``)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class LimitsSpec(CamelModel):
+    max_iterations: int | None = Field(default=None, ge=1)
+    max_depth: int | None = Field(default=None, ge=0)
+    max_children: int | None = Field(default=None, ge=0)
+    max_descendants: int | None = Field(default=None, ge=0)
+    token_budget: int | None = Field(default=None, ge=0)
+    turn_timeout_seconds: int | None = Field(default=None, ge=1)
+    recursion: bool | None = None
+    summarize_turns: bool | None = None
+
+    def set_fields(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ApprovalSpec(CamelModel):
+    """``spec.approval``: tool calls that wait for a person (``unicore.store.approvals``)."""
+
+    tools: list[str] = Field(default_factory=list)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+
+    def runtime(self) -> Approval:
+        if self.timeout_seconds is None:
+            return Approval(tools=self.tools)
+        return Approval(tools=self.tools, timeout_seconds=self.timeout_seconds)
+
+
+class ResourcesSpec(CamelModel):
+    """``spec.resources``: requests and limits (resource name -> Kubernetes quantity) of the turn container, merged
+    key by key over the operator's defaults; the same rules as the CRD's CEL (``resources.check_resources``)."""
+
+    requests: dict[str, int | str] | None = None
+    limits: dict[str, int | str] | None = None
+
+    @model_validator(mode="after")
+    def _quantities(self) -> ResourcesSpec:
+        try:
+            check_resources(self.model_dump(exclude_none=True))
+        except ResourcesInvalid as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class ParentRef(CamelModel):
+    name: str
+    uid: str | None = None
+    namespace: str | None = None  # only ever the child's own (lineage.check_child refuses any other)
+
+
+class AgentRef(CamelModel):
+    """``spec.agentRef``: the Agent of the task's namespace it runs as (``unicore.agents``)."""
+
+    name: str
+
+
+class AgentTaskSpec(CamelModel):
+    """``spec`` of an AgentTask."""
+
+    prompt: Prompt | None = None  # schema.check_prompt: not empty, not only whitespace
+    system_prompt: str | None = None
+    model: str | None = None
+    script: dict[str, Any] | None = None
+    tools: list[str] | None = None
+    child_tools: list[str] | None = None
+    limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
+    approval: ApprovalSpec | None = None
+    mcp_servers: list[MCPServerRef] | None = None
+    parent_ref: ParentRef | None = None
+    agent_ref: AgentRef | None = None
+    suspend: bool = False
+    gpus: int | None = Field(None, ge=0)
+    resources: ResourcesSpec | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+    queue_name: str | None = None
+
+
+def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
+    """The typed spec, or SpecInvalid with every problem listed."""
+    try:
+        parsed = AgentTaskSpec.model_validate(dict(spec or {}))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise SpecInvalid(f"invalid AgentTask spec: {problems}") from exc
+    if parsed.parent_ref is None and parsed.prompt is None:
+        raise SpecInvalid("spec.prompt is required for a root task (a task without spec.parentRef)")
+    if parsed.model:
+        check_model(parsed.model)
+    if parsed.script is not None:
+        check_script(parsed.script)
+    return parsed
+
+
+def check_model(model: str) -> None:
+    try:
+        parse_model_spec(model)
+    except (UniCoreError, ValueError) as exc:
+        raise SpecInvalid(f"spec.model {model!r}: {exc}") from exc
+
+
+def check_script(script: dict[str, Any]) -> None:
+    try:
+        load_script(script)
+    except (UniCoreError, ValueError, TypeError) as exc:
+        raise SpecInvalid(f"spec.script: {exc}") from exc
+
+
+def agent_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
+    """The TaskSpec of an AgentTask with ``spec.agentRef``: only what the spec sets (``TaskSpec.model_fields_set``
+    is the task's narrowing of its agent, ``unicore.agents``), and for a child its parent's limits under its own."""
+    assert spec.agent_ref is not None
+    fields: dict[str, Any] = {"id": names.task_id(namespace, name), "prompt": None,
+                              "agent": names.task_id(namespace, spec.agent_ref.name)}
+    if spec.parent_ref is not None:
+        fields["parent"] = names.task_id(namespace, spec.parent_ref.name)
+    limits = {**(parent.limits.model_dump() if parent is not None else {}), **spec.limits.set_fields()}
+    if limits:
+        fields["limits"] = limits
+    script = spec.script if spec.script is not None else (parent.script if parent is not None else None)
+    own = {"model": spec.model, "system_prompt": spec.system_prompt, "tools": spec.tools,
+           "child_tools": spec.child_tools, "script": script, "mcp_servers": spec.mcp_servers,
+           "approval": spec.approval.runtime() if spec.approval is not None else None}
+    fields.update({key: value for key, value in own.items() if value is not None})
+    try:
+        return TaskSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc
+
+
+def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskView | None) -> TaskSpec:
+    """The runtime's TaskSpec for AgentTask ``namespace/name``; a child inherits model, script and limits, and
+    without ``spec.tools`` gets its parent's default child toolset (what ``spawn_task`` gives when it names none).
+    With ``spec.agentRef``: ``agent_task_spec``."""
+    if spec.agent_ref is not None:
+        return agent_task_spec(namespace, name, spec, parent)
+    parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
+    limits_data = parent.limits.model_dump() if parent is not None else {}
+    limits_data.update(spec.limits.set_fields())
+    try:
+        limits = Limits.model_validate(limits_data)
+    except ValidationError as exc:
+        raise SpecInvalid(f"spec.limits: {exc.errors()[0]['msg']}") from exc
+    model = spec.model or (parent.model if parent is not None else "") or "scripted"
+    script = spec.script if spec.script is not None else (parent.script if parent is not None else None)
+    try:
+        return TaskSpec(
+            id=names.task_id(namespace, name),
+            prompt=None,  # queued separately with an idempotent message id
+            parent=parent_id,
+            model=model,
+            system_prompt=spec.system_prompt or "",
+            tools=spec.tools if spec.tools is not None or parent is None else policy.child_tools(parent, None, None),
+            child_tools=spec.child_tools,
+            limits=limits,
+            script=script,
+            approval=spec.approval.runtime() if spec.approval is not None else None,  # a child adds its parent's
+            mcp_servers=spec.mcp_servers,
+        )
+    except ValidationError as exc:
+        raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc
+
+
+def prompt_message_id(uid: str) -> str:
+    """The inbox message id of an AgentTask's spec.prompt: the same on every retry, so it is queued once."""
+    return f"prompt-{uid}"
+
+
+def prompt_message(uid: str, namespace: str, spec: AgentTaskSpec) -> InboxMessage | None:
+    """The inbox message of spec.prompt (None without one): from the parent task for a child, else the user."""
+    if not spec.prompt:
+        return None
+    sender = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref is not None else "user"
+    return InboxMessage(id=prompt_message_id(uid), type="user", content=spec.prompt, sender=sender)

@@ -1,0 +1,80 @@
+"""Named fault points: the fault-injection harness kills a turn process at a chosen step (tests, chaos runs).
+
+A turn calls ``fault_point("after drain")`` etc. at every named step (``STEPS``). Nothing happens unless
+``UNICORE_FAULTS`` is set in the turn's environment:
+
+- ``kill:<step>``: SIGKILL this process the first time it reaches ``<step>``;
+- ``kill-once[:<percent>:<seed>]``: SIGKILL at every named step once per (task, turn, step) over the whole run,
+  coordinated through Redis (``SET uc:faults:<task>#<turn>:<step> NX``, ``$REDIS_URL``); every kill is logged in
+  the list ``uc:faults:log``. With ``<percent>`` only that share of the (task, turn, step) points is armed, chosen
+  by a hash with ``<seed>`` (deterministic), so later steps of a turn are reached too. A tree run under
+  ``kill-once`` therefore crashes every task at every (armed) step it reaches, once, and must still deliver every
+  message and report exactly once (tests/integration/test_fault_injection.py).
+
+The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+
+from unicore.store.faults import claim_kill
+from unicore.store.keys import FAULTS_LOG
+
+ENV = "UNICORE_FAULTS"
+LOG_KEY = FAULTS_LOG
+# Steps every tree run reaches (the kill-once harness must hit them all). Points only some turns reach are in
+# APPROVAL_STEPS (``kill:<point>`` works for those too).
+STEPS = (
+    "after lease",
+    "after drain",
+    "after model call",
+    "after answer",
+    "after tool result",
+    "after end turn",
+    "after notify",
+    "after release",
+)
+
+_scope = ""
+_client = None
+
+
+def set_scope(scope: str) -> None:
+    """What ``kill-once`` keys a kill by (the turn sets ``<task id>#<turn number>``)."""
+    global _scope
+    _scope = scope
+
+
+def _redis():  # type: ignore[no-untyped-def]
+    global _client
+    if _client is None:
+        from unicore.store.client import build_client
+
+        _client = build_client(os.environ["REDIS_URL"])
+    return _client
+
+
+def fault_point(step: str) -> None:
+    """Die here if the harness asks for it (see the module docstring); otherwise return at once."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    if spec == f"kill:{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if spec.startswith("kill-once") and _scope:
+        point = f"{_scope}:{step}"
+        _, percent, seed = (spec.split(":") + ["100", ""])[:3]
+        digest = hashlib.sha256(f"{seed}|{point}".encode()).digest()
+        if digest[0] * 100 >= int(percent) * 256:
+            return
+        if claim_kill(_redis(), point):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+# A turn whose answer calls a gated tool or ask_user, right after it recorded the calls (``approvals_turn``).
+APPROVAL_STEPS = ("after pending calls",)
+
+__all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "STEPS", "fault_point", "set_scope"]

@@ -1,0 +1,77 @@
+"""Tool interface: a name, a description, a pydantic input model (its JSON schema goes to the model), a run()."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from unicore.store.tasks import TaskStore
+    from unicore.store.telemetry import Telemetry
+
+
+class Spawner(Protocol):
+    """Creates (or resumes) a child task. Local: Redis + activation. Kubernetes: a child AgentTask via the API."""
+
+    def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
+              agent: str | None = None) -> tuple[str, bool]:
+        """Create child ``<parent>-<name>`` with ``prompt``, or queue ``prompt`` to it if it exists. ``agent``: the
+        name of an agent the parent may spawn (its agent's ``agents``); the child runs with that definition.
+
+        Returns ``(child_id, created)``; raises ``unicore.errors.ToolError`` (or a subclass) with a clear message.
+        """
+        ...
+
+
+@dataclass
+class ToolContext:
+    task_id: str
+    store: TaskStore
+    spawner: Spawner
+    workspace: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # Why a tool name that is not among the task's tools is refused, when the turn knows (an MCP tool outside the
+    # allow-list, a tool of an MCP server that could not be reached: ``tools.mcp_tools.McpToolbox.explain``).
+    explain_unavailable: Callable[[str], str | None] | None = None
+    # Where ``registry.run_tool_call`` counts and times each call (``tools.call_metrics``); None: not measured.
+    telemetry: Telemetry | None = None
+
+
+class Tool:
+    """Subclass with ``name``, ``description``, ``Input`` (a pydantic model) and ``run``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Input: ClassVar[type[BaseModel]]
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema the model gets: the input model's, without pydantic's generated titles."""
+        return strip_titles(self.Input.model_json_schema())
+
+    def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
+        raise NotImplementedError
+
+    def target(self) -> str:
+        """What this tool's name runs, for people and for approvals: an approval binds to it (``PendingCall.target``),
+        and an approved call whose name runs something else by then is not run (an MCP tool: the server's own name
+        for it, ``tools.mcp_tools``)."""
+        return f"tool {self.name!r}"
+
+    def metric_labels(self) -> dict[str, str]:
+        """The labels of this tool's call metrics (``tools.call_metrics``): a built-in or custom tool is counted under
+        its own name."""
+        return {"tool": self.name, "source": "builtin", "server": ""}
+
+
+def strip_titles(schema: Any) -> Any:
+    """``schema`` without its ``title`` keywords (a property named "title" stays)."""
+    if isinstance(schema, dict):
+        return {k: strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [strip_titles(item) for item in schema]
+    return schema

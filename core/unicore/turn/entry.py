@@ -1,0 +1,87 @@
+"""``unicore-turn TASK``: the turn process (a Job's container, or a local-mode child process).
+
+Kept apart from the ``unicore`` CLI (``unicore_client.local.main``): a turn pays its start-up on every turn, so it
+imports only
+what a turn needs (not the CLI's script-file and argument checks). Exit codes: ``unicore.turn.runner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from unicore import log as unicore_log
+from unicore.errors import ConfigError
+from unicore.launch.embedded_redis import redis_url
+from unicore.settings import RuntimeSettings
+from unicore.store.tasks import TaskStore, connect
+from unicore.terminal import printable
+from unicore.turn.context_window import ContextSettings
+from unicore.turn.runner import EXIT_FAILED, EXIT_USAGE, run_turn
+from unicore.turn.signals import install_cancel_handlers
+
+PROG = "unicore-turn"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """One line (no usage block), exit code 2."""
+        print(f"{PROG}: error: {printable(message, multiline=False)} (see '{PROG} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {printable(message, multiline=False)}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def spawner_from_settings(client: redis.Redis, settings: RuntimeSettings) -> Any:
+    """The spawner ``$UNICORE_SPAWNER`` names (RuntimeSettings only allows local or kubernetes)."""
+    if settings.spawner == "local":
+        return None  # run_turn's default: the local spawner
+    if settings.spawner == "kubernetes":
+        try:
+            from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise ConfigError(f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}") from None
+        return KubernetesSpawner.from_env(TaskStore(client), settings)
+    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {settings.spawner!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run exactly one turn of TASK and exit with its code (see ``unicore.turn.runner``)."""
+    try:
+        settings = RuntimeSettings.from_env()  # the one read of the turn process's variables
+        context = ContextSettings.from_env()  # the model's context window (unicore.turn.context_window)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    parser = _Parser(prog=PROG, description="Run one agent turn of a task, then exit.")
+    parser.add_argument("task", nargs="?", default=settings.task_id, help="task id (default: $UNICORE_TASK_ID)")
+    args = parser.parse_args(argv)
+    if not args.task:
+        parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
+    unicore_log.configure(settings.log_level)
+    cancel = threading.Event()
+    install_cancel_handlers(cancel)
+    try:
+        client = connect(redis_url(settings))
+        spawner = spawner_from_settings(client, settings)
+        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
+                           context=context)
+        code = outcome.exit_code
+        if outcome.error:
+            # one line, the process's last: on a cluster it is the container's termination message (the Job's
+            # terminationMessagePolicy), which the AgentTask's status and TurnFailed Event show
+            print(f"{PROG}: {args.task}: {printable(outcome.error, multiline=False)}", file=sys.stderr)
+    except (ConfigError, redis.RedisError) as exc:
+        code = _fail(str(exc))
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
