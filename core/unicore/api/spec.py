@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
-from unicore_operator import names
 from unicore_operator.resources import ResourcesInvalid, check_resources
 
+from unicore.api import contract
 from unicore.api.schema import Approval, InboxMessage, Limits, MCPServerRef, Prompt, TaskSpec
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
@@ -145,10 +145,10 @@ def agent_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: Task
     """The TaskSpec of an AgentTask with ``spec.agentRef``: only what the spec sets (``TaskSpec.model_fields_set``
     is the task's narrowing of its agent, ``unicore.agents``), and for a child its parent's limits under its own."""
     assert spec.agent_ref is not None
-    fields: dict[str, Any] = {"id": names.task_id(namespace, name), "prompt": None,
-                              "agent": names.task_id(namespace, spec.agent_ref.name)}
+    fields: dict[str, Any] = {"id": contract.task_id(namespace, name), "prompt": None,
+                              "agent": contract.task_id(namespace, spec.agent_ref.name)}
     if spec.parent_ref is not None:
-        fields["parent"] = names.task_id(namespace, spec.parent_ref.name)
+        fields["parent"] = contract.task_id(namespace, spec.parent_ref.name)
     limits = {**(parent.limits.model_dump() if parent is not None else {}), **spec.limits.set_fields()}
     if limits:
         fields["limits"] = limits
@@ -169,7 +169,7 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
     With ``spec.agentRef``: ``agent_task_spec``."""
     if spec.agent_ref is not None:
         return agent_task_spec(namespace, name, spec, parent)
-    parent_id = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
+    parent_id = contract.task_id(namespace, spec.parent_ref.name) if spec.parent_ref else None
     limits_data = parent.limits.model_dump() if parent is not None else {}
     limits_data.update(spec.limits.set_fields())
     try:
@@ -180,7 +180,7 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
     script = spec.script if spec.script is not None else (parent.script if parent is not None else None)
     try:
         return TaskSpec(
-            id=names.task_id(namespace, name),
+            id=contract.task_id(namespace, name),
             prompt=None,  # queued separately with an idempotent message id
             parent=parent_id,
             model=model,
@@ -205,5 +205,5 @@ def prompt_message(uid: str, namespace: str, spec: AgentTaskSpec) -> InboxMessag
     """The inbox message of spec.prompt (None without one): from the parent task for a child, else the user."""
     if not spec.prompt:
         return None
-    sender = names.task_id(namespace, spec.parent_ref.name) if spec.parent_ref is not None else "user"
+    sender = contract.task_id(namespace, spec.parent_ref.name) if spec.parent_ref is not None else "user"
     return InboxMessage(id=prompt_message_id(uid), type="user", content=spec.prompt, sender=sender)
