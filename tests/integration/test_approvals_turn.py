@@ -11,8 +11,8 @@ from unicore.api.schema import Approval, TaskSpec
 from unicore.errors import AlreadyDecided
 from unicore.store import approval_writes as writes
 from unicore.store import approvals
+from unicore.store.keys import METRICS_COUNTERS
 from unicore.store.tasks import TaskStore
-from unicore.store.telemetry import COUNTERS_KEY
 from unicore.tools.base import Tool, ToolContext
 from unicore.turn.approvals import INTERRUPTED_TEXT
 from unicore.turn.history import answer_to
@@ -84,7 +84,7 @@ def test_an_approved_call_runs_once_after_the_decision_and_the_conversation_goes
     [decided] = approvals.calls(store.redis, "t")
     assert decided.status == "approved" and decided.resolved_at is not None
     # each call counted once (tool_calls_total): the approved one when it ran, the other one when the first turn ran it
-    counted = {field: float(value) for field, value in store.redis.hgetall(COUNTERS_KEY).items()
+    counted = {field: float(value) for field, value in store.redis.hgetall(METRICS_COUNTERS).items()
                if field.startswith("tool_calls_total|")}
     assert counted == {"tool_calls_total|outcome=ok,server=,source=builtin,tool=count": 1,
                        "tool_calls_total|outcome=ok,server=,source=builtin,tool=note": 1}

@@ -21,9 +21,8 @@ from unicore.providers.calling import estimate_input_tokens
 from unicore.providers.scripted import ScriptedModel, load_script
 from unicore.store import compactions as compaction_state
 from unicore.store.compactions import Compaction, append_compaction, load_request_history, read_compactions
-from unicore.store.keys import TaskKeys
+from unicore.store.keys import METRICS_COUNTERS, TaskKeys
 from unicore.store.tasks import TaskStore
-from unicore.store.telemetry import COUNTERS_KEY
 from unicore.turn.compaction import COMPACTION_PROMPT, HistoryView
 from unicore.turn.context_window import ContextSettings
 from unicore.turn.history import INTERRUPTED_TEXT
@@ -128,7 +127,7 @@ def test_a_2000_message_conversation_runs_past_a_small_window(store, redis_clien
     summaries = [r for r in model.requests if r.purpose == "summary" and COMPACTION_PROMPT in json.dumps(r.messages)]
     assert len(summaries) >= len(records)
     assert not any("toolUse" in b or "toolResult" in b for r in summaries for m in r.messages for b in m["content"])
-    assert float(redis_client.hget(COUNTERS_KEY, "compactions_total|") or 0) == len(records)
+    assert float(redis_client.hget(METRICS_COUNTERS, "compactions_total|") or 0) == len(records)
 
     # the transcript still shows all 2,000 messages, with a mark where each compaction starts
     monkeypatch.setenv("REDIS_URL", redis_url)

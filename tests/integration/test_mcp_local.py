@@ -18,8 +18,8 @@ import pytest
 import redis
 import yaml
 from unicore.launch.local import turn_log_name
+from unicore.store.keys import METRICS_COUNTERS, METRICS_HISTOGRAMS
 from unicore.store.tasks import TaskStore, connect
-from unicore.store.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY
 
 from tests.mcp_servers import (
     EverythingHttp,
@@ -70,9 +70,9 @@ def results(store: TaskStore, task: str) -> dict[str, tuple[str, str]]:
 def tool_calls(client: redis.Redis) -> dict[str, float]:
     """``tool_calls_total`` as the turns wrote it (labels -> count) and, under ``timed <labels>``, how many calls
     ``tool_call_duration_seconds`` holds. An MCP call is counted under its server, as tool mcp."""
-    found = {field.split("|", 1)[1]: float(value) for field, value in client.hgetall(COUNTERS_KEY).items()
+    found = {field.split("|", 1)[1]: float(value) for field, value in client.hgetall(METRICS_COUNTERS).items()
              if field.startswith("tool_calls_total|")}
-    for field, value in client.hgetall(HISTOGRAMS_KEY).items():
+    for field, value in client.hgetall(METRICS_HISTOGRAMS).items():
         if field.startswith("tool_call_duration_seconds|") and field.endswith("|count"):
             found[f"timed {field.split('|')[1]}"] = float(value)
     return found

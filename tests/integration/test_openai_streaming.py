@@ -18,8 +18,8 @@ from unicore.providers import openai_compat
 from unicore.providers.base import ModelRequest, ToolSpec
 from unicore.providers.openai_compat import OpenAICompatModel, OpenAISettings, build_openai_model
 from unicore.providers.retry import RetryPolicy
+from unicore.store.keys import METRICS_COUNTERS
 from unicore.store.tasks import TaskStore
-from unicore.store.telemetry import COUNTERS_KEY
 from unicore.turn.runner import EXIT_OK, run_turn
 
 from tests.answer_sink import RecordingSink as Sink
@@ -181,7 +181,7 @@ def test_one_model_call_moves_model_calls_total_by_exactly_one(
     server.answers.append(stream(text_chunks("hi", prompt=33)))
     outcome = run(redis_client, server, tmp_path, "once")
     assert outcome.exit_code == EXIT_OK and outcome.final_text == "hi"  # type: ignore[attr-defined]
-    counters = redis_client.hgetall(COUNTERS_KEY)
+    counters = redis_client.hgetall(METRICS_COUNTERS)
     calls = {k: float(v) for k, v in counters.items() if k.startswith("model_calls_total|")}
     assert calls == {"model_calls_total|model=qwen,outcome=ok,provider=openai": 1.0}
     assert float(counters["model_tokens_total|kind=input,model=qwen,provider=openai"]) == 33

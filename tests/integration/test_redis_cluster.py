@@ -26,10 +26,19 @@ from unicore.launch.local_spawner import LocalSpawner
 from unicore.store import heartbeats
 from unicore.store.activations import AsyncActivationConsumer, read_streams
 from unicore.store.client import build_async_client, build_client, cluster_seed_url
-from unicore.store.keys import ACTIVATIONS_STREAM, HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys, namespace_activations_stream
+from unicore.store.keys import (
+    ACTIVATIONS_STREAM,
+    HEARTBEATS_INDEX,
+    METRICS_COUNTERS,
+    METRICS_GAUGES,
+    METRICS_HISTOGRAMS,
+    TASKS_INDEX,
+    TaskKeys,
+    namespace_activations_stream,
+)
 from unicore.store.slots import SpawnSlots
 from unicore.store.tasks import TaskStore
-from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store.telemetry import Telemetry
 from unicore_operator import names
 from unicore_operator.metrics.state_collector import inbox_depths
 from unicore_operator.redis_state import RedisState
@@ -224,9 +233,9 @@ def test_telemetry_writes_its_global_hashes(redis_client: redis.Redis) -> None:
     telemetry.incr("model_calls_total", {"model": "m"})
     telemetry.set_gauge("queue_depth", 3)
     telemetry.observe("turn_seconds", 2.0, {"outcome": "ok"})
-    assert redis_client.hgetall(COUNTERS_KEY) == {"model_calls_total|model=m": "1"}
-    assert redis_client.hgetall(GAUGES_KEY) == {"queue_depth|": "3"}
-    assert redis_client.hgetall(HISTOGRAMS_KEY) == {
+    assert redis_client.hgetall(METRICS_COUNTERS) == {"model_calls_total|model=m": "1"}
+    assert redis_client.hgetall(METRICS_GAUGES) == {"queue_depth|": "3"}
+    assert redis_client.hgetall(METRICS_HISTOGRAMS) == {
         "turn_seconds|outcome=ok|le=5": "1", "turn_seconds|outcome=ok|le=+Inf": "1",
         "turn_seconds|outcome=ok|sum": "2", "turn_seconds|outcome=ok|count": "1",
     }

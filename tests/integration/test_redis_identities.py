@@ -27,6 +27,9 @@ from unicore.store.keys import (
     ACTIVATIONS_STREAM,
     CHANGES_STREAM,
     HEARTBEATS_INDEX,
+    METRICS_COUNTERS,
+    METRICS_GAUGES,
+    METRICS_HISTOGRAMS,
     TASKS_INDEX,
     TaskKeys,
     namespace_activations_stream,
@@ -35,7 +38,7 @@ from unicore.store.keys import (
 from unicore.store.model_cache import read_model_names, write_model_names
 from unicore.store.slots import SpawnSlots
 from unicore.store.tasks import TaskStore
-from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store.telemetry import Telemetry
 from unicore.store.throttle import ThrottleState
 from unicore_operator.redis_identities import identity_problem
 from unicore_operator.settings import load_settings
@@ -164,9 +167,9 @@ def test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_re
              for _, f in redis_client.xrange(namespace_changes_stream("team-a"))]
     kid_changes = [change for task, change in noted if task == "team-a/root-kid"]  # two model calls: tokens twice
     assert kid_changes == ["created", "turn_started", "turn", "tokens", "tokens", "turn_ended"]
-    counters = redis_client.hgetall(COUNTERS_KEY)
+    counters = redis_client.hgetall(METRICS_COUNTERS)
     assert float(counters["turns_started_total|"]) == 3 and float(counters["turns_finished_total|"]) == 3
-    assert any(field.startswith("turn_duration_seconds||count") for field in redis_client.hgetall(HISTOGRAMS_KEY))
+    assert any(field.startswith("turn_duration_seconds||count") for field in redis_client.hgetall(METRICS_HISTOGRAMS))
 
     # the rest of what a turn does on Redis: heartbeats, gauges, the model throttle, the model-name cache
     store = TaskStore(tenant)
@@ -175,7 +178,7 @@ def test_a_turn_with_its_namespaces_own_user_runs_spawns_a_child_and_gets_its_re
     assert redis_client.zscore(HEARTBEATS_INDEX, "team-a/root") is not None
     assert store.release_lease(lease) and redis_client.zscore(HEARTBEATS_INDEX, "team-a/root") is None
     Telemetry(tenant).set_gauge("throttle_multiplier", 1.5, {"model": "m"})
-    assert redis_client.hget(GAUGES_KEY, "throttle_multiplier|model=m") == "1.5"
+    assert redis_client.hget(METRICS_GAUGES, "throttle_multiplier|model=m") == "1.5"
     throttle = ThrottleState(tenant, "bedrock:m")
     assert throttle.acquire(now="", window_ms=60_000, max_requests=5, max_tokens=0, estimate=10,
                             admission_id="a1", cooldown_ms=0)[0]
@@ -259,9 +262,9 @@ SHARED_READS = {
     "task index ZADD": lambda c: c.zadd(TASKS_INDEX, {"team-b/fake": 1}),
     "heartbeat index ZRANGE": lambda c: c.zrange(HEARTBEATS_INDEX, 0, -1, withscores=True),
     "heartbeat index ZSCORE": lambda c: c.zscore(HEARTBEATS_INDEX, "team-b/secret"),
-    "telemetry counters HGETALL": lambda c: c.hgetall(COUNTERS_KEY),
-    "telemetry histograms HGETALL": lambda c: c.hgetall(HISTOGRAMS_KEY),
-    "telemetry gauges HGET": lambda c: c.hget(GAUGES_KEY, "x"),
+    "telemetry counters HGETALL": lambda c: c.hgetall(METRICS_COUNTERS),
+    "telemetry histograms HGETALL": lambda c: c.hgetall(METRICS_HISTOGRAMS),
+    "telemetry gauges HGET": lambda c: c.hget(METRICS_GAUGES, "x"),
     "KEYS": lambda c: c.keys("*"),
     "SCAN": lambda c: c.scan(0, match="uc:*"),
     "RANDOMKEY": lambda c: c.randomkey(),

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
-from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY
+from unicore.store.keys import METRICS_COUNTERS, METRICS_GAUGES
 
 from tests.waiting import wait_for
 
@@ -109,9 +109,9 @@ def test_multiplier_rises_on_throttling_decays_on_success(redis_client: redis.Re
     values = [coord.succeeded() for _ in range(12)]
     assert values[0] == pytest.approx(2.7) and values[1] == pytest.approx(2.43)
     assert values[-1] == 1.0 and all(a >= b for a, b in zip(values, values[1:], strict=False))
-    counters = redis_client.hgetall(COUNTERS_KEY)
+    counters = redis_client.hgetall(METRICS_COUNTERS)
     assert float(counters["throttle_events_total|model=test-model"]) == 4
-    assert float(str(redis_client.hget(GAUGES_KEY, "throttle_multiplier|model=test-model"))) == 1.0
+    assert float(str(redis_client.hget(METRICS_GAUGES, "throttle_multiplier|model=test-model"))) == 1.0
 
 
 def test_multiplier_spaces_calls_without_limits(redis_client: redis.Redis) -> None:

@@ -13,7 +13,7 @@ from unicore.providers.bedrock import BedrockModel, BedrockSettings, build_bedro
 from unicore.providers.model_names import CACHE_KEY
 from unicore.providers.retry import RetryPolicy
 from unicore.providers.throttle import ThrottleCoordinator, ThrottleLimits, throttle_keys
-from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
+from unicore.store.keys import METRICS_COUNTERS, METRICS_GAUGES, METRICS_HISTOGRAMS
 
 from tests.bedrock_stream_stub import add_stream, text_events
 
@@ -137,16 +137,16 @@ def test_throttled_call_raises_the_shared_multiplier_and_records_metrics(redis_c
         int(str(redis_client.hget(throttle_keys(PROFILE_ID)[2], "pause_until"))) == 1_700_000_000_000 + 2000
     )
     labels = "model=" + PROFILE_ID
-    counters = redis_client.hgetall(COUNTERS_KEY)
+    counters = redis_client.hgetall(METRICS_COUNTERS)
     assert float(counters[f"throttle_events_total|{labels}"]) == 1
     assert float(counters[f"model_calls_total|{labels},outcome=throttled,provider=bedrock"]) == 1
     assert float(counters[f"model_calls_total|{labels},outcome=ok,provider=bedrock"]) == 1
     assert float(counters[f"model_tokens_total|kind=input,{labels},provider=bedrock"]) == 20
     assert float(counters[f"model_tokens_total|kind=output,{labels},provider=bedrock"]) == 5
-    histogram = redis_client.hgetall(HISTOGRAMS_KEY)
+    histogram = redis_client.hgetall(METRICS_HISTOGRAMS)
     assert float(histogram[f"model_call_duration_seconds|{labels},provider=bedrock|count"]) == 1
     # throttled -> 1.5, then one success decays it by 10 %
-    assert float(str(redis_client.hget(GAUGES_KEY, f"throttle_multiplier|{labels}"))) == pytest.approx(1.35)
+    assert float(str(redis_client.hget(METRICS_GAUGES, f"throttle_multiplier|{labels}"))) == pytest.approx(1.35)
     assert coordinator.multiplier() == pytest.approx(1.35)
     # the limiter holds the real token use of the successful call (the throttled try counts 0 tokens)
     win, tok, _ = throttle_keys(PROFILE_ID)

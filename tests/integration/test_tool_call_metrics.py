@@ -11,7 +11,8 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 from unicore.errors import ToolError
-from unicore.store.telemetry import COUNTERS_KEY, HISTOGRAMS_KEY, Telemetry
+from unicore.store.keys import METRICS_COUNTERS, METRICS_HISTOGRAMS
+from unicore.store.telemetry import Telemetry
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.registry import ALL_TOOLS, run_tool_call
 from unicore.tools.workspace import ReadFileInput
@@ -63,13 +64,13 @@ def call(ctx: ToolContext, tools: list[Tool], name: str, given: dict[str, Any]) 
 
 
 def counters(client: redis.Redis) -> dict[str, float]:
-    return {field: float(value) for field, value in client.hgetall(COUNTERS_KEY).items()
+    return {field: float(value) for field, value in client.hgetall(METRICS_COUNTERS).items()
             if field.startswith("tool_calls_total|")}
 
 
 def timed(client: redis.Redis) -> dict[str, float]:
     """Label set -> how many calls the duration histogram holds."""
-    return {field.split("|")[1]: float(value) for field, value in client.hgetall(HISTOGRAMS_KEY).items()
+    return {field.split("|")[1]: float(value) for field, value in client.hgetall(METRICS_HISTOGRAMS).items()
             if field.startswith("tool_call_duration_seconds|") and field.endswith("|count")}
 
 

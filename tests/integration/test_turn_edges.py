@@ -8,7 +8,7 @@ import threading
 import pytest
 from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, TaskSpec
 from unicore.errors import MessageTooLarge, ModelError
-from unicore.store.telemetry import COUNTERS_KEY
+from unicore.store.keys import METRICS_COUNTERS
 from unicore.turn.history import CANCELLED_TEXT
 from unicore.turn.runner import EXIT_CANCELLED, EXIT_FAILED
 from unicore_client.local import main as cli
@@ -174,7 +174,7 @@ def test_turn_summary_usage_and_telemetry(store, turn, redis_client):
     record = store.get_task("sum")
     assert record.output_tokens > 2 and record.total_tokens == record.input_tokens + record.output_tokens
     assert record.tree_total_tokens == record.total_tokens  # a root's tree totals include itself
-    counters = redis_client.hgetall(COUNTERS_KEY)
+    counters = redis_client.hgetall(METRICS_COUNTERS)
     assert float(counters["turns_started_total|"]) >= 1
     assert float(counters["turns_finished_total|"]) >= 1
     assert any(k.startswith("model_tokens_total|kind=output") for k in counters)

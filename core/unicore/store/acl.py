@@ -40,6 +40,9 @@ from redis.cluster import RedisCluster
 from unicore.store.keys import (
     BEDROCK_MODELS_CACHE,
     HEARTBEATS_INDEX,
+    METRICS_COUNTERS,
+    METRICS_GAUGES,
+    METRICS_HISTOGRAMS,
     THROTTLE_PREFIX,
     TaskKeys,
     agent_key,
@@ -47,7 +50,6 @@ from unicore.store.keys import (
     namespace_changes_stream,
     task_key,
 )
-from unicore.store.telemetry import COUNTERS_KEY, GAUGES_KEY, HISTOGRAMS_KEY
 
 USER_PREFIX = "unicore-ns-"  # + the namespace: the Redis user of that namespace's turn pods
 CHECK_USER = "unicore-acl-check"  # created disabled and deleted again by check_acl_rights (not a namespace's user)
@@ -86,8 +88,8 @@ KEYLESS_COMMANDS = (
 # (commands, key patterns) of each shared key a turn writes (one selector each).
 SHARED_SELECTORS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("zadd", "zrem"), (HEARTBEATS_INDEX,)),  # acquire / renew / release of a lease
-    (("hincrbyfloat",), (COUNTERS_KEY, HISTOGRAMS_KEY)),  # Telemetry.incr / observe
-    (("hset",), (GAUGES_KEY,)),  # Telemetry.set_gauge
+    (("hincrbyfloat",), (METRICS_COUNTERS, METRICS_HISTOGRAMS)),  # Telemetry.incr / observe
+    (("hset",), (METRICS_GAUGES,)),  # Telemetry.set_gauge
     # ThrottleState: its scripts (state/throttle.py) and the multiplier read
     (("eval", "evalsha", "hget", "hset", "hdel", "hmget", "pexpire", "zadd", "zrange", "zrangebyscore",
       "zremrangebyscore", "zscore"), (THROTTLE_PREFIX + "*",)),

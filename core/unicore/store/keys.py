@@ -10,7 +10,7 @@ TASKS_INDEX = "uc:tasks"
 # written by a separate command next to the task's own scripts; members are removed when the lease is released.
 HEARTBEATS_INDEX = "uc:heartbeats"
 ACTIVATIONS_MAXLEN = 10_000
-# Stream of task changes (state.changes): which task's tree row changed, one small entry each (the local UI's tree
+# Stream of task changes (store.changes): which task's tree row changed, one small entry each (the local UI's tree
 # feed). Global like the activation stream, so it is written by a separate command, never inside a task's script.
 CHANGES_STREAM = "uc:changes"  # local tasks'; an AgentTask's namespace has its own (changes_stream)
 CHANGES_MAXLEN = 10_000
@@ -19,12 +19,16 @@ BEDROCK_MODELS_CACHE = "uc:bedrock:models:{region}"  # providers.model_names: th
 THROTTLE_PREFIX = "uc:throttle:"  # providers.throttle: <prefix><tag>:win|tok|state
 FAULTS_PREFIX = "uc:faults:"  # faults: one key per armed kill point
 FAULTS_LOG = "uc:faults:log"  # faults: every kill, in order
-RETENTION_JOURNAL = "uc:retention:removing"  # state.retention: root id -> the tree being removed (JSON)
-AGENTS_INDEX = "uc:agents"  # state.agents: sorted set of the stored agent ids (score: when stored)
+RETENTION_JOURNAL = "uc:retention:removing"  # store.retention: root id -> the tree being removed (JSON)
+AGENTS_INDEX = "uc:agents"  # store.agents: sorted set of the stored agent ids (score: when stored)
+# store.telemetry: metrics of short-lived processes (turn Jobs), shared by all tasks, exported by the operator.
+METRICS_COUNTERS = "uc:metrics:counters"  # hash: <name>|<labels> -> float
+METRICS_HISTOGRAMS = "uc:metrics:hist"  # hash: <name>|<labels>|le=<bound>, |sum, |count -> float
+METRICS_GAUGES = "uc:metrics:gauges"  # hash: <name>|<labels> -> value
 
 
 def agent_key(agent_id: str) -> str:
-    """``uc:agent:{<agent id>}``: one agent definition as JSON (``state.agents``). Not under ``uc:{<id>}:`` so no
+    """``uc:agent:{<agent id>}``: one agent definition as JSON (``store.agents``). Not under ``uc:{<id>}:`` so no
     task's key pattern (retention's SCAN of a task, a namespace's ACL patterns) ever covers it."""
     return f"uc:agent:{{{agent_id}}}"
 
@@ -89,7 +93,7 @@ class TaskKeys:
 
     @property
     def compactions(self) -> str:
-        """Append-only list of compaction records: summaries of the history before a seq (``state.compactions``)."""
+        """Append-only list of compaction records: summaries of the history before a seq (``store.compactions``)."""
         return task_key(self.task_id, "compactions")
 
     @property
@@ -143,35 +147,35 @@ class TaskKeys:
 
     @property
     def tokens(self) -> str:
-        """The live stream of the model's answers as they arrive (``state.token_stream``; bounded, expires)."""
+        """The live stream of the model's answers as they arrive (``store.token_stream``; bounded, expires)."""
         return task_key(self.task_id, "tokens")
 
     @property
     def budget(self) -> str:
-        """On a root: the token budget reservations of the tree's model calls in flight (``state.tree_budget``)."""
+        """On a root: the token budget reservations of the tree's model calls in flight (``store.tree_budget``)."""
         return task_key(self.task_id, "budget")
 
     @property
     def approvals(self) -> str:
         """Tool calls waiting for a person (approvals, ask_user questions) as the turn recorded them, and the turn's
-        marks on them (``state.approvals``); the decisions are in ``decisions``."""
+        marks on them (``store.approvals``); the decisions are in ``decisions``."""
         return task_key(self.task_id, "approvals")
 
     @property
     def decisions(self) -> str:
-        """People's decisions on the task's waiting calls (``state.approvals``): written only by the deciders, with the
-        admin or local identity; a namespace's Redis user may read it, not write it (``state.acl``, issue 25)."""
+        """People's decisions on the task's waiting calls (``store.approvals``): written only by the deciders, with the
+        admin or local identity; a namespace's Redis user may read it, not write it (``store.acl``, issue 25)."""
         return task_key(self.task_id, "decisions")
 
     @property
     def retired(self) -> str:
-        """The task record while retention removes its tree (``state.retention``): renamed from ``task``, so the task
+        """The task record while retention removes its tree (``store.retention``): renamed from ``task``, so the task
         no longer exists for any turn or producer, and renamed back if the tree turns out not to be idle."""
         return task_key(self.task_id, "retired")
 
     @property
     def archived(self) -> str:
-        """Tombstone left when retention removed the task: archive URL and time (``state.retention``)."""
+        """Tombstone left when retention removed the task: archive URL and time (``store.retention``)."""
         return task_key(self.task_id, "archived")
 
     def pattern(self) -> str:

@@ -1,6 +1,6 @@
 """Metrics written to Redis by short-lived processes (turn Jobs), exported later by the operator.
 
-Counters and histograms live in two hashes shared by all tasks (not per task):
+Counters and histograms live in two hashes shared by all tasks (not per task; named in ``store.keys``):
 ``uc:metrics:counters`` field ``<name>|<labels>`` -> float, and ``uc:metrics:hist`` fields
 ``<name>|<labels>|le=<bound>`` (cumulative bucket counts), ``<name>|<labels>|sum`` and ``<name>|<labels>|count``.
 ``<labels>`` is ``k=v,k=v`` sorted by key. Gauges set by processes go to ``uc:metrics:gauges``.
@@ -14,9 +14,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-COUNTERS_KEY = "uc:metrics:counters"
-HISTOGRAMS_KEY = "uc:metrics:hist"
-GAUGES_KEY = "uc:metrics:gauges"
+from unicore.store.keys import METRICS_COUNTERS, METRICS_GAUGES, METRICS_HISTOGRAMS
 
 DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -45,13 +43,13 @@ class Telemetry:
 
     def incr(self, name: str, labels: Mapping[str, str] | None = None, by: float = 1.0) -> None:
         try:
-            self._redis.hincrbyfloat(COUNTERS_KEY, f"{name}|{label_string(labels)}", by)
+            self._redis.hincrbyfloat(METRICS_COUNTERS, f"{name}|{label_string(labels)}", by)
         except redis.RedisError:
             pass
 
     def set_gauge(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         try:
-            self._redis.hset(GAUGES_KEY, f"{name}|{label_string(labels)}", value)
+            self._redis.hset(METRICS_GAUGES, f"{name}|{label_string(labels)}", value)
         except redis.RedisError:
             pass
 
@@ -61,10 +59,10 @@ class Telemetry:
             pipe = self._redis.pipeline(transaction=False)
             for bound in self._buckets:
                 if value <= bound:
-                    pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|le={bound:g}", 1)
-            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|le=+Inf", 1)
-            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|sum", value)
-            pipe.hincrbyfloat(HISTOGRAMS_KEY, f"{base}|count", 1)
+                    pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|le={bound:g}", 1)
+            pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|le=+Inf", 1)
+            pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|sum", value)
+            pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|count", 1)
             pipe.execute()
         except redis.RedisError:
             pass
@@ -81,8 +79,8 @@ class TelemetryHashes(NamedTuple):
 def read_telemetry(client: Any) -> TelemetryHashes:
     """Counters, histograms and gauges in one pipelined round trip (the exporter's read; raises RedisError)."""
     pipe = client.pipeline(transaction=False)
-    pipe.hgetall(COUNTERS_KEY)
-    pipe.hgetall(HISTOGRAMS_KEY)
-    pipe.hgetall(GAUGES_KEY)
+    pipe.hgetall(METRICS_COUNTERS)
+    pipe.hgetall(METRICS_HISTOGRAMS)
+    pipe.hgetall(METRICS_GAUGES)
     counters, histograms, gauges = pipe.execute()
     return TelemetryHashes(counters, histograms, gauges)
