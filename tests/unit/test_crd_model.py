@@ -1,4 +1,5 @@
-"""The AgentTask spec model reads exactly the CRD's camelCase fields (its aliases come from an alias generator)."""
+"""The AgentTask and Agent spec models read exactly the CRDs' camelCase fields (their aliases come from an alias
+generator), and reading an object's spec never fails."""
 
 from __future__ import annotations
 
@@ -8,13 +9,25 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
-from unicore.api.spec import AgentTaskSpec, ApprovalSpec, LimitsSpec, ParentRef, SpecInvalid, parse_spec
+from unicore.api.spec import (
+    SCHEDULING_FIELDS,
+    AgentSpec,
+    AgentTaskSpec,
+    ApprovalSpec,
+    LimitsSpec,
+    ParentRef,
+    SpecInvalid,
+    agent_spec_of,
+    parse_spec,
+    spec_key,
+    task_spec_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def crd_spec_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((ROOT / "crds" / "agenttask.yaml").read_text())
+def crd_spec_schema(crd_file: str = "agenttask.yaml") -> dict[str, Any]:
+    crd = yaml.safe_load((ROOT / "crds" / crd_file).read_text())
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     return schema
 
@@ -32,6 +45,42 @@ def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[s
     for part in path:
         schema = schema["properties"][part]
     assert aliases(model) == set(schema["properties"])
+
+
+@pytest.mark.parametrize(
+    ("model", "path"), [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",))],
+)
+def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
+    schema = crd_spec_schema("agent.yaml")
+    for part in path:
+        schema = schema["properties"][part]
+    assert aliases(model) == set(schema["properties"])
+
+
+def test_scheduling_fields_are_fields_of_both_specs() -> None:
+    for field in SCHEDULING_FIELDS:
+        assert field in AgentTaskSpec.model_fields and field in AgentSpec.model_fields
+    assert spec_key(AgentTaskSpec, "priority_class_name") == "priorityClassName"
+    assert spec_key(LimitsSpec, "turn_timeout_seconds") == "turnTimeoutSeconds"
+
+
+def test_reading_an_object_s_spec_never_fails() -> None:
+    body = {"spec": {"prompt": "go", "gpus": 2, "limits": {"maxDepth": 1}, "queueName": "q"}}
+    assert task_spec_of(body) == AgentTaskSpec(prompt="go", gpus=2, limits=LimitsSpec(max_depth=1), queue_name="q")
+    # a key a newer CRD added, and a value the model refuses: read as unset, the rest as written
+    odd = task_spec_of({"spec": {"prompt": "go", "newField": 1, "gpus": -1, "limits": {"maxDepth": -1},
+                                 "parentRef": {"name": "root"}}})
+    assert odd == AgentTaskSpec(prompt="go", parent_ref=ParentRef(name="root"))
+    assert odd.model_fields_set == {"prompt", "parent_ref"}
+    for nothing in (None, {}, {"spec": None}, {"spec": "text"}, {"spec": {"prompt": 5, "gpus": "x"}}):
+        empty = task_spec_of(nothing)
+        assert empty == AgentTaskSpec() and not empty.suspend and empty.limits.set_fields() == {}
+    agent = agent_spec_of({"spec": {"model": "scripted", "gpus": 0, "limits": {"turnTimeoutSeconds": 60},
+                                    "tools": ["read_file"], "resources": {"requests": {"cpu": "9"},
+                                                                          "limits": {"cpu": "1"}}}})
+    assert (agent.model, agent.gpus, agent.limits.turn_timeout_seconds) == ("scripted", 0, 60)
+    assert agent.resources is None  # a request above its limit: refused, so unset
+    assert agent_spec_of(None) == AgentSpec()
 
 
 def test_camel_case_keys_fill_snake_case_attributes() -> None:

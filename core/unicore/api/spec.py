@@ -1,12 +1,22 @@
-"""Pydantic model of the AgentTask spec, checks beyond the CRD's CEL rules, and the TaskSpec the runtime stores.
+"""Pydantic models of the AgentTask and Agent specs, checks beyond the CRD's CEL rules, and the TaskSpec the runtime
+stores.
 
-A spec that passes admission but fails here (an unknown model name, a script the scripted model cannot load) makes
-the task phase Failed with a clear message; the object and anything queued stay as they are.
+The models are the one place a spec's camelCase keys are spelled (by their alias generator; tests/unit/test_crd_model.py
+holds them to the CRDs' properties): every reader of an AgentTask or Agent spec (operator, kubectl plugin, web UI,
+spawner) parses it once, where the object comes in, and reads attributes.
+
+- ``parse_spec``: whether a task can run. A spec that passes admission but fails here (an unknown model name, a
+  script the scripted model cannot load) makes the task phase Failed with a clear message; the object and anything
+  queued stay as they are.
+- ``task_spec_of`` / ``agent_spec_of``: the spec of an object as the API server holds it, for reading (labels, Jobs,
+  views, checks). They never raise: a field the model refuses reads as unset, as does one it does not know (a newer
+  CRD's). The API server's schema lets neither through, so this is the spec as written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -107,6 +117,62 @@ class AgentTaskSpec(CamelModel):
     priority_class_name: str | None = None
     runtime_class_name: str | None = None
     queue_name: str | None = None
+
+
+class AgentSpec(CamelModel):
+    """``spec`` of an Agent as it is read (``agent_spec_of``). The runtime's part is checked and used as
+    ``unicore.agents.AgentDefinition``; the scheduling fields are defaults of its tasks' turn pods (``job_builder``)."""
+
+    model: str | None = None
+    system_prompt: str | None = None
+    tools: list[str] | None = None
+    agents: list[str] | None = None
+    limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
+    approval: ApprovalSpec | None = None
+    mcp_servers: list[MCPServerRef] | None = None
+    gpus: int | None = Field(None, ge=0)
+    resources: ResourcesSpec | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+
+
+# Where and how turn pods run: fields of both an AgentTask's spec and an Agent's, which only the operator's Job
+# builder reads (a task's own, else its Agent's); the runtime never does.
+SCHEDULING_FIELDS = ("gpus", "resources", "node_selector", "tolerations", "priority_class_name", "runtime_class_name")
+
+Spec = TypeVar("Spec", bound=CamelModel)
+
+
+def spec_key(model: type[CamelModel], field: str) -> str:
+    """The camelCase key of ``model``'s ``field`` as YAML spells it (``max_depth`` -> ``maxDepth``)."""
+    return model.model_fields[field].alias or field
+
+
+def readable(model: type[Spec], raw: Any) -> Spec:
+    """``raw`` as a ``model``, never an error: each top-level key the model refuses (a value it rejects, a key it
+    does not know) reads as unset, and anything but a mapping as an empty spec."""
+    values = dict(raw) if isinstance(raw, Mapping) else {}
+    while True:
+        try:
+            return model.model_validate(values)
+        except ValidationError as exc:
+            refused = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            kept = {key: value for key, value in values.items() if key not in refused}
+            if len(kept) == len(values):
+                return model()
+            values = kept
+
+
+def task_spec_of(body: Mapping[str, Any] | None) -> AgentTaskSpec:
+    """The spec of AgentTask ``body`` (the object as the API server or an index holds it), for reading."""
+    return readable(AgentTaskSpec, (body or {}).get("spec"))
+
+
+def agent_spec_of(body: Mapping[str, Any] | None) -> AgentSpec:
+    """The spec of Agent ``body``, for reading (its scheduling defaults, limits and MCP servers)."""
+    return readable(AgentSpec, (body or {}).get("spec"))
 
 
 def parse_spec(spec: dict[str, Any]) -> AgentTaskSpec:
