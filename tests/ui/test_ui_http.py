@@ -75,6 +75,17 @@ def test_a_post_needs_the_csrf_header_and_this_origin(ui, redis_url):
     assert store.exists("posted")
 
 
+def test_an_unknown_tool_to_wait_for_approval_is_refused_in_the_uis_own_words(ui, redis_url):
+    jar = cookie(ui)
+    headers = {"Cookie": jar, "X-CSRF-Token": csrf(ui, jar)}
+    body = {"prompt": "hi", "model": "scripted", "name": "gated-typo", "require_approval": "write_file, nope"}
+    reply = request(ui, "POST", "/api/tasks", headers=headers, body=body)
+    error = json.loads(reply.read())["error"]
+    assert reply.status == 400 and error.startswith("tools to wait for approval: unknown tool(s) nope; known tools: ")
+    assert "--" not in error and "write_file" in error  # no command-line option named; the known tools listed
+    assert not TaskStore(connect(redis_url)).exists("gated-typo")
+
+
 def test_a_message_with_the_same_client_id_is_queued_once(ui, redis_url):
     store = TaskStore(connect(redis_url))
     store.create_task(TaskSpec(id="once", prompt="hi", model="scripted"))

@@ -20,12 +20,14 @@ import sys
 from typing import Any
 
 from unicore.errors import UniCoreError
+from unicore.launch.embedded_redis import redis_url
 from unicore.store import approvals
 from unicore.store.approvals import PendingCall
 from unicore.store.tasks import TaskStore
 from unicore.terminal import printable
 
-EXIT_OK, EXIT_FAILED = 0, 1
+from unicore_client.arguments import positive_seconds
+from unicore_client.local.tree_runs import EXIT_FAILED, EXIT_OK, open_store, settle
 
 
 def decider() -> str:
@@ -71,11 +73,7 @@ def print_waiting(store: TaskStore, root: str) -> bool:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from unicore.launch.embedded_redis import redis_url
-
-    from unicore_client.local.main import _settle, _store
-
-    store = _store()
+    store = open_store()
     approve = args.command == "approve"
     try:
         decided = approvals.decide(store.redis, args.task, args.call, approve, by=decider(), reason=args.reason or "")
@@ -90,7 +88,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         print(printable(f"{call.status}: {call.describe()}", multiline=False), file=sys.stderr)
     if args.no_wait:
         return EXIT_OK
-    code = _settle(store, redis_url(), args.task, quiet=args.quiet, timeout=args.timeout)
+    code = settle(store, redis_url(), args.task, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and not print_waiting(store, store.get_task(args.task).root):
         answer = store.get_task(args.task).last_response
         if answer:
@@ -99,9 +97,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
-    from unicore_client.local.main import _store
-
-    store = _store()
+    store = open_store()
     store.get_task(args.task)
     if not print_waiting(store, args.task):
         print(printable(f"nothing of {args.task} waits for a person"))
@@ -110,8 +106,6 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 def add_approval_commands(sub: Any) -> None:
     """Register ``approve``, ``deny`` and ``pending`` on the ``unicore`` parser's subcommands."""
-    from unicore_client.arguments import positive_seconds
-
     for name, verb in (("approve", "approve"), ("deny", "deny")):
         cmd = sub.add_parser(name, help=f"{verb} tool calls waiting for approval, then run the tree again")
         cmd.add_argument("task")

@@ -17,13 +17,13 @@ import shlex
 import sys
 from typing import Any
 
+from unicore.launch.embedded_redis import redis_url
 from unicore.store import suspension
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 
 from unicore_client.arguments import UsageError, positive_seconds
-
-EXIT_OK = 0
+from unicore_client.local.tree_runs import EXIT_OK, open_store, settle
 
 
 def _local_id(task_id: str) -> str:
@@ -31,12 +31,6 @@ def _local_id(task_id: str) -> str:
         raise UsageError(f"{task_id}: a task of a cluster (namespace/name) is suspended with "
                          "'kubectl agenttask suspend|resume' (its spec.suspend)")
     return task_id
-
-
-def _store() -> TaskStore:
-    from unicore.launch.embedded_redis import redis_url
-
-    return TaskStore(connect(redis_url()))
 
 
 def print_suspended(store: TaskStore, task_id: str) -> bool:
@@ -50,23 +44,19 @@ def print_suspended(store: TaskStore, task_id: str) -> bool:
 
 def cmd_suspend(args: argparse.Namespace) -> int:
     task_id = _local_id(args.task)
-    changed = suspension.suspend(_store(), task_id)
+    changed = suspension.suspend(open_store(), task_id)
     print(printable(f"{task_id} suspended" if changed else f"{task_id} was already suspended"))
     return EXIT_OK
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     task_id = _local_id(args.task)
-    changed = suspension.stop(_store(), task_id)
+    changed = suspension.stop(open_store(), task_id)
     print(printable(f"stopped {task_id}: suspended " + (", ".join(changed) if changed else "nothing new")))
     return EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from unicore.launch.embedded_redis import redis_url
-
-    from unicore_client.local.main import _settle
-
     task_id = _local_id(args.task)
     url = redis_url()
     store = TaskStore(connect(url))
@@ -74,7 +64,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(printable(f"{task_id} resumed" if changed else f"{task_id} was not suspended"))
     if args.no_wait:
         return EXIT_OK
-    return _settle(store, url, task_id, quiet=args.quiet, timeout=args.timeout)
+    return settle(store, url, task_id, quiet=args.quiet, timeout=args.timeout)
 
 
 def add_control_commands(sub: Any) -> None:

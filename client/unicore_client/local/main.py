@@ -23,7 +23,6 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 import redis
 from redis.exceptions import RedisClusterException
@@ -32,7 +31,6 @@ from unicore.api.schema import (
     APPROVE_ALL,
     Approval,
     Limits,
-    MCPServerRef,
     TaskSpec,
     check_prompt,
     prompt_message_id,
@@ -40,8 +38,8 @@ from unicore.api.schema import (
 )
 from unicore.api.turn_numbers import shown_turn
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
-from unicore.launch.embedded_redis import redis_url, unicore_home
 from unicore.retention import add_gc_command
+from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
 from unicore.store import approvals
 from unicore.store.client import RedisURLError
@@ -60,7 +58,6 @@ from unicore_client.arguments import (
     int_between,
     message_id_argument,
     positive_seconds,
-    read_script_file,
 )
 from unicore_client.local.agent_commands import (
     add_agents_command,
@@ -72,10 +69,18 @@ from unicore_client.local.approval_commands import add_approval_commands, call_m
 from unicore_client.local.control_commands import add_control_commands, print_suspended
 from unicore_client.local.follow import Follower
 from unicore_client.local.follow import block_lines as _block_lines
-from unicore_client.local.mcp_commands import add_mcp_arguments, is_mcp_tool_name, mcp_for_run
+from unicore_client.local.mcp_commands import add_mcp_arguments, mcp_for_run
+from unicore_client.local.tree_runs import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    check_gated_tools,
+    check_model,
+    open_store,
+    script_spec,
+    settle,
+)
 from unicore_client.local.ui_command import add_ui_command
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,79 +98,6 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 def _show(text: str) -> None:
     """Print text that may hold model, user or tool text: control characters become visible escapes."""
     print(printable(text))
-
-
-def _store() -> TaskStore:
-    return TaskStore(connect(redis_url()))
-
-
-# --------------------------------------------------------------------------- model selection
-
-
-def script_spec(model: str, script_file: str | None) -> tuple[str, dict[str, Any] | None]:
-    """(model spec to store, script dict to store) for ``--model``/``--script``; UsageError for a bad script.
-
-    A script file is read once here (``cli_input.read_script_file``: size cap, regular file, UTF-8, no YAML
-    aliases) and stored with the root task (children inherit it), so turn processes do not depend on the
-    working directory.
-    """
-    from unicore.providers.scripted import load_script
-
-    if script_file and model not in ("scripted", ""):
-        raise UsageError("--script goes with the scripted model (omit --model or use --model scripted)")
-    path = script_file or (model.split(":", 1)[1] if model.startswith("scripted:") else None)
-    if path is None:
-        return model, None
-    try:
-        script = load_script(read_script_file(path)).model_dump(exclude_none=True)
-    except ConfigError as exc:  # the content does not follow the script format
-        raise UsageError(f"{exc} (in {path})") from None
-    return "scripted", script
-
-
-def check_model(model: str, script: dict[str, Any] | None, client: redis.Redis) -> None:
-    """A bad model spec or missing credentials fail here, clearly, before the task is created."""
-    from unicore.providers.registry import resolve_model
-
-    resolve_model(model, redis=client, script=script)
-
-
-# --------------------------------------------------------------------------- commands
-
-
-def _settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: float | None) -> int:
-    from unicore.launch.local import LocalSupervisor
-
-    root = store.get_task(task_id).root
-
-    def events(text: str) -> None:
-        if not quiet:
-            print(f"[unicore] {printable(text)}", file=sys.stderr)
-
-    supervisor = LocalSupervisor(store.redis, url, log_dir=unicore_home() / "logs", on_event=events)
-    report = supervisor.run_until_settled(root, timeout=timeout)
-    if not report.settled:
-        print(f"[unicore] the tree of {root} did not settle within {timeout}s", file=sys.stderr)
-        return EXIT_FAILED
-    if report.failures:
-        for failed, code in report.failures.items():
-            error = store.get_task(failed).last_error
-            print(f"[unicore] turn of {failed} failed (exit {code}): {printable(error)}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
-
-
-def check_gated_tools(names: list[str], mcp: list[MCPServerRef] | None = None) -> None:
-    """``--require-approval`` names known tools, tools of the task's MCP servers (``<server>__<tool>``) or ``*``;
-    UsageError otherwise."""
-    from unicore.tools.registry import known_tools
-
-    unknown = sorted({name for name in names
-                      if name != APPROVE_ALL and name not in known_tools() and not is_mcp_tool_name(name, mcp)})
-    if unknown:
-        raise UsageError(f"--require-approval: unknown tool(s) {', '.join(unknown)}; known tools: "
-                         f"{', '.join(sorted(known_tools()))}, <server>__<tool> of an --mcp server "
-                         f"(or '{APPROVE_ALL}' for every tool)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -220,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message"
               + (" (its MCP servers stay as they were)" if mcp_refs else ""), file=sys.stderr)
     store.activate(name, "run")
-    code = _settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
+    code = settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, name) or print_suspended(store, name)):  # what to do next
         return code
     return _print_answer(store, name, message_id, code)
@@ -244,7 +176,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if args.no_wait:
         _show(f"queued for {args.task} (message {message_id})")
         return EXIT_OK
-    code = _settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
+    code = settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, store.get_task(args.task).root) or print_suspended(store, args.task)):
         return code
     return _print_answer(store, args.task, message_id, code)
@@ -265,7 +197,7 @@ def _print_answer(store: TaskStore, task_id: str, message_id: str, code: int) ->
 def cmd_show(args: argparse.Namespace) -> int:
     if args.json and args.follow:
         raise UsageError("--follow prints text as it comes; it does not go with --json")
-    store = _store()
+    store = open_store()
     try:
         record = store.get_task(args.task)
     except TaskNotFound as exc:
@@ -340,7 +272,7 @@ def _tree_line(depth: int, record: TaskRecord, waiting: str | None = None) -> st
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    store = _store()
+    store = open_store()
     if args.task:
         roots = [args.task]
     else:

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from unicore.api.schema import Approval, Limits, TaskSpec, check_prompt, user_message_id, validate_task_id
+from unicore.api.schema import (
+    APPROVE_ALL,
+    Approval,
+    Limits,
+    TaskSpec,
+    check_prompt,
+    user_message_id,
+    validate_task_id,
+)
 from unicore.launch.embedded_redis import unicore_home
 from unicore.store import approvals, suspension
 from unicore.store.messages import load_message
@@ -36,6 +44,7 @@ from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
 from unicore.store.ui_reads import Row, build_forest, derived_events, read_all_rows
 
+from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
 from unicore_client.ui.manifest import parse_manifest
 from unicore_client.ui.scripts import ui_model
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
@@ -176,12 +185,10 @@ class LocalBackend:
         return self._create(spec, suspended=parsed.suspend)
 
     def _create(self, spec: TaskSpec, *, suspended: bool = False) -> str:
-        from unicore_client.local.main import check_gated_tools, check_model
-
         _prompt(spec.prompt)  # a manifest without spec.prompt
         check_model(spec.model, spec.script, self.store.redis)
         if spec.approval is not None:
-            check_gated_tools(spec.approval.tools)
+            _check_gated(spec.approval.tools)
         if not self.store.create_task(spec):
             raise BadRequest(f"task {spec.id} exists")
         if suspended:
@@ -310,6 +317,15 @@ def _local_id(task_id: str) -> str:
     if "/" in task_id:
         raise BadRequest(f"{task_id}: a local task name has no '<namespace>/' part")
     return task_id
+
+
+def _check_gated(names: list[str]) -> None:
+    """BadRequest naming the tools to wait for approval that are no known tool (the command line's check, in the web
+    UI's words: no option names)."""
+    unknown = unknown_tools(names)
+    if unknown:
+        raise BadRequest(f"tools to wait for approval: unknown tool(s) {', '.join(unknown)}; known tools: "
+                         f"{known_tools_text()} (or '{APPROVE_ALL}' for every tool)")
 
 
 def _limits(given: dict[str, Any] | None) -> Limits:
