@@ -1,6 +1,8 @@
 """The project's images in real containers: built by hack/build-images.sh (no Docker, no registry), imported
 into the project's own containerd (unicore_devcluster.containerd), run with runc.
 
+- Each image holds its own distributions only: the agent image the core (no kopf, prometheus-client, cryptography,
+  operator, client or web UI files), the operator image the core and the operator.
 - `unicore-turn --help` and `unicore-operator --help` exit 0 with their usage, as uid 65532 on a read-only root
   filesystem, both with the image's own USER and with the user set explicitly.
 - The Redis image runs the chart's bundled Redis exactly as helm/unicore renders it (command, args, password
@@ -151,6 +153,39 @@ def test_help_runs_as_non_root_on_a_read_only_root(
     assert lines[:2] == [NON_ROOT, NON_ROOT], probe.stdout + probe.stderr
     assert sum("Read-only file system" in line for line in lines) == 2, probe.stdout
     assert lines[-1] == f"/usr/local/bin/{entrypoint}", probe.stdout
+
+
+# What each image's Python may import, and what it must not: the agent image installs the core only (distribution
+# `unicore`), the operator image the core and the operator. Each name is checked with importlib.util.find_spec.
+IMAGE_MODULES = {
+    "agent": {"present": ["unicore", "unicore.turn.entry", "redis", "mcp", "kubernetes"],
+              "absent": ["kopf", "prometheus_client", "cryptography", "unicore_operator", "unicore_client",
+                         "unicore_devcluster"]},
+    "operator": {"present": ["unicore", "unicore_operator.main", "kopf", "prometheus_client", "cryptography"],
+                 "absent": ["unicore_client", "unicore_devcluster"]},
+}
+FIND_MODULES = (
+    "import importlib.util, json, sys\n"
+    "print(json.dumps({name: importlib.util.find_spec(name) is not None for name in sys.argv[1:]}))"
+)
+
+
+@pytest.mark.parametrize("key", ["agent", "operator"])
+def test_each_image_holds_its_own_distributions_only(runtime: ContainerdRuntime, images: dict[str, BuiltImage],
+                                                     key: str) -> None:
+    """The packaging rule in the built image itself: no operator or client code or dependencies in a turn pod, no
+    client in the operator; and no web UI files (the client's ``ui/static``) anywhere in either image."""
+    import json
+
+    names = IMAGE_MODULES[key]["present"] + IMAGE_MODULES[key]["absent"]
+    proc = runtime.run(images[key].ref, ["python", "-c", FIND_MODULES, *names], read_only=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [name for name in IMAGE_MODULES[key]["present"] if not found[name]] == [], proc.stdout
+    assert [name for name in IMAGE_MODULES[key]["absent"] if found[name]] == [], proc.stdout
+    ui = runtime.run(images[key].ref, ["sh", "-c", "find / -xdev -path '*/ui/static/*' -name '*.js' 2>/dev/null; true"],
+                     read_only=True)
+    assert ui.stdout.strip() == "", f"web UI files in the {key} image: {ui.stdout}"
 
 
 def redis_ref() -> tuple[str, str]:
