@@ -1,8 +1,8 @@
 """The project's images in real containers: built by hack/build-images.sh (no Docker, no registry), imported
 into the project's own containerd (unicore_devcluster.containerd), run with runc.
 
-- Each image holds its own distributions only: the agent image the core (no kopf, prometheus-client, cryptography,
-  operator, client or web UI files), the operator image the core and the operator.
+- Each image holds its own distributions only: the agent image the core (no kopf, prometheus-client, operator,
+  client or web UI files), the operator image the core and the operator.
 - `unicore-turn --help` and `unicore-operator --help` exit 0 with their usage, as uid 65532 on a read-only root
   filesystem, both with the image's own USER and with the user set explicitly.
 - The Redis image runs the chart's bundled Redis exactly as helm/unicore renders it (command, args, password
@@ -157,10 +157,10 @@ def test_help_runs_as_non_root_on_a_read_only_root(
 
 # What each image's Python may import, and what it must not: the agent image installs the core only (distribution
 # `unicore`), the operator image the core and the operator. Each name is checked with importlib.util.find_spec.
+# (cryptography is in both: the MCP SDK requires pyjwt[crypto]; the operator also requires it directly.)
 IMAGE_MODULES = {
     "agent": {"present": ["unicore", "unicore.turn.entry", "redis", "mcp", "kubernetes"],
-              "absent": ["kopf", "prometheus_client", "cryptography", "unicore_operator", "unicore_client",
-                         "unicore_devcluster"]},
+              "absent": ["kopf", "prometheus_client", "unicore_operator", "unicore_client", "unicore_devcluster"]},
     "operator": {"present": ["unicore", "unicore_operator.main", "kopf", "prometheus_client", "cryptography"],
                  "absent": ["unicore_client", "unicore_devcluster"]},
 }
