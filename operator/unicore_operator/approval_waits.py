@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from unicore.api.spec import AgentTaskSpec
 from unicore.store import approvals
 from unicore.store.operator_state import TaskSnapshot
 
@@ -48,7 +49,7 @@ def human_wait(snap: TaskSnapshot) -> HumanWait | None:
                      since=min(call.requested_at for call in calls))
 
 
-def timeout_seconds(spec: Mapping[str, Any], record: Mapping[str, str], default: float) -> float:
+def timeout_seconds(spec: AgentTaskSpec, record: Mapping[str, str], default: float) -> float:
     """How long an approval of this task may wait (0 = no limit); see the module doc. ``record``: the task's Redis
     record as stored (its ``approval`` field, JSON)."""
     try:
@@ -59,16 +60,16 @@ def timeout_seconds(spec: Mapping[str, Any], record: Mapping[str, str], default:
     return _timeout(spec, None if recorded is None else float(recorded), default)
 
 
-def task_timeout(client: Any, spec: Mapping[str, Any], task_id: str, default: float) -> float:
+def task_timeout(client: Any, spec: AgentTaskSpec, task_id: str, default: float) -> float:
     """``timeout_seconds`` of a task whose record is read now (the task API's decisions and lists; sync client)."""
     recorded = approvals.recorded_approval(client, task_id)
     return _timeout(spec, None if recorded is None else float(recorded.timeout_seconds), default)
 
 
-def _timeout(spec: Mapping[str, Any], recorded: float | None, default: float) -> float:
-    own = spec.get("approval")
-    if isinstance(own, Mapping) and own.get("timeoutSeconds") is not None:
-        return float(own["timeoutSeconds"])
+def _timeout(spec: AgentTaskSpec, recorded: float | None, default: float) -> float:
+    own = spec.approval
+    if own is not None and own.timeout_seconds is not None:
+        return float(own.timeout_seconds)
     if own is None and recorded is not None:
         return recorded
     return float(default)

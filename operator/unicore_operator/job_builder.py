@@ -10,6 +10,7 @@ import copy
 import math
 from typing import Any
 
+from unicore.api.spec import SCHEDULING_FIELDS, AgentSpec, AgentTaskSpec, task_spec_of
 from unicore.providers.endpoints import ENDPOINTS_ENV
 
 from unicore_operator import names
@@ -35,13 +36,11 @@ def turn_job_name(task_name: str, turn: int, attempt: int = 0, *, namespace: str
     return f"{head}-{digest}{suffix}"
 
 
-def task_labels(task: dict[str, Any]) -> dict[str, str]:
+def task_labels(task: dict[str, Any], spec: AgentTaskSpec) -> dict[str, str]:
     """The labels every object of a task carries (CONTRACT: managed-by, task, parent, root)."""
-    meta = task["metadata"]
-    spec = task.get("spec") or {}
-    name = meta["name"]
-    parent = (spec.get("parentRef") or {}).get("name", "")
-    root = root_name(task)
+    name = task["metadata"]["name"]
+    parent = spec.parent_ref.name if spec.parent_ref is not None else ""
+    root = root_name(task, spec)
     return {
         names.MANAGED_BY_LABEL: names.MANAGED_BY,
         names.TASK_LABEL: names.label_value(name),
@@ -50,8 +49,9 @@ def task_labels(task: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def root_name(task: dict[str, Any]) -> str:
-    """The root task's name: from the task's own root label (set by the spawner), else its tree path, else itself."""
+def root_name(task: dict[str, Any], spec: AgentTaskSpec) -> str:
+    """The root task's name: from the task's own root label (set by the spawner), else its tree path, else its
+    parent's name (``spec``, its spec), else itself."""
     labels = task["metadata"].get("labels") or {}
     status = task.get("status") or {}
     if labels.get(names.ROOT_LABEL):
@@ -59,8 +59,8 @@ def root_name(task: dict[str, Any]) -> str:
     tree_path = status.get("treePath")
     if tree_path:
         return str(tree_path).split("/", 1)[0]
-    parent = ((task.get("spec") or {}).get("parentRef") or {}).get("name")
-    return str(parent) if parent else str(task["metadata"]["name"])
+    parent = spec.parent_ref.name if spec.parent_ref is not None else ""
+    return parent or str(task["metadata"]["name"])
 
 
 def owner_reference(task: dict[str, Any], *, controller: bool = True, block: bool = True) -> dict[str, Any]:
@@ -75,31 +75,32 @@ def owner_reference(task: dict[str, Any], *, controller: bool = True, block: boo
     }
 
 
-def gpu_count(spec: dict[str, Any], settings: OperatorSettings) -> int:
-    gpus = spec.get("gpus")
-    return settings.default_gpus if gpus is None else int(gpus)
+def gpu_count(spec: AgentTaskSpec, settings: OperatorSettings) -> int:
+    return settings.default_gpus if spec.gpus is None else spec.gpus
 
 
-def build_resources(spec: dict[str, Any], settings: OperatorSettings) -> dict[str, Any]:
+def build_resources(spec: AgentTaskSpec, settings: OperatorSettings) -> dict[str, Any]:
     """The operator's default requests and limits (``UNICORE_AGENT_RESOURCES``), then the GPU limit of
     ``spec.gpus`` (limits only: an extended resource's request is its limit), then ``spec.resources``: each wins
     key by key over the ones before (``resources.merge_resources``)."""
     gpus = gpu_count(spec, settings)
     gpu_limits = {settings.gpu_resource: str(gpus)} if gpus > 0 else {}
-    return merge_resources(settings.agent_resources, gpu_limits, spec.get("resources"))
+    own = spec.resources.model_dump(exclude_none=True) if spec.resources is not None else None
+    return merge_resources(settings.agent_resources, gpu_limits, own)
 
 
-def build_tolerations(spec: dict[str, Any], settings: OperatorSettings) -> list[dict[str, Any]]:
+def build_tolerations(spec: AgentTaskSpec, settings: OperatorSettings) -> list[dict[str, Any]]:
     """spec.tolerations replace the default; the default tolerates the GPU taint when the pod asks for a GPU."""
-    if spec.get("tolerations") is not None:
-        return copy.deepcopy(list(spec["tolerations"]))
+    if spec.tolerations is not None:
+        return copy.deepcopy(spec.tolerations)
     if gpu_count(spec, settings) > 0 and settings.gpu_toleration:
         return [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
     return []
 
 
-def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(env, envFrom) of the turn container."""
+def build_env(task: dict[str, Any], settings: OperatorSettings,
+              model: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(env, envFrom) of the turn container; ``model``: the model its turns use (the task's, else its Agent's)."""
     meta = task["metadata"]
     tid = names.task_id(meta["namespace"], meta["name"])
     redis_env: dict[str, Any]
@@ -121,24 +122,23 @@ def build_env(task: dict[str, Any], settings: OperatorSettings) -> tuple[list[di
     if settings.stall_seconds is not None:
         env.append({"name": "UNICORE_STALL_SECONDS", "value": f"{settings.stall_seconds:g}"})
     env += [{"name": name, "value": value} for name, value in sorted(settings.agent_extra_env.items())]
-    env += build_endpoint_env(task, settings)
+    env += build_endpoint_env(model, settings)
     env_from: list[dict[str, Any]] = []
     if settings.agent_env_secret:
         env_from.append({"secretRef": {"name": settings.agent_env_secret}})
     return env, env_from
 
 
-def build_endpoint_env(task: dict[str, Any], settings: OperatorSettings) -> list[dict[str, Any]]:
+def build_endpoint_env(model: str | None, settings: OperatorSettings) -> list[dict[str, Any]]:
     """The endpoint map (``UNICORE_OPENAI_ENDPOINTS``: URLs, model names, Secret names, never a key) and, when the
-    task's model is ``openai:NAME`` and its endpoint has a key Secret, that one key as a ``secretKeyRef`` to the
+    turns' ``model`` is ``openai:NAME`` and its endpoint has a key Secret, that one key as a ``secretKeyRef`` to the
     Secret in the task's own namespace. ``optional``: a namespace without the Secret gets a pod whose turn fails with
     the provider's one-line error (docs/install.md) instead of a pod that cannot start."""
     endpoints = settings.openai_endpoints
     if not endpoints:
         return []
     env: list[dict[str, Any]] = [{"name": ENDPOINTS_ENV, "value": endpoints.for_pods().to_json()}]
-    model = str((task.get("spec") or {}).get("model") or "")
-    provider, _, name = model.partition(":")
+    provider, _, name = (model or "").partition(":")
     found = endpoints.lookup(name.strip()) if provider.strip().lower() == "openai" else None
     if found is not None:
         index, endpoint = found
@@ -170,83 +170,75 @@ def restricted_container_security_context() -> dict[str, Any]:
 
 
 # What a task's turn pods take from its Agent when its own spec does not set it (crds/agent.yaml).
-AGENT_DEFAULTS = ("model", "mcpServers", "gpus", "resources", "nodeSelector", "tolerations", "priorityClassName",
-                  "runtimeClassName")
+AGENT_DEFAULTS = ("model", "mcp_servers", *SCHEDULING_FIELDS)
 
 
-def agent_name(task: dict[str, Any]) -> str:
-    """The name of the Agent a task runs as (``spec.agentRef.name``); "" for none."""
-    return str(((task.get("spec") or {}).get("agentRef") or {}).get("name") or "")
-
-
-def with_agent_defaults(task: dict[str, Any], agent: dict[str, Any] | None) -> dict[str, Any]:
-    """``task`` as its Jobs are built: each of ``AGENT_DEFAULTS`` its spec leaves unset taken from its Agent's spec
-    (``agent``, the indexed Agent; None: ``task`` as it is), and the lower of the two turn timeouts."""
-    if agent is None or not agent_name(task):
-        return task
-    spec = dict(task.get("spec") or {})
-    agent_spec = agent.get("spec") or {}
-    for key in AGENT_DEFAULTS:
-        if spec.get(key) is None and agent_spec.get(key) is not None:
-            spec[key] = copy.deepcopy(agent_spec[key])
-    timeouts = [int(t) for t in ((spec.get("limits") or {}).get("turnTimeoutSeconds"),
-                                 (agent_spec.get("limits") or {}).get("turnTimeoutSeconds")) if t]
+def with_agent_defaults(spec: AgentTaskSpec, agent: AgentSpec | None) -> AgentTaskSpec:
+    """A task's ``spec`` as its Jobs are built: each of ``AGENT_DEFAULTS`` it leaves unset taken from its Agent's
+    spec (``agent``, of the indexed Agent; None, or a task without ``spec.agentRef``: ``spec`` as it is), and the
+    lower of the two turn timeouts."""
+    if agent is None or spec.agent_ref is None:
+        return spec
+    update: dict[str, Any] = {key: copy.deepcopy(getattr(agent, key)) for key in AGENT_DEFAULTS
+                              if getattr(spec, key) is None and getattr(agent, key) is not None}
+    timeouts = [t for t in (spec.limits.turn_timeout_seconds, agent.limits.turn_timeout_seconds) if t]
     if timeouts:
-        spec["limits"] = {**(spec.get("limits") or {}), "turnTimeoutSeconds": min(timeouts)}
-    return {**task, "spec": spec}
+        update["limits"] = spec.limits.model_copy(update={"turn_timeout_seconds": min(timeouts)})
+    return spec.model_copy(update=update)
 
 
-def turn_timeout_seconds(spec: dict[str, Any], settings: OperatorSettings) -> int:
-    limits = spec.get("limits") or {}
-    return int(limits.get("turnTimeoutSeconds") or settings.default_turn_timeout_seconds)
+def turn_timeout_seconds(spec: AgentTaskSpec, settings: OperatorSettings) -> int:
+    return spec.limits.turn_timeout_seconds or settings.default_turn_timeout_seconds
 
 
-def job_deadline_seconds(spec: dict[str, Any], settings: OperatorSettings) -> int:
+def job_deadline_seconds(spec: AgentTaskSpec, settings: OperatorSettings) -> int:
     """The Job's activeDeadlineSeconds: the turn timeout plus the bounded wait for scheduling (the watchdog's
     ``UNICORE_PENDING_TIMEOUT_SECONDS``). It runs from the Job's start, so waiting for a GPU must not eat the turn's
     time; the turn timeout itself is the pod's activeDeadlineSeconds, which runs from the pod's start."""
     return turn_timeout_seconds(spec, settings) + math.ceil(settings.pending_timeout_seconds)
 
 
-def workspace_folder(task: dict[str, Any]) -> str:
+def workspace_folder(task: dict[str, Any], spec: AgentTaskSpec) -> str:
     """The task tree's folder on the workspace claim: the root task's name as its root label spells it.
 
     Children carry the root label the spawner set (``label_value`` of the root's name), so the root itself uses
     ``label_value`` of its own name too: one folder per tree, also for root names above 63 characters.
     """
-    return names.label_value(root_name(task))
+    return names.label_value(root_name(task, spec))
 
 
-def build_workspace_volume(task: dict[str, Any], settings: OperatorSettings
+def build_workspace_volume(task: dict[str, Any], spec: AgentTaskSpec, settings: OperatorSettings
                            ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, volumeMount) of /workspace: the tree's folder on ``settings.workspace_claim``, else an emptyDir."""
     mount: dict[str, Any] = {"name": "workspace", "mountPath": WORKSPACE_PATH}
     if not settings.workspace_claim:
         return {"name": "workspace", "emptyDir": {}}, mount
-    mount["subPath"] = workspace_folder(task)
+    mount["subPath"] = workspace_folder(task, spec)
     return {"name": "workspace", "persistentVolumeClaim": {"claimName": settings.workspace_claim}}, mount
 
 
-def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings,
-                        attempt: int = 0, mcp_env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSettings, attempt: int = 0,
+                        mcp_env: list[dict[str, Any]] | None = None,
+                        spec: AgentTaskSpec | None = None) -> dict[str, Any]:
     """The Job that runs turn ``turn`` (attempt ``attempt``) of AgentTask ``task`` (a dict of the object);
-    ``mcp_env``: the MCP servers' variables (``mcp_servers.build_mcp_env``)."""
+    ``mcp_env``: the MCP servers' variables (``mcp_servers.build_mcp_env``); ``spec``: the spec its Jobs are built
+    from (``with_agent_defaults``; None: the task's own)."""
     meta = task["metadata"]
-    spec = task.get("spec") or {}
+    spec = task_spec_of(task) if spec is None else spec
     namespace = meta["namespace"]
     tid = names.task_id(namespace, meta["name"])
     name = turn_job_name(meta["name"], turn, attempt, namespace=namespace)
 
-    labels = task_labels(task)
+    labels = task_labels(task, spec)
     labels[names.TURN_LABEL] = str(turn)
     labels[names.ATTEMPT_LABEL] = str(attempt)
-    if spec.get("queueName"):
-        labels[names.KUEUE_QUEUE_LABEL] = str(spec["queueName"])
+    if spec.queue_name:
+        labels[names.KUEUE_QUEUE_LABEL] = spec.queue_name
     annotations = {names.TASK_ID_ANNOTATION: tid}
 
-    env, env_from = build_env(task, settings)
+    env, env_from = build_env(task, settings, spec.model)
     env += mcp_env or []
-    workspace_volume, workspace_mount = build_workspace_volume(task, settings)
+    workspace_volume, workspace_mount = build_workspace_volume(task, spec, settings)
     container: dict[str, Any] = {
         "name": TURN_CONTAINER,
         "image": settings.agent_image,
@@ -281,12 +273,12 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
     tolerations = build_tolerations(spec, settings)
     if tolerations:
         pod_spec["tolerations"] = tolerations
-    if spec.get("nodeSelector"):
-        pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
-    if spec.get("priorityClassName"):
-        pod_spec["priorityClassName"] = spec["priorityClassName"]
-    if spec.get("runtimeClassName"):
-        pod_spec["runtimeClassName"] = spec["runtimeClassName"]
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    if spec.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.runtime_class_name
 
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,

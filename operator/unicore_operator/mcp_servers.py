@@ -7,7 +7,9 @@ entry into a variable ``UNICORE_MCP_HEADER_<server>_<header>`` (index numbers) t
 in the task's namespace (``optional``: a missing Secret leaves the header out and the server answers 401, which the
 model sees as an error tool result, instead of a pod that cannot start). No header value is ever in a Job, and the
 operator reads no Secret. A name no MCPServer defines is left out: the turn tells the model that server is not
-defined (``unicore.tools.mcp_tools``). All functions here are pure.
+defined (``unicore.tools.mcp_tools``); so is one whose spec ``unicore.mcp_config.MCPServerSpec`` refuses (the CRD
+refuses the same, but for a URL without a host name, which the turn could not connect to). All functions here are
+pure.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+from unicore.api.spec import AgentSpec, AgentTaskSpec
+from unicore.mcp_config import MCPServerSpec, ResolvedMCPServer
 from unicore.settings import RuntimeSettings
 
 MCP_SERVERS_ENV = RuntimeSettings.env_var("mcp_servers")
@@ -23,33 +28,32 @@ HEADER_ENV_PREFIX = "UNICORE_MCP_HEADER_"
 PLURAL = "mcpservers"
 
 
-def used_server_names(spec: Mapping[str, Any], agent_spec: Mapping[str, Any] | None = None) -> list[str]:
+def used_server_names(spec: AgentTaskSpec, agent: AgentSpec | None = None) -> list[str]:
     """The MCP server names a task's turn may use: its own ``mcpServers`` and its Agent's, sorted, each once."""
-    names: set[str] = set()
-    for source in (spec, agent_spec or {}):
-        for ref in source.get("mcpServers") or ():
-            if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
-                names.add(ref["name"])
-    return sorted(names)
+    refs = [*(spec.mcp_servers or ()), *((agent.mcp_servers or ()) if agent is not None else ())]
+    return sorted({ref.name for ref in refs})
 
 
-def resolve_server(name: str, spec: Mapping[str, Any], index: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def resolve_server(name: str, spec: MCPServerSpec, index: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(resolved definition, header variables) of MCPServer ``name`` (its ``spec``), the ``index``-th of the pod."""
-    resolved: dict[str, Any] = {"url": spec["url"]}
-    for field in ("timeoutSeconds", "toolTimeoutSeconds"):
-        if spec.get(field) is not None:
-            resolved[field] = spec[field]
     env: list[dict[str, Any]] = []
     headers: dict[str, str] = {}
-    for number, header in enumerate(spec.get("headersFrom") or ()):
+    for number, header in enumerate(spec.headers_from or ()):
         variable = f"{HEADER_ENV_PREFIX}{index}_{number}"
-        ref = header["secretKeyRef"]
+        ref = header.secret_key_ref
         env.append({"name": variable,
-                    "valueFrom": {"secretKeyRef": {"name": ref["name"], "key": ref["key"], "optional": True}}})
-        headers[header["name"]] = variable
-    if headers:
-        resolved["headersFromEnv"] = headers
-    return {"name": name, "spec": resolved}, env
+                    "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": True}}})
+        headers[header.name] = variable
+    resolved = spec.model_copy(update={"headers_from": None, "headers_from_env": headers})
+    return ResolvedMCPServer(name=name, spec=resolved).dump(), env
+
+
+def server_spec(spec: Mapping[str, Any] | None) -> MCPServerSpec | None:
+    """The spec of an MCPServer object (as the index holds it); None when it cannot be used."""
+    try:
+        return MCPServerSpec.model_validate(spec) if spec is not None else None
+    except ValidationError:
+        return None
 
 
 def build_mcp_env(names: Iterable[str], servers: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -58,8 +62,8 @@ def build_mcp_env(names: Iterable[str], servers: Mapping[str, Mapping[str, Any]]
     definitions: list[dict[str, Any]] = []
     env: list[dict[str, Any]] = []
     for name in names:
-        spec = servers.get(name)
-        if spec is None or not spec.get("url"):
+        spec = server_spec(servers.get(name))
+        if spec is None or spec.url is None:
             continue
         definition, headers = resolve_server(name, spec, len(definitions))
         definitions.append(definition)
@@ -69,19 +73,18 @@ def build_mcp_env(names: Iterable[str], servers: Mapping[str, Mapping[str, Any]]
     return [{"name": MCP_SERVERS_ENV, "value": json.dumps(definitions, separators=(",", ":"))}, *env]
 
 
-def turn_mcp_env(index: Mapping[tuple[str, str], Iterable[Mapping[str, Any]]] | None, task: Mapping[str, Any],
-                 agent_spec: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The MCP variables of AgentTask ``task``'s next turn pod, from the MCPServer index (``indexes.mcpserver_index``:
-    (namespace, name) -> specs) and the task's Agent's spec, if any."""
-    namespace = task["metadata"]["namespace"]
-    wanted = used_server_names(task.get("spec") or {}, agent_spec)
+def turn_mcp_env(index: Mapping[tuple[str, str], Iterable[Mapping[str, Any]]] | None, namespace: str,
+                 spec: AgentTaskSpec, agent: AgentSpec | None = None) -> list[dict[str, Any]]:
+    """The MCP variables of the next turn pod of a task of ``namespace`` (its ``spec``, and its Agent's), from the
+    MCPServer index (``indexes.mcpserver_index``: (namespace, name) -> specs)."""
+    wanted = used_server_names(spec, agent)
     servers: dict[str, Mapping[str, Any]] = {}
     for name in wanted:
-        for spec in (index or {}).get((namespace, name)) or ():
-            servers[name] = spec
+        for found in (index or {}).get((namespace, name)) or ():
+            servers[name] = found
             break
     return build_mcp_env(wanted, servers)
 
 
-__all__ = ["HEADER_ENV_PREFIX", "MCP_SERVERS_ENV", "PLURAL", "build_mcp_env", "resolve_server", "turn_mcp_env",
-           "used_server_names"]
+__all__ = ["HEADER_ENV_PREFIX", "MCP_SERVERS_ENV", "PLURAL", "build_mcp_env", "resolve_server", "server_spec",
+           "turn_mcp_env", "used_server_names"]

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from unicore.api import contract
-from unicore.api.spec import SpecInvalid, parse_spec
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_spec_of, parse_spec, task_spec_of
 from unicore.store.operator_state import TaskSnapshot
 from unicore.turn.reports import deliver_report, report_failure
 
@@ -20,7 +20,7 @@ from unicore_operator import approval_waits as approvals
 from unicore_operator import events, metrics, names
 from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
-from unicore_operator.job_builder import agent_name, build_turn_job_spec, with_agent_defaults
+from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
 from unicore_operator.log import logger
 from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.phases import (
@@ -101,10 +101,9 @@ def pods_of(ctx: OperatorContext, key: TaskKey, job: str) -> list[PodView]:
 
 def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, active: str | None,
             children: list[dict[str, str]], waiting: tuple[str, str] | None = None) -> TaskObservation:
-    spec = body.get("spec") or {}
     human = approvals.human_wait(snap)
     return TaskObservation(
-        suspended=bool(spec.get("suspend")),
+        suspended=task_spec_of(body).suspend,
         invalid_reason=spec_error(body),
         failed_attempts=snap.failed_attempts,
         max_retries=ctx.settings.max_turn_retries,
@@ -124,13 +123,21 @@ def spec_parent(body: dict[str, Any]) -> str:
     """The task id of the task's parent as the API server has it (``spec.parentRef``, always in the task's own
     namespace: the webhook and ``lineage`` see to it); "" for a root. The operator sends reports only there, never
     to the ``parent`` of the task's Redis record, which the namespace's Redis user can write."""
-    parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
-    return names.task_id(body["metadata"]["namespace"], str(parent)) if parent else ""
+    ref = task_spec_of(body).parent_ref
+    return names.task_id(body["metadata"]["namespace"], ref.name) if ref is not None and ref.name else ""
+
+
+def job_spec_of(ctx: OperatorContext, namespace: str, body: dict[str, Any]) -> AgentTaskSpec:
+    """The spec task ``body``'s turn Jobs are built from: its own, over its indexed Agent's (docs/agents.md)."""
+    spec = task_spec_of(body)
+    agent = ctx.indexed_agent(namespace, spec.agent_ref.name) if spec.agent_ref is not None else None
+    return with_agent_defaults(spec, agent_spec_of(agent) if agent is not None else None)
 
 
 def tree_path(ctx: OperatorContext, body: dict[str, Any]) -> str:
     meta = body["metadata"]
-    parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
+    ref = task_spec_of(body).parent_ref
+    parent = ref.name if ref is not None else ""
     if not parent:
         return str(meta["name"])
     parent_body = first(ctx.agenttasks.get((meta["namespace"], parent))) if ctx.agenttasks is not None else None
@@ -214,9 +221,9 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         if wait > 0:
             schedule_recheck(ctx, key, wait, "retry")
         else:
-            job_task = with_agent_defaults(body, ctx.indexed_agent(key[0], agent_name(body)))  # docs/agents.md
-            job = build_turn_job_spec(job_task, snap.next_turn(), ctx.settings, snap.next_attempt(),
-                                      mcp_env=turn_mcp_env(ctx.mcpservers, job_task))
+            job_spec = job_spec_of(ctx, key[0], body)
+            job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt(),
+                                      mcp_env=turn_mcp_env(ctx.mcpservers, key[0], job_spec), spec=job_spec)
             job_name = job["metadata"]["name"]
             loop = asyncio.get_running_loop()
             was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)
@@ -240,7 +247,7 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
 async def _expire_overdue(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], snap: TaskSnapshot) -> bool:
     """Deny the task's approvals that waited past its timeout (True when some were), and re-check when the next
     pending one is due (see ``approvals``)."""
-    timeout = approvals.timeout_seconds(body.get("spec") or {}, snap.record, ctx.settings.approval_timeout_seconds)
+    timeout = approvals.timeout_seconds(task_spec_of(body), snap.record, ctx.settings.approval_timeout_seconds)
     due = approvals.overdue_at(snap.pending_calls, timeout)
     denied: list[str] = []
     if due is not None and due <= time.time():

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unicore.api.spec import SpecInvalid, parse_spec, to_task_spec
+from unicore.api.schema import MCPServerRef
+from unicore.api.spec import SpecInvalid, agent_spec_of, parse_spec, task_spec_of, to_task_spec
 from unicore.launch.k8s_spawner import child_agenttask
 from unicore.store.task_views import TaskView, view_from_mapping
 from unicore_operator.agent_checks import agent_definition, agent_task_problems
@@ -80,22 +81,23 @@ def test_an_agent_task_stores_only_what_it_sets() -> None:
 
 def test_the_job_takes_what_the_task_leaves_unset_from_its_agent() -> None:
     settings = OperatorSettings(redis_url="redis://redis:6379/0", agent_image="example/agent:1")
-    body = with_agent_defaults(task({"agentRef": {"name": "writer"}, "prompt": "go", "nodeSelector": {"pool": "a"},
-                                     "limits": {"turnTimeoutSeconds": 900}}), WRITER)
-    spec = body["spec"]
-    assert spec["model"] == "openai:qwen" and spec["gpus"] == 0 and spec["priorityClassName"] == "agents"
-    assert spec["nodeSelector"] == {"pool": "a"}  # the task's own wins
-    assert spec["limits"]["turnTimeoutSeconds"] == 300  # the lower of the two
-    assert spec["mcpServers"] == [{"name": "time", "tools": ["get_current_time"]}]
-    job = build_turn_job_spec(body, 0, settings)
+    body = task({"agentRef": {"name": "writer"}, "prompt": "go", "nodeSelector": {"pool": "a"},
+                 "limits": {"turnTimeoutSeconds": 900}})
+    spec = with_agent_defaults(task_spec_of(body), agent_spec_of(WRITER))
+    assert spec.model == "openai:qwen" and spec.gpus == 0 and spec.priority_class_name == "agents"
+    assert spec.node_selector == {"pool": "a"}  # the task's own wins
+    assert spec.limits.turn_timeout_seconds == 300  # the lower of the two
+    assert spec.mcp_servers == [MCPServerRef(name="time", tools=["get_current_time"])]
+    job = build_turn_job_spec(body, 0, settings, spec=spec)
     pod = job["spec"]["template"]["spec"]
     assert pod["activeDeadlineSeconds"] == 300 and pod["priorityClassName"] == "agents"
     assert pod["nodeSelector"] == {"pool": "a"} and "tolerations" not in pod  # gpus 0: no GPU toleration
     resources = pod["containers"][0]["resources"]
     assert resources["requests"]["cpu"] == "250m" and settings.gpu_resource not in resources.get("limits", {})
-    plain = task({"prompt": "go"})
-    assert with_agent_defaults(plain, WRITER) is plain  # a task without agentRef: untouched
-    assert with_agent_defaults(task({"agentRef": {"name": "writer"}}), None)["spec"] == {"agentRef": {"name": "writer"}}
+    plain = task_spec_of(task({"prompt": "go"}))
+    assert with_agent_defaults(plain, agent_spec_of(WRITER)) is plain  # a task without agentRef: untouched
+    own = task_spec_of(task({"agentRef": {"name": "writer"}}))
+    assert with_agent_defaults(own, None) is own
 
 
 def test_a_spawned_agent_child_narrows_both_its_agent_and_its_parent() -> None:

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from unicore.api.spec import AgentTaskSpec, task_spec_of
 from unicore.store.approvals import PendingCall
 from unicore.store.operator_state import TaskSnapshot
 from unicore_client.kubectl_plugin import main as cli
@@ -114,10 +115,13 @@ def test_the_snapshot_becomes_the_wait_the_phases_see() -> None:
 
 def test_the_timeout_is_the_tasks_then_the_inherited_one_then_the_operators() -> None:
     inherited = {"approval": json.dumps({"tools": ["*"], "timeout_seconds": 90})}
-    assert approvals.timeout_seconds({"approval": {"tools": ["x"], "timeoutSeconds": 5}}, inherited, 3600) == 5
-    assert approvals.timeout_seconds({}, inherited, 3600) == 90  # a child without its own spec.approval
-    assert approvals.timeout_seconds({"approval": {"tools": ["x"]}}, inherited, 3600) == 3600
-    assert approvals.timeout_seconds({}, {"approval": "not json"}, 7) == 7
+    def spec(**fields: Any) -> AgentTaskSpec:
+        return task_spec_of({"spec": fields})
+
+    assert approvals.timeout_seconds(spec(approval={"tools": ["x"], "timeoutSeconds": 5}), inherited, 3600) == 5
+    assert approvals.timeout_seconds(spec(), inherited, 3600) == 90  # a child without its own spec.approval
+    assert approvals.timeout_seconds(spec(approval={"tools": ["x"]}), inherited, 3600) == 3600
+    assert approvals.timeout_seconds(spec(), {"approval": "not json"}, 7) == 7
     calls = [_call("a", at=100.0), _call("b", at=50.0, status="approved"), _call("q", "input", at=1.0)]
     assert approvals.overdue_at(calls, 30) == 130.0  # the oldest pending approval; questions never expire
     assert approvals.overdue_at(calls, 0) is None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from unicore.api.spec import AgentSpec, AgentTaskSpec, agent_spec_of, task_spec_of
 from unicore.mcp_config import parse_resolved
 from unicore_operator.mcp_servers import MCP_SERVERS_ENV, build_mcp_env, turn_mcp_env, used_server_names
 
@@ -13,11 +15,19 @@ SEARCH = {"url": "https://search.example.com/mcp",
                           {"name": "X-Team", "secretKeyRef": {"name": "search-key", "key": "team"}}]}
 
 
+def task_spec(**fields: Any) -> AgentTaskSpec:
+    return task_spec_of({"spec": fields})
+
+
+def agent_spec(**fields: Any) -> AgentSpec:
+    return agent_spec_of({"spec": fields})
+
+
 def test_a_task_uses_its_own_servers_and_its_agents_each_once() -> None:
-    spec = {"mcpServers": [{"name": "time"}, {"name": "search", "tools": ["find"]}]}
-    agent = {"mcpServers": [{"name": "time", "tools": ["get_current_time"]}, {"name": "files"}]}
+    spec = task_spec(mcpServers=[{"name": "time"}, {"name": "search", "tools": ["find"]}])
+    agent = agent_spec(mcpServers=[{"name": "time", "tools": ["get_current_time"]}, {"name": "files"}])
     assert used_server_names(spec, agent) == ["files", "search", "time"]
-    assert used_server_names({}) == [] and used_server_names({"mcpServers": None}, None) == []
+    assert used_server_names(task_spec()) == [] and used_server_names(task_spec(mcpServers=None), None) == []
 
 
 def test_the_pod_gets_resolved_definitions_and_header_secret_refs_never_values() -> None:
@@ -41,6 +51,8 @@ def test_the_pod_gets_resolved_definitions_and_header_secret_refs_never_values()
 
 def test_undefined_servers_are_left_to_the_turn_and_none_means_no_variables() -> None:
     assert build_mcp_env(["ghost"], {"time": TIME}) == []
+    hostless = {"url": "http://:8000/mcp"}  # the CRD's pattern lets it through; no turn could connect to it
+    assert build_mcp_env(["ghost", "hostless"], {"hostless": hostless}) == []
     assert build_mcp_env([], {"time": TIME}) == []
     env = build_mcp_env(["ghost", "time"], {"time": TIME})
     assert [d["name"] for d in json.loads(env[0]["value"])] == ["time"]
@@ -48,14 +60,14 @@ def test_undefined_servers_are_left_to_the_turn_and_none_means_no_variables() ->
 
 def test_a_turn_pod_gets_the_servers_of_its_task_and_agent_from_its_own_namespace_only() -> None:
     index = {("team-a", "time"): [TIME], ("team-b", "search"): [SEARCH], ("team-a", "search"): [SEARCH]}
-    task = {"metadata": {"namespace": "team-a", "name": "t"}, "spec": {"mcpServers": [{"name": "time"}]}}
-    env = turn_mcp_env(index, task)
+    task = task_spec(mcpServers=[{"name": "time"}])
+    env = turn_mcp_env(index, "team-a", task)
     assert [d["name"] for d in json.loads(env[0]["value"])] == ["time"] and len(env) == 1
-    with_agent = turn_mcp_env(index, task, {"mcpServers": [{"name": "search"}]})
+    with_agent = turn_mcp_env(index, "team-a", task, agent_spec(mcpServers=[{"name": "search"}]))
     assert [d["name"] for d in json.loads(with_agent[0]["value"])] == ["search", "time"]
-    other = {"metadata": {"namespace": "team-c", "name": "t"}, "spec": {"mcpServers": [{"name": "search"}]}}
-    assert turn_mcp_env(index, other) == []  # team-b's server is not team-c's
-    assert turn_mcp_env(None, task) == []
+    other = task_spec(mcpServers=[{"name": "search"}])
+    assert turn_mcp_env(index, "team-c", other) == []  # team-b's server is not team-c's
+    assert turn_mcp_env(None, "team-a", task) == []
 
 
 def test_an_agenttasks_mcp_servers_reach_its_stored_task_spec() -> None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from unicore.api.spec import task_spec_of
 from unicore.api.turn_numbers import shown_turn
 from unicore.errors import AlreadyDecided, DecisionExpired, NoSuchCall, TaskNotFound, UniCoreError
 from unicore.store import approvals as state
@@ -76,7 +77,7 @@ def shape(call: state.PendingCall) -> dict[str, Any]:
 
 
 def _timeout(api: TaskApi, obj: dict[str, Any], task_id: str) -> float:
-    return task_timeout(api.store.redis, obj.get("spec") or {}, task_id, api.approval_timeout_seconds)
+    return task_timeout(api.store.redis, task_spec_of(obj), task_id, api.approval_timeout_seconds)
 
 
 def get_approvals(api: TaskApi, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
