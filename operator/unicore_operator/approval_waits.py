@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from unicore.api.spec import AgentTaskSpec
 from unicore.store import approvals
+from unicore.store.client import RedisClient
 from unicore.store.operator_state import TaskSnapshot
 
 from unicore_operator.indexes import first
@@ -60,7 +61,7 @@ def timeout_seconds(spec: AgentTaskSpec, record: Mapping[str, str], default: flo
     return _timeout(spec, None if recorded is None else float(recorded), default)
 
 
-def task_timeout(client: Any, spec: AgentTaskSpec, task_id: str, default: float) -> float:
+def task_timeout(client: RedisClient, spec: AgentTaskSpec, task_id: str, default: float) -> float:
     """``timeout_seconds`` of a task whose record is read now (the task API's decisions and lists; sync client)."""
     recorded = approvals.recorded_approval(client, task_id)
     return _timeout(spec, None if recorded is None else float(recorded.timeout_seconds), default)
@@ -84,7 +85,7 @@ def overdue_at(calls: Iterable[approvals.PendingCall], timeout: float) -> float 
     return oldest + timeout
 
 
-def expire(client: Any, task_id: str, timeout: float, now: float | None = None) -> list[str]:
+def expire(client: RedisClient, task_id: str, timeout: float, now: float | None = None) -> list[str]:
     """Deny the task's overdue approvals (``state.approvals.expire_overdue``); the ids denied (sync client)."""
     return approvals.expire_overdue(client, task_id, now=time.time() if now is None else now,
                                     timeout_seconds=timeout)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.store import changes
+from unicore.store.client import RedisClient
 from unicore.store.ui_reads import Row, read_all_rows, read_rows
 
 Nodes = list[dict[str, Any]]
@@ -36,7 +37,7 @@ class FeedTiming:
     coalesce_seconds: float = 0.2  # at most one update per this while changes keep coming
 
 
-def tree_changes(client: Any, stop: threading.Event, build: Callable[[dict[str, Row]], Nodes],
+def tree_changes(client: RedisClient, stop: threading.Event, build: Callable[[dict[str, Row]], Nodes],
                  timing: FeedTiming | None = None,
                  clock: Callable[[], float] = time.monotonic) -> Iterator[Nodes | None]:
     """The forest (``build`` of the rows) now, then again each time it changed; ``None`` after a quiet wait."""

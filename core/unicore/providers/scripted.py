@@ -52,6 +52,7 @@ from unicore.glob_order import specificity
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import CallRunner
 from unicore.providers.retry import RetryPolicy
+from unicore.store.client import RedisClient
 from unicore.turn.history import latest_user_text
 
 
@@ -171,7 +172,7 @@ class ScriptedModel:
 
     provider = "scripted"
 
-    def __init__(self, script: Script, *, name: str = "scripted", redis_client: Any = None) -> None:
+    def __init__(self, script: Script, *, name: str = "scripted", redis_client: RedisClient | None = None) -> None:
         self.script = script
         self.name = name
         self.cancel: threading.Event | None = None  # set by the turn runner so a sleep can be interrupted
@@ -267,7 +268,8 @@ class ScriptedModel:
         return f"Scripted turn: {len(answers)} answers; final: {final[:200]}"
 
 
-def resolve_scripted(spec: str, *, redis: Any = None, script: dict[str, Any] | None = None) -> ScriptedModel:
+def resolve_scripted(spec: str, *, redis: RedisClient | None = None,
+                     script: dict[str, Any] | None = None) -> ScriptedModel:
     """``scripted`` (the record's stored script, or an empty script) or ``scripted:PATH`` (a script file)."""
     if spec == "scripted":
         return ScriptedModel(load_script(script) if script else Script(), redis_client=redis)

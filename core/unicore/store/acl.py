@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 import redis
 from redis.cluster import RedisCluster
 
+from unicore.store.client import RedisClient
 from unicore.store.keys import (
     BEDROCK_MODELS_CACHE,
     HEARTBEATS_INDEX,
@@ -158,24 +159,24 @@ def setuser_args(namespace: str, password: str) -> list[str]:
     return [namespace_user(namespace), "reset", "on", f">{password}", *namespace_rules(namespace)]
 
 
-def _acl(client: Any, *args: str) -> Any:
+def _acl(client: RedisClient, *args: str) -> Any:
     """An ACL command; on a Redis Cluster on every node (ACL users are per node and not propagated)."""
     if isinstance(client, RedisCluster):
         return client.execute_command(*args, target_nodes=RedisCluster.ALL_NODES)
     return client.execute_command(*args)
 
 
-def apply_namespace_user(client: redis.Redis, namespace: str, password: str) -> None:
+def apply_namespace_user(client: RedisClient, namespace: str, password: str) -> None:
     """Create or update ``namespace``'s user (idempotent). Raises RedisError (NOPERM: the caller may not)."""
     _acl(client, "ACL SETUSER", *setuser_args(namespace, password))
 
 
-def delete_namespace_user(client: redis.Redis, namespace: str) -> None:
+def delete_namespace_user(client: RedisClient, namespace: str) -> None:
     """Delete ``namespace``'s user (its open connections are closed); nothing when there is none."""
     _acl(client, "ACL DELUSER", namespace_user(namespace))
 
 
-def _whoami(client: redis.Redis) -> str:
+def _whoami(client: RedisClient) -> str:
     try:
         name = client.execute_command("ACL WHOAMI")
     except redis.RedisError:
@@ -183,7 +184,7 @@ def _whoami(client: redis.Redis) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def check_acl_rights(client: redis.Redis) -> None:
+def check_acl_rights(client: RedisClient) -> None:
     """Create (disabled) and delete a user with a namespace's rules, as the identity provisioning would: raises
     AclUnavailable with one line saying why not (NOPERM: the caller's user lacks the rights; ERR: the server does
     not take the rules, e.g. Redis older than 7 has no selectors, or ACL commands are disabled)."""
@@ -236,7 +237,7 @@ def same_address(url: str, other: str) -> bool:
     return identity_url(url, "u", "p") == identity_url(other, "u", "p")
 
 
-def acl_users(client: redis.Redis) -> Sequence[str]:
+def acl_users(client: RedisClient) -> Sequence[str]:
     """The names of the server's ACL users (ACL USERS)."""
     return [name.decode() if isinstance(name, bytes) else str(name) for name in client.execute_command("ACL USERS")]
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 
 from unicore.log import get_logger
 from unicore.store import changes
+from unicore.store.client import AsyncRedisClient, RedisClient
 from unicore.store.codec import text
 from unicore.store.keys import ACTIVATIONS_MAXLEN, ACTIVATIONS_STREAM, activations_stream
 
@@ -50,7 +50,8 @@ def entry_fields(task_id: str, reason: str, ts: str) -> dict[str, str]:
     return {"task": task_id, "reason": reason, "ts": ts}
 
 
-def write_activation(client: Any, task_id: str, reason: str, ts: str, change: changes.Kind | None = None) -> str:
+def write_activation(client: RedisClient, task_id: str, reason: str, ts: str,
+                     change: changes.Kind | None = None) -> str:
     """XADD the entry that wakes ``task_id`` to its activation stream (``keys.activations_stream``), with the note
     that its tree row changed (``change``, ``state.changes``) in the same round trip; the entry id, or "" when the
     stream refuses the entry: its namespace's Redis user can give its own stream an entry with the largest id, and
@@ -85,7 +86,7 @@ def _activations(reply: Any) -> list[Activation]:
             for entry_id, fields in batch]
 
 
-async def read_streams(client: aioredis.Redis, group: str, consumer: str, start_ids: dict[str, str], *, count: int,
+async def read_streams(client: AsyncRedisClient, group: str, consumer: str, start_ids: dict[str, str], *, count: int,
                        block: int | None) -> list[Activation]:
     """Up to ``count`` entries of each stream of ``start_ids`` (stream -> ``>`` for new ones, ``0`` for this
     consumer's pending ones) in one XREADGROUP: how one operator reads every namespace's stream with one blocked
@@ -99,7 +100,7 @@ async def read_streams(client: aioredis.Redis, group: str, consumer: str, start_
 class ActivationConsumer:
     """A consumer of ``stream`` (the local ``uc:activations``) in consumer group ``group`` (sync client)."""
 
-    def __init__(self, client: redis.Redis, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
+    def __init__(self, client: RedisClient, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
         self.redis = client
         self.group = group
         self.consumer = consumer
@@ -129,7 +130,7 @@ class AsyncActivationConsumer:
     """A consumer of ``stream`` (a namespace's: ``keys.namespace_activations_stream``) in consumer group ``group``
     (``redis.asyncio`` client)."""
 
-    def __init__(self, client: aioredis.Redis, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
+    def __init__(self, client: AsyncRedisClient, group: str, consumer: str, stream: str = ACTIVATIONS_STREAM) -> None:
         self.redis = client
         self.group = group
         self.consumer = consumer

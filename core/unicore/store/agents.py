@@ -11,17 +11,17 @@ at their start (``unicore.agent_resolution``); a turn pod's Redis user may only 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from pydantic import ValidationError
 
 from unicore.agents import AgentDefinition, AgentInvalid
+from unicore.store.client import RedisClient
 from unicore.store.keys import AGENTS_INDEX, agent_key
 
 __all__ = ["delete_agent", "list_agents", "read_agent", "write_agent"]
 
 
-def write_agent(client: Any, agent_id: str, definition: AgentDefinition) -> bool:
+def write_agent(client: RedisClient, agent_id: str, definition: AgentDefinition) -> bool:
     """Store (or replace) the definition of ``agent_id``; True when it changed. Raises RedisError."""
     encoded = definition.model_dump_json(exclude_defaults=False)
     key = agent_key(agent_id)
@@ -34,7 +34,7 @@ def write_agent(client: Any, agent_id: str, definition: AgentDefinition) -> bool
     return True
 
 
-def read_agent(client: Any, agent_id: str) -> AgentDefinition | None:
+def read_agent(client: RedisClient, agent_id: str) -> AgentDefinition | None:
     """The stored definition of ``agent_id``; None when there is none. AgentInvalid when it does not decode (written
     by another version). Raises RedisError."""
     raw = client.get(agent_key(agent_id))
@@ -47,7 +47,7 @@ def read_agent(client: Any, agent_id: str) -> AgentDefinition | None:
                            f"{exc.errors()[0]['msg']}") from None
 
 
-def delete_agent(client: Any, agent_id: str) -> bool:
+def delete_agent(client: RedisClient, agent_id: str) -> bool:
     """Remove the definition of ``agent_id``; True when there was one. Raises RedisError."""
     pipe = client.pipeline(transaction=False)
     pipe.delete(agent_key(agent_id))
@@ -56,7 +56,7 @@ def delete_agent(client: Any, agent_id: str) -> bool:
     return bool(removed)
 
 
-def list_agents(client: Any, prefix: str = "") -> list[str]:
+def list_agents(client: RedisClient, prefix: str = "") -> list[str]:
     """The stored agent ids (those starting with ``prefix``: ``"<namespace>/"`` for a namespace's), sorted."""
     ids = (item if isinstance(item, str) else item.decode() for item in client.zrange(AGENTS_INDEX, 0, -1))
     return sorted(agent for agent in ids if agent.startswith(prefix))

@@ -19,6 +19,7 @@ import redis
 
 from unicore.errors import LeaseLost, TaskNotFound
 from unicore.store import codec, lua
+from unicore.store.client import RedisClient
 
 PendingKind = Literal["approval", "input"]
 CallStatus = Literal["pending", "approved", "denied", "answered"]
@@ -152,7 +153,7 @@ local function is_set(value) return value ~= nil and value ~= cjson.null end
 """
 
 
-def run_script(client: redis.Redis, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+def run_script(client: RedisClient, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
     try:
         return client.register_script(script)(keys=list(keys), args=list(args))
     except redis.ResponseError as exc:

@@ -21,6 +21,7 @@ from unicore.api.schema import ContentBlock, InboxMessage
 from unicore.errors import UniCoreError
 from unicore.store import changes, codec, lua
 from unicore.store.approval_records import _DECODE_STATE, _HELD, PendingCall, _call_json, _state_json, run_script
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 from unicore.store.records import Lease
 
@@ -129,7 +130,7 @@ return removed
 
 
 
-def record_calls(client: redis.Redis, lease: Lease, calls_: Sequence[PendingCall]) -> int:
+def record_calls(client: RedisClient, lease: Lease, calls_: Sequence[PendingCall]) -> int:
     """Record calls waiting for a person (idempotent by call id: a call recorded before keeps its state)."""
     if not calls_:
         return 0
@@ -143,14 +144,14 @@ def record_calls(client: redis.Redis, lease: Lease, calls_: Sequence[PendingCall
     return added
 
 
-def hold_result(client: redis.Redis, lease: Lease, call_id: str, position: int, result: ContentBlock) -> None:
+def hold_result(client: RedisClient, lease: Lease, call_id: str, position: int, result: ContentBlock) -> None:
     """Keep the result of an ungated call of a waiting answer until the whole answer's results are queued."""
     keys = TaskKeys(lease.task_id)
     run_script(client, HOLD_RESULT, [keys.lease, keys.approvals],
          [lease.token, call_id, codec.dumps({"position": position, "result": result})])
 
 
-def held_results(client: redis.Redis, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
+def held_results(client: RedisClient, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
     """call id -> (position, result block) of the held results."""
     data: dict[str, str] = client.hgetall(TaskKeys(task_id).approvals)
     out: dict[str, tuple[int, ContentBlock]] = {}
@@ -161,7 +162,7 @@ def held_results(client: redis.Redis, task_id: str) -> dict[str, tuple[int, Cont
     return out
 
 
-def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int, raw_entry: str, answer: str,
+def answer_question(client: RedisClient, lease: Lease, call_id: str, index: int, raw_entry: str, answer: str,
                     answer_id: str, by: str) -> bool:
     """The user message ``raw_entry`` at inbox position ``index`` answers the pending question ``call_id`` and leaves
     the inbox. False if the call is no pending question; UniCoreError if the inbox moved under us."""
@@ -178,7 +179,7 @@ def answer_question(client: redis.Redis, lease: Lease, call_id: str, index: int,
     return int(done) == 1
 
 
-def start_call(client: redis.Redis, lease: Lease, call_id: str) -> bool:
+def start_call(client: RedisClient, lease: Lease, call_id: str) -> bool:
     """True exactly once per approved call: the caller runs its tool now. False: it was started before (a turn
     died after starting it: the tool may or may not have run) or the call is not approved. Approved means a
     decider's entry in ``uc:{T}:decisions`` says so (a decision is written once and never changes, so reading it
@@ -190,14 +191,14 @@ def start_call(client: redis.Redis, lease: Lease, call_id: str) -> bool:
     return int(run_script(client, START, [keys.lease, keys.approvals], [lease.token, call_id, repr(time.time())])) == 1
 
 
-def resolve(client: redis.Redis, lease: Lease, call_id: str, message: InboxMessage) -> None:
+def resolve(client: RedisClient, lease: Lease, call_id: str, message: InboxMessage) -> None:
     """Queue the call's result (``message``, a tool_result entry; once by its id) and mark the call resolved."""
     keys = TaskKeys(lease.task_id)
     run_script(client, RESOLVE, [keys.lease, keys.approvals, keys.inbox, keys.seen],
          [lease.token, call_id, message.id, codec.model_json(message), repr(message.timestamp)])
 
 
-def drop_entries(client: redis.Redis, lease: Lease, raw_entries: Sequence[str]) -> int:
+def drop_entries(client: RedisClient, lease: Lease, raw_entries: Sequence[str]) -> int:
     """Remove these inbox entries (e.g. decision wake-ups that found the task still waiting)."""
     if not raw_entries:
         return 0

@@ -87,6 +87,7 @@ from unicore.store.approval_records import (  # the records' format, shared with
     calls_from_hash,
     run_script,
 )
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 
 # --------------------------------------------------------------------------- scripts
@@ -174,7 +175,7 @@ return decided
 # --------------------------------------------------------------------------- readers
 
 
-def calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
+def calls(client: RedisClient, task_id: str) -> list[PendingCall]:
     """Every recorded call of the task (pending, decided, resolved), in call order, each with its decision (one round
     trip)."""
     keys = TaskKeys(task_id)
@@ -185,13 +186,13 @@ def calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
     return calls_from_hash(data, decisions)
 
 
-def recorded_approval(client: redis.Redis, task_id: str) -> Approval | None:
+def recorded_approval(client: RedisClient, task_id: str) -> Approval | None:
     """The task's ``approval`` setting as its record holds it (None: it has none, or no record)."""
     raw = client.hget(TaskKeys(task_id).task, "approval")
     return Approval.model_validate_json(raw) if raw and raw != "null" else None
 
 
-def recorded_timeout(client: redis.Redis, task_id: str) -> float:
+def recorded_timeout(client: RedisClient, task_id: str) -> float:
     """The approval timeout the task's record names (``approval.timeout_seconds``), else ``Approval``'s default."""
     return float((recorded_approval(client, task_id) or Approval()).timeout_seconds)
 
@@ -207,7 +208,7 @@ def overdue(call: PendingCall, now: float, timeout_seconds: float) -> bool:
     return call.status == "pending" and call.kind == "approval" and cutoff is not None and call.requested_at <= cutoff
 
 
-def pending_calls(client: redis.Redis, task_id: str, *, timeout_seconds: float | None = None,
+def pending_calls(client: RedisClient, task_id: str, *, timeout_seconds: float | None = None,
                   now: float | None = None) -> list[PendingCall]:
     """The calls of the task a person may still decide (undecided, no result queued yet, not past the timeout), in
     call order. ``timeout_seconds`` None: the task's own (``recorded_timeout``)."""
@@ -217,12 +218,12 @@ def pending_calls(client: redis.Redis, task_id: str, *, timeout_seconds: float |
             if call.status == "pending" and call.resolved_at is None and not overdue(call, at, timeout)]
 
 
-def unresolved_calls(client: redis.Redis, task_id: str) -> list[PendingCall]:
+def unresolved_calls(client: RedisClient, task_id: str) -> list[PendingCall]:
     """The calls whose result has not been queued for the conversation yet (pending or decided), in call order."""
     return [call for call in calls(client, task_id) if call.resolved_at is None]
 
 
-def get_call(client: redis.Redis, task_id: str, call_id: str) -> PendingCall:
+def get_call(client: RedisClient, task_id: str, call_id: str) -> PendingCall:
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)
     pipe.hmget(keys.approvals, [_CALL + call_id, _STATE + call_id])
@@ -233,7 +234,7 @@ def get_call(client: redis.Redis, task_id: str, call_id: str) -> PendingCall:
     return _parse(call_raw, state_raw, decision_raw)
 
 
-def waiting_for(client: redis.Redis, task_id: str) -> PendingKind | None:
+def waiting_for(client: RedisClient, task_id: str) -> PendingKind | None:
     """"approval" if an approval is pending, else "input" if a question is pending, else None (O(1))."""
     approvals, questions = client.hmget(TaskKeys(task_id).approvals, [_COUNT + "approval", _COUNT + "input"])
     if int(approvals or 0) > 0:
@@ -255,12 +256,12 @@ def wakes(waiting: PendingKind | None, inbox_types: Iterable[str]) -> bool:
     return WAKEUP_TYPE in types
 
 
-def inbox_entries(client: redis.Redis, task_id: str) -> list[str]:
+def inbox_entries(client: RedisClient, task_id: str) -> list[str]:
     """The task's inbox entries as stored (JSON), oldest first."""
     return list(client.lrange(TaskKeys(task_id).inbox, 0, -1))
 
 
-def inbox_types(client: redis.Redis, task_id: str) -> list[str]:
+def inbox_types(client: RedisClient, task_id: str) -> list[str]:
     out = []
     for raw in client.lrange(TaskKeys(task_id).inbox, 0, -1):
         try:
@@ -270,7 +271,7 @@ def inbox_types(client: redis.Redis, task_id: str) -> list[str]:
     return out
 
 
-def blocked(client: redis.Redis, task_id: str) -> bool:
+def blocked(client: RedisClient, task_id: str) -> bool:
     """The task waits for people and nothing in its inbox answers them: it needs no turn now."""
     waiting = waiting_for(client, task_id)
     return waiting is not None and not wakes(waiting, inbox_types(client, task_id))
@@ -279,7 +280,7 @@ def blocked(client: redis.Redis, task_id: str) -> bool:
 # --------------------------------------------------------------------------- deciders
 
 
-def _activate(client: redis.Redis, task_id: str, reason: str) -> None:
+def _activate(client: RedisClient, task_id: str, reason: str) -> None:
     """Activate the task (decided calls may let it run) and note its row changed (``state.changes``): one round
     trip."""
     write_activation(client, task_id, reason, repr(time.time()), "decided")
@@ -291,7 +292,7 @@ def decide_keys(task_id: str) -> list[str]:
     return [keys.approvals, keys.inbox, keys.seen, keys.task, keys.decisions]
 
 
-def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,
+def _decide(client: RedisClient, task_id: str, call_id: str, approve: bool, by: str, reason: str, now: float,
             before: float | None, expired: float | None = None) -> list[str]:
     wake = InboxMessage(id=f"decision:{uuid.uuid4().hex}", type=WAKEUP_TYPE,  # type: ignore[arg-type]
                         content={"by": by, "approve": approve}, sender=by, timestamp=now)
@@ -325,7 +326,7 @@ def _decide(client: redis.Redis, task_id: str, call_id: str, approve: bool, by: 
     return ids
 
 
-def decide(client: redis.Redis, task_id: str, call_id: str | None, approve: bool, *, by: str,
+def decide(client: RedisClient, task_id: str, call_id: str | None, approve: bool, *, by: str,
            reason: str = "", timeout_seconds: float | None = None) -> list[PendingCall]:
     """Approve or deny ``call_id`` (None: every pending approval of the task); the decided calls. Atomic; raises
     NoSuchCall, AlreadyDecided (nothing changed), DecisionExpired (past ``timeout_seconds``; None: the task's own,
@@ -336,7 +337,7 @@ def decide(client: redis.Redis, task_id: str, call_id: str | None, approve: bool
     return [get_call(client, task_id, call) for call in ids]
 
 
-def expire_overdue(client: redis.Redis, task_id: str, *, now: float, timeout_seconds: float) -> list[str]:
+def expire_overdue(client: RedisClient, task_id: str, *, now: float, timeout_seconds: float) -> list[str]:
     """Deny every approval pending since ``now - timeout_seconds`` or earlier (by "timeout"); their ids."""
     reason = f"no decision within {timeout_seconds:g}s"
     return _decide(client, task_id, "", False, TIMEOUT_DECIDER, reason, now, now - timeout_seconds)

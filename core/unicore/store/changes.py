@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from unicore.log import get_logger
+from unicore.store.client import RedisClient, RedisPipeline
 from unicore.store.codec import text
 from unicore.store.keys import CHANGES_MAXLEN, CHANGES_STREAM, changes_stream
 
@@ -65,7 +66,7 @@ def entry_fields(task_id: str, change: Kind) -> dict[str, str]:
     return {"task": task_id, "change": change}
 
 
-def queue(pipe: Any, task_id: str, change: Kind) -> None:
+def queue(pipe: RedisPipeline, task_id: str, change: Kind) -> None:
     """Add the XADD of one change to a pipeline (whose errors the caller handles: ``execute_with_changes``)."""
     pipe.xadd(changes_stream(task_id), entry_fields(task_id, change), maxlen=CHANGES_MAXLEN,  # type: ignore[arg-type]
               approximate=True)
@@ -82,7 +83,7 @@ def _lost(changes: Sequence[tuple[str, Kind]], error: BaseException) -> None:
         log.debug("task change stream: %s not written (%s)", what, error)
 
 
-def publish(client: Any, changes: Sequence[tuple[str, Kind]]) -> None:
+def publish(client: RedisClient, changes: Sequence[tuple[str, Kind]]) -> None:
     """XADD each (task id, change) in one round trip; best effort: logged, never raised."""
     if not changes:
         return
@@ -95,7 +96,7 @@ def publish(client: Any, changes: Sequence[tuple[str, Kind]]) -> None:
         _lost(changes, exc)
 
 
-def publish_one(client: Any, task_id: str, change: Kind) -> None:
+def publish_one(client: RedisClient, task_id: str, change: Kind) -> None:
     """One change, one XADD (no pipeline); best effort: logged, never raised."""
     try:
         client.xadd(changes_stream(task_id), entry_fields(task_id, change), maxlen=CHANGES_MAXLEN, approximate=True)
@@ -103,7 +104,7 @@ def publish_one(client: Any, task_id: str, change: Kind) -> None:
         _lost([(task_id, change)], exc)
 
 
-def execute_with_changes(pipe: Any, changes: Sequence[tuple[str, Kind]]) -> list[Any]:
+def execute_with_changes(pipe: RedisPipeline, changes: Sequence[tuple[str, Kind]]) -> list[Any]:
     """Run ``pipe`` (a non-transactional pipeline holding the caller's own commands) with the XADDs of ``changes``
     added at its end: one round trip. Returns the replies of the caller's commands and raises the first of their
     errors, as ``execute()`` would; a failed XADD is only logged."""
@@ -124,14 +125,14 @@ def execute_with_changes(pipe: Any, changes: Sequence[tuple[str, Kind]]) -> list
 # --------------------------------------------------------------------------- the reader
 
 
-def last_id(client: Any) -> str:
+def last_id(client: RedisClient) -> str:
     """The id of the newest entry (``0-0`` when there is none): a reader that reads the state after this call and then
     ``read_after`` it misses no change."""
     newest = client.xrevrange(CHANGES_STREAM, count=1)
     return text(newest[0][0]) if newest else "0-0"
 
 
-def read_after(client: Any, after: str, *, wait_seconds: float = 0.0, count: int = READ_COUNT) -> list[Change]:
+def read_after(client: RedisClient, after: str, *, wait_seconds: float = 0.0, count: int = READ_COUNT) -> list[Change]:
     """Entries after id ``after``, at most ``count``; when there are none yet, waits up to ``wait_seconds`` for one
     (XREAD BLOCK, at least 1 ms: BLOCK 0 would wait forever; keep it below the client's socket timeout). 0: no
     wait."""

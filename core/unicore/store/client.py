@@ -36,13 +36,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.client import Pipeline
 from redis.cluster import RedisCluster
 from redis.connection import Connection, parse_url
 from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
@@ -56,6 +57,12 @@ from unicore.settings import RedisClientSettings
 from unicore.store.codec import ENCODING_ERRORS
 
 log = get_logger("state.client")
+
+# The client every store function takes: what ``build_client`` returns. A Redis Cluster client is one too (typed so
+# by ``build_client``: it has the same command API); the few places that must tell them apart check its class.
+RedisClient: TypeAlias = redis.Redis
+RedisPipeline: TypeAlias = Pipeline  # ``RedisClient.pipeline()``'s (a cluster client's: its ClusterPipeline)
+AsyncRedisClient: TypeAlias = aioredis.Redis  # what ``build_async_client`` returns (the operator's event loop)
 
 T = TypeVar("T")
 
@@ -354,7 +361,7 @@ def _connected_cluster(make: Callable[[], T], seconds: float) -> T:
 def build_client(
     url: str, *, decode_responses: bool = True, retry_for: float | None = None,
     health_check_interval: float | None = None,
-) -> redis.Redis:
+) -> RedisClient:
     """A synchronous client for ``url`` that rides out connection blips (see the module doc); ``RedisURLError`` for
     a URL no client can be built from."""
     check_url(url)
@@ -363,7 +370,7 @@ def build_client(
     if seed is not None:  # same command API; redis-py's sync cluster client ignores health_check_interval
         seconds = options.pop("retry").seconds
         options["retry"] = Retry(_backoff(), cluster_retries(seconds), RETRY_ERRORS)
-        return cast(redis.Redis, _connected_cluster(
+        return cast(RedisClient, _connected_cluster(
             lambda: RedisCluster.from_url(seed, decode_responses=decode_responses, **options), seconds))
     pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
@@ -374,7 +381,7 @@ def build_client(
 def build_async_client(
     url: str, *, decode_responses: bool = False, retry_for: float | None = None,
     health_check_interval: float | None = None, max_connections: int = ASYNC_MAX_CONNECTIONS,
-) -> aioredis.Redis:
+) -> AsyncRedisClient:
     """A ``redis.asyncio`` client for ``url`` with the same retries, timeouts and health checks, and at most
     ``max_connections`` connections (``AsyncBoundedConnectionPool``; a Redis Cluster client is not bounded);
     ``RedisURLError`` for a URL no client can be built from."""
@@ -384,7 +391,7 @@ def build_async_client(
     if seed is not None:
         options["retry"] = AsyncRetry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
         # Not bounded: redis.asyncio's cluster nodes refuse a command over their max_connections instead of waiting.
-        return cast(aioredis.Redis, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
+        return cast(AsyncRedisClient, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
     pool = AsyncBoundedConnectionPool.from_url(url, decode_responses=decode_responses, max_connections=max_connections,
                                                timeout=POOL_WAIT_SECONDS, **options)
     client = aioredis.Redis(connection_pool=pool)

@@ -17,13 +17,13 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import redis
 
 from unicore.api.schema import Message, tool_result_message_id
 from unicore.errors import LeaseLost, UniCoreError
 from unicore.store import codec, lua
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 from unicore.store.messages import load_message
 from unicore.store.records import Lease, Turn, TurnMeta, turn_meta_field
@@ -86,7 +86,7 @@ def newest_valid(raw_records: Iterable[str], total: int) -> Compaction | None:
     return None
 
 
-def append_compaction(client: Any, lease: Lease, record: Compaction) -> bool:
+def append_compaction(client: RedisClient, lease: Lease, record: Compaction) -> bool:
     """Append ``record`` (fenced: LeaseLost if the lease is gone). False when a record covering as much is already
     stored (nothing written)."""
     keys = TaskKeys(lease.task_id)
@@ -102,7 +102,7 @@ def append_compaction(client: Any, lease: Lease, record: Compaction) -> bool:
     return int(result) > 0
 
 
-def read_compactions(client: Any, task_id: str) -> list[Compaction]:
+def read_compactions(client: RedisClient, task_id: str) -> list[Compaction]:
     """Every readable record, oldest first (for transcripts: where compaction happened)."""
     return [r for r in map(Compaction.parse, client.lrange(TaskKeys(task_id).compactions, 0, -1)) if r is not None]
 
@@ -118,7 +118,7 @@ class RequestHistory:
     turn: Turn | None  # the newest turn (header and end); its ``messages`` are those read (seq >= start)
 
 
-def load_request_history(client: Any, task_id: str) -> RequestHistory:
+def load_request_history(client: RedisClient, task_id: str) -> RequestHistory:
     """The newest valid compaction record and only the messages after it: two round trips, and the messages
     decoded are ``total - start``, whatever the history's length."""
     keys = TaskKeys(task_id)
@@ -149,7 +149,7 @@ def load_request_history(client: Any, task_id: str) -> RequestHistory:
     return RequestHistory(compaction=compaction, messages=messages, start=start, total=total, turn=turn)
 
 
-def seen_tool_results(client: Any, task_id: str, tool_use_ids: Sequence[str]) -> set[str]:
+def seen_tool_results(client: RedisClient, task_id: str, tool_use_ids: Sequence[str]) -> set[str]:
     """Those of ``tool_use_ids`` whose result the task's inbox already accepted (``tr:<id>`` in its seen set): ids
     used before a compaction, which the request's messages no longer show (one pipelined round trip)."""
     if not tool_use_ids:

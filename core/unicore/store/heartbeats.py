@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis
 
 from unicore.store import changes, lua
+from unicore.store.client import RedisClient
 from unicore.store.codec import text
 from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys
 
@@ -112,7 +113,7 @@ def _float(raw: object) -> float | None:
         return None
 
 
-def read_turns(client: redis.Redis, *, read: Iterable[str], beat_check: Iterable[str], stale_cutoff: float,
+def read_turns(client: RedisClient, *, read: Iterable[str], beat_check: Iterable[str], stale_cutoff: float,
                beat_cutoff: float) -> ReadResult:
     """Read the turn state of the tasks in ``read``, of those in ``beat_check`` whose heartbeat entry is older than
     ``beat_cutoff`` or missing, and of every entry of ``uc:heartbeats`` older than ``stale_cutoff``: two round trips,
@@ -131,7 +132,7 @@ def read_turns(client: redis.Redis, *, read: Iterable[str], beat_check: Iterable
                       forgotten=forgotten)
 
 
-def _heartbeat_index(client: redis.Redis, checks: list[str], stale_cutoff: float,
+def _heartbeat_index(client: RedisClient, checks: list[str], stale_cutoff: float,
                      beat_cutoff: float) -> tuple[dict[str, float], list[str]]:
     """(stale entries -> score, beat-checked ids whose entry is missing or older than ``beat_cutoff``)."""
     script = client.register_script(BEAT_CHECK_SCRIPT)
@@ -150,7 +151,7 @@ def _heartbeat_index(client: redis.Redis, checks: list[str], stale_cutoff: float
     return stale, [checks[int(i) - 1] for i in positions]
 
 
-def _read_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
+def _read_running(client: RedisClient, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
     """Status, heartbeat and lease of the tasks in ``task_ids`` that Redis marks ``running`` (the scan needs
     nothing about the others: acquiring the lease sets ``running``, releasing clears it). ONE pipelined round
     trip, no per-task waits.
@@ -167,7 +168,7 @@ def _read_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, Red
     return _read_with_pipeline(client, ids)
 
 
-def read_not_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
+def read_not_running(client: RedisClient, task_ids: Iterable[str]) -> dict[str, RedisTaskState]:
     """Status and ``released_at`` of the tasks in ``task_ids`` that Redis does not mark ``running`` (one pipelined
     round trip; ``status`` "" when the record is gone). Releasing the lease sets ``idle`` and ``released_at``."""
     ids = list(task_ids)
@@ -178,7 +179,7 @@ def read_not_running(client: redis.Redis, task_ids: Iterable[str]) -> dict[str, 
     return states
 
 
-def _task_fields(client: redis.Redis, task_ids: list[str], *fields: str) -> list[list[object]]:
+def _task_fields(client: RedisClient, task_ids: list[str], *fields: str) -> list[list[object]]:
     """``fields`` of each task's record (``uc:{T}:task``), in one pipelined round trip (none for no tasks)."""
     if not task_ids:
         return []
@@ -188,7 +189,7 @@ def _task_fields(client: redis.Redis, task_ids: list[str], *fields: str) -> list
     return list(pipe.execute())
 
 
-def _is_cluster(client: redis.Redis) -> bool:
+def _is_cluster(client: RedisClient) -> bool:
     return client.__class__.__name__ == "RedisCluster"
 
 
@@ -199,7 +200,7 @@ def _row_state(row: list[str]) -> RedisTaskState:
                           turn_holder=text(row[7]))
 
 
-def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
+def _read_with_script(client: RedisClient, ids: list[str]) -> dict[str, RedisTaskState]:
     script = client.register_script(READ_SCRIPT)
     pipe = client.pipeline(transaction=False)
     for start in range(0, len(ids), SCRIPT_CHUNK):
@@ -217,7 +218,7 @@ def _read_with_script(client: redis.Redis, ids: list[str]) -> dict[str, RedisTas
     return states
 
 
-def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisTaskState]:
+def _read_with_pipeline(client: RedisClient, ids: list[str]) -> dict[str, RedisTaskState]:
     states: dict[str, RedisTaskState] = {}
     running: list[str] = []
     fields = _task_fields(client, ids, "status", "updated_at", "lease_holder")
@@ -247,7 +248,7 @@ def _read_with_pipeline(client: redis.Redis, ids: list[str]) -> dict[str, RedisT
 class TurnReset:
     """Fenced reset of a reaped turn's Redis state (lease released if still the reaped holder's, status idle)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self._client = client
         self._script = client.register_script(lua.REAP_RESET)
 

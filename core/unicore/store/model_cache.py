@@ -4,8 +4,8 @@ model or inference-profile id, written with a TTL by the first process that disc
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from unicore.store.client import RedisClient
 from unicore.store.keys import BEDROCK_MODELS_CACHE
 
 
@@ -13,7 +13,7 @@ def model_cache_key(region: str) -> str:
     return BEDROCK_MODELS_CACHE.format(region=region)
 
 
-def read_model_names(client: Any, region: str) -> dict[str, str] | None:
+def read_model_names(client: RedisClient, region: str) -> dict[str, str] | None:
     """The cached names of ``region``; None when there are none (or they do not decode). Raises RedisError."""
     raw = client.get(model_cache_key(region))
     if not raw:
@@ -25,7 +25,7 @@ def read_model_names(client: Any, region: str) -> dict[str, str] | None:
     return value if isinstance(value, dict) else None
 
 
-def write_model_names(client: Any, region: str, mapping: dict[str, str], ttl_seconds: int) -> None:
+def write_model_names(client: RedisClient, region: str, mapping: dict[str, str], ttl_seconds: int) -> None:
     """Cache ``mapping`` for ``region`` for ``ttl_seconds``. Raises RedisError."""
     client.set(model_cache_key(region), json.dumps(mapping, sort_keys=True), ex=ttl_seconds)
 

@@ -21,12 +21,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import redis
-import redis.asyncio as aioredis
-
 from unicore.api.contract import same_namespace
 from unicore.store import approval_records as records_of_calls
 from unicore.store import approvals, changes, lua
+from unicore.store.client import AsyncRedisClient, RedisClient
 from unicore.store.codec import text, text_hash, to_float, to_int
 from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys
 from unicore.store.records import TurnMeta, turn_meta_field
@@ -111,7 +109,7 @@ class TaskSnapshot:
         return self.ended_jobs_by_turn.get(self.next_turn(), 0)
 
 
-async def read_snapshot(client: aioredis.Redis, task_id: str, ended_jobs: Sequence[str] = ()) -> TaskSnapshot:
+async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequence[str] = ()) -> TaskSnapshot:
     """The task's state in one round trip (two when its last turn has a header); ``ended_jobs``: names of ended
     turn Jobs to check against the accounting (``unrecorded_jobs``)."""
     keys = TaskKeys(task_id)
@@ -177,7 +175,7 @@ def _types_of(raw_entries: Iterable[str]) -> list[str]:
     return types
 
 
-async def _read_waiting(client: aioredis.Redis, keys: TaskKeys, snap: TaskSnapshot) -> None:
+async def _read_waiting(client: AsyncRedisClient, keys: TaskKeys, snap: TaskSnapshot) -> None:
     """The pending calls of a task that waits for people and, when messages are queued, whether one wakes it."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.approvals)
@@ -194,7 +192,7 @@ async def _read_waiting(client: aioredis.Redis, keys: TaskKeys, snap: TaskSnapsh
 class OperatorRecords:
     """The operator's writes to its per-task records, on a sync ``decode_responses=True`` client."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self.redis = client
         self._account = client.register_script(lua.ACCOUNT_JOB_END)
         self._break = client.register_script(lua.BREAK_LEASE)
@@ -236,7 +234,7 @@ class OperatorRecords:
         return list(self.redis.scan_iter(match=TaskKeys(task_id).pattern(), count=500))
 
 
-async def expire_task_keys(client: aioredis.Redis, task_id: str, keys: Sequence[str], seconds: int) -> None:
+async def expire_task_keys(client: AsyncRedisClient, task_id: str, keys: Sequence[str], seconds: int) -> None:
     """EXPIRE ``keys`` (the task's, from ``task_keys``) after ``seconds`` and drop the task from the global
     heartbeat index (the task's pattern does not find that key), in one pipelined round trip."""
     pipe = client.pipeline(transaction=False)
@@ -246,7 +244,7 @@ async def expire_task_keys(client: aioredis.Redis, task_id: str, keys: Sequence[
     await pipe.execute()
 
 
-async def delete_keys(client: aioredis.Redis, keys: Sequence[str]) -> None:
+async def delete_keys(client: AsyncRedisClient, keys: Sequence[str]) -> None:
     """DEL ``keys`` (leftovers of a deleted task, from ``task_keys``)."""
     await client.delete(*keys)
 

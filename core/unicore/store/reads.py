@@ -4,15 +4,15 @@ local supervisor: the Redis layout's owner answers them, not the callers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from unicore.store import approvals
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 
 CHUNK = 1000  # commands per pipeline flush: bounds one reply's size
 
 
-def inbox_lengths(client: Any, task_ids: list[str]) -> dict[str, int]:
+def inbox_lengths(client: RedisClient, task_ids: list[str]) -> dict[str, int]:
     """Inbox length of every task in ``task_ids`` whose inbox is not empty.
 
     One pipelined LLEN per task (one round trip per thousand tasks on a single Redis; a Redis Cluster pipeline sends
@@ -41,7 +41,7 @@ class TranscriptHead:
     raw_compactions: list[str] = field(default_factory=list)  # the compaction records as stored (state.compactions)
 
 
-def read_transcript_head(client: Any, task_id: str) -> TranscriptHead:
+def read_transcript_head(client: RedisClient, task_id: str) -> TranscriptHead:
     """Turn headers, turn metadata, message count, status, inbox length and compaction records of a task: one
     round trip."""
     keys = TaskKeys(task_id)
@@ -57,18 +57,18 @@ def read_transcript_head(client: Any, task_id: str) -> TranscriptHead:
                           pending=int(pending), raw_compactions=list(raw_compactions))
 
 
-def read_message_slice(client: Any, task_id: str, start: int, stop: int) -> list[str]:
+def read_message_slice(client: RedisClient, task_id: str, start: int, stop: int) -> list[str]:
     """The stored messages with ``start <= seq < stop`` (as stored: JSON); no read for an empty range."""
     return list(client.lrange(TaskKeys(task_id).messages, start, stop - 1)) if stop > start else []
 
 
-def last_error(client: Any, task_id: str) -> str | None:
+def last_error(client: RedisClient, task_id: str) -> str | None:
     """The ``last_error`` of the task's record (None or "" when there is none)."""
     value = client.hget(TaskKeys(task_id).task, "last_error")
     return None if value is None else str(value)
 
 
-def busy(client: Any, task_id: str) -> bool:
+def busy(client: RedisClient, task_id: str) -> bool:
     """Pending inbox entries (not counted while the task waits for people and none of them answers: a blocked task
     is settled, ``state.approvals.blocked``), a live lease, or a turn not finished (status running): one round
     trip (more only when the inbox is not empty). A suspended task (``state.suspension``) is settled once no

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from unicore.store import changes
+from unicore.store.client import RedisClient, RedisPipeline
 from unicore.store.codec import text, text_hash, to_float, to_int
 from unicore.store.keys import HEARTBEATS_INDEX, RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
 from unicore.store.records import turn_meta_field
@@ -143,7 +144,7 @@ class TreeDump:
         return None
 
 
-def _read_value(pipe: Any, key: str, kind: str) -> bool:
+def _read_value(pipe: RedisPipeline, key: str, kind: str) -> bool:
     """Queue the read of ``key`` by its type; False for a type that is not read (a stream, none)."""
     if kind == "string":
         pipe.get(key)
@@ -172,7 +173,7 @@ def _plain(kind: str, value: Any) -> Any:
     return [[text(member), score] for member, score in value]  # zset
 
 
-def read_tasks(client: Any, task_ids: Sequence[str]) -> list[TaskDump]:
+def read_tasks(client: RedisClient, task_ids: Sequence[str]) -> list[TaskDump]:
     """Every key of each task (``TaskKeys.all``, as stored): two round trips for any number of tasks."""
     wanted = [(task_id, key) for task_id in task_ids for key in TaskKeys(task_id).all()
               if part_of(key) not in NOT_ARCHIVED]
@@ -190,7 +191,7 @@ def read_tasks(client: Any, task_ids: Sequence[str]) -> list[TaskDump]:
     return [dumps[task_id] for task_id in task_ids]
 
 
-def read_tree(client: Any, root: str) -> TreeDump | None:
+def read_tree(client: RedisClient, root: str) -> TreeDump | None:
     """The tree under ``root`` (None when the root has no record)."""
     ids = [root] + [node.id for node in descendants(client, root)]
     tasks = read_tasks(client, ids)
@@ -199,7 +200,7 @@ def read_tree(client: Any, root: str) -> TreeDump | None:
     return TreeDump(root, [task for task in tasks if task.record])
 
 
-def roots_idle_since(client: Any, roots: Sequence[str], cutoff: float) -> list[str]:
+def roots_idle_since(client: RedisClient, roots: Sequence[str], cutoff: float) -> list[str]:
     """Of ``roots``, those with a record not updated since ``cutoff`` (a cheap first filter: a tree's last activity
     is at least its root's); one round trip."""
     pipe = client.pipeline(transaction=False)
@@ -212,7 +213,7 @@ def roots_idle_since(client: Any, roots: Sequence[str], cutoff: float) -> list[s
     return found
 
 
-def local_roots(client: Any) -> list[str]:
+def local_roots(client: RedisClient) -> list[str]:
     """The root tasks of local mode (bare ids, no parent) in ``uc:tasks``."""
     ids = [text(task_id) for task_id in client.zrange(TASKS_INDEX, 0, -1) if "/" not in text(task_id)]
     pipe = client.pipeline(transaction=False)
@@ -273,19 +274,19 @@ return 1
 """
 
 
-def begin_removal(client: Any, removal: Removal) -> None:
+def begin_removal(client: RedisClient, removal: Removal) -> None:
     client.hset(RETENTION_JOURNAL, removal.root, removal.encode())
 
 
-def end_removal(client: Any, root: str) -> None:
+def end_removal(client: RedisClient, root: str) -> None:
     client.hdel(RETENTION_JOURNAL, root)
 
 
-def pending_removals(client: Any) -> list[Removal]:
+def pending_removals(client: RedisClient) -> list[Removal]:
     return [Removal.decode(text(root), text(raw)) for root, raw in (client.hgetall(RETENTION_JOURNAL) or {}).items()]
 
 
-def retire(client: Any, removal: Removal, task_id: str) -> int:
+def retire(client: RedisClient, removal: Removal, task_id: str) -> int:
     """Step 2 for one task (see the module docstring); the script's answer."""
     keys = TaskKeys(task_id)
     fp = removal.tasks[task_id]
@@ -297,13 +298,13 @@ def retire(client: Any, removal: Removal, task_id: str) -> int:
     return result
 
 
-def unretire(client: Any, task_id: str) -> None:
+def unretire(client: RedisClient, task_id: str) -> None:
     keys = TaskKeys(task_id)
     client.eval(UNRETIRE, 3, keys.task, keys.retired, keys.archived)
     changes.publish_one(client, task_id, "restored")
 
 
-def purge(client: Any, task_ids: Sequence[str]) -> None:
+def purge(client: RedisClient, task_ids: Sequence[str]) -> None:
     """Step 3: every key of the retired tasks but their tombstones, and their global index entries (one DEL per
     key: a cluster pipeline has no multi-key DEL)."""
     pipe = client.pipeline(transaction=False)
@@ -339,7 +340,7 @@ def _note(task_id: str, data: Mapping[str, str]) -> ArchivedNote | None:
     return ArchivedNote(task_id, data.get("url", ""), to_float(data.get("archived_at")), data.get("root", ""))
 
 
-def archived_notes(client: Any, task_ids: Sequence[str]) -> dict[str, ArchivedNote]:
+def archived_notes(client: RedisClient, task_ids: Sequence[str]) -> dict[str, ArchivedNote]:
     """The tombstones of those of ``task_ids`` that retention removed (and that have no record again): one round
     trip."""
     pipe = client.pipeline(transaction=False)
@@ -355,7 +356,7 @@ def archived_notes(client: Any, task_ids: Sequence[str]) -> dict[str, ArchivedNo
     return found
 
 
-def archived_note(client: Any, task_id: str) -> ArchivedNote | None:
+def archived_note(client: RedisClient, task_id: str) -> ArchivedNote | None:
     """The task's tombstone when retention removed it (and no task of that id exists again)."""
     return archived_notes(client, [task_id]).get(task_id)
 

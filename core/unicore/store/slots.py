@@ -27,9 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-
 from unicore.errors import LimitExceeded
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 
 STALE_RESERVATION_SECONDS = 600.0
@@ -56,7 +55,7 @@ return 1
 class SpawnSlots:
     """Reserve and release child/descendant slots (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, client: RedisClient, clock: Callable[[], float] = time.time) -> None:
         self.redis = client
         self.clock = clock
         self._reserve = client.register_script(RESERVE_SLOT)

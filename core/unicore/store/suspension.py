@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from unicore.errors import TaskNotFound
 from unicore.store import changes, lua
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 from unicore.store.tasks import TaskStore
 from unicore.store.tree_reads import descendants
@@ -69,11 +69,11 @@ def stop(store: TaskStore, task_id: str) -> list[str]:
     return changed
 
 
-def is_suspended(client: Any, task_id: str) -> bool:
+def is_suspended(client: RedisClient, task_id: str) -> bool:
     return client.hget(TaskKeys(task_id).task, SUSPENDED) == "1"
 
 
-def suspended_flags(client: Any, task_ids: Sequence[str]) -> list[bool]:
+def suspended_flags(client: RedisClient, task_ids: Sequence[str]) -> list[bool]:
     """The flag of each task (False for a missing one), in one round trip."""
     pipe = client.pipeline(transaction=False)
     for task_id in task_ids:

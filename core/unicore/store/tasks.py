@@ -43,7 +43,7 @@ from unicore.log import get_logger
 from unicore.store import approvals, changes, codec, lua
 from unicore.store.activations import write_activation
 from unicore.store.agents import read_agent
-from unicore.store.client import build_client
+from unicore.store.client import RedisClient, build_client
 from unicore.store.keys import HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.store.messages import load_message
 from unicore.store.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
@@ -54,7 +54,7 @@ DEFAULT_LEASE_TTL_MS = 30_000
 _DRAIN_RETRIES = 5
 
 
-def connect(url: str | None = None) -> redis.Redis:
+def connect(url: str | None = None) -> RedisClient:
     """A client that decodes responses to str (what TaskStore expects). ``url`` defaults to ``$REDIS_URL``.
 
     It retries through connection blips (resets, restarts, failovers) for ``UNICORE_REDIS_RETRY_SECONDS``; see
@@ -136,7 +136,7 @@ def build_drain_batch(raw_entries: Sequence[str]) -> list[tuple[list[ContentBloc
 class TaskStore:
     """All task state operations. ``client`` must decode responses (``connect()`` makes such a client)."""
 
-    def __init__(self, client: redis.Redis, *, message_cap_bytes: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
+    def __init__(self, client: RedisClient, *, message_cap_bytes: int = DEFAULT_MESSAGE_CAP_BYTES) -> None:
         if not client.get_encoder().decode_responses:  # Redis and RedisCluster alike (the latter has no pool)
             raise ConfigError("TaskStore needs a Redis client created with decode_responses=True")
         self.redis = client

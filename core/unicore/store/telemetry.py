@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from unicore.store.client import RedisClient
 from unicore.store.keys import METRICS_COUNTERS, METRICS_GAUGES, METRICS_HISTOGRAMS
 
 DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -37,7 +38,7 @@ def parse_labels(text: str) -> dict[str, str]:
 class Telemetry:
     """Best-effort metric writes: one pipelined round trip per call; never raises into the caller's work."""
 
-    def __init__(self, client: redis.Redis, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+    def __init__(self, client: RedisClient, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
         self._redis = client
         self._buckets = tuple(buckets)
 
@@ -76,7 +77,7 @@ class TelemetryHashes(NamedTuple):
     gauges: Mapping[Any, Any]
 
 
-def read_telemetry(client: Any) -> TelemetryHashes:
+def read_telemetry(client: RedisClient) -> TelemetryHashes:
     """Counters, histograms and gauges in one pipelined round trip (the exporter's read; raises RedisError)."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(METRICS_COUNTERS)

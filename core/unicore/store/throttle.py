@@ -7,8 +7,7 @@ script; time is the Redis server's clock (ms) unless the caller passes one.
 
 from __future__ import annotations
 
-import redis
-
+from unicore.store.client import RedisClient
 from unicore.store.keys import THROTTLE_PREFIX
 
 # KEYS: win, tok, state   ARGV: now ms ('' = the server's clock), window ms, max requests, max tokens, estimate,
@@ -129,7 +128,7 @@ def throttle_keys(model_key: str) -> tuple[str, str, str]:
 class ThrottleState:
     """The throttle keys of one model: each call is one script (one round trip); errors are the caller's."""
 
-    def __init__(self, client: redis.Redis, model_key: str) -> None:
+    def __init__(self, client: RedisClient, model_key: str) -> None:
         self.redis = client
         self.keys = throttle_keys(model_key)
         self._acquire = client.register_script(ACQUIRE)

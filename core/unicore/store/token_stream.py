@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES
 from unicore.log import get_logger
+from unicore.store.client import RedisClient
 from unicore.store.codec import valid_text
 from unicore.store.keys import TaskKeys
 
@@ -105,7 +106,7 @@ def _fields(turn: int, call: int, seq: int, attempt: int, kind: str, text: str =
     return {"turn": turn, "call": call, "seq": seq, "attempt": attempt, "kind": kind, "text": text}
 
 
-def publish(client: Any, task_id: str, events: list[dict[str, Any]], settings: StreamSettings) -> None:
+def publish(client: RedisClient, task_id: str, events: list[dict[str, Any]], settings: StreamSettings) -> None:
     """XADD ``events`` (entry fields) to the task's stream and renew its expiry: one pipelined round trip. Raises
     the client's errors (the sink catches them)."""
     if not events or settings.entries <= 0:
@@ -118,7 +119,7 @@ def publish(client: Any, task_id: str, events: list[dict[str, Any]], settings: S
     pipe.execute()
 
 
-def publish_turn_end(client: Any, task_id: str, turn: int, settings: StreamSettings) -> None:
+def publish_turn_end(client: RedisClient, task_id: str, turn: int, settings: StreamSettings) -> None:
     """A ``turn_end`` entry (wakes readers waiting for more at once); logged, never raised."""
     try:
         publish(client, task_id, [_fields(turn, 0, 0, 0, "turn_end")], settings)
@@ -129,7 +130,7 @@ def publish_turn_end(client: Any, task_id: str, turn: int, settings: StreamSetti
 class TokenStreamSink:
     """The ``AnswerSink`` of one model call: its text to the task's live stream (module doc). Thread-safe."""
 
-    def __init__(self, client: Any, task_id: str, *, turn: int, call: int, seq: int,
+    def __init__(self, client: RedisClient, task_id: str, *, turn: int, call: int, seq: int,
                  settings: StreamSettings | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.task_id = task_id
@@ -298,7 +299,7 @@ def check_entry_id(value: str) -> str:
     return value
 
 
-def read_after(client: Any, task_id: str, after: str, *, wait_seconds: float = 0.0,
+def read_after(client: RedisClient, task_id: str, after: str, *, wait_seconds: float = 0.0,
                count: int = READ_COUNT) -> list[StreamEntry]:
     """Entries after id ``after`` (``0``: from the oldest kept), at most ``count``; when there are none yet, waits up to
     ``wait_seconds`` for one (XREAD BLOCK; keep it below the client's socket timeout)."""
@@ -311,7 +312,7 @@ def read_after(client: Any, task_id: str, after: str, *, wait_seconds: float = 0
     return entries
 
 
-def current_call(client: Any, task_id: str, *, scan: int = DEFAULT_ENTRIES) -> tuple[list[StreamEntry], str]:
+def current_call(client: RedisClient, task_id: str, *, scan: int = DEFAULT_ENTRIES) -> tuple[list[StreamEntry], str]:
     """Where a reader that has just printed the stored transcript starts: the entries of the call still in progress
     (from its latest try; none when the newest entry ends a call or a turn) and the id to read after next (``0``
     when the stream is empty). Reads at most ``scan`` entries back."""
@@ -346,7 +347,7 @@ class LiveState:
         return bool(self.pending) or self.leased or self.status == "running"
 
 
-def live_state(client: Any, task_id: str) -> LiveState:
+def live_state(client: RedisClient, task_id: str) -> LiveState:
     """Status, inbox length, lease and message count: one round trip."""
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)

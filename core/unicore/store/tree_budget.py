@@ -26,9 +26,9 @@ reservation (an input estimate off, a provider that ignores ``max_tokens``) can 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from unicore.api.schema import Limits
+from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
 
 ADMITTED, HELD, USED_UP = 1, -1, 0
@@ -66,13 +66,13 @@ class Reservation:
     held: int  # tokens reserved by the other calls in flight
 
 
-def tree_budget(client: Any, root_id: str) -> int:
+def tree_budget(client: RedisClient, root_id: str) -> int:
     """The tree's token budget (0: none) from its root's record."""
     raw = client.hget(TaskKeys(root_id).task, "limits")
     return Limits.model_validate_json(raw).token_budget if raw else 0
 
 
-def reserve(client: Any, root_id: str, hold_id: str, tokens: int, budget: int, ttl_ms: int) -> Reservation:
+def reserve(client: RedisClient, root_id: str, hold_id: str, tokens: int, budget: int, ttl_ms: int) -> Reservation:
     """Reserve ``tokens`` of the tree's ``budget`` for one call (see the module doc); one script."""
     keys = TaskKeys(root_id)
     outcome, used, held = client.register_script(RESERVE)(
@@ -80,12 +80,12 @@ def reserve(client: Any, root_id: str, hold_id: str, tokens: int, budget: int, t
     return Reservation(int(outcome), int(used), int(held))
 
 
-def release(client: Any, root_id: str, hold_id: str) -> None:
+def release(client: RedisClient, root_id: str, hold_id: str) -> None:
     """Give a call's reservation back (its usage is counted now)."""
     client.hdel(TaskKeys(root_id).budget, hold_id)
 
 
-def reserved(client: Any, root_id: str) -> dict[str, int]:
+def reserved(client: RedisClient, root_id: str) -> dict[str, int]:
     """hold id -> tokens of the reservations stored now, expired ones included (for tests and diagnostics)."""
     return {hold: int(value.split(" ", 1)[0]) for hold, value in client.hgetall(TaskKeys(root_id).budget).items()}
 

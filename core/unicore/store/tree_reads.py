@@ -9,9 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from unicore.api.contract import same_namespace
+from unicore.store.client import RedisClient
 from unicore.store.codec import text, to_float, to_int
 from unicore.store.keys import TaskKeys
 
@@ -33,7 +32,7 @@ def _messages(raws: Iterable[Any]) -> list[dict[str, Any]]:
     return [m for m in (_message(raw) for raw in raws) if m is not None]
 
 
-def task_hashes(client: redis.Redis, task_ids: Sequence[str]) -> list[dict[Any, Any]]:
+def task_hashes(client: RedisClient, task_ids: Sequence[str]) -> list[dict[Any, Any]]:
     """The record hash of each task (``{}`` for a missing task), in one round trip."""
     pipe = client.pipeline(transaction=False)
     for task_id in task_ids:
@@ -49,7 +48,7 @@ class TreeNode:
 
 
 def descendants(
-    client: redis.Redis, top: str, *, max_levels: int = 64, limit: int = 100_000
+    client: RedisClient, top: str, *, max_levels: int = 64, limit: int = 100_000
 ) -> list[TreeNode]:
     """Breadth-first descendants of ``top`` (not ``top`` itself): one pipelined round trip per tree level."""
     found: list[TreeNode] = []
@@ -76,11 +75,11 @@ def descendants(
     return found
 
 
-def child_count(client: redis.Redis, task_id: str) -> int:
+def child_count(client: RedisClient, task_id: str) -> int:
     return int(client.zcard(TaskKeys(task_id).children))
 
 
-def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
+def tree_tokens(client: RedisClient, task_ids: Iterable[str]) -> int:
     """Sum of ``total_tokens`` of the given tasks (one round trip)."""
     ids = list(task_ids)
     if not ids:
@@ -91,7 +90,7 @@ def tree_tokens(client: redis.Redis, task_ids: Iterable[str]) -> int:
     return sum(to_int(value) for value in pipe.execute() if value is not None)
 
 
-def tail_messages(client: redis.Redis, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
+def tail_messages(client: RedisClient, task_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
     """The last ``count`` stored messages (oldest first) and the total number stored."""
     pipe = client.pipeline(transaction=False)
     pipe.llen(TaskKeys(task_id).messages)
@@ -111,7 +110,7 @@ class TaskActivity:
     last_messages: list[dict[str, Any]]
 
 
-def read_activity(client: redis.Redis, task_ids: Sequence[str], *, tail: int = 3) -> list[TaskActivity | None]:
+def read_activity(client: RedisClient, task_ids: Sequence[str], *, tail: int = 3) -> list[TaskActivity | None]:
     """Record, heartbeat, lease, inbox length and last messages of many tasks in ONE round trip (None for a missing
     task)."""
     pipe = client.pipeline(transaction=False)

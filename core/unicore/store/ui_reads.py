@@ -21,6 +21,7 @@ from typing import Any
 from unicore.api.turn_numbers import shown_turn
 from unicore.store.approval_records import WAITING_FIELDS, PendingKind, waiting_from_counters
 from unicore.store.approvals import calls
+from unicore.store.client import RedisClient
 from unicore.store.codec import text_hash
 from unicore.store.compactions import read_compactions
 from unicore.store.keys import TASKS_INDEX, TaskKeys
@@ -42,7 +43,7 @@ class ForestNode:
 Row = tuple[TaskRecord, PendingKind | None]  # a tree row's record (FOREST_FIELDS only) and what it waits for
 
 
-def read_rows(client: Any, task_ids: Sequence[str]) -> dict[str, Row]:
+def read_rows(client: RedisClient, task_ids: Sequence[str]) -> dict[str, Row]:
     """The tree rows of ``task_ids`` (a task without a record, removed or retired, is left out): one round trip."""
     pipe = client.pipeline(transaction=False)
     for task_id in task_ids:
@@ -57,7 +58,7 @@ def read_rows(client: Any, task_ids: Sequence[str]) -> dict[str, Row]:
     return rows
 
 
-def read_all_rows(client: Any) -> dict[str, Row]:
+def read_all_rows(client: RedisClient) -> dict[str, Row]:
     """Every indexed task's row (``uc:tasks``, then ``read_rows``): two round trips whatever the number of tasks."""
     return read_rows(client, [str(t) for t in client.zrange(TASKS_INDEX, 0, -1)])
 
@@ -88,7 +89,7 @@ def build_forest(rows: Mapping[str, Row], *, max_roots: int, max_nodes: int) -> 
     return nodes
 
 
-def read_forest(client: Any, *, max_roots: int, max_nodes: int) -> list[ForestNode]:
+def read_forest(client: RedisClient, *, max_roots: int, max_nodes: int) -> list[ForestNode]:
     """``build_forest`` of every task's row: two round trips whatever the number of tasks."""
     return build_forest(read_all_rows(client), max_roots=max_roots, max_nodes=max_nodes)
 
@@ -97,7 +98,7 @@ def event(time: float, kind: str, reason: str, message: str) -> dict[str, Any]:
     return {"time": time, "type": kind, "reason": reason, "message": message}
 
 
-def derived_events(client: Any, task_id: str, record: TaskRecord) -> list[dict[str, Any]]:
+def derived_events(client: RedisClient, task_id: str, record: TaskRecord) -> list[dict[str, Any]]:
     """The events of ``task_id`` (``record``: its record, read by the caller), oldest first."""
     keys = TaskKeys(task_id)
     pipe = client.pipeline(transaction=False)

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 from unicore.api.turn_numbers import shown_turn
+from unicore.store.client import RedisClient
 from unicore.store.token_stream import (
     READ_COUNT,
     StreamEntry,
@@ -50,7 +51,7 @@ def _shape(entry: StreamEntry) -> dict[str, Any]:
             "attempt": entry.attempt, "kind": entry.kind, "text": pages.clip_text(entry.text)}
 
 
-def _wait_for_entries(client: Any, task_id: str, after: str, wait: int) -> list[StreamEntry]:
+def _wait_for_entries(client: RedisClient, task_id: str, after: str, wait: int) -> list[StreamEntry]:
     entries = read_after(client, task_id, after)
     if entries or wait <= 0 or not _waiters.acquire(blocking=False):
         return entries
