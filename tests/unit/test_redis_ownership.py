@@ -91,3 +91,45 @@ store.exists(task_id)
         (2, "aio.pipeline"), (3, "pipe.hgetall"), (4, "redis.hget"), (5, "aio.delete"), (6, "pipe.get"),
         (7, "client.xreadgroup"), (8, "client.register_script"),
     ]
+
+
+CLIENT_PARAMETERS = frozenset({"client", "pipe", "redis", "redis_client"})
+
+
+def untyped_clients(source: str, names: frozenset[str] = CLIENT_PARAMETERS) -> list[tuple[int, str]]:
+    """(line, name) of every parameter or field among ``names`` annotated ``Any`` (or ``Any | None``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.arg):
+            name, annotation = node.arg, node.annotation
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            name, annotation = node.target.id, node.annotation
+        else:
+            continue
+        if name in names and annotation is not None and "Any" in ast.unparse(annotation).split(" | "):
+            found.append((node.lineno, name))
+    return found
+
+
+def test_the_store_takes_its_clients_typed() -> None:
+    """A store function names the client it takes (``unicore.store.client.RedisClient`` or its pipeline and asyncio
+    siblings), never ``Any``; elsewhere a parameter named ``redis``/``redis_client`` is one too."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {name}: Any"
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        for line, name in untyped_clients(path.read_text(), CLIENT_PARAMETERS if OWNER in path.parents
+                                          else frozenset({"redis", "redis_client"}))
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_client_check_sees_any() -> None:
+    planted = """
+def a(client: Any, pipe: RedisPipeline) -> None: ...
+def b(*, redis: Any | None = None, redis_client: RedisClient | None = None) -> None: ...
+class C:
+    client: Any
+    other: Any
+"""
+    assert sorted(untyped_clients(planted)) == [(2, "client"), (3, "redis"), (5, "client")]
