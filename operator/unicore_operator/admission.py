@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, task_spec_of
 from unicore.errors import ConfigError, LimitExceeded
 from unicore.launch.local_spawner import reserve_child_slots
 from unicore.store.slots import SpawnSlots
@@ -105,16 +105,16 @@ async def effective_parent(ctx: OperatorContext, namespace: str, parent_obj: Map
     chain = await parent_view.ancestry(namespace, parent_obj, lambda name: parent_object(ctx, namespace, name))
     agents: dict[str, Mapping[str, Any] | None] = {}
     for body in chain:
-        agent = ((body.get("spec") or {}).get("agentRef") or {}).get("name")
-        if isinstance(agent, str) and "/" not in agent and agent not in agents:
+        ref = task_spec_of(body).agent_ref
+        agent = ref.name if ref is not None else None
+        if agent is not None and "/" not in agent and agent not in agents:
             agents[agent] = await agent_object(ctx, namespace, agent)
     return parent_view.effective_view(namespace, chain, agents, ctx.settings.default_turn_timeout_seconds)
 
 
 def _lineage_problems(ctx: OperatorContext, namespace: str, name: str, labels: Mapping[str, str],
-                      spec: Mapping[str, Any], parsed: AgentTaskSpec, parent_obj: Mapping[str, Any],
-                      parent: TaskView) -> list[str]:
-    return lineage.check_child(namespace=namespace, name=name, labels=labels, spec=spec, parsed=parsed,
+                      parsed: AgentTaskSpec, parent_obj: Mapping[str, Any], parent: TaskView) -> list[str]:
+    return lineage.check_child(namespace=namespace, name=name, labels=labels, parsed=parsed,
                                parent_obj=parent_obj, parent=parent,
                                default_turn_timeout=ctx.settings.default_turn_timeout_seconds)
 
@@ -143,12 +143,11 @@ async def vet_new_child(ctx: OperatorContext, namespace: str, name: str, body: M
     except parent_view.LineageBroken as exc:
         return Vetted(parent_view.broken(namespace, name, ref.name, exc))
     meta = body.get("metadata") or {}
-    problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, body.get("spec") or {}, parsed,
-                                 parent_obj, parent)
+    problems = _lineage_problems(ctx, namespace, name, meta.get("labels") or {}, parsed, parent_obj, parent)
     if problems:
         return Vetted(lineage.refusal(namespace, name, ref.name, problems), parent)
     if parsed.agent_ref is not None:
-        refused = await agent_refusal(ctx, namespace, name, body.get("spec") or {}, parsed, parent)
+        refused = await agent_refusal(ctx, namespace, name, parsed, parent)
         if refused is not None:
             return Vetted(refused, parent)
     child_id = names.task_id(namespace, name)
@@ -167,26 +166,24 @@ async def agent_object(ctx: OperatorContext, namespace: str, name: str) -> dict[
     return await asyncio.to_thread(ctx.kube.get_agent, namespace, name)
 
 
-async def agent_refusal(ctx: OperatorContext, namespace: str, name: str, spec: Mapping[str, Any],
-                        parsed: AgentTaskSpec, parent: TaskView | None) -> str | None:
+async def agent_refusal(ctx: OperatorContext, namespace: str, name: str, parsed: AgentTaskSpec,
+                        parent: TaskView | None) -> str | None:
     """Why AgentTask ``namespace/name`` with ``spec.agentRef`` may not run as its Agent (None: it may)."""
     ref = parsed.agent_ref
     assert ref is not None
     if "/" in ref.name:
         return f"spec.agentRef must name an Agent of the task's own namespace ({namespace})"
     body = await agent_object(ctx, namespace, ref.name)
-    problems = agent_checks.agent_task_problems(namespace=namespace, name=name, parsed=parsed, spec=spec,
-                                                agent_body=body, parent=parent)
+    problems = agent_checks.agent_task_problems(namespace=namespace, name=name, parsed=parsed, agent_body=body,
+                                                parent=parent)
     return agent_checks.refusal(namespace, name, ref.name, problems) if problems else None
 
 
 async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
     """The verdict on one AdmissionReview ``request`` (a CREATE of an AgentTask)."""
     obj = request.get("object") or {}
-    spec = obj.get("spec") or {}
-    ref = spec.get("parentRef")
-    if request.get("operation") != "CREATE" or not (isinstance(ref, Mapping) or isinstance(spec.get("agentRef"),
-                                                                                         Mapping)):
+    shape = task_spec_of(obj)
+    if request.get("operation") != "CREATE" or (shape.parent_ref is None and shape.agent_ref is None):
         return ALLOW  # roots without an agent, and anything the configuration should not have sent
     meta = obj.get("metadata") or {}
     namespace = str(request.get("namespace") or meta.get("namespace") or "")
@@ -195,12 +192,12 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
         return Verdict(False, f"this UniCore operator does not watch namespace {namespace}; it cannot vouch for a "
                               "child AgentTask there")
     try:
-        parsed = parse_spec(dict(spec))
+        parsed = parse_spec(dict(obj.get("spec") or {}))
     except SpecInvalid as exc:
         return Verdict(False, str(exc))
     if parsed.parent_ref is None:  # a root with spec.agentRef
-        refused = await agent_refusal(ctx, namespace, name or f"{meta.get('generateName') or ''}generated", spec,
-                                      parsed, None)
+        refused = await agent_refusal(ctx, namespace, name or f"{meta.get('generateName') or ''}generated", parsed,
+                                      None)
         return ALLOW if refused is None else Verdict(False, refused)
     parent_name = parsed.parent_ref.name
     if parsed.parent_ref.namespace not in (None, namespace) or "/" in parent_name:
@@ -223,12 +220,12 @@ async def review(ctx: OperatorContext, request: Mapping[str, Any]) -> Verdict:
         return Verdict(False, parent_view.broken(namespace, shown, parent_name, exc))
     # generateName: the name comes after admission; the checks only need one that is valid
     stand_in = f"{meta.get('generateName') or parent_name + '-'}generated"
-    problems = _lineage_problems(ctx, namespace, name or stand_in, meta.get("labels") or {}, spec, parsed,
-                                 parent_obj, parent)
+    problems = _lineage_problems(ctx, namespace, name or stand_in, meta.get("labels") or {}, parsed, parent_obj,
+                                 parent)
     if problems:
         return Verdict(False, lineage.refusal(namespace, shown, parent_name, problems))
     if parsed.agent_ref is not None:
-        refused = await agent_refusal(ctx, namespace, name or stand_in, spec, parsed, parent)
+        refused = await agent_refusal(ctx, namespace, name or stand_in, parsed, parent)
         if refused is not None:
             return Verdict(False, refused)
     if name:  # generateName: the name is not known yet; the create handler's reservation counts it

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unicore.agents import AgentDefinition, AgentInvalid, definition_from_spec, widening
-from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_task_spec, check_model
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_spec_of, agent_task_spec, check_model
 from unicore.store.task_views import TaskView
 
 __all__ = ["agent_definition", "agent_task_problems", "refusal", "usable_agent"]
@@ -35,11 +35,6 @@ def agent_definition(body: Mapping[str, Any]) -> AgentDefinition:
     except SpecInvalid as exc:
         raise SpecInvalid(str(exc).replace("spec.model", "spec.model of the Agent", 1)) from None
     return definition
-
-
-def _timeout(spec: Mapping[str, Any]) -> int | None:
-    value = (spec.get("limits") or {}).get("turnTimeoutSeconds") if isinstance(spec.get("limits"), Mapping) else None
-    return int(value) if value is not None else None
 
 
 def usable_agent(namespace: str, agent: str, agent_body: Mapping[str, Any] | None,
@@ -62,11 +57,10 @@ def usable_agent(namespace: str, agent: str, agent_body: Mapping[str, Any] | Non
     return definition, []
 
 
-def agent_task_problems(*, namespace: str, name: str, parsed: AgentTaskSpec, spec: Mapping[str, Any],
+def agent_task_problems(*, namespace: str, name: str, parsed: AgentTaskSpec,
                         agent_body: Mapping[str, Any] | None, parent: TaskView | None) -> list[str]:
-    """What is wrong with AgentTask ``namespace/name`` (``spec`` raw, ``parsed`` typed, ``parent`` its parent's
-    settings for a child, ``parent_view``) against its Agent ``agent_body`` (None: there is none); empty when it only
-    narrows it."""
+    """What is wrong with AgentTask ``namespace/name`` (``parsed``: its spec; ``parent`` its parent's settings for a
+    child, ``parent_view``) against its Agent ``agent_body`` (None: there is none); empty when it only narrows it."""
     ref = parsed.agent_ref
     assert ref is not None
     definition, problems = usable_agent(namespace, ref.name, agent_body, parent)
@@ -77,7 +71,7 @@ def agent_task_problems(*, namespace: str, name: str, parsed: AgentTaskSpec, spe
     except SpecInvalid as exc:
         return [*problems, str(exc)]
     problems += widening(own, definition)
-    mine, cap = _timeout(spec), _timeout(agent_body.get("spec") or {})
+    mine, cap = parsed.limits.turn_timeout_seconds, agent_spec_of(agent_body).limits.turn_timeout_seconds
     if mine is not None and cap is not None and mine > cap:
         problems.append(f"spec.limits.turnTimeoutSeconds {mine} is above its agent's {cap}")
     return problems

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unicore.api.schema import Limits, task_name
-from unicore.api.spec import AgentTaskSpec, SpecInvalid, to_task_spec
+from unicore.api.spec import AgentTaskSpec, LimitsSpec, SpecInvalid, spec_key, task_spec_of, to_task_spec
 from unicore.store.task_views import TaskView
 from unicore.tools import policy
 
@@ -38,27 +38,22 @@ from unicore_operator import names
 
 __all__ = ["check_child", "refusal", "turn_timeout"]
 
-# Limits whose child value must not exceed the parent's (snake_case field -> the spec's camelCase key).
-CAPPED_LIMITS = {
-    "max_iterations": "maxIterations",
-    "max_depth": "maxDepth",
-    "max_children": "maxChildren",
-    "max_descendants": "maxDescendants",
-}
+# Limits whose child value must not exceed the parent's.
+CAPPED_LIMITS = ("max_iterations", "max_depth", "max_children", "max_descendants")
 
 
-def turn_timeout(spec: Mapping[str, Any], default: int) -> int:
+def turn_timeout(spec: AgentTaskSpec, default: int) -> int:
     """The turn timeout a task's Jobs get: ``spec.limits.turnTimeoutSeconds``, else the operator's default
     (``job_builder.turn_timeout_seconds``)."""
-    limits = spec.get("limits") or {}
-    return int(limits.get("turnTimeoutSeconds") or default)
+    return spec.limits.turn_timeout_seconds or default
 
 
 def limit_problems(parent: Limits, child: Limits) -> list[str]:
     """Where the child's stored limits exceed its parent's."""
     problems = [
-        f"spec.limits.{camel} {getattr(child, field)} is above its parent's {getattr(parent, field)}"
-        for field, camel in CAPPED_LIMITS.items()
+        f"spec.limits.{spec_key(LimitsSpec, field)} {getattr(child, field)} is above its parent's "
+        f"{getattr(parent, field)}"
+        for field in CAPPED_LIMITS
         if getattr(child, field) > getattr(parent, field)
     ]
     if parent.token_budget:
@@ -78,14 +73,13 @@ def check_child(
     namespace: str,
     name: str,
     labels: Mapping[str, str],
-    spec: Mapping[str, Any],
     parsed: AgentTaskSpec,
     parent_obj: Mapping[str, Any],
     parent: TaskView,
     default_turn_timeout: int,
 ) -> list[str]:
-    """What is wrong with child AgentTask ``namespace/name`` (``spec`` raw, ``parsed`` typed) under its parent
-    (``parent_obj`` its AgentTask, ``parent`` its settings: ``parent_view``); empty when it only narrows its parent."""
+    """What is wrong with child AgentTask ``namespace/name`` (``parsed``: its spec) under its parent (``parent_obj``
+    its AgentTask, ``parent`` its settings: ``parent_view``); empty when it only narrows its parent."""
     ref = parsed.parent_ref
     if ref is None:
         return []
@@ -112,8 +106,8 @@ def check_child(
     except SpecInvalid as exc:
         return [*problems, str(exc)]
     problems += limit_problems(parent.limits, stored.limits)
-    child_timeout = turn_timeout(spec, default_turn_timeout)
-    parent_timeout = turn_timeout(parent_obj.get("spec") or {}, default_turn_timeout)
+    child_timeout = turn_timeout(parsed, default_turn_timeout)
+    parent_timeout = turn_timeout(task_spec_of(parent_obj), default_turn_timeout)
     if child_timeout > parent_timeout:
         problems.append(f"spec.limits.turnTimeoutSeconds {child_timeout} is above its parent's {parent_timeout}")
     # A child with spec.agentRef: its Agent's tools are its ceiling, granted by its parent's agent listing it

@@ -30,7 +30,7 @@ from typing import Any
 
 from unicore.agents import AgentDefinition, effective_spec, own_settings
 from unicore.api.schema import TaskSpec
-from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, to_task_spec
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, task_spec_of, to_task_spec
 from unicore.store.task_views import TaskView
 from unicore.store.tasks import TaskStore
 
@@ -61,14 +61,14 @@ async def ancestry(namespace: str, parent: Body, fetch: Fetch) -> list[Body]:
     chain = [parent]
     seen = [_name(parent)]
     while True:
-        ref = (chain[-1].get("spec") or {}).get("parentRef")
-        if not isinstance(ref, Mapping):
+        ref = task_spec_of(chain[-1]).parent_ref
+        if ref is None:
             return chain[::-1]
-        above = str(ref.get("name") or "")
+        above = ref.name
         below = f"{namespace}/{seen[-1]}"
-        if ref.get("namespace") not in (None, namespace) or not above or "/" in above:
+        if ref.namespace not in (None, namespace) or not above or "/" in above:
             raise LineageBroken(f"AgentTask {below} names a parent outside namespace {namespace} "
-                                f"({ref.get('namespace') or namespace}/{above})")
+                                f"({ref.namespace or namespace}/{above})")
         if above in seen:
             raise LineageBroken(f"the parentRefs above AgentTask {below} form a cycle: "
                                 f"{' -> '.join([*seen, above])}")
@@ -117,8 +117,8 @@ def effective_view(namespace: str, chain: Sequence[Body], agents: Mapping[str, B
             raise LineageBroken(f"AgentTask {namespace}/{name} is not where its spec.parentRef puts it")
         if view is not None:
             problems = lineage.check_child(namespace=namespace, name=name, labels=meta.get("labels") or {},
-                                           spec=body.get("spec") or {}, parsed=parsed, parent_obj=above,
-                                           parent=view, default_turn_timeout=default_turn_timeout)
+                                           parsed=parsed, parent_obj=above, parent=view,
+                                           default_turn_timeout=default_turn_timeout)
             if problems:
                 raise LineageBroken(f"AgentTask {namespace}/{name} above it does not narrow its own parent "
                                     f"{view.id}: " + "; ".join(problems))

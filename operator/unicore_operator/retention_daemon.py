@@ -26,6 +26,7 @@ import datetime
 from typing import Any
 
 from unicore.api import contract
+from unicore.api.spec import task_spec_of
 from unicore.archive import sink_for
 from unicore.retention import Outcome, Retention
 from unicore.store.retention import ArchivedNote, archived_notes
@@ -95,14 +96,15 @@ class RetentionLoop:
             if phase == ARCHIVED:
                 continue
             busy = body["metadata"].get("deletionTimestamp") or active_job(jobs_of(self.ctx, key)) is not None
-            if phase not in SETTLED or busy or (body.get("spec") or {}).get("suspend"):
+            spec = task_spec_of(body)
+            if phase not in SETTLED or busy or spec.suspend:
                 kept.add(task_id)
                 kept.add(self.root_of(key, body))  # also a child that has no Redis record yet keeps its tree
             else:
                 settled.append(task_id)
                 if phase == "Failed":
                     failed.add(task_id)
-            if not (body.get("spec") or {}).get("parentRef"):
+            if spec.parent_ref is None:
                 roots.append(task_id)
         return roots, failed, kept, settled
 
@@ -111,7 +113,8 @@ class RetentionLoop:
         the root label the spawner sets, else the last ancestor found)."""
         namespace, name = key
         for _ in range(MAX_DEPTH):
-            parent = ((body.get("spec") or {}).get("parentRef") or {}).get("name")
+            ref = task_spec_of(body).parent_ref
+            parent = ref.name if ref is not None else ""
             parent_body = self.ctx.indexed_task(namespace, parent) if parent else None
             if parent_body is None:
                 label = (body["metadata"].get("labels") or {}).get(names.ROOT_LABEL) if parent else None

@@ -35,7 +35,7 @@ def problems(spec: dict[str, Any], *, parent: TaskView | None = None, parent_obj
              labels: dict[str, str] | None = None) -> list[str]:
     spec = {"parentRef": {"name": "p"}, **spec}
     return lineage.check_child(
-        namespace=NS, name="p-c", labels=labels or {}, spec=spec, parsed=parse_spec(spec),
+        namespace=NS, name="p-c", labels=labels or {}, parsed=parse_spec(spec),
         parent_obj=parent_obj or parent_object(), parent=parent or parent_view(), default_turn_timeout=DEFAULT_TIMEOUT)
 
 
@@ -132,7 +132,7 @@ def test_what_spawn_task_writes_passes_the_checks(parent_spec: dict[str, Any], c
     body = child_agenttask(obj, "p-c", "do it", tools, parent)
     spec = body["spec"]
     assert spec.get("limits", {}).get("turnTimeoutSeconds") == parent_spec.get("limits", {}).get("turnTimeoutSeconds")
-    found = lineage.check_child(namespace=NS, name="p-c", labels=body["metadata"]["labels"], spec=spec,
+    found = lineage.check_child(namespace=NS, name="p-c", labels=body["metadata"]["labels"],
                                 parsed=parse_spec(spec), parent_obj=obj, parent=parent,
                                 default_turn_timeout=DEFAULT_TIMEOUT)
     assert found == []

@@ -31,8 +31,7 @@ def task(spec: dict[str, Any], name: str = "report") -> dict[str, Any]:
 
 
 def problems(spec: dict[str, Any], agent: dict[str, Any] | None = WRITER, parent: TaskView | None = None) -> list[str]:
-    return agent_task_problems(namespace=NS, name="report", parsed=parse_spec(spec), spec=spec, agent_body=agent,
-                               parent=parent)
+    return agent_task_problems(namespace=NS, name="report", parsed=parse_spec(spec), agent_body=agent, parent=parent)
 
 
 def test_a_task_that_narrows_its_agent_passes() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from unicore.api.spec import SpecInvalid
+from unicore.api.spec import SpecInvalid, task_spec_of
 from unicore.store.agents import delete_agent, write_agent
 
 from unicore_operator import names
@@ -47,8 +47,8 @@ def count_tasks(tasks: Mapping[Any, Any] | None, namespace: str, agent: str) -> 
         if task_namespace != namespace:
             continue
         for body in bodies:
-            ref = (body.get("spec") or {}).get("agentRef") or {}
-            if ref.get("name") == agent and not (body.get("metadata") or {}).get("deletionTimestamp"):
+            ref = task_spec_of(body).agent_ref
+            if ref is not None and ref.name == agent and not (body.get("metadata") or {}).get("deletionTimestamp"):
                 count += 1
     return count
 

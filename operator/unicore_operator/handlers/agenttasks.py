@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 from unicore.agents import AgentNotFound
 from unicore.api.schema import InboxMessage
-from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message
+from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message, readable
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.store.agents import read_agent
 from unicore.store.task_views import TaskView
@@ -61,7 +61,7 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
     tid = names.task_id(namespace, name)
     parent: TaskView | None = None
     if parsed.agent_ref is not None:  # docs/agents.md: it runs as an Agent of its namespace, narrowing it
-        failure = await agent_not_ready(ctx, namespace, name, dict(spec), parsed, retry)
+        failure = await agent_not_ready(ctx, namespace, name, parsed, retry)
         if failure is not None:
             logger.warning("AgentTask %s/%s refused: %s", namespace, name, failure)
             _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
@@ -120,14 +120,14 @@ def checked_prompt(store: TaskStore, uid: str, namespace: str, parsed: AgentTask
     return message
 
 
-async def agent_not_ready(ctx: OperatorContext, namespace: str, name: str, spec: dict[str, Any],
-                          parsed: AgentTaskSpec, retry: int) -> str | None:
+async def agent_not_ready(ctx: OperatorContext, namespace: str, name: str, parsed: AgentTaskSpec,
+                          retry: int) -> str | None:
     """Why a task with spec.agentRef cannot be created (None: it can): a root widens its Agent (a child's Agent is
     checked with its parent, ``vet_new_child``), or the Agent's definition is not stored (a moment after both were
     applied: retried until PARENT_WAIT_RETRIES)."""
     assert parsed.agent_ref is not None
     if parsed.parent_ref is None:
-        refused = await agent_refusal(ctx, namespace, name, spec, parsed, None)
+        refused = await agent_refusal(ctx, namespace, name, parsed, None)
         if refused is not None:
             return refused
     agent_id = names.task_id(namespace, parsed.agent_ref.name)
@@ -195,10 +195,11 @@ async def agenttask_event(*, event: kopf.RawEvent, body: kopf.Body, spec: kopf.S
     ctx: OperatorContext | None = memo.get("ctx")
     if ctx is None or namespace is None or not ctx.watches(namespace):
         return
-    agent = (spec.get("agentRef") or {}).get("name")
+    own = readable(AgentTaskSpec, spec)
+    agent = own.agent_ref.name if own.agent_ref is not None else ""
     if agent and (event.get("type") in (None, "ADDED", "DELETED") or body.get("metadata", {}).get("deletionTimestamp")):
         agent_handlers.request_status(ctx, namespace, agent)  # its Agent's status.tasks
-    parent = (spec.get("parentRef") or {}).get("name")
+    parent = own.parent_ref.name if own.parent_ref is not None else ""
     if parent and ctx.indexed_task(namespace, parent) is not None:
         # Handlers run once the indexes are filled: a parent missing from the index is no AgentTask (yet); its
         # own create handler reconciles it with its children. No API read for it on every event of every child.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicore.api import contract
+from unicore.api.spec import task_spec_of
 from unicore.store.heartbeats import RedisTaskState as RedisTaskState  # what Redis says of a turn
 from unicore.terminal import printable
 
@@ -163,14 +164,14 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def task_view(body: Mapping[str, Any]) -> TaskView:
-    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    meta, status = _meta(body), body.get("status") or {}
     labels = meta.get("labels") or {}
     return TaskView(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         phase=str(status.get("phase") or ""),
         active_job=str(status.get("activeJob") or ""),
-        suspend=bool(spec.get("suspend")),
+        suspend=task_spec_of(body).suspend,
         failed_attempts=int(status.get("failedAttempts") or 0),
         root=str(labels.get(contract.ROOT_LABEL) or meta.get("name") or ""),
     )
