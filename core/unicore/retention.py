@@ -4,8 +4,9 @@ One pass (:meth:`Retention.run`) first finishes the removals a crash interrupted
 ``unicore.store.retention``), then, for each candidate root: reads the whole tree, checks that every task is settled
 and the tree's last activity is older than the TTL, writes and verifies the archive (``unicore.archive``), and only
 then removes the tree (journal, retire, purge: see ``unicore.store.retention``). An archive that fails deletes
-nothing and the tree is tried again by the next pass. Local mode runs a pass with ``unicore gc``; on Kubernetes the
-operator runs one every ``UNICORE_RETENTION_INTERVAL_SECONDS`` and marks the AgentTasks Archived.
+nothing and the tree is tried again by the next pass. Local mode runs a pass with ``unicore gc``
+(``unicore_client.local.gc_command``); on Kubernetes the operator runs one every
+``UNICORE_RETENTION_INTERVAL_SECONDS`` and marks the AgentTasks Archived.
 
 Fault points (``unicore.faults``, ``UNICORE_FAULTS=kill:<step>``): ``retention after archive``, ``retention after
 journal``, ``retention after retire``, ``retention after purge``.
@@ -13,41 +14,20 @@ journal``, ``retention after retire``, ``retention after purge``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
-
-from unicore.archive import ArchiveError, ArchiveSink, check_archive_url, document, object_name, sink_for
+from unicore.archive import ArchiveError, ArchiveSink, document, object_name
 from unicore.faults import fault_point
 from unicore.log import get_logger
-from unicore.settings import EnvSettings
 from unicore.store import approvals
 from unicore.store import retention as state
 
 log = get_logger("retention")
 
 Action = Literal["removed", "kept", "archive-failed", "changed"]
-
-
-class RetentionSettings(EnvSettings):
-    """Local mode's retention variables (the operator has the same two in its own settings)."""
-
-    what: ClassVar[str] = "retention settings"
-
-    ttl_seconds: float = Field(0.0, ge=0, allow_inf_nan=False, validation_alias="UNICORE_RETENTION_TTL_SECONDS")
-    archive_url: str | None = Field(None, validation_alias="UNICORE_RETENTION_ARCHIVE_URL")
-
-    @field_validator("archive_url", mode="before")
-    @classmethod
-    def _url(cls, value: object) -> object:
-        if isinstance(value, str):
-            return check_archive_url(value) if value.strip() else None
-        return value
 
 
 @dataclass
@@ -136,68 +116,4 @@ def human_waits(client: Any, task_ids: Sequence[str]) -> list[str]:
     return [task_id for task_id in task_ids if approvals.waiting_for(client, task_id)]
 
 
-# --------------------------------------------------------------------------- unicore gc
-
-
-def add_gc_command(sub: Any) -> None:
-    """``unicore gc``: one retention pass over local mode's trees."""
-    gc = sub.add_parser("gc", help="archive and remove task trees idle longer than the retention TTL")
-    gc.add_argument("--ttl", type=_seconds, help="idle seconds (default: $UNICORE_RETENTION_TTL_SECONDS)")
-    gc.add_argument("--archive", type=_url, help="file:///path or s3://bucket/prefix "
-                                                 "(default: $UNICORE_RETENTION_ARCHIVE_URL; none: not archived)")
-    gc.add_argument("--dry-run", action="store_true", help="say which trees would go; change nothing")
-    gc.set_defaults(func=cmd_gc)
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r}: give a positive number of seconds")
-    return number
-
-
-def _url(value: str) -> str:
-    try:
-        return check_archive_url(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def cmd_gc(args: argparse.Namespace) -> int:
-    from unicore_client.arguments import UsageError
-
-    from unicore.launch.embedded_redis import redis_url
-    from unicore.store.tasks import connect
-
-    settings = RetentionSettings.from_env()
-    ttl = args.ttl if args.ttl is not None else settings.ttl_seconds
-    if not ttl:
-        raise UsageError("retention is off: give --ttl SECONDS or set UNICORE_RETENTION_TTL_SECONDS")
-    url = args.archive or settings.archive_url
-    client = connect(redis_url())
-    roots = state.local_roots(client)
-    if args.dry_run:
-        now = time.time()
-        for root in state.roots_idle_since(client, roots, now - ttl):
-            tree = state.read_tree(client, root)
-            reason = tree.not_removable(now=now, ttl=ttl) if tree else "no record"
-            print(f"{root}: {'kept: ' + reason if reason else 'would be removed'}")
-        return 0
-    outcomes = Retention(client, ttl, sink_for(url) if url else None).run(roots)
-    code = 0
-    for outcome in outcomes:
-        if outcome.action == "removed":
-            where = f"archived to {outcome.url}" if outcome.url else "not archived"
-            print(f"{outcome.root}: removed {len(outcome.tasks)} task(s), {where}")
-        elif outcome.action == "archive-failed":
-            print(f"{outcome.root}: kept: {outcome.reason}", file=sys.stderr)
-            code = 1
-        elif outcome.action == "changed":
-            print(f"{outcome.root}: kept: {outcome.reason}")
-    return code
-
-
-__all__ = ["Outcome", "Retention", "RetentionSettings", "add_gc_command", "cmd_gc", "human_waits"]
+__all__ = ["Outcome", "Retention", "human_waits"]

@@ -8,8 +8,8 @@ import json
 import pytest
 from unicore.archive import check_archive_url, document, object_name, read_document
 from unicore.errors import ConfigError
-from unicore.retention import RetentionSettings
 from unicore.store.retention import ArchivedNote, TaskDump, TreeDump
+from unicore_client.local.gc_command import RetentionSettings
 from unicore_operator.retention_daemon import archived_status
 from unicore_operator.settings import load_settings
 

@@ -38,7 +38,6 @@ from unicore.api.schema import (
 )
 from unicore.api.turn_numbers import shown_turn
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
-from unicore.retention import add_gc_command
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
 from unicore.store import approvals
@@ -69,6 +68,7 @@ from unicore_client.local.approval_commands import add_approval_commands, call_m
 from unicore_client.local.control_commands import add_control_commands, print_suspended
 from unicore_client.local.follow import Follower
 from unicore_client.local.follow import block_lines as _block_lines
+from unicore_client.local.gc_command import add_gc_command
 from unicore_client.local.mcp_commands import add_mcp_arguments, mcp_for_run
 from unicore_client.local.tree_runs import (
     EXIT_FAILED,
