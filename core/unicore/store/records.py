@@ -1,4 +1,8 @@
-"""Typed views of what the store reads back from Redis: task records, turns, drain results, leases."""
+"""Typed views of what the store reads back from Redis: task records, turns, drain results, leases.
+
+``TaskRecord.from_hash`` is the one decoder of a task's ``uc:{T}:task`` hash; ``task_views.TaskView`` is a projection
+of a ``TaskRecord`` (the fields the tools, the spawn policy and the operator read), never decoded from the hash on its
+own."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from unicore.api.schema import SCHEMA_VERSION, Approval, Limits, MCPServerRef, Message, Usage
 from unicore.store import codec
@@ -75,20 +79,40 @@ class TaskRecord(BaseModel):
     )
 
     @classmethod
-    def from_hash(cls, data: dict[str, str]) -> TaskRecord:
+    def from_hash(cls, data: Mapping[Any, Any], *, tolerant: bool = False) -> TaskRecord:
+        """The ``uc:{T}:task`` hash (keys and values str or bytes; values already decoded are taken as they are),
+        decoded. ``tolerant``: a field that does not decode or validate reads as its default, and a record without
+        ``id``, ``name`` or ``root`` reads them as "" (what the operator, the spawn checks and ``task_status`` read: a
+        namespace's turn pods may write their record); otherwise such a field raises."""
         values: dict[str, Any] = {}
-        for key, raw in data.items():
+        for raw_key, raw in data.items():
+            key = codec.text(raw_key)
             if key not in cls.model_fields:
                 continue
+            value = codec.text(raw) if isinstance(raw, bytes) else raw
             if key in cls.JSON_FIELDS:
-                values[key] = json.loads(raw) if raw else None
-                if key == "limits" and values[key] is None:
-                    values.pop(key)
+                try:
+                    decoded = _json_field(value)
+                except ValueError:
+                    if not tolerant:
+                        raise
+                    continue
+                if decoded is not None or key != "limits":
+                    values[key] = decoded
             elif key in ("parent", "agent"):
-                values[key] = raw or None
+                values[key] = value or None
             else:
-                values[key] = raw
-        return cls.model_validate(values)
+                values[key] = value
+        if not tolerant:
+            return cls.model_validate(values)
+        while True:
+            try:
+                return cls.model_validate({**_REQUIRED_UNREAD, **values})
+            except ValidationError as error:
+                bad = {str(detail["loc"][0]) for detail in error.errors() if detail["loc"]} & values.keys()
+                if not bad:
+                    raise
+                values = {key: value for key, value in values.items() if key not in bad}
 
     def to_hash(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -102,6 +126,16 @@ class TaskRecord(BaseModel):
             else:
                 out[key] = str(value)
         return out
+
+
+_REQUIRED_UNREAD: dict[str, Any] = {"id": "", "name": "", "root": ""}  # a tolerant read's required fields, if missing
+
+
+def _json_field(value: Any) -> Any:
+    """A JSON field of the task hash: "" is None; a value already decoded is itself."""
+    if value is None or value == "":
+        return None
+    return json.loads(value) if isinstance(value, str) else value
 
 
 class Turn(BaseModel):

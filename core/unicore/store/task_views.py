@@ -1,55 +1,24 @@
-"""A task record (``uc:{T}:task``) as the tools, policy, prompts and local spawner read it: ``TaskView``, decoded
-tolerantly from the raw hash (bytes or str) or from a dict of record fields. The field names of the stored record are
-this package's knowledge (``records.TaskRecord`` writes them); ``unicore.tools.storeview`` re-exports these."""
+"""``TaskView``: the part of a task record (``records.TaskRecord``) that the tools, the spawn policy, the prompts, the
+spawners and the operator's admission and phases read, as a small frozen value. It is a projection of a decoded
+``TaskRecord`` (``TaskView.of``), never a second decoder of the ``uc:{T}:task`` hash: ``view_from_mapping`` decodes
+a raw hash with ``TaskRecord.from_hash(..., tolerant=True)`` first. The operator also builds one from an AgentTask
+spec (``unicore_operator.parent_view``). ``unicore.tools.storeview`` re-exports these."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from unicore.api.schema import Limits
-from unicore.store.codec import text, to_float, to_int
+from unicore.store.records import TaskRecord
 
 __all__ = ["TaskView", "view_from_mapping"]
 
 
-def _json(value: Any, default: Any) -> Any:
-    if value is None or value == "" or value == b"":
-        return default
-    if not isinstance(value, str | bytes):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return default
-
-
-def _limits(value: Any) -> Limits:
-    if isinstance(value, Limits):
-        return value
-    raw = _json(value, {})
-    if isinstance(raw, BaseModel):
-        raw = raw.model_dump()
-    try:
-        return Limits.model_validate(raw or {})
-    except ValueError:
-        return Limits.model_validate({})
-
-
-def _names(value: Any) -> list[str] | None:
-    raw = _json(value, None)
-    if raw is None:
-        return None
-    return [str(name) for name in raw]
-
-
 @dataclass(frozen=True)
 class TaskView:
-    """What the tools need to know about one task record."""
+    """What the tools need to know about one task record (``TaskView.of`` a ``TaskRecord``)."""
 
     id: str
     parent: str | None = None
@@ -72,7 +41,6 @@ class TaskView:
     created_at: float = 0.0
     updated_at: float = 0.0
     last_response: str = ""
-    model_call_started_at: float = 0.0  # optional record field; 0 = unknown / not in a call
     agent: str | None = None  # the agent the task narrows (``unicore.agents``)
     agents: list[str] | None = None  # the agents it may spawn by name (its agent's, as of its last turn start)
 
@@ -80,38 +48,25 @@ class TaskView:
     def root_id(self) -> str:
         return self.root or self.id
 
+    @classmethod
+    def of(cls, record: TaskRecord) -> TaskView:
+        """The view of a decoded task record."""
+        return cls(
+            id=record.id, parent=record.parent, root=record.root, depth=record.depth, model=record.model,
+            system_prompt=record.system_prompt, tools=_copy(record.tools), child_tools=_copy(record.child_tools),
+            limits=record.limits, script=record.script, status=record.status, turns=record.turns,
+            iterations=record.iterations, tool_iterations=record.tool_iterations, input_tokens=record.input_tokens,
+            output_tokens=record.output_tokens, total_tokens=record.total_tokens,
+            tree_total_tokens=record.tree_total_tokens, created_at=record.created_at, updated_at=record.updated_at,
+            last_response=record.last_response, agent=record.agent, agents=_copy(record.agents),
+        )
+
+
+def _copy(names: list[str] | None) -> list[str] | None:
+    return None if names is None else list(names)
+
 
 def view_from_mapping(data: Mapping[Any, Any]) -> TaskView:
-    """Parse a task record hash (``uc:{T}:task``, bytes or str) or a dict of record fields."""
-    fields = {text(k): v for k, v in data.items()}
-    parent = fields.get("parent")
-    parent_id = text(parent) if parent not in (None, "", b"") else None
-    task_id = text(fields.get("id", ""))
-    root = fields.get("root")
-    script = _json(fields.get("script"), None)
-    return TaskView(
-        id=task_id,
-        parent=parent_id,
-        root=text(root) if root not in (None, "", b"") else "",
-        depth=to_int(fields.get("depth", 0)),
-        model=text(fields.get("model", "scripted")),
-        system_prompt=text(fields.get("system_prompt", "")),
-        tools=_names(fields.get("tools")),
-        child_tools=_names(fields.get("child_tools")),
-        limits=_limits(fields.get("limits")),
-        script=script if isinstance(script, dict) else None,
-        status=text(fields.get("status", "idle")),
-        turns=to_int(fields.get("turns", 0)),
-        iterations=to_int(fields.get("iterations", 0)),
-        tool_iterations=to_int(fields.get("tool_iterations", 0)),
-        input_tokens=to_int(fields.get("input_tokens", 0)),
-        output_tokens=to_int(fields.get("output_tokens", 0)),
-        total_tokens=to_int(fields.get("total_tokens", 0)),
-        tree_total_tokens=to_int(fields.get("tree_total_tokens", 0)),
-        created_at=to_float(fields.get("created_at", 0)),
-        updated_at=to_float(fields.get("updated_at", 0)),
-        last_response=text(fields.get("last_response", "") or ""),
-        model_call_started_at=to_float(fields.get("model_call_started_at", 0)),
-        agent=text(fields["agent"]) if fields.get("agent") not in (None, "", b"") else None,
-        agents=_names(fields.get("agents")),
-    )
+    """The view of a task record hash (``uc:{T}:task``, bytes or str) or of a dict of record fields, decoded
+    tolerantly (``TaskRecord.from_hash``): a field that does not decode reads as its default."""
+    return TaskView.of(TaskRecord.from_hash(data, tolerant=True))

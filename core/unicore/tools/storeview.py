@@ -21,6 +21,7 @@ from redis.cluster import RedisCluster
 from unicore.errors import TaskNotFound
 from unicore.store import tree_reads
 from unicore.store.codec import text
+from unicore.store.records import TaskRecord
 from unicore.store.task_views import TaskView, view_from_mapping
 from unicore.store.tree_reads import TreeNode, child_count, descendants, tail_messages, tree_tokens
 
@@ -35,6 +36,8 @@ def view_of(record: Any) -> TaskView:
     """A TaskView of whatever ``TaskStore.get_task`` returns (a TaskView, a mapping, or a model/object)."""
     if isinstance(record, TaskView):
         return record
+    if isinstance(record, TaskRecord):
+        return TaskView.of(record)
     if isinstance(record, Mapping):
         return view_from_mapping(record)
     if isinstance(record, BaseModel):

@@ -163,9 +163,7 @@ def describe(activity: Activity, now: float, stale_after: float = STALE_HEARTBEA
                 else f"no heartbeat at all; running for {_age(beat_age)}"
             )
         last = activity.last_messages[-1] if activity.last_messages else None
-        if view.model_call_started_at:
-            info["in_model_call_seconds"] = round(now - view.model_call_started_at, 1)
-        elif last is not None and last.get("role") == "user":
+        if last is not None and last.get("role") == "user":
             info["in_model_call_seconds"] = round(now - float(last.get("timestamp") or now), 1)
         elif last_tool is not None and not tool_finished:
             info["running_tool"] = last_tool["name"]
