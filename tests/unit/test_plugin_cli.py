@@ -148,3 +148,19 @@ def test_describe_shows_an_agent_tasks_agent_effective_model_and_mcp_servers() -
     assert "Agent:              writer" in text and "Model:              openai:qwen2.5-coder-1.5b" in text
     assert "MCP Server:         time (get_current_time)" in text
     assert "MCP Server:         search (all its tools)" in text
+
+
+def test_describe_shows_the_limits_and_the_scheduling_fields_as_the_spec_spells_them() -> None:
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    obj = {"metadata": {"name": "big", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"prompt": "Go", "systemPrompt": "Be  brief", "tools": ["read_file", "task_status"],
+                    "limits": {"maxIterations": 5, "turnTimeoutSeconds": 60}, "gpus": 0, "queueName": "team-a",
+                    "priorityClassName": "high", "suspend": True},
+           "status": {"phase": "Suspended"}}
+    lines = render_describe(obj, [], [], now).splitlines()
+    assert '  Limits:             {"maxIterations": 5, "turnTimeoutSeconds": 60}' in lines
+    assert "  Gpus:               0" in lines and "  QueueName:          team-a" in lines
+    assert "  PriorityClassName:  high" in lines and not any("RuntimeClassName" in line for line in lines)
+    assert "  System Prompt:      Be brief" in lines and "  Tools:              read_file, task_status" in lines
+    assert "  Suspend:            True" in lines and "  Model:              scripted" in lines
+    assert "Parent:             <none>" in lines and "  Agent:              <none>" in lines

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
+from unicore.api.spec import task_spec_of
 from unicore.terminal import printable
 
 from unicore_client.kubectl_plugin.approval_commands import fetch as fetch_approvals
@@ -293,7 +294,8 @@ def cmd_describe(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> i
         events = [{"type": "Warning", "reason": "EventsHidden", "message": f"cannot list events: {out_note}"}]
     approval_lines: list[str] = []
     status = obj.get("status") or {}
-    if status.get("phase") == "WaitingForApproval" or (obj.get("spec") or {}).get("approval"):
+    approval = task_spec_of(obj).approval
+    if status.get("phase") == "WaitingForApproval" or (approval is not None and approval.model_fields_set):
         approval_lines = render_approvals(fetch_approvals(kube, args.name), status.get("waitingFor"))
     out.write(render_describe(obj, children, events, _now(), approval_lines))
     return 0

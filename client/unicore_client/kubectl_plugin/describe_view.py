@@ -7,11 +7,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from unicore.api.spec import AgentTaskSpec, spec_key, task_spec_of
 from unicore.terminal import printable
 
 from unicore_client.kubectl_plugin.humanize import human_duration, one_line, parse_time
 
 MAX_EVENTS = 20
+# Scheduling fields shown as they are set (even empty), each under its YAML key.
+SHOWN_AS_SET = ("gpus", "queue_name", "priority_class_name", "runtime_class_name")
 
 
 def _event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
@@ -35,7 +38,7 @@ def render_describe(
 ) -> str:
     """The text; ``approvals``: the lines of ``approvals.render_approvals`` (none: the section is left out)."""
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
+    spec = task_spec_of(obj)
     status = obj.get("status") or {}
     created = parse_time(meta.get("creationTimestamp"))
     lines = [
@@ -47,25 +50,27 @@ def render_describe(
             if created
             else "-",
         ),
-        _field("Parent", (spec.get("parentRef") or {}).get("name") or "<none>"),
+        _field("Parent", (spec.parent_ref.name if spec.parent_ref is not None else "") or "<none>"),
         "Spec:",
-        _field("Agent", (spec.get("agentRef") or {}).get("name") or "<none>", 2),
-        _field("Model", spec.get("model") or status.get("model") or "scripted", 2),
-        _field("Suspend", bool(spec.get("suspend", False)), 2),
-        _field("Prompt", one_line(spec.get("prompt"), 200) or "<none>", 2),
+        _field("Agent", (spec.agent_ref.name if spec.agent_ref is not None else "") or "<none>", 2),
+        _field("Model", spec.model or status.get("model") or "scripted", 2),
+        _field("Suspend", spec.suspend, 2),
+        _field("Prompt", one_line(spec.prompt, 200) or "<none>", 2),
     ]
-    if spec.get("systemPrompt"):
-        lines.append(_field("System Prompt", one_line(spec["systemPrompt"], 200), 2))
-    if spec.get("tools"):
-        lines.append(_field("Tools", ", ".join(spec["tools"]), 2))
-    for server in spec.get("mcpServers") or ():
-        allowed = ", ".join(server.get("tools") or []) or "all its tools"
-        lines.append(_field("MCP Server", f"{server.get('name')} ({allowed})", 2))
-    if spec.get("limits"):
-        lines.append(_field("Limits", json.dumps(spec["limits"], sort_keys=True), 2))
-    for key in ("gpus", "queueName", "priorityClassName", "runtimeClassName"):
-        if key in spec:
-            lines.append(_field(key[0].upper() + key[1:], spec[key], 2))
+    if spec.system_prompt:
+        lines.append(_field("System Prompt", one_line(spec.system_prompt, 200), 2))
+    if spec.tools:
+        lines.append(_field("Tools", ", ".join(spec.tools), 2))
+    for server in spec.mcp_servers or ():
+        allowed = ", ".join(server.tools or []) or "all its tools"
+        lines.append(_field("MCP Server", f"{server.name} ({allowed})", 2))
+    limits = spec.limits.model_dump(by_alias=True, exclude_none=True)
+    if limits:
+        lines.append(_field("Limits", json.dumps(limits, sort_keys=True), 2))
+    for field in SHOWN_AS_SET:
+        if field in spec.model_fields_set:
+            key = spec_key(AgentTaskSpec, field)
+            lines.append(_field(key[0].upper() + key[1:], getattr(spec, field), 2))
     last_turn = status.get("lastTurn") or {}
     lines += [
         "Status:",

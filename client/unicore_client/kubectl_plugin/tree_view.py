@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unicore.api import contract
+from unicore.api.spec import task_spec_of
 from unicore.terminal import printable
 
 from unicore_client.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
@@ -84,8 +85,8 @@ def parent_name(obj: Mapping[str, Any]) -> str | None:
     for ref in obj.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == contract.KIND and str(ref.get("apiVersion", "")).startswith(f"{contract.GROUP}/"):
             return str(ref.get("name"))
-    parent = (obj.get("spec") or {}).get("parentRef") or {}
-    return str(parent["name"]) if parent.get("name") else None
+    parent = task_spec_of(obj).parent_ref
+    return parent.name if parent is not None and parent.name else None
 
 
 def build_forest(tasks: Iterable[Mapping[str, Any]]) -> list[Node]:

@@ -20,6 +20,7 @@ from typing import Any
 from unicore.agents import AgentDefinition, AgentInvalid, definition_from_spec, validate_agent_name, widening
 from unicore.api.contract import AGENT_KIND, API_VERSION, GROUP, KIND, MCP_SERVER_KIND
 from unicore.api.schema import APPROVE_ALL, Approval, MCPServerRef, TaskSpec
+from unicore.api.spec import task_spec_of
 from unicore.errors import ConfigError
 from unicore.mcp_config import ResolvedMCPServer, parse_document, resolved
 from unicore.store.agents import list_agents, read_agent, write_agent
@@ -72,9 +73,9 @@ def _read_document(files: AgentFiles, document: Any, where: str) -> None:
         files.mcp_servers.append(server)
         return
     if kind == KIND:
-        ref = (document.get("spec") or {}).get("agentRef") if isinstance(document.get("spec"), dict) else None
-        if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-            files.task_agents.append(ref["name"])
+        ref = task_spec_of(document).agent_ref
+        if ref is not None:
+            files.task_agents.append(ref.name)
         return
     if kind != AGENT_KIND:
         raise UsageError(f"{where}: kind {printable(str(kind))!r} is not {AGENT_KIND} "

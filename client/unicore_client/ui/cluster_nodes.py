@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from unicore.api.schema import Limits
+from unicore.api.spec import LimitsSpec, spec_key, task_spec_of
 from unicore.api.turn_numbers import stored_turn
 
 from unicore_client.kubectl_plugin.humanize import parse_time
@@ -47,7 +48,7 @@ def _epoch(value: Any) -> float | None:
 def node_of(obj: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
     """A tree node (the page's shape) of an AgentTask object; ``status`` is the AgentTask's phase."""
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
+    spec = task_spec_of(obj)
     status = obj.get("status") or {}
     phase = str(status.get("phase") or "")
     parent = parent_name(obj)
@@ -60,12 +61,12 @@ def node_of(obj: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
         "depth": int(status.get("depth") or 0) if depth is None else depth,
         "status": phase or "New", "waiting": WAITING_OF.get(phase),
         "turns": int(status.get("turns") or 0), "tokens": int(status.get("tokens") or 0),
-        "model": str(status.get("model") or spec.get("model") or "scripted"),
+        "model": str(status.get("model") or spec.model or "scripted"),
         "created_at": created, "updated_at": max(created, ended or created),
         "last": str(status.get("lastResponse") or "")[:200],
         "error": message[:500] if phase == "Failed" else "",
         "message": message[:500],  # what the phase waits for or why it failed (the AgentTask's status.message)
-        "suspended": bool(spec.get("suspend")),
+        "suspended": spec.suspend,
     }
 
 
@@ -110,12 +111,7 @@ def spec_limits(limits: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(limits) - set(Limits.model_fields))
     if unknown:
         raise ValueError(f"limits: no such limit {', '.join(unknown)} (known: {', '.join(Limits.model_fields)})")
-    return {_camel(key): value for key, value in limits.items()}
-
-
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(part.title() for part in rest)
+    return {spec_key(LimitsSpec, key): value for key, value in limits.items()}
 
 
 def message_of(message: Mapping[str, Any]) -> dict[str, Any]:
