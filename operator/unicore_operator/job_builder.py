@@ -10,11 +10,11 @@ import copy
 import math
 from typing import Any
 
+from unicore.api.resources import merge_resources
 from unicore.api.spec import SCHEDULING_FIELDS, AgentSpec, AgentTaskSpec, task_spec_of
 from unicore.providers.endpoints import ENDPOINTS_ENV
 
 from unicore_operator import names
-from unicore_operator.resources import merge_resources
 from unicore_operator.settings import OperatorSettings
 
 TURN_CONTAINER = "turn"

@@ -18,12 +18,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from pydantic_settings.sources.utils import parse_env_vars
+from unicore.api.resources import Resources, ResourcesInvalid, check_resources
 from unicore.archive import check_archive_url
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import ENDPOINTS_ENV, KEY_ENV_PREFIX, EndpointMap, parse_endpoints
 from unicore.settings import KeywordOnlySettings
-
-from unicore_operator.resources import Resources, ResourcesInvalid, check_resources
 
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({

@@ -1,4 +1,4 @@
-"""Turn pods' requests and limits (unicore_operator.resources): quantities, the rules the CRD's CEL also applies,
+"""Turn pods' requests and limits (unicore.api.resources): quantities, the rules the CRD's CEL also applies,
 and the merge of the operator's defaults, the GPU limit and spec.resources (pure)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from unicore.api.resources import ResourcesInvalid, check_resources, merge_resources, parse_quantity
 from unicore.api.spec import SpecInvalid, parse_spec
-from unicore_operator.resources import ResourcesInvalid, check_resources, merge_resources, parse_quantity
 
 from tests.unit.test_operator_settings import ROOT
 

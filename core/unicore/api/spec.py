@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
-from unicore_operator.resources import ResourcesInvalid, check_resources
 
 from unicore.api import contract
+from unicore.api.resources import ResourcesInvalid, check_resources
 from unicore.api.schema import Approval, InboxMessage, Limits, MCPServerRef, Prompt, TaskSpec
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
