@@ -36,7 +36,7 @@ from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys  # noqa: E402
 from unicore_operator.watchdog.redis_state import read_states  # noqa: E402
 from unicore_operator.watchdog.scan import Thresholds, plan_redis_reads, scan  # noqa: E402
 from unicore_operator.watchdog.snapshot import build_snapshot, with_redis  # noqa: E402
-from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView  # noqa: E402
+from unicore_operator.watchdog.views import AgentTaskView, JobView, PodView, RedisTaskState  # noqa: E402
 
 NOW = time.time()
 THRESHOLDS = Thresholds()
@@ -45,20 +45,20 @@ NS = "bench"
 
 def synthetic(n_tasks: int, active_every: int, turn_age: float = 60) -> tuple[dict, dict, dict, dict, int]:
     """Index-shaped caches + Redis states; returns them and the number of stuck items planted."""
-    tasks: dict[str, list[TaskView]] = {}
+    tasks: dict[str, list[AgentTaskView]] = {}
     jobs: dict[str, list[JobView]] = {}
     pods: dict[str, list[PodView]] = {}
     states: dict[str, RedisTaskState] = {}
     stuck = 0
     for i in range(n_tasks):
         name = f"task-{i}"
-        view = TaskView(namespace=NS, name=name, phase="Idle", root=f"root-{i // 50}")
+        view = AgentTaskView(namespace=NS, name=name, phase="Idle", root=f"root-{i // 50}")
         tid = view.task_id
         tasks[tid] = [view]
         states[tid] = RedisTaskState(status="idle", updated_at=NOW - 600)
         if i % active_every:
             continue
-        tasks[tid] = [TaskView(namespace=NS, name=name, phase="Running", root=view.root)]
+        tasks[tid] = [AgentTaskView(namespace=NS, name=name, phase="Running", root=view.root)]
         job = JobView(namespace=NS, name=f"{name}-t1", task_id=tid, uid=f"u{i}", created_at=NOW - turn_age,
                       start_time=NOW - turn_age, active_deadline_seconds=3600)
         jobs[job.key] = [job]

@@ -16,7 +16,7 @@ One index per object kind: a task's children are the ids in its Redis children s
 looked up in ``agenttask_index`` for its phase (``reconcile.children_of``); no reverse map of ``parentRef``.
 
 The watchdog scans these same indexes (``watchdog.adapter``): the Job and pod views as they are, the AgentTasks as
-``TaskView``s it derives from the compact bodies.
+``AgentTaskView``s it derives from the compact bodies.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from unicore.store.tasks import TaskStore
 from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis
-from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
+from unicore_operator.watchdog.views import AgentTaskView, JobView, PodView, RedisTaskState
 
 NS = "team"
 T = Thresholds(heartbeat_timeout=120, pending_timeout=300, max_reaps=3, deadline_grace=30, absence_grace=30)
@@ -141,7 +141,7 @@ def test_only_stale_missing_and_flagged_tasks_are_read_and_the_reaps_match_a_ful
     # stale entries of tasks that no longer run: a deleted task, an idle task (a late renew after a reap)
     redis_client.zadd(HEARTBEATS_INDEX, {f"{NS}/gone": now - 500, done: now - 400})
 
-    tasks = {tid: TaskView(namespace=NS, name=tid.split("/", 1)[1], phase=phase) for tid, phase in phases.items()}
+    tasks = {tid: AgentTaskView(namespace=NS, name=tid.split("/", 1)[1], phase=phase) for tid, phase in phases.items()}
     snapshot = Snapshot(tasks=tasks, jobs=jobs, pods=pods)
 
     plan = plan_redis_reads(snapshot, now, T)
@@ -178,7 +178,7 @@ def test_a_stale_entry_refreshed_meanwhile_is_kept(store: TaskStore, redis_clien
     now = time.time()
     task_id = create(store, "again")
     redis_client.zadd(HEARTBEATS_INDEX, {task_id: now - 500})  # stale entry of an idle task
-    snapshot = Snapshot(tasks={task_id: TaskView(namespace=NS, name="again", phase="Idle")}, jobs=[], pods=[])
+    snapshot = Snapshot(tasks={task_id: AgentTaskView(namespace=NS, name="again", phase="Idle")}, jobs=[], pods=[])
     real_read = _read_running
 
     def read_then_new_turn(client: redis.Redis, ids: list[str]) -> object:

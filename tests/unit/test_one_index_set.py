@@ -12,8 +12,8 @@ import kopf
 from unicore.store.operator_state import TaskSnapshot
 from unicore_operator import composition, indexes
 from unicore_operator.reconcile import children_of
-from unicore_operator.watchdog.adapter import TaskViews
-from unicore_operator.watchdog.views import job_view, pod_view, task_view
+from unicore_operator.watchdog.adapter import AgentTaskViews
+from unicore_operator.watchdog.views import agent_task_view, job_view, pod_view
 
 NS = "team-a"
 ANNOTATIONS = {"unicore.dev/task-id": f"{NS}/demo"}
@@ -68,8 +68,8 @@ def test_the_watchdog_views_from_the_index_values_equal_those_from_the_bodies() 
     assert job_entry == {(NS, "demo"): job_view(JOB)}
     assert pod_entry == {(NS, "demo"): pod_view(POD)}
     assert task_entry is not None
-    views = TaskViews()({key: [value] for key, value in task_entry.items()})
-    assert views == {f"{NS}/demo": (task_view(TASK),)}
+    views = AgentTaskViews()({key: [value] for key, value in task_entry.items()})
+    assert views == {f"{NS}/demo": (agent_task_view(TASK),)}
     view = job_view(JOB)
     assert (view.task_id, view.turn, view.attempt, view.outcome, view.reason, view.finished, view.ready,
             view.active_deadline_seconds) == (f"{NS}/demo", 3, 2, "failed", "DeadlineExceeded: too long", True, 1,
@@ -77,9 +77,9 @@ def test_the_watchdog_views_from_the_index_values_equal_those_from_the_bodies() 
     assert "managedFields" not in task_entry[(NS, "demo")]["metadata"]  # compact: no full bodies in the index
 
 
-def test_task_views_are_rebuilt_only_for_changed_bodies() -> None:
+def test_agent_task_views_are_rebuilt_only_for_changed_bodies() -> None:
     body = indexes.compact_task(TASK)
-    views = TaskViews()
+    views = AgentTaskViews()
     first = views({(NS, "demo"): [body]})[f"{NS}/demo"][0]
     assert views({(NS, "demo"): [body]})[f"{NS}/demo"][0] is first
     changed = indexes.compact_task({**TASK, "status": {"phase": "Idle"}})

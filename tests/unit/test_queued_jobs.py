@@ -12,7 +12,7 @@ from unicore_operator.settings import OperatorSettings
 from unicore_operator.watchdog.adapter import thresholds_from
 from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.scan import ReapReason, Snapshot, Thresholds, plan_redis_reads, scan
-from unicore_operator.watchdog.views import JobView, PodView, TaskView, job_view
+from unicore_operator.watchdog.views import AgentTaskView, JobView, PodView, job_view
 
 NOW = 1_000_000.0
 NS = "team"
@@ -53,7 +53,7 @@ def job_body(*, suspend: bool | None = None, condition: tuple[str, float] | None
 
 
 def snap(jobs: list[JobView], pods: list[PodView] = ()) -> Snapshot:  # type: ignore[assignment]
-    tasks = {f"{NS}/demo": TaskView(namespace=NS, name="demo", phase="Pending", active_job="demo-t1")}
+    tasks = {f"{NS}/demo": AgentTaskView(namespace=NS, name="demo", phase="Pending", active_job="demo-t1")}
     return Snapshot(tasks=tasks, jobs=jobs, pods=list(pods))
 
 

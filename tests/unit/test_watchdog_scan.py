@@ -11,13 +11,13 @@ from unicore_operator.watchdog.scan import (
     scan,
 )
 from unicore_operator.watchdog.views import (
+    AgentTaskView,
     JobView,
     PodView,
     RedisTaskState,
-    TaskView,
+    agent_task_view,
     job_view,
     pod_view,
-    task_view,
 )
 
 NOW = 1_000_000.0
@@ -25,8 +25,8 @@ T = Thresholds(heartbeat_timeout=120, pending_timeout=300, max_reaps=3, deadline
 NS = "team"
 
 
-def task(name: str = "demo", **kw: object) -> TaskView:
-    return TaskView(namespace=NS, name=name, **kw)  # type: ignore[arg-type]
+def task(name: str = "demo", **kw: object) -> AgentTaskView:
+    return AgentTaskView(namespace=NS, name=name, **kw)  # type: ignore[arg-type]
 
 
 def job(name: str = "demo-t1", task_name: str = "demo", **kw: object) -> JobView:
@@ -41,7 +41,7 @@ def pod(name: str = "demo-t1-abcde", job_name: str = "demo-t1", **kw: object) ->
     return PodView(namespace=NS, name=name, job_name=job_name, **fields)  # type: ignore[arg-type]
 
 
-def snap(tasks: list[TaskView], jobs: list[JobView] = (), pods: list[PodView] = (),  # type: ignore[assignment]
+def snap(tasks: list[AgentTaskView], jobs: list[JobView] = (), pods: list[PodView] = (),  # type: ignore[assignment]
          redis: dict[str, RedisTaskState] | None = None) -> Snapshot:
     return Snapshot(tasks={t.task_id: t for t in tasks}, jobs=list(jobs), pods=list(pods), redis=redis or {})
 
@@ -255,7 +255,7 @@ def test_pending_cause_without_reason() -> None:
 
 
 def test_views_from_kubernetes_bodies() -> None:
-    t = task_view({"metadata": {"namespace": NS, "name": "demo", "labels": {"unicore.dev/root": "demo"}},
+    t = agent_task_view({"metadata": {"namespace": NS, "name": "demo", "labels": {"unicore.dev/root": "demo"}},
                    "spec": {"suspend": True}, "status": {"phase": "Running", "activeJob": "demo-t1",
                                                          "failedAttempts": 2}})
     assert (t.task_id, t.phase, t.active_job, t.suspend, t.failed_attempts, t.root) == (

@@ -1,8 +1,8 @@
 """The watchdog's loop inside the operator process, scanning the operator's own Kopf indexes.
 
 Why inside the operator: the watch caches it needs (AgentTasks, turn Jobs, their pods) are already there: it scans
-the operator's indexes (``unicore_operator.indexes``: the JobView and PodView values as they are, TaskViews derived
-from the compact AgentTasks, see ``TaskViews``) and registers none of its own; it shares the operator's per-task
+the operator's indexes (``unicore_operator.indexes``: the JobView and PodView values as they are, AgentTaskViews derived
+from the compact AgentTasks, see ``AgentTaskViews``) and registers none of its own; it shares the operator's per-task
 locks with the reconciler, and it shares the failure accounting, so a reap and a failed turn are counted by one
 counter. The composition root (``unicore_operator.composition``) adds ``start_watchdog`` to the start-up hooks: it
 starts the loop with the operator's context, whose ``agenttasks``/``turnjobs``/``turnpods`` are those indexes.
@@ -25,26 +25,26 @@ from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import ReapAction, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import build_snapshot, with_redis
-from unicore_operator.watchdog.views import TaskView, task_view
+from unicore_operator.watchdog.views import AgentTaskView, agent_task_view
 
 
-class TaskViews:
-    """The watchdog's ``TaskView``s, derived from the operator's AgentTask index (compact bodies keyed by
+class AgentTaskViews:
+    """The watchdog's ``AgentTaskView``s, derived from the operator's AgentTask index (compact bodies keyed by
     (namespace, name)). Kopf replaces an object's index value on every watch event, so a view is rebuilt only when
     its compact body is a new object: a scan parses the tasks that changed since the last scan, not every task."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str], tuple[Any, TaskView]] = {}
+        self._cache: dict[tuple[str, str], tuple[Any, AgentTaskView]] = {}
 
-    def __call__(self, index: Mapping[tuple[str, str], Iterable[Any]]) -> dict[str, tuple[TaskView]]:
-        cache: dict[tuple[str, str], tuple[Any, TaskView]] = {}
-        out: dict[str, tuple[TaskView]] = {}
+    def __call__(self, index: Mapping[tuple[str, str], Iterable[Any]]) -> dict[str, tuple[AgentTaskView]]:
+        cache: dict[tuple[str, str], tuple[Any, AgentTaskView]] = {}
+        out: dict[str, tuple[AgentTaskView]] = {}
         for key, store in index.items():
             body = first(store)
             if body is None:
                 continue
             cached = self._cache.get(key)
-            view = cached[1] if cached is not None and cached[0] is body else task_view(body)
+            view = cached[1] if cached is not None and cached[0] is body else agent_task_view(body)
             cache[key] = (body, view)
             out[contract.task_id(*key)] = (view,)
         self._cache = cache
@@ -65,14 +65,14 @@ class Watchdog:
 
     def __init__(self, ctx: Any, thresholds: Thresholds) -> None:
         self.ctx = ctx  # its agenttasks / turnjobs / turnpods are the operator's indexes (``indexes.py``)
-        self.task_views = TaskViews()
+        self.agent_task_views = AgentTaskViews()
         self.thresholds = thresholds
         self.reaper = Reaper(ctx, max_reaps=thresholds.max_reaps)
 
     async def scan_once(self) -> list[ReapAction]:
         started = time.perf_counter()
         now = time.time()
-        snapshot = build_snapshot(self.task_views(self.ctx.agenttasks or {}), self.ctx.turnjobs or {},
+        snapshot = build_snapshot(self.agent_task_views(self.ctx.agenttasks or {}), self.ctx.turnjobs or {},
                                   self.ctx.turnpods or {}, {})
         plan = plan_redis_reads(snapshot, now, self.thresholds)
         read = await asyncio.to_thread(read_states, self.ctx.redis.sync, plan, now, self.thresholds)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from unicore_operator.watchdog.attempts import Attempt, turn_attempt
-from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
+from unicore_operator.watchdog.views import AgentTaskView, JobView, PodView, RedisTaskState
 
 MAX_MESSAGE = 900  # status.message stays small
 
@@ -67,7 +67,7 @@ class Thresholds:
 class Snapshot:
     """The watchdog's inputs. ``tasks`` by task id (``ns/name``), ``redis`` by task id."""
 
-    tasks: Mapping[str, TaskView]
+    tasks: Mapping[str, AgentTaskView]
     jobs: Sequence[JobView]
     pods: Sequence[PodView]
     redis: Mapping[str, RedisTaskState] = field(default_factory=dict)
@@ -132,7 +132,7 @@ def pending_cause(pod: PodView | None) -> str:
 
 
 def _task_action(
-    reason: ReapReason, task: TaskView, message: str, thresholds: Thresholds, *,
+    reason: ReapReason, task: AgentTaskView, message: str, thresholds: Thresholds, *,
     job: JobView | None = None, pod: PodView | None = None, state: RedisTaskState | None = None,
     reset_status: bool = False, attempt: Attempt | None = None,
 ) -> ReapAction:
@@ -174,7 +174,7 @@ def _admission_due(job: JobView, now: float, t: Thresholds) -> bool:
     return t.admission_timeout > 0 and _age(now, job.queued_since) > t.admission_timeout
 
 
-def _admission_action(job: JobView, task: TaskView, now: float, t: Thresholds,
+def _admission_action(job: JobView, task: AgentTaskView, now: float, t: Thresholds,
                       state: RedisTaskState | None) -> ReapAction | None:
     """A queued Job (see ``JobView.queued``) is reaped only when held longer than the admission timeout."""
     if not _admission_due(job, now, t):
@@ -188,7 +188,7 @@ def _admission_action(job: JobView, task: TaskView, now: float, t: Thresholds,
     )
 
 
-def _job_action(job: JobView, task: TaskView, pods: list[PodView], now: float, t: Thresholds,
+def _job_action(job: JobView, task: AgentTaskView, pods: list[PodView], now: float, t: Thresholds,
                 state: RedisTaskState | None, beating: bool = False) -> ReapAction | None:
     overdue = _overdue(job, now)
     if overdue is not None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Set
 from typing import Any, TypeVar
 
 from unicore_operator.watchdog.scan import Snapshot
-from unicore_operator.watchdog.views import JobView, PodView, RedisTaskState, TaskView
+from unicore_operator.watchdog.views import AgentTaskView, JobView, PodView, RedisTaskState
 
 V = TypeVar("V")
 
@@ -29,12 +29,12 @@ def _values(index: Mapping[Any, Iterable[V]]) -> list[V]:
     return [value for store in index.values() for value in store]
 
 
-def task_views(index: Mapping[str, Iterable[TaskView]]) -> dict[str, TaskView]:
+def agent_task_views(index: Mapping[str, Iterable[AgentTaskView]]) -> dict[str, AgentTaskView]:
     return _first_by_key(index)
 
 
 def build_snapshot(
-    tasks: Mapping[str, Iterable[TaskView]],
+    tasks: Mapping[str, Iterable[AgentTaskView]],
     jobs: Mapping[Any, Iterable[JobView]],
     pods: Mapping[Any, Iterable[PodView]],
     redis_states: Mapping[str, RedisTaskState],

@@ -1,10 +1,11 @@
 """Small, immutable views of turn Jobs and pods (built once per watch event, not per scan) and of AgentTasks.
 
 The operator's Kopf indexes (:mod:`unicore_operator.indexes`) hold a :class:`JobView` per turn Job and a
-:class:`PodView` per turn pod; the watchdog reads those same values, and derives a :class:`TaskView` from the
-AgentTask index's compact body when that body changes (``adapter.TaskViews``). ``job_view`` is the one parser of a
-Job's fields (labels, annotations, conditions, deadlines) for the reconciler and the watchdog alike. Every converter
-here is pure: body (a mapping shaped like the Kubernetes object) in, view out.
+:class:`PodView` per turn pod; the watchdog reads those same values, and derives an :class:`AgentTaskView` from
+the AgentTask index's compact body when that body changes (``adapter.AgentTaskViews``). ``job_view`` is the one parser
+of a Job's fields (labels, annotations, conditions, deadlines) for the reconciler and the watchdog alike. Every
+converter here is pure: body (a mapping shaped like the Kubernetes object) in, view out. (The task record in Redis
+has its own view, ``unicore.store.task_views.TaskView``; this one is the Kubernetes object's.)
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ TERMINATION_LINE_MAX = 300  # characters of a failed container's last log line k
 
 
 @dataclass(frozen=True, slots=True)
-class TaskView:
-    """An AgentTask as the watchdog needs it."""
+class AgentTaskView:
+    """An AgentTask object (metadata, spec.suspend, status) as the watchdog needs it."""
 
     namespace: str
     name: str
@@ -163,10 +164,10 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
-def task_view(body: Mapping[str, Any]) -> TaskView:
+def agent_task_view(body: Mapping[str, Any]) -> AgentTaskView:
     meta, status = _meta(body), body.get("status") or {}
     labels = meta.get("labels") or {}
-    return TaskView(
+    return AgentTaskView(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         phase=str(status.get("phase") or ""),
