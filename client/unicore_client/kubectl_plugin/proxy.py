@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from unicore_operator.log import logger
+from unicore.log import get_logger
 
 from unicore_client.kubectl_plugin.errors import Forbidden, NotFound, PluginError, Unreachable
 from unicore_client.kubectl_plugin.kube import KubeContext
 
-log = logger.getChild("kubectl")
+log = get_logger("kubectl")
 
 GROUP = "tasks.unicore.dev"
 VERSION = "v1alpha1"

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from unicore_operator.log import logger
+from unicore.log import get_logger
 
 from unicore_client.kubectl_plugin.commands import kube_error
 from unicore_client.kubectl_plugin.errors import Forbidden as PluginForbidden
@@ -18,7 +18,7 @@ from unicore_client.kubectl_plugin.errors import PluginError
 from unicore_client.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeContext
 from unicore_client.ui.backend_protocol import BackendRefusal, Forbidden, Unavailable
 
-log = logger.getChild("ui")
+log = get_logger("ui")
 WATCH_SECONDS = 240  # one watch request's server-side timeout; then it resumes from the last resourceVersion
 RETRY_SECONDS = (0.5, 10.0)  # backoff after a failed list or watch: first, at most
 
