@@ -1,8 +1,10 @@
 """Local mode (seed 000's process-per-task model): run a task tree on this machine until it settles.
 
 The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as
-a safety net) and starts one ``unicore-turn <task>`` process per runnable task: pending inbox (or an unfinished turn
-whose process died), no live lease, no process of ours already running it. Children run in parallel. It returns
+a safety net) and starts one ``unicore-turn <task>`` process per task that should run a turn (``unicore.scheduling``,
+the decision the operator takes too: pending inbox or an unfinished turn whose process died, no live lease) and that
+no process of ours runs already. A report a task still owes its parent (its turn ended, its process died before
+delivering it) the supervisor delivers itself, as the operator does. Children run in parallel. It returns
 when every task of the tree is idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a
 waiting task runs no process) and no process is left. Approvals that waited past their task's timeout are denied
 here, as the operator's timer does on Kubernetes.
@@ -42,7 +44,7 @@ from unicore.store.activations import ActivationConsumer, missing_group
 from unicore.store.reads import busy, last_error
 from unicore.store.suspension import suspended_flags
 from unicore.store.tasks import TaskStore
-from unicore.turn.reports import report_failure
+from unicore.turn.reports import deliver_report, report_failure
 
 log = get_logger("launch.local")
 
@@ -280,10 +282,16 @@ class LocalSupervisor:
             self.on_event(f"approval of {task_id} call {call_id} denied: no decision within {timeout:g}s")
 
     def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
+        """Act on the task's next action (``unicore.scheduling``) as the operator's reconcile does: a report the task
+        owes its parent is delivered here (a suspended task runs no turn that could deliver it); a turn starts unless
+        the task's child completions are held (``_held``)."""
         if task_id in self.running or task_id in self.failed:
             return False
         self._expire_approvals(task_id)
-        if not self.store.needs_turn(task_id) or self._held(task_id):
+        action = self.store.next_action(task_id)
+        if action.deliver_report:
+            deliver_report(self.store, task_id)
+        if not action.run_turn or self._held(task_id):
             return False
         self._start(task_id)
         return True

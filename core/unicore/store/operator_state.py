@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from unicore.api.contract import same_namespace
+from unicore.scheduling import turn_unfinished
 from unicore.store import approval_records as records_of_calls
 from unicore.store import approvals, changes, lua
 from unicore.store.client import AsyncRedisClient, RedisClient
@@ -97,9 +98,8 @@ class TaskSnapshot:
         """A turn started but never ended (its process was stopped or died) and nobody runs it now."""
         if self.lease_held:
             return False
-        if self.record.get("status") == "running":
-            return True
-        return self.last_turn is not None and self.last_turn.ended_at is None
+        ended = None if self.last_turn is None else self.last_turn.ended_at is not None
+        return turn_unfinished(self.record.get("status"), ended)
 
     def next_turn(self) -> int:
         """The turn the next Job runs: an interrupted turn continues under its own number."""

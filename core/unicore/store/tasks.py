@@ -40,13 +40,15 @@ from unicore.api.schema import (
 )
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
-from unicore.store import approvals, changes, codec, lua
+from unicore.scheduling import NextAction, next_action
+from unicore.store import changes, codec, lua
 from unicore.store.activations import write_activation
 from unicore.store.agents import read_agent
 from unicore.store.client import RedisClient, build_client
 from unicore.store.keys import HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.store.messages import load_message
 from unicore.store.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
+from unicore.store.scheduling_reads import read_observation
 
 log = get_logger("state")
 
@@ -625,26 +627,18 @@ class TaskStore:
         meta = self.redis.hgetall(self.keys(task_id).turnmeta)
         return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
 
+    def next_action(self, task_id: str) -> NextAction:
+        """What the task does next (``unicore.scheduling``): run a turn, deliver a report it owes its parent (its
+        turn ended, its process died before the report reached the parent's inbox), both or neither."""
+        return next_action(read_observation(self.redis, task_id))
+
     def needs_turn(self, task_id: str) -> bool:
-        """True when a turn should run and none holds the lease: pending inbox entries (unless the task waits for
-        people and none of them answers: ``state.approvals.blocked``); an unfinished turn (its
-        process died, or was cancelled, before the turn ended); or a report still owed to the parent (the turn
-        ended but its process died before the report reached the parent's inbox). Never for a suspended task
-        (local mode, ``state.suspension``)."""
-        keys = self.keys(task_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.llen(keys.inbox)
-        pipe.exists(keys.lease)
-        pipe.hmget(keys.task, ["status", "turns", "report_id", "suspended"])
-        pending, leased, (status, turns, report_id, suspended) = pipe.execute()
-        if leased or suspended == "1":
-            return False
-        if status == "running" or report_id:
-            return True
-        if pending and not approvals.blocked(self.redis, task_id):  # waiting for people: messages wait too
-            return True
-        last = int(turns or 0) - 1
-        return last >= 0 and not self.redis.hexists(keys.turnmeta, turn_meta_field(last, "ended_at"))
+        """True when the task has something to do now (``next_action``): a turn to run and none holds the lease
+        (queued messages, unless it waits for people and none of them answers: ``store.approvals.blocked``; an
+        unfinished turn, its process died or was cancelled before the turn ended), or a report still owed to the
+        parent. Never a turn for a suspended task (``store.suspension``); its owed report is delivered all the same."""
+        action = self.next_action(task_id)
+        return action.run_turn or action.deliver_report
 
 
 def assemble_history(
