@@ -15,7 +15,10 @@
     Archived  retention removed the task's idle tree from Redis (operator/retention.py sets it; never decided here:
               the reconcile leaves a task without a Redis record alone)
 
-Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > Waiting > Idle.
+Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > Waiting > Idle. Whether
+a turn runs (Pending with no Job yet) and whether an owed report is delivered is ``unicore.scheduling``'s decision,
+the one local mode takes too; the operator adds its turn Jobs (Running, or Pending while the Job's pod cannot start)
+and the children (Waiting).
 - A turn that runs, and queued work that wakes the task (a decision's wake-up, a user message answering a question,
   an interrupted turn), come before the wait: the task's turn is what it waits for then, not a person.
 - While a task waits for people, other queued messages (a child's report, a message sent while an approval waits)
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from unicore import scheduling
 from unicore.api.turn_numbers import shown_turn
 from unicore.store.operator_state import LastTurn
 from unicore.store.task_views import TaskView
@@ -122,6 +126,26 @@ class TaskObservation:
     # ``held_messages`` the others, which wait in the inbox until then (``unicore.store.approvals.wakes``).
     human: HumanWait | None = None
     held_messages: int = 0
+    owes_report: bool = False  # a turn ended with a report for the parent that has not reached it
+
+
+def scheduling_observation(obs: TaskObservation) -> scheduling.Observation:
+    """What ``unicore.scheduling`` reads, from the operator's observation (its turn Jobs and children aside)."""
+    return scheduling.Observation(
+        failed=bool(obs.invalid_reason) or obs.failed_attempts > obs.max_retries,
+        suspended=obs.suspended,
+        lease_held=obs.lease_held,
+        queued=obs.pending_messages + obs.held_messages,
+        waiting_for=None if obs.human is None else "input" if obs.human.kind == INPUT else "approval",
+        queued_wakes=obs.pending_messages > 0,  # the messages queued while it waits that give it a turn
+        unfinished_turn=obs.unfinished_turn,
+        owes_report=obs.owes_report,
+    )
+
+
+def next_action(obs: TaskObservation) -> scheduling.NextAction:
+    """The shared decision for this observation: does a turn run now, is an owed report delivered now, and why."""
+    return scheduling.next_action(scheduling_observation(obs))
 
 
 # What a turn Job whose pod does not run yet is doing, by the reason it waits for.
@@ -149,12 +173,13 @@ def scheduling_wait(job_queued: bool, pods: Iterable[PodView], queue: str = "") 
 
 def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
     """(phase, human-readable message) for an observation."""
-    if obs.invalid_reason:
-        return Phase.FAILED, obs.invalid_reason
-    if obs.failed_attempts > obs.max_retries:
+    action = next_action(obs)
+    if action.reason is scheduling.Reason.FAILED:
+        if obs.invalid_reason:
+            return Phase.FAILED, obs.invalid_reason
         reason = obs.last_failure or "turn failed"
         return Phase.FAILED, f"turn failed {obs.failed_attempts} times in a row; last: {reason}"
-    if obs.suspended:
+    if action.reason is scheduling.Reason.SUSPENDED:
         queued = f"; {obs.pending_messages} message(s) queued" if obs.pending_messages else ""
         return Phase.SUSPENDED, f"suspended{queued}"
     # a retry says what happened to the attempt before it (the Job's failure and how its container ended)
@@ -165,12 +190,12 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
             what = WAITING_TEXT.get(reason, "is waiting for its pod to start")
             return Phase.PENDING, f"turn Job {obs.active_job} {what}: {reason}: {detail}"
         return Phase.RUNNING, f"turn Job {obs.active_job} is running{retry}"
-    if obs.lease_held:
+    if action.reason is scheduling.Reason.TURN_RUNNING:
         return Phase.RUNNING, "a turn process holds the task's lease"
-    if obs.pending_messages > 0 or obs.unfinished_turn:
+    if action.run_turn:
         what = f"{obs.pending_messages} message(s) queued" if obs.pending_messages else "an interrupted turn"
         return Phase.PENDING, f"{what}{retry}"
-    if obs.human is not None:
+    if obs.human is not None and action.reason in scheduling.WAITING_FOR_PEOPLE:
         phase = Phase.WAITING_FOR_INPUT if obs.human.kind == INPUT else Phase.WAITING_FOR_APPROVAL
         return phase, obs.human.describe(obs.held_messages)
     working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)
@@ -180,9 +205,14 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
 
 
 def wants_turn_job(obs: TaskObservation) -> bool:
-    """May the operator start a turn Job now? (pending work, not suspended/failed, no Job, no live lease)."""
-    phase, _ = decide_phase(obs)
-    return phase is Phase.PENDING and not obs.active_job
+    """May the operator start a turn Job now? (the shared decision runs a turn, and no Job of the task is active)."""
+    return next_action(obs).run_turn and not obs.active_job
+
+
+def delivers_owed_report(obs: TaskObservation) -> bool:
+    """Does the operator deliver the task's owed report now? (the shared decision: whenever no turn process holds the
+    lease, an active Job whose pod has not taken it included)."""
+    return next_action(obs).deliver_report
 
 
 def ready_reason(obs: TaskObservation) -> str | None:

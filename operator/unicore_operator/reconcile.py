@@ -29,6 +29,7 @@ from unicore_operator.phases import (
     TaskObservation,
     build_status,
     decide_phase,
+    delivers_owed_report,
     ready_reason,
     scheduling_wait,
     status_changed,
@@ -116,6 +117,7 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         unfinished_turn=snap.unfinished_turn(),
         children_phases={c["name"]: c["phase"] for c in children},
         job_waiting=waiting,
+        owes_report=snap.owes_report,
     )
 
 
@@ -206,14 +208,14 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             ended = by_name[name]
             await record_end_locked(ctx, key, name, ended.turn, ended.outcome, ended.reason)
         snap = await ctx.redis.snapshot(tid)
-    if snap.owes_report and not snap.lease_held:
+    active_name = (running.name if running else None) or inflight
+    if delivers_owed_report(observe(ctx, body, snap, active_name, [], waiting)):
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid, spec_parent(body))
         snap.report_delivered()
     if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
         snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
     children = children_of(ctx, key, snap)
-    active_name = (running.name if running else None) or inflight
     obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None
     if wants_turn_job(obs):
