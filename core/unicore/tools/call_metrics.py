@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from unicore.mcp_config import SEPARATOR
 from unicore.providers.calling import metric_label
+from unicore.tools.builtin_tools import ALL_TOOLS
 
 if TYPE_CHECKING:
     from unicore.store.telemetry import Telemetry
@@ -53,8 +54,6 @@ def builtin_label_sets() -> list[dict[str, str]]:
     """The label sets every deployment's calls can carry before any call is made: each built-in tool's and the
     unknown tool's. The operator exports their series at 0 from its first scrape (``redis_collector``), so a panel of
     tool calls shows 0, not "No data", until the first call."""
-    from unicore.tools.registry import ALL_TOOLS  # the registry imports this module
-
     return [tool_labels(tool) for tool in ALL_TOOLS.values()] + [unavailable_labels("", explained=False, known=False)]
 
 

@@ -1,4 +1,5 @@
-"""The built-in tools, the toolset a task may use, their JSON schemas, and the one safe way to run a call.
+"""The known tools (the built-in ones of ``tools.builtin_tools`` and custom ones), the toolset a task may use, their
+JSON schemas, and the one safe way to run a call.
 
 ``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation,
 a ``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read
@@ -29,19 +30,13 @@ from unicore.log import get_logger
 from unicore.providers.base import ToolSpec
 from unicore.settings import RuntimeSettings
 from unicore.tools import call_metrics, policy
-from unicore.tools.ask_user import AskUser
 from unicore.tools.base import Tool, ToolContext
+from unicore.tools.builtin_tools import ALL_TOOLS
 from unicore.tools.storeview import view_of
-from unicore.tools.tasks import MessageTask, SpawnTask, TaskStatus
-from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
 from unicore.turn.answers import MAX_ARGUMENT_DEPTH, UNPARSED
 
 log = get_logger("tools")
 
-ALL_TOOLS: dict[str, Tool] = {
-    tool.name: tool
-    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus(), AskUser())
-}
 MAX_RESULT_CHARS = 100_000
 EXTRA_TOOLS_ENV = RuntimeSettings.env_var("extra_tools")
 
