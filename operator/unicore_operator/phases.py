@@ -135,7 +135,7 @@ def scheduling_observation(obs: TaskObservation) -> scheduling.Observation:
         failed=bool(obs.invalid_reason) or obs.failed_attempts > obs.max_retries,
         suspended=obs.suspended,
         lease_held=obs.lease_held,
-        queued=obs.pending_messages + obs.held_messages,
+        queued=obs.pending_messages + (obs.held_messages if obs.human is not None else 0),  # held: for people only
         waiting_for=None if obs.human is None else "input" if obs.human.kind == INPUT else "approval",
         queued_wakes=obs.pending_messages > 0,  # the messages queued while it waits that give it a turn
         unfinished_turn=obs.unfinished_turn,
