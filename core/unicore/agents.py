@@ -25,7 +25,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel, to_snake
 
-from unicore.api.schema import APPROVE_ALL, Approval, Limits, MCPServerRef, TaskSpec, one_ref_per_server
+from unicore.api.schema import (
+    APPROVE_ALL,
+    SCHEDULING_FIELDS,
+    Approval,
+    Limits,
+    MCPServerRef,
+    TaskSpec,
+    one_ref_per_server,
+)
 from unicore.errors import ConfigError
 
 __all__ = [
@@ -53,8 +61,9 @@ MAX_AGENT_NAME = 253
 DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
     "read_file", "write_file", "list_files", "spawn_task", "message_task", "task_status",
 )
-# Spec fields of an Agent that only the operator's Job builder reads (scheduling and resource defaults).
-KUBERNETES_ONLY = ("gpus", "resources", "nodeSelector", "tolerations", "priorityClassName", "runtimeClassName")
+# Spec keys of an Agent that only the operator's Job builder reads (scheduling and resource defaults), as the spec
+# models' alias generator spells them.
+KUBERNETES_ONLY = tuple(to_camel(field) for field in SCHEDULING_FIELDS)
 # The TaskSpec fields a task that uses an agent may set to narrow it (what ``own_settings`` keeps).
 NARROWABLE = ("model", "system_prompt", "tools", "child_tools", "limits", "approval", "mcp_servers")
 

@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from unicore.api.resources import merge_resources
-from unicore.api.spec import SCHEDULING_FIELDS, AgentSpec, AgentTaskSpec, task_spec_of
+from unicore.api.schema import SCHEDULING_FIELDS
+from unicore.api.spec import AgentSpec, AgentTaskSpec, task_spec_of
 from unicore.providers.endpoints import ENDPOINTS_ENV
 
 from unicore_operator import names

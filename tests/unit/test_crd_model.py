@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
+from unicore.agents import KUBERNETES_ONLY
+from unicore.api.schema import SCHEDULING_FIELDS
 from unicore.api.spec import (
-    SCHEDULING_FIELDS,
     AgentSpec,
     AgentTaskSpec,
     ApprovalSpec,
@@ -60,6 +61,7 @@ def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], p
 def test_scheduling_fields_are_fields_of_both_specs() -> None:
     for field in SCHEDULING_FIELDS:
         assert field in AgentTaskSpec.model_fields and field in AgentSpec.model_fields
+    assert KUBERNETES_ONLY == tuple(spec_key(AgentSpec, field) for field in SCHEDULING_FIELDS)
     assert spec_key(AgentTaskSpec, "priority_class_name") == "priorityClassName"
     assert spec_key(LimitsSpec, "turn_timeout_seconds") == "turnTimeoutSeconds"
 

@@ -138,10 +138,6 @@ class AgentSpec(CamelModel):
     runtime_class_name: str | None = None
 
 
-# Where and how turn pods run: fields of both an AgentTask's spec and an Agent's, which only the operator's Job
-# builder reads (a task's own, else its Agent's); the runtime never does.
-SCHEDULING_FIELDS = ("gpus", "resources", "node_selector", "tolerations", "priority_class_name", "runtime_class_name")
-
 Spec = TypeVar("Spec", bound=CamelModel)
 
 

@@ -37,7 +37,8 @@ from unicore.api.contract import (
     VERSION,
     label_value,
 )
-from unicore.api.schema import InboxMessage, Limits, task_name
+from unicore.api.schema import SCHEDULING_FIELDS, InboxMessage, Limits, task_name
+from unicore.api.spec import AgentRef, AgentTaskSpec, LimitsSpec, ParentRef, task_spec_of
 from unicore.errors import ConfigError, MessageTooLarge, ToolError
 from unicore.kube_config import load_api_client
 from unicore.launch.local_spawner import check_message_size, check_same_agent, child_agent, reserve_child_slots
@@ -52,13 +53,7 @@ log = get_logger("launch.kubernetes")
 CHILD_RECORD_WAIT_SECONDS = 30.0
 
 # Fields copied from the parent's spec so the child's turns schedule like the parent's.
-INHERITED_SCHEDULING = ("gpus", "resources", "nodeSelector", "tolerations", "priorityClassName", "runtimeClassName",
-                        "queueName")
-LIMIT_FIELDS = {
-    "max_iterations": "maxIterations", "max_depth": "maxDepth", "max_children": "maxChildren",
-    "max_descendants": "maxDescendants", "token_budget": "tokenBudget", "turn_timeout_seconds": "turnTimeoutSeconds",
-    "recursion": "recursion", "summarize_turns": "summarizeTurns",
-}
+INHERITED_SCHEDULING = (*SCHEDULING_FIELDS, "queue_name")
 
 
 def load_custom_objects_api() -> Any:
@@ -74,35 +69,35 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
     """The child AgentTask object (pure). ``agent``: the name of the Agent the child runs (``spec.agentRef``); it
     takes model and tools from it (``tools`` None: all of the agent's), and only the parent's limits narrow it."""
     meta = parent_obj["metadata"]
-    parent_spec = parent_obj.get("spec") or {}
+    parent_spec = task_spec_of(parent_obj)
     parent_labels = meta.get("labels") or {}
     root = parent_labels.get(ROOT_LABEL) or task_name(parent_view.root_id)
     # A child of an agent: the lower of its agent's and its parent's limits (so it narrows both).
     capped = parent_view.limits if agent_limits is None else effective_limits(agent_limits, parent_view.limits)
-    limits = {LIMIT_FIELDS[k]: v for k, v in capped.model_dump().items() if k in LIMIT_FIELDS}
     # The turn timeout is the parent's as its turn Jobs have it: its spec's value, else (unset) the operator's
     # default for both; the stored limit is the schema's default there, which would widen a shorter default.
-    limits.pop("turnTimeoutSeconds", None)
-    parent_timeout = (parent_spec.get("limits") or {}).get("turnTimeoutSeconds")
-    if parent_timeout is not None:
-        limits["turnTimeoutSeconds"] = parent_timeout
-    spec: dict[str, Any] = {
+    limits = capped.model_dump(exclude={"turn_timeout_seconds"})
+    if parent_spec.limits.turn_timeout_seconds is not None:
+        limits["turn_timeout_seconds"] = parent_spec.limits.turn_timeout_seconds
+    fields: dict[str, Any] = {
         "prompt": prompt,
-        "parentRef": {"name": meta["name"], "uid": meta["uid"]},
-        "limits": limits,
+        "parent_ref": ParentRef(name=meta["name"], uid=meta["uid"]),
+        "limits": LimitsSpec.model_validate(limits),
     }
     if agent is not None:
-        spec["agentRef"] = {"name": agent}
+        fields["agent_ref"] = AgentRef(name=agent)
         if tools is not None:
-            spec["tools"] = list(tools)
+            fields["tools"] = list(tools)
     else:
-        spec["model"] = parent_view.model
-        spec["tools"] = list(tools or ())
+        fields["model"] = parent_view.model
+        fields["tools"] = list(tools or ())
         if parent_view.child_tools is not None:
-            spec["childTools"] = [t for t in parent_view.child_tools if t in (tools or ())]
+            fields["child_tools"] = [t for t in parent_view.child_tools if t in (tools or ())]
     for field in INHERITED_SCHEDULING:  # a child of an agent schedules as that agent says (its queue aside)
-        if parent_spec.get(field) is not None and (agent is None or field == "queueName"):
-            spec[field] = parent_spec[field]
+        value = getattr(parent_spec, field)
+        if value is not None and (agent is None or field == "queue_name"):
+            fields[field] = value
+    spec = AgentTaskSpec.model_validate(fields).model_dump(by_alias=True, exclude_unset=True)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -231,9 +226,8 @@ class KubernetesSpawner:
             raise ToolError(f"could not create AgentTask {task_name(child_id)}: {refusal(exc)}") from exc
         except Exception as exc:  # urllib3 timeouts and resets: did the create reach the API server?
             made = self._get_agenttask(task_name(child_id))
-            if made is not None and (made.get("spec") or {}).get("parentRef", {}).get("uid") == parent_obj[
-                "metadata"
-            ]["uid"]:
+            made_by = task_spec_of(made).parent_ref if made is not None else None
+            if made_by is not None and made_by.uid == parent_obj["metadata"]["uid"]:
                 log.warning("creating AgentTask %s: %s; it was created", child_id, exc)
                 return True
             raise ToolError(f"could not create AgentTask {task_name(child_id)}: {exc}") from exc
