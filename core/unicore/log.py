@@ -10,7 +10,7 @@ logger = logging.getLogger("unicore")
 
 
 def get_logger(name: str) -> logging.Logger:
-    """A child of the ``unicore`` logger, e.g. ``get_logger("turn")`` -> ``unicore.turn.runner``."""
+    """A child of the ``unicore`` logger, e.g. ``get_logger("turn")`` -> ``unicore.turn``."""
     return logger.getChild(name)
 
 

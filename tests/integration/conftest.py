@@ -16,7 +16,8 @@ from unicore.providers.scripted import ScriptedModel, load_script
 from unicore.store.records import TaskRecord
 from unicore.store.tasks import TaskStore
 from unicore.tools.base import Tool, ToolContext
-from unicore.turn.runner import TurnOutcome, run_turn
+from unicore.turn.outcome import TurnOutcome
+from unicore.turn.run import run_turn
 
 
 class NoteTool(Tool):

@@ -22,7 +22,7 @@ from unicore.retention import Retention
 from unicore.store import approvals
 from unicore.store.keys import TaskKeys, activations_stream
 from unicore.store.tasks import TaskStore
-from unicore.turn.runner import EXIT_OK
+from unicore.turn.outcome import EXIT_OK
 
 from tests.integration.conftest import TurnRunner
 from tests.integration.test_approvals_turn import CountTool

@@ -16,7 +16,7 @@ from unicore.store.tasks import TaskStore
 from unicore.tools.base import Tool, ToolContext
 from unicore.turn.approvals import INTERRUPTED_TEXT
 from unicore.turn.history import answer_to
-from unicore.turn.runner import EXIT_OK
+from unicore.turn.outcome import EXIT_OK
 
 
 class CountTool(Tool):

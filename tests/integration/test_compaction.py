@@ -26,7 +26,8 @@ from unicore.store.tasks import TaskStore
 from unicore.turn.compaction import COMPACTION_PROMPT, HistoryView
 from unicore.turn.context_window import ContextSettings
 from unicore.turn.history import INTERRUPTED_TEXT
-from unicore.turn.runner import EXIT_FAILED, EXIT_OK, run_turn
+from unicore.turn.outcome import EXIT_FAILED, EXIT_OK
+from unicore.turn.run import run_turn
 from unicore.turn.transcript import compaction_mark
 from unicore_client.local import main as cli
 

@@ -20,7 +20,7 @@ import pytest
 from unicore.api.schema import TaskSpec
 from unicore.store.tasks import TaskStore, connect
 from unicore.turn.history import INTERRUPTED_TEXT
-from unicore.turn.runner import run_turn
+from unicore.turn.run import run_turn
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, TurnRunner

@@ -17,7 +17,8 @@ from unicore.providers.openai_compat import OpenAISettings, build_openai_model
 from unicore.providers.retry import RetryPolicy
 from unicore.store.tasks import TaskStore
 from unicore.turn.answers import MAX_ARGUMENT_DEPTH
-from unicore.turn.runner import EXIT_OK, TurnOutcome, run_turn
+from unicore.turn.outcome import EXIT_OK, TurnOutcome
+from unicore.turn.run import run_turn
 
 from tests.sse_server import SSEServer, serve, stream, text_chunks, tool_call_chunks
 

@@ -54,7 +54,7 @@ from unicore.turn.history import (
     build_request_messages,
     tool_use_ids,
 )
-from unicore.turn.runner import EXIT_OK
+from unicore.turn.outcome import EXIT_OK
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import TurnRunner
@@ -218,7 +218,7 @@ class DrainMachine(RuleBasedStateMachine):
         self._queue(InboxMessage(id=message_id, type=kind, content=text, sender="producer"), {"text": text})
 
     def _queue_result(self, tool_id: str) -> None:
-        """The way ``_Turn._queue_result`` queues a tool result."""
+        """The way ``ToolCalls.queue_result`` (unicore.turn.tool_calls) queues a tool result."""
         result = tool_result_block(tool_id, f"result of {tool_id} #{self._nonce()}")
         message = InboxMessage(
             id=f"tr:{tool_id}", type="tool_result", content=result, sender=self.task_id, tool_use_id=tool_id
@@ -544,7 +544,7 @@ def test_a_zombie_turns_late_tool_result_is_refused_and_starts_no_model_call(
     assert turn("late").exit_code == EXIT_OK  # the successor: t1 gets an error result, the model answers, turn ends
     answered = len(turn.requests("late"))
     late = tool_result_block("t1", "late result")
-    with pytest.raises(LeaseLost):  # the zombie's tool returns: what _Turn._queue_result does with its lease
+    with pytest.raises(LeaseLost):  # the zombie's tool returns: what ToolCalls.queue_result does with its lease
         store.queue_own_result(
             zombie, InboxMessage(id="tr:t1", type="tool_result", content=late, sender="late", tool_use_id="t1")
         )

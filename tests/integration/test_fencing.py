@@ -6,7 +6,7 @@ import pytest
 from unicore.api.schema import TaskSpec, Usage
 from unicore.errors import LeaseBusy, LeaseLost
 from unicore.store.tasks import TaskStore
-from unicore.turn.runner import EXIT_BUSY, EXIT_LEASE_LOST
+from unicore.turn.outcome import EXIT_BUSY, EXIT_LEASE_LOST
 
 from tests.waiting import wait_for
 

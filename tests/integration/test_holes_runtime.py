@@ -21,7 +21,7 @@ from unicore.store.tasks import TaskStore, connect
 from unicore.tools import policy
 from unicore.turn.answers import MAX_ARGUMENT_DEPTH
 from unicore.turn.history import INTERRUPTED_TEXT
-from unicore.turn.runner import EXIT_CANCELLED, EXIT_OK
+from unicore.turn.outcome import EXIT_CANCELLED, EXIT_OK
 
 from tests.converse_check import converse_problems
 from tests.integration.conftest import NoteTool, RecordingModel, TurnRunner

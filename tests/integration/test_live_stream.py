@@ -29,7 +29,7 @@ from unicore.store.token_stream import (
     publish,
     read_after,
 )
-from unicore.turn.runner import TurnOutcome
+from unicore.turn.outcome import TurnOutcome
 
 from tests.integration.conftest import TurnRunner
 from tests.waiting import wait_for

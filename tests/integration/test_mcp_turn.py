@@ -82,7 +82,7 @@ def test_a_cancelled_turn_abandons_a_running_call_and_stops_the_stdio_server(tur
     import time
     import uuid
 
-    from unicore.turn.runner import EXIT_CANCELLED
+    from unicore.turn.outcome import EXIT_CANCELLED
 
     from tests.mcp_servers import everything_stdio_spec, pids_with_argument
     from tests.waiting import wait_for

@@ -12,7 +12,7 @@ import redis
 from unicore.api.schema import TaskSpec
 from unicore.providers.endpoints import parse_endpoints
 from unicore.store.tasks import TaskStore
-from unicore.turn.runner import run_turn
+from unicore.turn.run import run_turn
 
 from tests.chat_endpoint import Endpoint
 

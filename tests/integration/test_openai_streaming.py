@@ -20,7 +20,8 @@ from unicore.providers.openai_compat import OpenAICompatModel, OpenAISettings, b
 from unicore.providers.retry import RetryPolicy
 from unicore.store.keys import METRICS_COUNTERS
 from unicore.store.tasks import TaskStore
-from unicore.turn.runner import EXIT_OK, run_turn
+from unicore.turn.outcome import EXIT_OK
+from unicore.turn.run import run_turn
 
 from tests.answer_sink import RecordingSink as Sink
 from tests.sse_server import (

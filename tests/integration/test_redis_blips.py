@@ -45,7 +45,7 @@ from unicore.store.client import build_async_client, build_client
 from unicore.store.tasks import TaskStore, connect
 from unicore.tools import call_metrics
 from unicore.tools.base import Tool, ToolContext
-from unicore.turn.runner import EXIT_OK, TurnOutcome
+from unicore.turn.outcome import EXIT_OK, TurnOutcome
 
 from tests.integration.conftest import NoteTool, TurnRunner
 from tests.waiting import wait_for

@@ -12,7 +12,7 @@ import redis
 from unicore.api.schema import TaskSpec
 from unicore.store.tasks import TaskStore
 from unicore.turn.history import INTERRUPTED_TEXT
-from unicore.turn.runner import EXIT_LEASE_LOST, EXIT_OK, TurnOutcome
+from unicore.turn.outcome import EXIT_LEASE_LOST, EXIT_OK, TurnOutcome
 from unicore_devcluster.fixture_tools import SPEC
 
 from tests.integration.conftest import TurnRunner

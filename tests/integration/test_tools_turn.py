@@ -1,4 +1,4 @@
-"""The tools through real turns (unicore.turn.runner.run_turn + scripted model + TaskStore on a real Redis):
+"""The tools through real turns (unicore.turn.run.run_turn + scripted model + TaskStore on a real Redis):
 a root spawns children, a refused spawn reaches the model as an error result, children see the parent's
 transcript and report back."""
 
@@ -11,8 +11,9 @@ import pytest
 import redis
 from unicore.api.schema import Limits, TaskSpec
 from unicore.store.tasks import TaskStore
+from unicore.turn.outcome import TurnOutcome
 from unicore.turn.prompts import build_system_prompt
-from unicore.turn.runner import TurnOutcome, run_turn
+from unicore.turn.run import run_turn
 
 SCRIPT: dict[str, Any] = {
     "default": "Done.",

@@ -13,7 +13,7 @@ from unicore.api.schema import Limits, TaskSpec, Usage
 from unicore.store import acl, tree_budget
 from unicore.store.client import build_client
 from unicore.store.tasks import TaskStore
-from unicore.turn.runner import EXIT_OK, TurnOutcome
+from unicore.turn.outcome import EXIT_OK, TurnOutcome
 
 from tests.integration.conftest import TurnRunner
 from tests.waiting import wait_for

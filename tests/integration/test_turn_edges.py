@@ -10,7 +10,7 @@ from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, 
 from unicore.errors import MessageTooLarge, ModelError
 from unicore.store.keys import METRICS_COUNTERS
 from unicore.turn.history import CANCELLED_TEXT
-from unicore.turn.runner import EXIT_CANCELLED, EXIT_FAILED
+from unicore.turn.outcome import EXIT_CANCELLED, EXIT_FAILED
 from unicore_client.local import main as cli
 
 from tests.integration.conftest import RecordingModel

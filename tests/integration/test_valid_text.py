@@ -23,7 +23,8 @@ from unicore.store import approvals
 from unicore.store.keys import TaskKeys
 from unicore.store.tasks import TaskStore, connect
 from unicore.store.token_stream import read_after
-from unicore.turn.runner import EXIT_OK, TurnOutcome, run_turn
+from unicore.turn.outcome import EXIT_OK, TurnOutcome
+from unicore.turn.run import run_turn
 
 from tests.integration.conftest import TurnRunner
 from tests.sse_server import SSEServer, serve, stream, text_chunks

@@ -215,7 +215,7 @@ def test_parser_handles_continuations_comments_and_both_forms(tmp_path: Path) ->
 def test_dockerignore_sense() -> None:
     ign = DockerIgnore("*\n!core/\n**/__pycache__\n!README.md\n")
     assert ign.excluded("tests/unit/x.py")
-    assert not ign.excluded("core/unicore/turn/runner.py")
+    assert not ign.excluded("core/unicore/turn/agent_turn.py")
     assert ign.excluded("core/unicore/__pycache__/turn.cpython-311.pyc")
     assert not ign.excluded("README.md")
 

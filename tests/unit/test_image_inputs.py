@@ -24,7 +24,7 @@ FILES = {
     ".gitignore": "__pycache__/\n*.pyc\n*.egg-info/\n",
     "core/pyproject.toml": "[project]\nname = 'unicore'\n",
     "README.md": "# readme\n",
-    "core/unicore/turn/runner.py": "print('turn')\n",
+    "core/unicore/turn/agent_turn.py": "print('turn')\n",
     "operator/unicore_operator/main.py": "print('operator')\n",
     "helm/unicore/Chart.yaml": 'name: unicore\nversion: 0.1.0\nappVersion: "1.2.3"\n',
     "hack/images/base-setup.sh": "#!/bin/sh\napt-get install python3\n",
@@ -89,7 +89,7 @@ def test_an_mtime_alone_changes_nothing(repo: Path, ca: Path) -> None:
 
 def test_a_source_file_changes_the_two_project_images_only(repo: Path, ca: Path) -> None:
     before = hashes(repo, ca)
-    (repo / "core/unicore/turn/runner.py").write_text("print('turn 2')\n")
+    (repo / "core/unicore/turn/agent_turn.py").write_text("print('turn 2')\n")
     assert changed(before, hashes(repo, ca)) == {"agent", "operator"}
 
 
@@ -100,7 +100,7 @@ def test_a_renamed_file_and_the_executable_bit_count(repo: Path, ca: Path) -> No
     assert changed(before, renamed) == {"operator"}  # the agent image installs the core only
     (repo / "operator/unicore_operator/main2.py").chmod(0o755)
     assert changed(renamed, hashes(repo, ca)) == {"operator"}
-    (repo / "core/unicore/turn/runner.py").chmod(0o755)
+    (repo / "core/unicore/turn/agent_turn.py").chmod(0o755)
     assert changed(renamed, hashes(repo, ca)) == {"agent", "operator"}
 
 

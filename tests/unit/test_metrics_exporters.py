@@ -156,21 +156,21 @@ def test_watched_namespaces_have_task_series_before_any_task() -> None:
 
 def test_the_catalogs_closed_label_sets_are_the_codes() -> None:
     """The known values are declared in the catalog; each must be what the code that records the metric uses."""
-    from unicore.turn import runner as turn
+    from unicore.turn import model_calls, outcome
     from unicore_operator.phases import Phase
     from unicore_operator.watchdog.scan import ReapReason
 
     assert set(REAP_REASONS) == {reason.value for reason in ReapReason}
     assert set(TASK_PHASES) == {str(phase) for phase in Phase}
-    exit_codes = (turn.EXIT_FAILED, turn.EXIT_LEASE_LOST, turn.EXIT_CANCELLED)
-    assert {turn._exit_reason(code) for code in exit_codes} == set(TURN_FAILURE_REASONS)
+    exit_codes = (outcome.EXIT_FAILED, outcome.EXIT_LEASE_LOST, outcome.EXIT_CANCELLED)
+    assert {outcome.exit_reason(code) for code in exit_codes} == set(TURN_FAILURE_REASONS)
     # every outcome the runtime records (outcome="..." / "outcome": "..." / the throttled-or-unavailable choice)
     import inspect
     import re
 
     from unicore.providers import calling
 
-    code = inspect.getsource(turn) + inspect.getsource(calling)
+    code = inspect.getsource(model_calls) + inspect.getsource(calling)
     recorded = set(re.findall(r'outcome(?:=|": )"(\w+)"', code)) | set(re.findall(r'what = "(\w+)" if .* else "(\w+)"',
                                                                                      code)[0])
     assert recorded == set(MODEL_CALL_OUTCOMES)

@@ -10,7 +10,7 @@
 ``unicore ui [--port P] [--open]``                                  the web UI on 127.0.0.1 (``unicore_client.ui``)
 
 Exit codes: 0 ok, 1 failed (a clear one-line error), 2 bad arguments or input files (one line, checked by
-``unicore_client.arguments`` before anything is written). ``unicore-turn``: see ``unicore.turn.runner``.
+``unicore_client.arguments`` before anything is written). ``unicore-turn``: see ``unicore.turn.entry``.
 ``REDIS_URL`` selects Redis; unset, a private redis-server is started in ``${UNICORE_HOME:-~/.unicore}/redis``. A
 ``REDIS_URL`` no client can be built from is exit 2, a server not reached within the retry window exit 1.
 """

@@ -1,8 +1,7 @@
 """``unicore-turn TASK``: the turn process (a Job's container, or a local-mode child process).
 
 Kept apart from the ``unicore`` CLI (``unicore_client.local.main``): a turn pays its start-up on every turn, so it
-imports only
-what a turn needs (not the CLI's script-file and argument checks). Exit codes: ``unicore.turn.runner``.
+imports only what a turn needs (not the CLI's script-file and argument checks). Exit codes: ``unicore.turn.outcome``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ from unicore.settings import RuntimeSettings
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 from unicore.turn.context_window import ContextSettings
-from unicore.turn.runner import EXIT_FAILED, EXIT_USAGE, run_turn
+from unicore.turn.outcome import EXIT_FAILED, EXIT_USAGE
+from unicore.turn.run import run_turn
 from unicore.turn.signals import install_cancel_handlers
 
 PROG = "unicore-turn"
@@ -54,7 +54,7 @@ def spawner_from_settings(client: redis.Redis, settings: RuntimeSettings) -> Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run exactly one turn of TASK and exit with its code (see ``unicore.turn.runner``)."""
+    """Run exactly one turn of TASK and exit with its code (see ``unicore.turn.outcome``)."""
     try:
         settings = RuntimeSettings.from_env()  # the one read of the turn process's variables
         context = ContextSettings.from_env()  # the model's context window (unicore.turn.context_window)

@@ -51,8 +51,8 @@ class MetricSpec:
 
 
 # Closed label value sets (tests/unit/test_metrics_exporters.py checks each against the code that produces it).
-TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.runner._exit_reason
-MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.turn.runner, unicore.providers.calling
+TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.outcome.exit_reason
+MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.providers.calling
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
