@@ -4,11 +4,11 @@ For each pod bound to one of its nodes it runs the first container's command and
 its own process group) with the pod's env and a kubeconfig holding a TokenRequest token for the pod's
 ServiceAccount, reports Running then Succeeded/Failed with the exit code through pods/status, keeps the output
 in a log file, and on deletion sends SIGTERM, waits the grace period, sends SIGKILL and force-deletes the pod.
-"""
+Beside it: what it knows of a pod (``pod_process``), the status bodies (``pod_status``), the kubeconfig
+(``pod_kubeconfig``)."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import queue
@@ -17,71 +17,32 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from unicore_devcluster.kubeconfig import write_kubeconfig
 from unicore_devcluster.log import logger
+from unicore_devcluster.pod_kubeconfig import pod_kubeconfig
+from unicore_devcluster.pod_process import Key, PodProcess, container_exit_code, now
+from unicore_devcluster.pod_status import (
+    running_status,
+    setup_failure_status,
+    terminated_status,
+    waiting_status,
+)
 from unicore_devcluster.podenv import PodSetupError, build_plan
 from unicore_devcluster.procs import Child, signal_group, spawn
 
-TOKEN_SECONDS = 24 * 3600
 WATCH_SECONDS = 30
 STOP_GRACE = 5.0
-Key = tuple[str, str]
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_path() -> str:
     """PATH for pod processes: the current interpreter's bin dir (the project venv) first."""
     parts = [str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")]
     return os.pathsep.join(parts)
-
-
-@dataclass
-class PodProcess:
-    """What the runner knows about one pod it runs."""
-
-    namespace: str
-    name: str
-    uid: str
-    container: str
-    image: str
-    restart_policy: str
-    pod_dir: Path
-    log_path: Path
-    child: Child | None = None
-    started_at: str = ""
-    restart_count: int = 0
-    exit_code: int | None = None
-    finished_at: str = ""
-    reported_exit: bool = False
-    terminating: bool = False
-    restart_due: float | None = None
-    failed_setup: bool = False
-    history: list[int] = field(default_factory=list)
-
-    @property
-    def key(self) -> Key:
-        return (self.namespace, self.name)
-
-    @property
-    def pid(self) -> int | None:
-        return self.child.pid if self.child else None
-
-    def running(self) -> bool:
-        return self.child is not None and self.child.running()
-
-
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
 
 
 class PodRunner:
@@ -284,47 +245,6 @@ class PodRunner:
             threading.Thread(target=self._kill, args=(tracked, grace), daemon=True).start()
 
     # ------------------------------------------------------------------ start
-    def _token_kubeconfig(self, pod: dict[str, Any], pod_dir: Path) -> Path | None:
-        meta, spec = pod["metadata"], pod.get("spec", {})
-        sa_name = spec.get("serviceAccountName") or "default"
-        automount = spec.get("automountServiceAccountToken")
-        if automount is None:
-            try:
-                sa = self.core.read_namespaced_service_account(sa_name, meta["namespace"])
-                automount = sa.automount_service_account_token
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                raise PodSetupError(
-                    "CreateContainerConfigError", f"serviceaccount {sa_name!r} not found"
-                ) from exc
-        path = pod_dir / "kubeconfig"
-        token = None
-        if automount is not False:
-            body = {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": TOKEN_SECONDS,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                    },
-                },
-            }
-            resp = self.core.create_namespaced_service_account_token(sa_name, meta["namespace"], body)
-            token = resp.status.token
-        return write_kubeconfig(
-            path,
-            server=self.server,
-            ca_file=self.ca_file,
-            user=f"system:serviceaccount:{meta['namespace']}:{sa_name}",
-            token=token,
-            namespace=meta["namespace"],
-        )
-
     def _launch(self, pod: dict[str, Any], previous: PodProcess | None) -> None:
         meta, spec = pod["metadata"], pod.get("spec", {})
         container = (spec.get("containers") or [{}])[0]
@@ -343,13 +263,14 @@ class PodRunner:
         with self._lock:
             self._pods[tracked.key] = tracked
         try:
-            kubeconfig = self._token_kubeconfig(pod, pod_dir)
+            kubeconfig = pod_kubeconfig(self.core, pod, pod_dir, server=self.server, ca_file=self.ca_file)
             plan = build_plan(pod, self.core, pod_dir, path=self.path, kubeconfig=kubeconfig)
         except PodSetupError as exc:
             logger.warning("pod %s/%s cannot start: %s", tracked.namespace, tracked.name, exc)
             tracked.failed_setup = True
             tracked.reported_exit = True
-            self._patch_status(tracked, self._setup_failure_status(tracked, exc))
+            tracked.exit_code = 128
+            self._patch_status(tracked, setup_failure_status(tracked, exc))
             return
         except Exception:
             # a transient API error: forget a new pod (the retry starts afresh), retry a restart later
@@ -359,7 +280,7 @@ class PodRunner:
                 else:
                     tracked.restart_due = time.monotonic() + 1.0
             raise
-        tracked.started_at = _now()
+        tracked.started_at = now()
         tracked.exit_code = None
         tracked.reported_exit = False
         tracked.child = spawn(
@@ -373,14 +294,14 @@ class PodRunner:
             "pod %s/%s: started %s (pid %d)", tracked.namespace, tracked.name, plan.argv[0], tracked.child.pid
         )
         threading.Thread(target=self._await_exit, args=(tracked, tracked.child), daemon=True).start()
-        self._patch_status(tracked, self._running_status(tracked))
+        self._patch_status(tracked, running_status(tracked))
 
     def _await_exit(self, tracked: PodProcess, child: Child) -> None:
         code = child.popen.wait()
         # members of its process group that outlived it go with it
         signal_group(child.pid, signal.SIGKILL)
-        tracked.exit_code = _exit_code(code)
-        tracked.finished_at = _now()
+        tracked.exit_code = container_exit_code(code)
+        tracked.finished_at = now()
         logger.info("pod %s/%s: process exited with %d", tracked.namespace, tracked.name, tracked.exit_code)
         self._enqueue(tracked.key)
 
@@ -396,9 +317,9 @@ class PodRunner:
         if self._needs_restart(tracked) and not pod["metadata"].get("deletionTimestamp"):
             backoff = min(30.0, 1.0 * (2 ** min(tracked.restart_count, 5)))
             tracked.restart_due = time.monotonic() + backoff
-            self._patch_status(tracked, self._waiting_status(tracked))
+            self._patch_status(tracked, waiting_status(tracked))
             return
-        self._patch_status(tracked, self._terminated_status(tracked))
+        self._patch_status(tracked, terminated_status(tracked))
 
     def _report_lost(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -413,10 +334,10 @@ class PodRunner:
             pod_dir=self.data_dir,
             log_path=self.data_dir,
             exit_code=137,
-            finished_at=_now(),
-            started_at=_now(),
+            finished_at=now(),
+            started_at=now(),
         )
-        self._patch_status(lost, self._terminated_status(lost, reason="RunnerRestarted"))
+        self._patch_status(lost, terminated_status(lost, reason="RunnerRestarted"))
 
     def _handle_deletion(self, pod: dict[str, Any], tracked: PodProcess | None) -> None:
         if tracked is not None and tracked.running():
@@ -432,7 +353,7 @@ class PodRunner:
             return
         if tracked is not None and tracked.child is not None and not tracked.reported_exit:
             tracked.reported_exit = True
-            self._patch_status(tracked, self._terminated_status(tracked))
+            self._patch_status(tracked, terminated_status(tracked))
         self._force_delete(pod)
         with self._lock:
             if tracked is not None:
@@ -473,109 +394,6 @@ class PodRunner:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-
-    @staticmethod
-    def _conditions(ready: bool, reason: str | None = None) -> list[dict[str, Any]]:
-        now = _now()
-        out = []
-        for kind, value in (
-            ("PodReadyToStartContainers", True),
-            ("Initialized", True),
-            ("ContainersReady", ready),
-            ("Ready", ready),
-        ):
-            cond: dict[str, Any] = {
-                "type": kind,
-                "status": "True" if value else "False",
-                "lastTransitionTime": now,
-            }
-            if not value and reason:
-                cond["reason"] = reason
-            out.append(cond)
-        return out
-
-    def _base(self, tracked: PodProcess) -> dict[str, Any]:
-        return {
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
-            "startTime": tracked.started_at or _now(),
-        }
-
-    def _container_status(self, tracked: PodProcess, state: dict[str, Any], ready: bool) -> dict[str, Any]:
-        status: dict[str, Any] = {
-            "name": tracked.container,
-            "image": tracked.image,
-            "imageID": "",
-            "containerID": f"local://{tracked.pid or 0}",
-            "ready": ready,
-            "started": ready,
-            "restartCount": tracked.restart_count,
-            "state": state,
-        }
-        if tracked.history and len(tracked.history) > 1 or tracked.restart_count:
-            status["lastState"] = {"terminated": {"exitCode": tracked.history[-1] if tracked.history else 0}}
-        return status
-
-    def _running_status(self, tracked: PodProcess) -> dict[str, Any]:
-        state = {"running": {"startedAt": tracked.started_at}, "terminated": None, "waiting": None}
-        return {
-            **self._base(tracked),
-            "phase": "Running",
-            "conditions": self._conditions(True),
-            "containerStatuses": [self._container_status(tracked, state, True)],
-        }
-
-    def _waiting_status(self, tracked: PodProcess) -> dict[str, Any]:
-        state = {"waiting": {"reason": "CrashLoopBackOff"}, "running": None, "terminated": None}
-        return {
-            **self._base(tracked),
-            "phase": "Running",
-            "conditions": self._conditions(False, "ContainersNotReady"),
-            "containerStatuses": [self._container_status(tracked, state, False)],
-        }
-
-    def _terminated_status(self, tracked: PodProcess, reason: str | None = None) -> dict[str, Any]:
-        code = tracked.exit_code if tracked.exit_code is not None else 137
-        terminated: dict[str, Any] = {
-            "exitCode": code,
-            "reason": reason or ("Completed" if code == 0 else "Error"),
-            "startedAt": tracked.started_at or _now(),
-            "finishedAt": tracked.finished_at or _now(),
-            "containerID": f"local://{tracked.pid or 0}",
-        }
-        if code > 128:
-            terminated["signal"] = code - 128
-        state = {"terminated": terminated, "running": None, "waiting": None}
-        return {
-            **self._base(tracked),
-            "phase": "Succeeded" if code == 0 else "Failed",
-            "conditions": self._conditions(False, "PodCompleted"),
-            "containerStatuses": [self._container_status(tracked, state, False)],
-        }
-
-    def _setup_failure_status(self, tracked: PodProcess, exc: PodSetupError) -> dict[str, Any]:
-        tracked.exit_code = 128
-        state = {
-            "terminated": {
-                "exitCode": 128,
-                "reason": exc.reason,
-                "message": str(exc),
-                "startedAt": _now(),
-                "finishedAt": _now(),
-            },
-            "running": None,
-            "waiting": None,
-        }
-        return {
-            **self._base(tracked),
-            "phase": "Failed",
-            "message": str(exc),
-            "reason": exc.reason,
-            "conditions": self._conditions(False, "PodFailed"),
-            "containerStatuses": [self._container_status(tracked, state, False)],
-        }
 
 
 def remove_pod_dirs(data_dir: Path) -> None:
