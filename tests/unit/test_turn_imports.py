@@ -1,5 +1,5 @@
 """A turn process loads only what every turn uses (issue 24; docs/benchmarks.md "Turn start-up"): the ``mcp`` SDK
-(about 0.3 s) only for a task with MCP servers (``tools.mcp_toolbox.toolbox_for``), boto3 only for a Bedrock model
+(about 0.3 s) only for a task with MCP servers (``tools.registry.toolbox_for``), boto3 only for a Bedrock model
 (``providers.registry``), YAML only for the scripted model's script files. Checked in a fresh interpreter, as
 ``unicore-turn`` starts, up to its model: its context window and the model object of an OpenAI-compatible model."""
 

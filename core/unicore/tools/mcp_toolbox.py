@@ -1,8 +1,8 @@
 """A turn's MCP toolbox and the names the model sees (issue 17; docs/mcp.md), without the ``mcp`` SDK.
 
 Kept apart from ``tools.mcp_tools`` (the tools themselves, over ``tools.mcp_client``) because importing the SDK
-costs a turn about 0.3 s (issue 24): ``unicore.turn.runner`` imports only this module, and ``toolbox_for`` loads the SDK
-for a turn whose task names MCP servers.
+costs a turn about 0.3 s: the turn imports only this module, and ``registry.toolbox_for`` loads the SDK for a turn
+whose task names MCP servers.
 
 ``offered_names`` maps a server's tool names to the names the model sees; ``McpToolbox`` is what a turn holds: the
 tools to offer, why a call of a refused or unavailable tool is refused (``explain``), the sessions to ``close``.
@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from unicore.log import get_logger
 from unicore.mcp_config import SEPARATOR
@@ -108,18 +107,4 @@ class McpToolbox:
         runner.stop()
 
 
-
-def toolbox_for(record: Any, settings: Any, workspace: Path, environ: Mapping[str, str],
-                taken: Iterable[str]) -> McpToolbox:
-    """The toolbox of a task record (``TaskRecord``) under the turn's ``RuntimeSettings``: stdio servers only in
-    local mode (``UNICORE_SPAWNER=local``)."""
-    refs = getattr(record, "mcp_servers", None)
-    if not refs:
-        return McpToolbox()
-    from unicore.tools.mcp_tools import open_toolbox  # the mcp SDK: only for a turn that uses MCP servers
-
-    return open_toolbox(refs, settings.mcp_servers, local=settings.spawner == "local", workspace=workspace,
-                        environ=environ, taken=taken)
-
-
-__all__ = ["McpToolbox", "offered_names", "toolbox_for"]
+__all__ = ["McpToolbox", "offered_names"]

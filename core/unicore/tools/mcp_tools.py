@@ -13,7 +13,7 @@ tools once (the list is the turn's); and makes a ``Tool`` of each allowed one:
 Tools outside the allow-list are never offered; a call of one, or of a tool of a server that could not be reached,
 is refused with an error tool result saying why (``McpToolbox.explain``, through ``ToolContext.explain_unavailable``).
 
-This module imports the ``mcp`` SDK: only ``mcp_toolbox.toolbox_for`` imports it, for a turn that uses MCP servers.
+This module imports the ``mcp`` SDK: only ``registry.toolbox_for`` imports it, for a turn that uses MCP servers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The known tools (the built-in ones of ``tools.builtin_tools`` and custom ones), the toolset a task may use, their
-JSON schemas, and the one safe way to run a call.
+"""The known tools (the built-in ones of ``tools.builtin_tools`` and custom ones), the toolset a task may use and its
+MCP tools (``toolbox_for``), their JSON schemas, and the one safe way to run a call.
 
 ``run_tool_call`` never raises for a tool problem: an unknown or disallowed tool, input that fails validation,
 a ``ToolError``/``LimitExceeded`` or any unexpected exception becomes an error toolResult the model can read
@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -32,6 +33,7 @@ from unicore.settings import RuntimeSettings
 from unicore.tools import call_metrics, policy
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.builtin_tools import ALL_TOOLS
+from unicore.tools.mcp_toolbox import McpToolbox
 from unicore.tools.storeview import view_of
 from unicore.turn.answers import MAX_ARGUMENT_DEPTH, UNPARSED
 
@@ -95,6 +97,20 @@ def toolset_for(record: Any) -> list[Tool]:
     """
     known = known_tools()
     return [known[name] for name in tool_names_for(record)]
+
+
+def toolbox_for(record: Any, settings: Any, workspace: Path, environ: Mapping[str, str],
+                taken: Iterable[str]) -> McpToolbox:
+    """The task's MCP tools for one turn (``record``: its ``TaskRecord``) under the turn's ``RuntimeSettings``: stdio
+    servers only in local mode (``UNICORE_SPAWNER=local``). The ``mcp`` SDK is loaded only for a task that names MCP
+    servers (``tools.mcp_toolbox``)."""
+    refs = getattr(record, "mcp_servers", None)
+    if not refs:
+        return McpToolbox()
+    from unicore.tools.mcp_tools import open_toolbox  # the mcp SDK: only for a turn that uses MCP servers
+
+    return open_toolbox(refs, settings.mcp_servers, local=settings.spawner == "local", workspace=workspace,
+                        environ=environ, taken=taken)
 
 
 def tool_specs(tools: Iterable[Tool]) -> list[ToolSpec]:
