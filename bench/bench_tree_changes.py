@@ -31,7 +31,8 @@ from unicore.api.schema import TaskSpec, Usage  # noqa: E402
 from unicore.store import changes, suspension  # noqa: E402
 from unicore.store.tasks import TaskStore, connect  # noqa: E402
 from unicore.store.ui_reads import read_all_rows  # noqa: E402
-from unicore_client.ui.local_backend import LocalBackend, forest_json  # noqa: E402
+from unicore_client.ui.local_backend import LocalBackend  # noqa: E402
+from unicore_client.ui.local_views import forest_json  # noqa: E402
 
 from bench.doc_section import write_section  # noqa: E402
 from tests.ui.seeding import seed_forest  # noqa: E402

@@ -4,8 +4,9 @@ the operator's task API, so the HTTP layer (``unicore_client.ui.server``) does n
 
 Suspend, resume and stop are local mode's (``unicore.store.suspension``): a flag on the task record, honoured by
 every local supervisor (``unicore.launch.local``), which stops a running turn of a suspended task. Events are derived
-from what the store recorded (``state.ui_reads.derived_events``: turns started and ended, approvals asked and
-decided, compactions, suspensions, the last error); there are no Kubernetes Events in local mode.
+from what the store recorded (``unicore_client.ui.local_views.task_events``: turns started and ended, approvals asked
+and decided, compactions, suspensions, the last error); there are no Kubernetes Events in local mode. The JSON of the
+tree and of a task's row is ``local_views``' too.
 
 The tree feed (``tree_changes``, ``unicore_client.ui.tree_feed``) follows the stream of task changes
 (``state.changes``):
@@ -39,18 +40,16 @@ from unicore.launch.embedded_redis import unicore_home
 from unicore.store import approvals, suspension
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
-from unicore.store.records import TaskRecord
 from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
-from unicore.store.ui_reads import Row, build_forest, derived_events, read_all_rows
+from unicore.store.ui_reads import read_all_rows, read_task_history
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
+from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
 from unicore_client.ui.manifest import parse_manifest
 from unicore_client.ui.scripts import ui_model
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
 
-MAX_ROOTS = 200  # roots shown in the tree view (newest first)
-MAX_NODES = 1000  # tasks per tree view
 PAGE_MAX = 500  # messages per transcript page
 
 
@@ -86,25 +85,6 @@ def _entry_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(n or 0)
 
 
-def node_json(depth: int, record: TaskRecord, waiting: str | None) -> dict[str, Any]:
-    phase = ("suspended" if record.suspended else "running" if record.status == "running" else "waiting" if waiting
-             else "failed" if record.last_error else "done" if record.turns else "queued")
-    return {
-        "phase": phase, "id": record.id, "parent": record.parent, "depth": depth,
-        "status": record.status, "waiting": waiting, "suspended": record.suspended,
-        "turns": record.turns, "tokens": record.total_tokens, "model": record.model,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-        "last": record.last_response[:200], "error": record.last_error[:500],
-    }
-
-
-def forest_json(rows: dict[str, Row]) -> list[dict[str, Any]]:
-    """The tree view's nodes of ``rows`` (at most MAX_ROOTS roots and MAX_NODES tasks)."""
-    return [node_json(n.depth, n.record, n.waiting)
-            for n in build_forest(rows, max_roots=MAX_ROOTS, max_nodes=MAX_NODES)]
-
-
 class LocalBackend:
     """Reads and writes of the UI in local mode (module doc)."""
 
@@ -123,8 +103,8 @@ class LocalBackend:
         return [node["id"] for node in self.forest() if node["depth"] == 0]
 
     def forest(self) -> list[dict[str, Any]]:
-        """Every root's tree, flattened depth first (newest root first), at most MAX_NODES tasks (two round
-        trips, whatever the number of tasks)."""
+        """Every root's tree, flattened depth first (newest root first), at most ``local_views.MAX_NODES`` tasks (two
+        round trips, whatever the number of tasks)."""
         return forest_json(read_all_rows(self.store.redis))
 
     def tree_changes(self, stop: threading.Event) -> Iterator[list[dict[str, Any]] | None]:
@@ -152,7 +132,8 @@ class LocalBackend:
 
     def events(self, task_id: str) -> list[dict[str, Any]]:
         """The task's events (time, type Normal/Warning, reason, message), oldest first, derived from the store."""
-        return derived_events(self.store.redis, task_id, self.store.get_task(task_id))
+        record = self.store.get_task(task_id)  # TaskNotFound -> 404
+        return task_events(record, read_task_history(self.store.redis, task_id, last_turns=EVENT_TURNS))
 
     # ------------------------------------------------------------------ writes
 

@@ -1,8 +1,8 @@
 """Local mode's tree feed (``LocalBackend.tree_changes``, the ``tree`` SSE stream of ``GET /api/events``), driven by
 the stream of task changes (``unicore.store.changes``) instead of polling.
 
-It notes the stream's newest entry, reads every task's row once (``state.ui_reads.read_all_rows``: two round trips)
-and sends the forest. Then it blocks on the stream (XREAD BLOCK, ``wait_seconds`` at a time, so a stopping server
+It notes the stream's newest entry, reads every task's row once (``unicore.store.ui_reads.read_all_rows``: two round
+trips) and sends the forest. Then it blocks on the stream (XREAD BLOCK, ``wait_seconds`` at a time, so a stopping server
 ends it; a quiet wait is a keepalive) and, when entries arrive, re-reads only the rows of the tasks they name (one
 round trip; a row without a record, removed or retired, leaves the tree), rebuilds the forest in memory and sends it
 when it differs from what was sent. Nothing changes, nothing is read but the stream.
