@@ -17,13 +17,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from unicore.archive import ArchiveError, ArchiveSink, document, object_name
 from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.store import approvals
 from unicore.store import retention as state
+from unicore.store.client import RedisClient
 
 log = get_logger("retention")
 
@@ -46,7 +47,7 @@ class Outcome:
 class Retention:
     """One retention policy over one Redis (``client``: decoded responses)."""
 
-    client: Any
+    client: RedisClient
     ttl_seconds: float
     sink: ArchiveSink | None = None
     clock: Callable[[], float] = time.time
@@ -110,7 +111,7 @@ class Retention:
         return Outcome(removal.root, "removed", url=removal.url, archived_at=removal.archived_at, tasks=ids)
 
 
-def human_waits(client: Any, task_ids: Sequence[str]) -> list[str]:
+def human_waits(client: RedisClient, task_ids: Sequence[str]) -> list[str]:
     """The tasks waiting for a person (an approval, or the answer to an ``ask_user`` question): such a tree is not
     idle, whatever its age: the person decides, not the TTL."""
     return [task_id for task_id in task_ids if approvals.waiting_for(client, task_id)]
