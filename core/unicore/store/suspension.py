@@ -5,8 +5,9 @@ new one). Local mode has no object to hold it, so the flag lives in the task's r
 
 - ``suspend``: the flag is set (one script: a missing or retired task is ``TaskNotFound``, nothing is written) and
   the task is activated, so a local supervisor running its tree notices at once (a change of the flag is also noted
-  in the stream of task changes, ``state.changes``, in the same round trip). ``TaskStore.needs_turn`` and
-  ``reads.busy`` then say no turn is needed (a suspended task is settled, like one waiting for a person), and the
+  in the stream of task changes, ``state.changes``, in the same round trip). ``TaskStore.next_action`` and
+  ``reads.busy`` then say no turn is needed (a suspended task is settled, like one waiting for a person; a report it
+  still owes its parent is delivered all the same: ``unicore.scheduling``), and the
   supervisor SIGTERMs a turn process of it that is running: the turn stops at its next safe point and records its
   unanswered tool calls as cancelled, exactly as a turn pod does when the operator deletes its Job.
 - ``resume``: the flag is cleared and the task activated; its inbox, or an unfinished turn, runs again.
