@@ -20,6 +20,7 @@ import hashlib
 import os
 import signal
 
+from unicore.api import pod_env
 from unicore.store.faults import claim_kill
 from unicore.store.keys import FAULTS_LOG
 
@@ -53,7 +54,7 @@ def _redis():  # type: ignore[no-untyped-def]
     if _client is None:
         from unicore.store.client import build_client
 
-        _client = build_client(os.environ["REDIS_URL"])
+        _client = build_client(os.environ[pod_env.REDIS_URL])
     return _client
 
 

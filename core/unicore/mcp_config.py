@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from unicore.api import pod_env
 from unicore.api.contract import API_VERSION
 from unicore.api.contract import MCP_SERVER_KIND as KIND
 from unicore.api.schema import validate_mcp_server_name
@@ -248,7 +249,7 @@ def parse_resolved(text: str, *, local: bool) -> dict[str, ResolvedMCPServer]:
     a bad value; ``local`` False (a turn pod): stdio servers are refused (they run only in local mode)."""
     if not text.strip():
         return {}
-    variable = "UNICORE_MCP_SERVERS"
+    variable = pod_env.MCP_SERVERS
     try:
         raw = json.loads(text)
     except ValueError as exc:

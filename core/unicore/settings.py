@@ -23,6 +23,7 @@ from pydantic import AliasChoices, AliasPath, BeforeValidator, Field, Validation
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
+from unicore.api import pod_env
 from unicore.errors import ConfigError
 
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -140,16 +141,16 @@ class RuntimeSettings(EnvSettings):
 
     what: ClassVar[str] = "runtime settings"
 
-    redis_url: str | None = Field(None, validation_alias="REDIS_URL")  # None: the embedded Redis (CLI)
-    task_id: str | None = Field(None, validation_alias="UNICORE_TASK_ID")  # unicore-turn's default task
-    spawner: Literal["local", "kubernetes"] = Field("local", validation_alias="UNICORE_SPAWNER")
-    namespace: str | None = Field(None, validation_alias="UNICORE_NAMESPACE")  # kubernetes spawner
+    redis_url: str | None = Field(None, validation_alias=pod_env.REDIS_URL)  # None: the embedded Redis (CLI)
+    task_id: str | None = Field(None, validation_alias=pod_env.TASK_ID)  # unicore-turn's default task
+    spawner: Literal["local", "kubernetes"] = Field("local", validation_alias=pod_env.SPAWNER)
+    namespace: str | None = Field(None, validation_alias=pod_env.NAMESPACE)  # kubernetes spawner
     # The tree's workspace folder (a turn pod's /workspace); None = <home>/workspaces/<root task>.
-    workspace: Path | None = Field(None, validation_alias="UNICORE_WORKSPACE")
+    workspace: Path | None = Field(None, validation_alias=pod_env.WORKSPACE)
     # The embedded Redis, local logs and workspaces.
     home: Path = Field(default_factory=lambda: Path.home() / ".unicore", validation_alias="UNICORE_HOME")
     # A step (model call, tool call, drain) running longer than this counts as hung (unicore.turn.progress).
-    stall_seconds: float = Field(900.0, gt=0, allow_inf_nan=False, validation_alias="UNICORE_STALL_SECONDS")
+    stall_seconds: float = Field(900.0, gt=0, allow_inf_nan=False, validation_alias=pod_env.STALL_SECONDS)
     # 0 turns the end-of-turn summary off for every task (else spec.limits.summarizeTurns decides).
     summarize_turns: Flag = Field(True, validation_alias="UNICORE_SUMMARIZE_TURNS")
     # Custom tools: a comma list of package.module:ATTR (unicore.tools.registry).
@@ -157,7 +158,7 @@ class RuntimeSettings(EnvSettings):
     # The MCP servers a turn may connect to: a JSON list of resolved definitions (unicore.mcp_config; the operator
     # fills it from MCPServer resources, the local supervisor from the tree's `unicore run --mcp-server` files).
     # Kept as text: parsed, with errors that never repeat header values, when a task uses MCP servers.
-    mcp_servers: str = Field("", validation_alias="UNICORE_MCP_SERVERS")
+    mcp_servers: str = Field("", validation_alias=pod_env.MCP_SERVERS)
     # The log level of console entrypoints; None = the entrypoint's default (the CLI WARNING, others INFO).
     log_level: str | None = Field(None, validation_alias="UNICORE_LOG_LEVEL")
     # The live token stream of a task (unicore.store.token_stream): about this many entries are kept (0 = publish

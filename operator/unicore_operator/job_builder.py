@@ -10,10 +10,10 @@ import copy
 import math
 from typing import Any
 
+from unicore.api import pod_env
 from unicore.api.resources import merge_resources
 from unicore.api.schema import SCHEDULING_FIELDS
 from unicore.api.spec import AgentSpec, AgentTaskSpec, task_spec_of
-from unicore.providers.endpoints import ENDPOINTS_ENV
 
 from unicore_operator import names
 from unicore_operator.settings import OperatorSettings
@@ -108,20 +108,20 @@ def build_env(task: dict[str, Any], settings: OperatorSettings,
     # The namespace's own Redis user (redis_identities.py), else the shared Secret, else the operator's own URL.
     secret = settings.redis_identity_secret if settings.redis_identities else settings.agent_redis_secret
     if secret:
-        redis_env = {"name": "REDIS_URL", "valueFrom": {"secretKeyRef": {"name": secret, "key": "redis-url"}}}
+        redis_env = {"name": pod_env.REDIS_URL, "valueFrom": {"secretKeyRef": {"name": secret, "key": "redis-url"}}}
     else:
-        redis_env = {"name": "REDIS_URL", "value": settings.redis_url}
+        redis_env = {"name": pod_env.REDIS_URL, "value": settings.redis_url}
     env = [
         redis_env,
-        {"name": "UNICORE_TASK_ID", "value": tid},
-        {"name": "UNICORE_SPAWNER", "value": "kubernetes"},
-        {"name": "UNICORE_NAMESPACE", "value": meta["namespace"]},
-        {"name": "UNICORE_WORKSPACE", "value": WORKSPACE_PATH},
-        {"name": "HOME", "value": "/tmp"},
-        {"name": "UNICORE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": pod_env.TASK_ID, "value": tid},
+        {"name": pod_env.SPAWNER, "value": "kubernetes"},
+        {"name": pod_env.NAMESPACE, "value": meta["namespace"]},
+        {"name": pod_env.WORKSPACE, "value": WORKSPACE_PATH},
+        {"name": pod_env.HOME, "value": "/tmp"},
+        {"name": pod_env.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     if settings.stall_seconds is not None:
-        env.append({"name": "UNICORE_STALL_SECONDS", "value": f"{settings.stall_seconds:g}"})
+        env.append({"name": pod_env.STALL_SECONDS, "value": f"{settings.stall_seconds:g}"})
     env += [{"name": name, "value": value} for name, value in sorted(settings.agent_extra_env.items())]
     env += build_endpoint_env(model, settings)
     env_from: list[dict[str, Any]] = []
@@ -138,7 +138,7 @@ def build_endpoint_env(model: str | None, settings: OperatorSettings) -> list[di
     endpoints = settings.openai_endpoints
     if not endpoints:
         return []
-    env: list[dict[str, Any]] = [{"name": ENDPOINTS_ENV, "value": endpoints.for_pods().to_json()}]
+    env: list[dict[str, Any]] = [{"name": pod_env.OPENAI_ENDPOINTS, "value": endpoints.for_pods().to_json()}]
     provider, _, name = (model or "").partition(":")
     found = endpoints.lookup(name.strip()) if provider.strip().lower() == "openai" else None
     if found is not None:

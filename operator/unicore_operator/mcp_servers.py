@@ -19,12 +19,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
+from unicore.api import pod_env
 from unicore.api.spec import AgentSpec, AgentTaskSpec
 from unicore.mcp_config import MCPServerSpec, ResolvedMCPServer
-from unicore.settings import RuntimeSettings
 
-MCP_SERVERS_ENV = RuntimeSettings.env_var("mcp_servers")
-HEADER_ENV_PREFIX = "UNICORE_MCP_HEADER_"
 PLURAL = "mcpservers"
 
 
@@ -39,7 +37,7 @@ def resolve_server(name: str, spec: MCPServerSpec, index: int) -> tuple[dict[str
     env: list[dict[str, Any]] = []
     headers: dict[str, str] = {}
     for number, header in enumerate(spec.headers_from or ()):
-        variable = f"{HEADER_ENV_PREFIX}{index}_{number}"
+        variable = f"{pod_env.MCP_HEADER_PREFIX}{index}_{number}"
         ref = header.secret_key_ref
         env.append({"name": variable,
                     "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": True}}})
@@ -70,7 +68,7 @@ def build_mcp_env(names: Iterable[str], servers: Mapping[str, Mapping[str, Any]]
         env += headers
     if not definitions:
         return []
-    return [{"name": MCP_SERVERS_ENV, "value": json.dumps(definitions, separators=(",", ":"))}, *env]
+    return [{"name": pod_env.MCP_SERVERS, "value": json.dumps(definitions, separators=(",", ":"))}, *env]
 
 
 def turn_mcp_env(index: Mapping[tuple[str, str], Iterable[Mapping[str, Any]]] | None, namespace: str,
@@ -86,5 +84,4 @@ def turn_mcp_env(index: Mapping[tuple[str, str], Iterable[Mapping[str, Any]]] | 
     return build_mcp_env(wanted, servers)
 
 
-__all__ = ["HEADER_ENV_PREFIX", "MCP_SERVERS_ENV", "PLURAL", "build_mcp_env", "resolve_server", "server_spec",
-           "turn_mcp_env", "used_server_names"]
+__all__ = ["PLURAL", "build_mcp_env", "resolve_server", "server_spec", "turn_mcp_env", "used_server_names"]

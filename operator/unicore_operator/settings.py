@@ -18,16 +18,17 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from pydantic_settings.sources.utils import parse_env_vars
+from unicore.api import pod_env
 from unicore.api.resources import Resources, ResourcesInvalid, check_resources
 from unicore.archive import check_archive_url
 from unicore.errors import ConfigError
-from unicore.providers.endpoints import ENDPOINTS_ENV, KEY_ENV_PREFIX, EndpointMap, parse_endpoints
+from unicore.providers.endpoints import EndpointMap, parse_endpoints
 from unicore.settings import KeywordOnlySettings
 
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
-    "REDIS_URL", "UNICORE_TASK_ID", "UNICORE_SPAWNER", "UNICORE_NAMESPACE", "UNICORE_WORKSPACE", "HOME",
-    "UNICORE_POD_NAME", "UNICORE_STALL_SECONDS", ENDPOINTS_ENV,
+    pod_env.REDIS_URL, pod_env.TASK_ID, pod_env.SPAWNER, pod_env.NAMESPACE, pod_env.WORKSPACE, pod_env.HOME,
+    pod_env.POD_NAME, pod_env.STALL_SECONDS, pod_env.OPENAI_ENDPOINTS,
 })
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # The turn container's default requests and limits: a turn mostly waits on its model, so it reserves a little CPU
@@ -247,7 +248,7 @@ class OperatorSettings(KeywordOnlySettings):
             raise ValueError(str(exc)) from None
         taken = {endpoints.key_env(i) for i in range(len(endpoints.endpoints))}
         extra = info.data.get("agent_extra_env") or {}
-        clash = sorted(name for name in extra if name.startswith(KEY_ENV_PREFIX) or name in taken)
+        clash = sorted(name for name in extra if name.startswith(pod_env.OPENAI_KEY_PREFIX) or name in taken)
         if clash:
             raise ValueError(f"{env_var('agent_extra_env')} sets {clash}, which carry the endpoint map's API keys")
         return endpoints

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from unicore.api.pod_env import OPENAI_ENDPOINTS as ENDPOINTS_ENV
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import (
-    ENDPOINTS_ENV,
     EndpointMap,
     openai_settings_for,
     parse_endpoints,

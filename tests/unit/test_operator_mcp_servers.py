@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from unicore.api.pod_env import MCP_SERVERS as MCP_SERVERS_ENV
 from unicore.api.spec import AgentSpec, AgentTaskSpec, agent_spec_of, task_spec_of
 from unicore.mcp_config import parse_resolved
-from unicore_operator.mcp_servers import MCP_SERVERS_ENV, build_mcp_env, turn_mcp_env, used_server_names
+from unicore_operator.mcp_servers import build_mcp_env, turn_mcp_env, used_server_names
 
 TIME = {"url": "http://time.tools.svc:8000/mcp", "timeoutSeconds": 10, "toolTimeoutSeconds": {"slow": 60}}
 SEARCH = {"url": "https://search.example.com/mcp",

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from unicore.agents import effective_limits
+from unicore.api import pod_env
 from unicore.api.contract import (
     API_VERSION,
     GROUP,
@@ -150,7 +151,7 @@ class KubernetesSpawner:
             task_id = settings.task_id or ""
             namespace = task_id.split("/", 1)[0] if "/" in task_id else ""
         if not namespace:
-            raise ConfigError("UNICORE_NAMESPACE is not set (the operator sets it on every turn pod)")
+            raise ConfigError(f"{pod_env.NAMESPACE} is not set (the operator sets it on every turn pod)")
         return cls(store, load_custom_objects_api(), namespace)
 
     def _get_agenttask(self, name: str) -> dict[str, Any] | None:

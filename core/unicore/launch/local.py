@@ -36,9 +36,9 @@ from pathlib import Path
 
 import redis
 
+from unicore.api import pod_env
 from unicore.errors import TaskNotFound
 from unicore.log import get_logger
-from unicore.settings import RuntimeSettings
 from unicore.store import approvals
 from unicore.store.activations import ActivationConsumer, missing_group
 from unicore.store.reads import busy, last_error
@@ -157,15 +157,15 @@ class LocalSupervisor:
             return {}
         if root.mcp_definitions is None:
             return {}
-        return {RuntimeSettings.env_var("mcp_servers"): json.dumps(root.mcp_definitions, separators=(",", ":"))}
+        return {pod_env.MCP_SERVERS: json.dumps(root.mcp_definitions, separators=(",", ":"))}
 
     def _start(self, task_id: str) -> None:
         env = {
             **os.environ,
             **self.env,
-            "REDIS_URL": self.redis_url,
-            "UNICORE_TASK_ID": task_id,
-            "UNICORE_SPAWNER": "local",
+            pod_env.REDIS_URL: self.redis_url,
+            pod_env.TASK_ID: task_id,
+            pod_env.SPAWNER: "local",
             **self._mcp_env(task_id),
         }
         log_path = None
@@ -177,7 +177,7 @@ class LocalSupervisor:
         process = subprocess.Popen(turn_command(task_id), env=env, stdout=stdout, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
         if self.log_dir is not None:
             stdout.close()  # type: ignore[union-attr]
-        holder_host = env.get("UNICORE_POD_NAME") or socket.gethostname()
+        holder_host = env.get(pod_env.POD_NAME) or socket.gethostname()
         self.running[task_id] = TurnRun(task_id, process, time.monotonic(), log_path, holder_host)
         self.held_since.pop(task_id, None)
         self.on_event(f"turn started: {task_id} (pid {process.pid})")

@@ -31,12 +31,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from unicore.api import pod_env
 from unicore.errors import ConfigError
 from unicore.settings import EnvSettings
 
-ENDPOINTS_ENV = "UNICORE_OPENAI_ENDPOINTS"
-# A turn pod's variable for entry i's key when the entry names no apiKeyEnv of its own.
-KEY_ENV_PREFIX = "UNICORE_OPENAI_KEY_"
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -173,7 +171,7 @@ class EndpointMap(BaseModel):
         endpoint = self.endpoints[index]
         if endpoint.api_key_env:
             return endpoint.api_key_env
-        return f"{KEY_ENV_PREFIX}{index}" if endpoint.api_key_secret else None
+        return f"{pod_env.OPENAI_KEY_PREFIX}{index}" if endpoint.api_key_secret else None
 
     def for_pods(self) -> EndpointMap:
         """The map as a turn pod gets it: every entry with a Secret names the variable its key arrives in."""
@@ -185,7 +183,7 @@ class EndpointMap(BaseModel):
                           separators=(",", ":"))
 
 
-def parse_endpoints(value: object, *, source: str = ENDPOINTS_ENV) -> EndpointMap:
+def parse_endpoints(value: object, *, source: str = pod_env.OPENAI_ENDPOINTS) -> EndpointMap:
     """A JSON text (or an already decoded list) -> EndpointMap; a one-line ConfigError naming ``source`` and the
     entry for bad input (``source=""``: no prefix). Empty text = no endpoints."""
     source = f"{source}: " if source else ""
@@ -228,7 +226,7 @@ class EndpointEnvironment(EnvSettings):
 
     what: ClassVar[str] = "OpenAI-compatible endpoint map"
 
-    endpoints: str = Field("", validation_alias=ENDPOINTS_ENV)
+    endpoints: str = Field("", validation_alias=pod_env.OPENAI_ENDPOINTS)
 
     def endpoint_map(self) -> EndpointMap:
         return parse_endpoints(self.endpoints)
@@ -247,7 +245,7 @@ def openai_settings_for(name: str, env: Mapping[str, str] | None = None) -> Any:
     if found is None:
         if endpoints and not (provider_env.base_url or "").strip():
             raise ConfigError(
-                f"no OpenAI-compatible endpoint serves model {name!r}: {ENDPOINTS_ENV} lists "
+                f"no OpenAI-compatible endpoint serves model {name!r}: {pod_env.OPENAI_ENDPOINTS} lists "
                 f"{', '.join(endpoints.models())} and OPENAI_BASE_URL (the default endpoint) is not set")
         return provider_env.settings()
     index, endpoint = found

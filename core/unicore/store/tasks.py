@@ -23,6 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from unicore.agents import AgentNotFound, effective_spec, own_settings
+from unicore.api import pod_env
 from unicore.api.contract import same_namespace
 from unicore.api.schema import (
     DEFAULT_MESSAGE_CAP_BYTES,
@@ -62,9 +63,9 @@ def connect(url: str | None = None) -> RedisClient:
     It retries through connection blips (resets, restarts, failovers) for ``UNICORE_REDIS_RETRY_SECONDS``; see
     ``unicore.store.client``.
     """
-    chosen = url or os.environ.get("REDIS_URL")
+    chosen = url or os.environ.get(pod_env.REDIS_URL)
     if not chosen:
-        raise ConfigError("REDIS_URL is not set")
+        raise ConfigError(f"{pod_env.REDIS_URL} is not set")
     return build_client(chosen, decode_responses=True)
 
 
@@ -75,7 +76,7 @@ def _now() -> str:
 def _holder_id() -> str:
     """``<pod name>:<pid>``: the watchdog matches the part before ':' against turn pods (the Job sets
     UNICORE_POD_NAME from the downward API; outside Kubernetes the host name stands in)."""
-    return f"{os.environ.get('UNICORE_POD_NAME') or socket.gethostname()}:{os.getpid()}"
+    return f"{os.environ.get(pod_env.POD_NAME) or socket.gethostname()}:{os.getpid()}"
 
 
 def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from unicore import log as unicore_log
+from unicore.api import pod_env
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
@@ -48,9 +49,10 @@ def spawner_from_settings(client: redis.Redis, settings: RuntimeSettings) -> Any
         try:
             from unicore.launch.kubernetes import KubernetesSpawner  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise ConfigError(f"UNICORE_SPAWNER=kubernetes but the Kubernetes spawner is unavailable: {exc}") from None
+            raise ConfigError(f"{pod_env.SPAWNER}=kubernetes but the Kubernetes spawner is unavailable: "
+                              f"{exc}") from None
         return KubernetesSpawner.from_env(TaskStore(client), settings)
-    raise ConfigError(f"UNICORE_SPAWNER must be local or kubernetes, not {settings.spawner!r}")
+    raise ConfigError(f"{pod_env.SPAWNER} must be local or kubernetes, not {settings.spawner!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,10 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     parser = _Parser(prog=PROG, description="Run one agent turn of a task, then exit.")
-    parser.add_argument("task", nargs="?", default=settings.task_id, help="task id (default: $UNICORE_TASK_ID)")
+    parser.add_argument("task", nargs="?", default=settings.task_id, help=f"task id (default: ${pod_env.TASK_ID})")
     args = parser.parse_args(argv)
     if not args.task:
-        parser.error("a task id is required (argument or $UNICORE_TASK_ID)")
+        parser.error(f"a task id is required (argument or ${pod_env.TASK_ID})")
     unicore_log.configure(settings.log_level)
     cancel = threading.Event()
     install_cancel_handlers(cancel)
