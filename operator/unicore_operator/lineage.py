@@ -10,7 +10,7 @@ that chain (``parent_view``):
 
 - the parent is in the child's own namespace, is the object ``parentRef.uid`` names, and may have children at all
   (``limits.recursion``, and the child's depth within the parent's ``limits.maxDepth``);
-- every limit of the child (its own ``spec.limits`` over the parent's, as ``crd_model.to_task_spec`` stores them) is
+- every limit of the child (its own ``spec.limits`` over the parent's, as ``spec.to_task_spec`` stores them) is
   at most the parent's: maxIterations, maxDepth, maxChildren, maxDescendants; a tokenBudget of the parent's or
   less, and never 0 (unlimited) under a parent that has one; recursion only if the parent has it; the turn timeout
   (``spec.limits.turnTimeoutSeconds``, else the operator's default, as the turn Jobs get it) at most the parent's;

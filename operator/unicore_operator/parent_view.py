@@ -12,7 +12,7 @@ them from what only the API server says:
   links are a ``LineageBroken`` with one line). Every id in the chain is ``<namespace>/<name>`` of that namespace,
   so the root it yields (for the tree's slots, ``reserve_child_slots``) is in the child's namespace by construction;
 - ``effective_view``: folds that chain down from the root with the functions that build the stored records
-  (``crd_model.to_task_spec``; for a task with ``spec.agentRef``, ``unicore.agents.effective_spec`` over its Agent as
+  (``spec.to_task_spec``; for a task with ``spec.agentRef``, ``unicore.agents.effective_spec`` over its Agent as
   the API server has it now, as ``TaskStore.create_task`` and each turn's ``agent_resolution`` lay it), so the
   ``TaskView`` equals what an untampered record holds; an Agent changed since is no difference to report: the Agent
   object wins, as it does at the task's next turn. Each link is checked as admission checks a new child
