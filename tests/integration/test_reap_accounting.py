@@ -27,7 +27,7 @@ from unicore_operator.watchdog.reaper import Reaper
 from unicore_operator.watchdog.redis_state import read_states
 from unicore_operator.watchdog.scan import ReapReason, Snapshot, Thresholds, plan_redis_reads, scan
 from unicore_operator.watchdog.snapshot import with_redis
-from unicore_operator.watchdog.views import job_view, pod_view, task_view
+from unicore_operator.watchdog.views import agent_task_view, job_view, pod_view
 
 NS = "team"
 TASK_ID = f"{NS}/demo"
@@ -72,7 +72,7 @@ def failed_job(job: str, turn: int) -> dict[str, Any]:
 def watchdog_reaps(reaper: Reaper, client: redis.Redis, failed_attempts: int, job: dict[str, Any],
                    pod: dict[str, Any]) -> None:
     """One watchdog scan (real Redis read, pure scan) a minute later, and the reaper's Redis step."""
-    task = task_view({"metadata": {"namespace": NS, "name": "demo"},
+    task = agent_task_view({"metadata": {"namespace": NS, "name": "demo"},
                       "status": {"phase": "Running", "failedAttempts": failed_attempts}})
     snapshot = Snapshot(tasks={TASK_ID: task}, jobs=[job_view(job)], pods=[pod_view(pod)])
     now = time.time() + 60
