@@ -40,7 +40,7 @@ model-bins: bootstrap ## build (or reuse from cache) llama-server and fetch the 
 	  $(BIN)/python hack/fetch-model.py >/dev/null && $(BIN)/python hack/fetch-model.py --model qwen2.5-coder-1.5b >/dev/null; \
 	  fetched=$$?; wait $$build && [ $$fetched = 0 ]; fi
 
-# Third-party MCP servers the tests run against (issue 17): @modelcontextprotocol/server-everything from npm, its tree pinned
+# Third-party MCP servers the tests run against: @modelcontextprotocol/server-everything from npm, its tree pinned
 # by hack/mcp-servers/package-lock.json, cached under ${UNICORE_CACHE:-~/.cache/unicore}/mcp-servers-*; node and npm from
 # Debian when missing. (mcp-server-time is a PyPI dev dependency, installed by bootstrap.)
 mcp-servers: ## install (or reuse from cache) the MCP test servers (hack/fetch-mcp-servers.sh)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install (or find) the third-party MCP servers UniCore's tests run against (issue 17; docs/mcp.md).
+# Install (or find) the third-party MCP servers UniCore's tests run against (docs/mcp.md).
 #
 #   hack/fetch-mcp-servers.sh   # install if missing; print the install folder as the last stdout line
 #

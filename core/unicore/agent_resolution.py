@@ -1,4 +1,4 @@
-"""A turn's start resolves its task's agent (issue 17): the effective settings of this turn, and the record's.
+"""A turn's start resolves its task's agent: the effective settings of this turn, and the record's.
 
 ``resolve_for_turn`` reads the task's agent definition as stored now (``unicore.store.agents``), lays the task's own
 settings (``TaskRecord.own_spec``: what its creator set) over it with ``unicore.agents.effective_spec`` and returns

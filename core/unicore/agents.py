@@ -1,4 +1,4 @@
-"""Reusable agent definitions (issue 17): what an ``Agent`` says, and how a task that uses one narrows it.
+"""Reusable agent definitions: what an ``Agent`` says, and how a task that uses one narrows it.
 
 An Agent (a Kubernetes object, or a YAML document of the same shape in local mode) gives a model, a system prompt,
 tools, MCP servers, the agents it may spawn as children, limits and approval rules. A task that names an agent

@@ -2,7 +2,7 @@
 
 Used by the scripted model to pick a task's script entry (``providers.scripted``, whose doc gives the ranks) and by
 ``context_window`` for a model's window. Kept apart from the scripted provider so a turn with a real model does not
-import it (and YAML with it) for this (issue 24: a turn's start-up).
+import it (and YAML with it) for this: a turn pays its imports on every start.
 """
 
 from __future__ import annotations

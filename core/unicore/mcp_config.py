@@ -1,4 +1,4 @@
-"""MCP server definitions (issue 17; docs/mcp.md): the shape of an ``MCPServer`` (``unicore.dev/v1alpha1``) and the
+"""MCP server definitions (docs/mcp.md): the shape of an ``MCPServer`` (``unicore.dev/v1alpha1``) and the
 resolved list a turn gets in ``UNICORE_MCP_SERVERS``.
 
 An MCPServer document (a local-mode YAML file, or the namespaced resource on Kubernetes: crds/mcpserver.yaml)::

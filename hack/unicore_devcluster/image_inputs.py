@@ -36,7 +36,7 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BASE_SETUP = "hack/images/base-setup.sh"
 REDIS_RECIPE = "hack/images/Containerfile.redis"
 REDIS_REF = "unicore-redis:7.0-bookworm"  # Debian bookworm ships Redis 7.0; the Containerfile checks it
-# a real third-party MCP server for the tests and examples (mcp-server-time behind mcp-proxy; issue 17)
+# a real third-party MCP server for the tests and examples (mcp-server-time behind mcp-proxy)
 MCP_TIME_RECIPE = "hack/images/Containerfile.mcp-time"
 MCP_TIME_FILES = ("hack/images/mcp-time/proxy-requirements.txt", "hack/images/mcp-time/time-requirements.txt")
 MCP_TIME_REF = "unicore-mcp-time:2026.10.19"  # mcp-server-time's version (hack/images/mcp-time/time-requirements.txt)

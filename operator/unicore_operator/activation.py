@@ -2,7 +2,7 @@
 
 Every namespace has its own activation stream (``keys.namespace_activations_stream``): a namespace's Redis user can
 write only its own, so one that poisons it (an entry with the largest id, ``MAXLEN 0``) stops no other namespace's
-wake-ups (issue 25). The consumer reads the streams of every namespace it serves (``served_namespaces``: the
+wake-ups. The consumer reads the streams of every namespace it serves (``served_namespaces``: the
 configured ones, or, cluster-wide, those with AgentTasks in the index): on a standalone Redis all of them with one
 blocking XREADGROUP, on a Redis Cluster (whose streams are in different slots) one reader per stream. It reconciles
 each named task of the stream's own namespace and acknowledges afterwards (at-least-once: entries read but not

@@ -20,7 +20,7 @@ a review's answer says whether another namespace's tasks exist and what they all
 
 The parent's settings and its tree's root come from the API server (``effective_parent``: the AgentTask chain and
 the Agents, ``parent_view``), never from the parent's Redis record, which the namespace's own Redis user, held by its
-turn pods, may write (issue 25); the record only has to exist (the parent is initialised). The create handler runs
+turn pods, may write; the record only has to exist (the parent is initialised). The create handler runs
 the same checks (``vet_new_child``) and then reserves the child's slots atomically in the tree of the chain's root,
 so a child that reached the API server some other way (no webhook installed, or two creates racing past the
 read-only count) is marked Failed and never runs; its record is built over the same view

@@ -1,4 +1,4 @@
-"""Agents on Kubernetes (issue 17): what an Agent object says, and whether an AgentTask only narrows its Agent.
+"""Agents on Kubernetes: what an Agent object says, and whether an AgentTask only narrows its Agent.
 
 Pure functions, shared by the admission webhook (``admission.review``: the API server refuses the task with the
 message) and the create handler (``handlers.agenttasks``: a task that got past admission another way goes Failed):

@@ -1,4 +1,4 @@
-"""Event reasons posted on AgentTasks (issue 5), and the one helper that posts them. The watchdog adds PodReaped."""
+"""Event reasons posted on AgentTasks, and the one helper that posts them. The watchdog adds PodReaped."""
 
 from __future__ import annotations
 

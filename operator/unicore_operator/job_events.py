@@ -1,4 +1,4 @@
-"""Turn Jobs that cannot create their pod (issue 10 #19): the Job controller's FailedCreate Events -> task status.
+"""Turn Jobs that cannot create their pod: the Job controller's FailedCreate Events -> task status.
 
 A turn Job whose pod cannot be created (the namespace has no agent ServiceAccount, a ResourceQuota allows no more
 pods, Pod Security admission rejects it) gets no condition for it: the Job controller retries with backoff and

@@ -5,7 +5,7 @@ limits and narrows its tools, but anyone who may create AgentTasks (a namespace 
 could also write one by hand. ``check_child`` says what is wrong with such a child, against its parent's settings as
 the API server has them (a ``TaskView`` from ``parent_view.effective_view``: the AgentTask chain and the Agents, equal
 to what an untampered record holds) and its parent's AgentTask. Never against the parent's Redis record: a namespace's
-own Redis user, held by its turn pods, may write every field of it (issue 25). The same function checks every link of
+own Redis user, held by its turn pods, may write every field of it. The same function checks every link of
 that chain (``parent_view``):
 
 - the parent is in the child's own namespace, is the object ``parentRef.uid`` names, and may have children at all

@@ -1,4 +1,4 @@
-"""MCP servers for turn pods (issue 17; docs/mcp.md): the MCPServer objects a task uses -> the pod's
+"""MCP servers for turn pods (docs/mcp.md): the MCPServer objects a task uses -> the pod's
 ``UNICORE_MCP_SERVERS`` (resolved definitions) and one ``secretKeyRef`` variable per header.
 
 A task uses the servers its own ``spec.mcpServers`` names and those of its Agent (``spec.agentRef``); the operator

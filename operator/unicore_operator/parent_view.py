@@ -2,8 +2,8 @@
 
 A task's Redis record holds the settings its turns run with (limits, tools, childTools, depth, root, the agents it
 may spawn), but a namespace's own Redis user, the one its turn pods hold (``unicore.store.acl``), may write every
-field of it (issue 25, item 4: a pod raised its own record's limits and tools and a wider child was admitted; set its
-``root`` to a task of another namespace and the operator reserved the child's slot in that tree's budget). So the
+field of it (a pod could raise its own record's limits and tools and have a wider child admitted, or set its
+``root`` to a task of another namespace and have the child's slot reserved in that tree's budget). So the
 admission webhook and the create handler (``admission``) never read a parent's settings from its record; they compute
 them from what only the API server says:
 

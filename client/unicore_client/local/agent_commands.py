@@ -1,4 +1,4 @@
-"""Agents in local mode (issue 17; docs/agents.md): ``unicore agents apply -f FILE|DIR``, ``unicore agents list``
+"""Agents in local mode (docs/agents.md): ``unicore agents apply -f FILE|DIR``, ``unicore agents list``
 and ``unicore run --agent NAME|FILE``.
 
 The files are the Kubernetes manifests: YAML/JSON documents (``---`` between them) of kind ``Agent``

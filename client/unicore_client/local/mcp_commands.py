@@ -1,4 +1,4 @@
-"""``unicore run --mcp-server FILE --mcp NAME[:tool,tool]``: the MCP servers of a local task (issue 17; docs/mcp.md).
+"""``unicore run --mcp-server FILE --mcp NAME[:tool,tool]``: the MCP servers of a local task (docs/mcp.md).
 
 ``--mcp-server FILE`` (repeatable) reads one or more MCPServer documents (YAML/JSON, ``---`` between documents);
 ``--mcp NAME`` attaches the server NAME with all its tools, ``--mcp NAME:tool,tool`` with only those (the allow-list,

@@ -14,9 +14,9 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentTask"
 PLURAL = "agenttasks"
-AGENT_KIND = "Agent"  # reusable agent definitions (issue 17; crds/agent.yaml, unicore.agents)
+AGENT_KIND = "Agent"  # reusable agent definitions (crds/agent.yaml, unicore.agents)
 AGENT_PLURAL = "agents"
-MCP_SERVER_KIND = "MCPServer"  # MCP tool servers (issue 17; unicore.mcp_config: local-mode documents, later a CRD)
+MCP_SERVER_KIND = "MCPServer"  # MCP tool servers (unicore.mcp_config: local-mode documents, later a CRD)
 
 FINALIZER = f"{GROUP}/cleanup"
 ANNOTATION_PREFIX = GROUP

@@ -1,4 +1,4 @@
-"""Redis ACL users of agent namespaces: what a turn pod's own Redis identity may do (issue 13).
+"""Redis ACL users of agent namespaces: what a turn pod's own Redis identity may do.
 
 On Kubernetes every task id is ``<namespace>/<name>``, so every key of a task starts with ``uc:{<namespace>/``. The
 operator gives each agent namespace a Redis user (``namespace_user``) whose rules (``namespace_rules``, pure) allow:
@@ -9,7 +9,7 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   every command a script calls against the caller's ACL, and they all touch the task's own keys;
 - on the people's decisions of its tasks' waiting calls (``uc:{<namespace>/*}:decisions``, ``READ_ONLY_PARTS``):
   HGET/HMGET/HGETALL only, as read-only key patterns (``%R~``): only the deciders (task API, local CLI, the
-  operator's timeout) write them, so a turn pod cannot approve its own calls (``state.approvals``, issue 25);
+  operator's timeout) write them, so a turn pod cannot approve its own calls (``store.approvals``);
 - on the namespace's own activation stream and stream of task changes (``uc:{<namespace>/}:activations``,
   ``...:changes``; each namespace has its own, so none can poison another's): XADD only (no XREAD/XRANGE);
 - on the shared keys, one selector each with only what a turn writes there (``SHARED_SELECTORS``):
@@ -59,8 +59,8 @@ _GLOB = "*?[]\\"
 # The parts of a task's keys (TaskKeys) a turn, its tools, spawns and reports use; the operator's own records of a
 # task (operator, opjobs, opreaped: failure counts, retry times, the Jobs it accounted) stay out of a tenant's reach.
 OPERATOR_PARTS = ("operator", "opjobs", "opreaped")
-# Parts a turn reads and never writes: people's decisions on its waiting calls (state.approvals; issue 25: a turn
-# pod that could write them approved its own gated calls in a person's name).
+# Parts a turn reads and never writes: people's decisions on its waiting calls (store.approvals): a turn pod that
+# could write them could approve its own gated calls in a person's name.
 READ_ONLY_PARTS = ("decisions",)
 READ_ONLY_COMMANDS = ("hget", "hmget", "hgetall")
 TURN_PARTS = tuple(
@@ -140,7 +140,7 @@ def namespace_rules(namespace: str) -> list[str]:
         rules.append("(" + " ".join([*(f"+{c}" for c in commands), *(f"~{k}" for k in keys)]) + ")")
     # Its own activation stream (TaskStore.activate) and stream of task changes (state.changes): XADD only. Never a
     # stream another namespace's tasks use: Redis cannot limit XADD's arguments, and an entry with the largest id or
-    # MAXLEN 0 in a shared stream stopped every namespace's wake-ups (issue 25).
+    # MAXLEN 0 in a shared stream would stop every namespace's wake-ups.
     escaped = glob_escape(namespace)
     rules.append(f"(+xadd ~{namespace_activations_stream(escaped)} ~{namespace_changes_stream(escaped)})")
     rules.append(f"(+get ~{agent_key(glob_escape(namespace) + '/*')})")  # its Agents' definitions: read only

@@ -1,4 +1,4 @@
-"""Stored agent definitions (issue 17): the one owner of their Redis layout.
+"""Stored agent definitions: the one owner of their Redis layout.
 
 One key per agent, ``uc:agent:{<agent id>}`` (``keys.agent_key``), holding its ``AgentDefinition`` as JSON, and an
 index of the stored ids, ``uc:agents`` (a sorted set; score: when stored). An agent id is ``<namespace>/<name>`` on

@@ -2,7 +2,7 @@
 the turn's writes (``state.approval_writes``): the turn's records in ``uc:{T}:approvals`` and the people's decisions
 in ``uc:{T}:decisions``.
 
-Who decides what a call's status is (``_parse``, issue 25): approved or denied, by whom, why and when come only from
+Who decides what a call's status is (``_parse``): approved or denied, by whom, why and when come only from
 the call's entry in ``decisions``, which a namespace's Redis user cannot write; an entry also holds the call as it
 was when decided, and that copy is what runs. ``answered`` (a question answered by a user message) comes from the
 turn's state in ``approvals``. Anything else the approvals hash claims (a state or a call record that says approved,

@@ -1,5 +1,6 @@
 """The turn's writes of ``state.approvals`` (fenced by its lease: a turn that lost it writes nothing). They write the
-approvals hash only, never the decisions (``uc:{T}:decisions``: the deciders' alone, issue 25).
+approvals hash only, never the decisions (``uc:{T}:decisions``: the deciders' alone, so a turn cannot approve its
+own calls).
 
 ``record_calls`` (the answer's waiting calls), ``hold_result`` / ``held_results`` (results of the answer's other
 calls, kept until every call is decided), ``answer_question`` (a user message becomes a question's answer and leaves

@@ -1,4 +1,4 @@
-"""Tool calls waiting for a person: approvals of gated tools and ``ask_user`` questions (issue 15).
+"""Tool calls waiting for a person: approvals of gated tools and ``ask_user`` questions.
 
 THE CONTRACT (the operator, the task API, the CLI and the turn use only what this module exports)
 
@@ -51,7 +51,7 @@ Storage, two hashes per task (``TaskKeys``; one hash tag, so one slot on a Redis
   is copied there for the turn's own scripts), ``held:<id>`` the result of an ungated call of the same answer, kept
   until the whole answer's results are queued together, ``pending:approval`` / ``pending:input`` counters (what
   ``waiting_for`` says: they schedule turns and decide nothing);
-- ``uc:{T}:decisions``, the people's decisions (issue 25): ``<id>`` -> JSON ``{status: approved|denied, decided_by,
+- ``uc:{T}:decisions``, the people's decisions: ``<id>`` -> JSON ``{status: approved|denied, decided_by,
   reason, decided_at, decision: the wake id, call: the call record as decided}``, written only by ``DECIDE``
   (``decide``, ``expire_overdue``: the deciders' admin or local identity). A namespace's Redis user may read it and
   not write it (``state.acl``), and a call's status is approved or denied only through it

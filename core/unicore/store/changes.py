@@ -1,4 +1,4 @@
-"""The stream of task changes ``uc:changes``: which task's row of the tree changed, and how (issue 16).
+"""The stream of task changes ``uc:changes``: which task's row of the tree changed, and how.
 
 One Redis stream for local tasks (``keys.CHANGES_STREAM``) and one per namespace for AgentTasks
 (``keys.changes_stream``: a namespace's Redis user can write only its own, so it cannot poison another's), each

@@ -164,7 +164,8 @@ class TaskKeys:
     @property
     def decisions(self) -> str:
         """People's decisions on the task's waiting calls (``store.approvals``): written only by the deciders, with the
-        admin or local identity; a namespace's Redis user may read it, not write it (``store.acl``, issue 25)."""
+        admin or local identity; a namespace's Redis user may read it, not write it (``store.acl``): a turn pod
+        cannot approve its own calls."""
         return task_key(self.task_id, "decisions")
 
     @property

@@ -1,4 +1,4 @@
-"""Local mode's suspend, resume and stop (issue 16): the ``suspended`` flag of a task's record.
+"""Local mode's suspend, resume and stop: the ``suspended`` flag of a task's record.
 
 On Kubernetes the AgentTask's ``spec.suspend`` is the truth (the operator deletes the running turn Job and starts no
 new one). Local mode has no object to hold it, so the flag lives in the task's record hash, written here only:

@@ -1,4 +1,4 @@
-"""The live token stream of a task: a model's answer as it arrives, for live views only (issue 14).
+"""The live token stream of a task: a model's answer as it arrives, for live views only.
 
 ``uc:{<task id>}:tokens`` (``TaskKeys.tokens``; the task's hash tag, so the same slot as the task's other keys, and
 inside the per-namespace ACL patterns of ``state.acl``: a turn pod's Redis user may XADD and PEXPIRE it, never read

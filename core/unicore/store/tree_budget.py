@@ -1,5 +1,5 @@
 """A task tree's token budget (its root's ``limits.token_budget``) shared by the tree's concurrent turns: each model
-call holds a reservation while it runs (issue 24).
+call holds a reservation while it runs, so concurrent calls cannot together spend past the budget.
 
 The tree's used tokens are ``tree_total_tokens`` on the root's record (the store rolls each call's usage up there
 after storing it). Alone, a check of that count before each call lets every turn running at that moment pass it at

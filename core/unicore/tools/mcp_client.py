@@ -1,4 +1,4 @@
-"""A turn's connections to MCP servers, through the official ``mcp`` SDK (issue 17; docs/mcp.md).
+"""A turn's connections to MCP servers, through the official ``mcp`` SDK (docs/mcp.md).
 
 The SDK is asynchronous and the turn is not, so a turn that uses MCP servers runs one asyncio loop in a daemon thread
 (``LoopThread``) and holds one session per server on it (``ServerConnection``): connected and its tools listed once,

@@ -1,4 +1,4 @@
-"""A stdio MCP server's stderr into the turn's log, escaped and bounded (issue 24; docs/mcp.md).
+"""A stdio MCP server's stderr into the turn's log, escaped and bounded (docs/mcp.md).
 
 A server can write anything to its stderr, as much as it likes: terminal escape sequences that would move the
 cursor or retitle the window of whoever reads the log, and megabytes a second. ``StderrPump`` gives the server the

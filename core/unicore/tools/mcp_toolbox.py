@@ -1,4 +1,4 @@
-"""A turn's MCP toolbox and the names the model sees (issue 17; docs/mcp.md), without the ``mcp`` SDK.
+"""A turn's MCP toolbox and the names the model sees (docs/mcp.md), without the ``mcp`` SDK.
 
 Kept apart from ``tools.mcp_tools`` (the tools themselves, over ``tools.mcp_client``) because importing the SDK
 costs a turn about 0.3 s: the turn imports only this module, and ``registry.toolbox_for`` loads the SDK for a turn
@@ -35,7 +35,7 @@ def offered_names(server: str, tools: Sequence[str]) -> dict[str, str]:
     """Offered name -> the tool's name on the server, for the tools of one server.
 
     A function of the SET of the server's tool names, never of the order it lists them in (an approval names the
-    offered name, so the same name must mean the same tool in every turn; issue 24):
+    offered name, so the same name must mean the same tool in every turn):
 
     - ``<server>__<tool>`` when that is a valid function name (such a tool always keeps it);
     - otherwise the tool's characters outside ``[A-Za-z0-9_-]`` become ``_``; when that name is over 64 characters,

@@ -1,4 +1,4 @@
-"""MCP servers' tools as UniCore tools for one turn (issue 17; docs/mcp.md).
+"""MCP servers' tools as UniCore tools for one turn (docs/mcp.md).
 
 ``open_toolbox`` connects to the servers the task names (``TaskRecord.mcp_servers``), whose definitions come from
 ``UNICORE_MCP_SERVERS`` (``unicore.mcp_config``), all at once, each bounded by its ``timeoutSeconds``; lists their

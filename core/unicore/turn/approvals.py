@@ -1,4 +1,4 @@
-"""A turn's side of approvals and ``ask_user`` (issue 15): what waits for a person, and what happens once decided.
+"""A turn's side of approvals and ``ask_user``: what waits for a person, and what happens once decided.
 
 ``ApprovalGate.wait`` (after the model's answer): when the answer calls a gated tool (``TaskRecord.approval``) or
 ``ask_user``, each such call is recorded as a ``PendingCall`` (``state.approvals``) and does not run; the other calls
@@ -15,8 +15,7 @@ without draining (decision wake-ups found then are dropped: a later decision que
 
 Decided means what the deciders wrote into ``uc:{T}:decisions`` (``state.approvals``), a key this turn's Redis user
 may only read: a state, a name or a wake-up that code in the turn pod wrote into the approvals hash or the inbox
-decides nothing (the call stays pending), and an approved call runs with the tool and input its decision recorded
-(issue 25).
+decides nothing (the call stays pending), and an approved call runs with the tool and input its decision recorded.
 
 Never twice: an approved call's tool starts only after ``state.approval_writes.start_call`` marked it started (atomic,
 fenced); a turn that dies after that mark gives the call the error result ``INTERRUPTED_TEXT`` instead of running it
@@ -208,7 +207,7 @@ class ApprovalGate:
 
     def _moved(self, call: PendingCall) -> str | None:
         """Why an approved call must not run: its name now runs something else than what was approved (an MCP
-        server that lists another tool under that name by now; issue 24). None: it runs what was approved (or its
+        server that lists another tool under that name by now). None: it runs what was approved (or its
         tool is gone, which ``run_tool_call`` answers)."""
         tool = self.tools.get(call.tool)
         if tool is None or not call.target or tool.target() == call.target:

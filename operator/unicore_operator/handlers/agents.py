@@ -1,4 +1,4 @@
-"""Agents (issue 17): the operator stores what each Agent says in Redis for its tasks' turns, and keeps its status.
+"""Agents: the operator stores what each Agent says in Redis for its tasks' turns, and keeps its status.
 
 - create, update (a spec change) and resume (operator start): the Agent's definition (``agent_checks.agent_definition``)
   is written to Redis (``unicore.store.agents``, id ``<namespace>/<name>``); turns read it at their start, so a change

@@ -77,7 +77,8 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
                 _post(ctx, task, events.WARNING, events.INVALID_SPEC, failure)
                 return
             raise kopf.TemporaryError(f"parent {parent_id} is not initialised yet", delay=2)
-        # Its settings and tree come from the AgentTask chain, not the parent's record (parent_view, issue 25).
+        # Its settings and tree come from the AgentTask chain, not the parent's record, which the namespace's turn
+        # pods may write (parent_view).
         vetted = await vet_new_child(ctx, namespace, name, body, parsed)
         if vetted.refusal is not None:  # it widens its parent, or its tree is full: it never runs (docs/install.md)
             refused = vetted.refusal
