@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from unicore.store import lua
-from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
 
 
 @dataclass(frozen=True)
@@ -18,17 +18,17 @@ class OwedReport:
     parent: str  # "" when the task has no parent (nothing to deliver to)
 
 
-def owed_report(client: RedisClient, task_id: str) -> OwedReport | None:
+def owed_report(store: TaskStore, task_id: str) -> OwedReport | None:
     """The report ``task_id`` owes its parent, or None (one read)."""
-    parent, report_id, report = client.hmget(TaskKeys(task_id).task, ["parent", "report_id", "report"])
+    parent, report_id, report = store.redis.hmget(TaskKeys(task_id).task, ["parent", "report_id", "report"])
     if not report_id:
         return None
     return OwedReport(report_id=report_id, text=report or "", parent=parent or "")
 
 
-def clear_report(client: RedisClient, task_id: str, report_id: str) -> bool:
+def clear_report(store: TaskStore, task_id: str, report_id: str) -> bool:
     """Clear the owed report ``report_id`` (only if no newer report replaced it meanwhile); True when cleared."""
-    return bool(client.eval(lua.CLEAR_REPORT, 1, TaskKeys(task_id).task, report_id))
+    return bool(store.redis.eval(lua.CLEAR_REPORT, 1, TaskKeys(task_id).task, report_id))
 
 
 __all__ = ["OwedReport", "clear_report", "owed_report"]

@@ -27,6 +27,7 @@ from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.log import get_logger
 from unicore.store.records import TaskRecord
 from unicore.store.reports import clear_report, owed_report
+from unicore.store.tasks import TaskStore
 
 log = get_logger("reports")
 
@@ -102,12 +103,12 @@ def _parent_refusal(task_id: str, parent: str, expected_parent: str | None) -> s
     return None
 
 
-def deliver_report(store: Any, task_id: str, expected_parent: str | None = None) -> bool:
+def deliver_report(store: TaskStore, task_id: str, expected_parent: str | None = None) -> bool:
     """Queue the report ``task_id`` owes its parent, if any; True when one was owed. ``expected_parent``: the parent
     as the API server has it (``spec.parentRef``; "" for none), when the caller knows it (the operator).
 
     Idempotent (same message id), so the next turn, the operator and the supervisor may all call it."""
-    owed = owed_report(store.redis, task_id)
+    owed = owed_report(store, task_id)
     if owed is None:
         return False
     refusal = None
@@ -127,11 +128,11 @@ def deliver_report(store: Any, task_id: str, expected_parent: str | None = None)
             log.warning("task %s: parent %s is gone; report %s dropped", task_id, owed.parent, owed.report_id)
         except MessageTooLarge:
             log.error("task %s: report %s is over the inbox cap; dropped", task_id, owed.report_id)
-    clear_report(store.redis, task_id, owed.report_id)
+    clear_report(store, task_id, owed.report_id)
     return True
 
 
-def report_failure(store: Any, task_id: str, reason: str, expected_parent: str | None = None) -> bool:
+def report_failure(store: TaskStore, task_id: str, reason: str, expected_parent: str | None = None) -> bool:
     """Tell the parent of ``task_id`` that it failed (idempotent per failed turn); True when newly queued.
     ``expected_parent`` as for ``deliver_report``."""
     try:
