@@ -312,7 +312,7 @@ def tool_result_block(tool_use_id: str, text: str, *, error: bool = False) -> Co
 
 
 def is_turn_ending(message: Message | dict[str, Any]) -> bool:
-    """A text-only assistant message ends a turn (seed 000 ``is_turn_ending_message``)."""
+    """A text-only assistant message ends a turn."""
     role = message.role if isinstance(message, Message) else message.get("role")
     content = message.content if isinstance(message, Message) else message.get("content", [])
     if role != "assistant":

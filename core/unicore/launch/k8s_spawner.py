@@ -12,7 +12,7 @@ There is one write that makes the child (the AgentTask), so there is no half-mad
 reserving leaves only a slot, which the next spawn of that name reuses; a create whose answer was lost (timeout,
 connection reset) is looked up before it is reported as failed. A Redis record without an AgentTask (left by an
 older version) is completed by the next spawn of that name, which creates the missing AgentTask.
-An existing child gets the prompt as a new inbox message and an activation (seed 000 "resuming child tasks").
+An existing child gets the prompt as a new inbox message and an activation: it resumes with its history.
 
 Credentials: ``unicore.kube_config.load_api_client`` (in a turn pod its ServiceAccount; the local pod runner sets
 KUBECONFIG); the agents' Role allows create/get/list/watch on agenttasks and nothing else.

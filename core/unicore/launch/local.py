@@ -1,4 +1,4 @@
-"""Local mode (seed 000's process-per-task model): run a task tree on this machine until it settles.
+"""Local mode (one process per turn): run a task tree on this machine until it settles.
 
 The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as
 a safety net) and starts one ``unicore-turn <task>`` process per task that should run a turn (``unicore.scheduling``,
@@ -9,7 +9,7 @@ when every task of the tree is idle with an empty inbox (or waits for a person, 
 waiting task runs no process) and no process is left. Approvals that waited past their task's timeout are denied
 here, as the operator's timer does on Kubernetes.
 
-Batching of child completions (seed 000 sequence 7): a parent whose inbox holds only child completions is held
+Batching of child completions: a parent whose inbox holds only child completions is held
 while other children of it are still busy, so it reads their answers together in one turn instead of one turn per
 child. Any other message (user, tool result) starts the parent at once.
 

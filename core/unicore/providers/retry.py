@@ -1,4 +1,4 @@
-"""Retry policy for model calls (seed 002 section 9): retry only throttling / overload, fail fast on the rest.
+"""Retry policy for model calls: retry only throttling / overload, fail fast on the rest.
 
 Up to ``max_attempts`` tries (default 8). After failed try ``n`` the caller waits
 ``base_delay * 2 ** (n - 1)`` seconds with +-``jitter`` (default 2 s x 2^(n-1), +-20 %).

@@ -1,4 +1,4 @@
-"""Throttle coordination for one model, shared by every process through Redis (seed 001, with error handling).
+"""Throttle coordination for one model, shared by every process through Redis.
 
 Two mechanisms, both keyed by the model (all keys share the hash tag ``{<model key>}``):
 

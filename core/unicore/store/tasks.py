@@ -168,9 +168,10 @@ class TaskStore:
 
     def create_task(self, spec: TaskSpec, *, root: str | None = None, depth: int | None = None) -> bool:
         """Create the task (and queue its prompt). Returns False, writing nothing, if the task already exists:
-        an existing conversation is never overwritten (seed 000 bug 2). ``root`` and ``depth``: the task's place in
-        its tree as the caller knows it from elsewhere (the operator: the AgentTask chain, since a namespace's Redis
-        user may write its parent's record; ``unicore_operator.parent_view``); default: from the parent's record."""
+        an existing conversation is never overwritten (a create repeated after a crash must not lose it). ``root``
+        and ``depth``: the task's place in its tree as the caller knows it from elsewhere (the operator: the AgentTask
+        chain, since a namespace's Redis user may write its parent's record; ``unicore_operator.parent_view``);
+        default: from the parent's record."""
         parent: TaskRecord | None = None
         if spec.parent:
             parent = self.get_task(spec.parent)
@@ -449,7 +450,7 @@ class TaskStore:
     # ------------------------------------------------------------------ turn writes (fenced)
 
     def drain(self, lease: Lease, *, first_drain: bool) -> DrainResult:
-        """Move every inbox entry into the conversation (seed 000 rules), atomically.
+        """Move every inbox entry into the conversation, atomically.
 
         One read of the inbox, then ONE fenced script that re-checks the drained entries are still the inbox's
         head, creates the turn if needed, appends the user messages and trims exactly those entries. Producers

@@ -32,7 +32,8 @@ DEFAULT_TOOLS: tuple[str, ...] = (
     "message_task",
     "task_status",
 )
-# A child gets a reduced, read-only toolset unless its parent (or the spawn call) says otherwise (seed 002).
+# A child gets a reduced, read-only toolset unless its parent (or the spawn call) says otherwise: a child works on
+# a part of its parent's task and changes nothing it was not asked to.
 DEFAULT_CHILD_TOOLS: tuple[str, ...] = (
     "read_file",
     "list_files",

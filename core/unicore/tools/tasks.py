@@ -1,4 +1,5 @@
-"""Task tools: spawn_task (create or resume a child), message_task, task_status (seed 001 tree status)."""
+"""Task tools: spawn_task (create or resume a child), message_task, task_status (the status of the task's
+descendants)."""
 
 from __future__ import annotations
 

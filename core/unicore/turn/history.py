@@ -1,6 +1,6 @@
 """Pure functions from stored messages to what a provider accepts. Stored history is never rewritten.
 
-``cleanup_conversation_history`` (seed 000): a toolUse with no result gets a synthetic error result, consecutive
+``cleanup_conversation_history``: a toolUse with no result gets a synthetic error result, consecutive
 assistant messages are repaired with a synthetic user message of error results, results for unknown (or already
 answered) toolUse ids are dropped.
 

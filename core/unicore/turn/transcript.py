@@ -1,4 +1,4 @@
-"""Readable transcripts of a conversation (seed 000 ``transcribe``); bounding that keeps the newest part."""
+"""Readable transcripts of a conversation; bounding that keeps the newest part."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Reasons, in the order they are checked:
   lingers that long after its turn ended still blocks the task's next Job);
 - ``lease_holder_gone``: a Redis lease whose holder pod is not in the cache (or has terminated) while the task has
   no live Job;
-- ``running_without_job``: Redis says ``running``, no lease, no live Job (seed 000 ``check_task_activity``).
+- ``running_without_job``: Redis says ``running``, no lease, no live Job.
 
 One failure per turn attempt: every action names the attempt it reaps (``attempt``: the turn Job's name; for the
 two Job-less reasons the Job whose pod held the lease, see :func:`turn_attempt`). The reaper records the failure
