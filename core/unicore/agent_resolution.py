@@ -13,7 +13,6 @@ from __future__ import annotations
 from unicore.agents import AgentDefinition, AgentInvalid, AgentNotFound, effective_spec
 from unicore.api.schema import TaskSpec
 from unicore.errors import ConfigError
-from unicore.store.agents import read_agent
 from unicore.store.records import Lease, TaskRecord
 from unicore.store.tasks import TaskStore
 
@@ -37,7 +36,7 @@ def resolve_for_turn(store: TaskStore, lease: Lease, record: TaskRecord) -> Task
     if record.agent is None:
         return record
     try:
-        definition = read_agent(store.redis, record.agent)
+        definition = store.read_agent(record.agent)
     except AgentInvalid as exc:
         raise ConfigError(str(exc)) from None
     if definition is None:

@@ -23,6 +23,7 @@ from unicore.api.spec import AgentTaskSpec
 from unicore.store import approvals
 from unicore.store.client import RedisClient
 from unicore.store.operator_state import TaskSnapshot
+from unicore.store.tasks import TaskStore
 
 from unicore_operator.indexes import first
 from unicore_operator.phases import APPROVAL, INPUT, HumanWait
@@ -61,9 +62,9 @@ def timeout_seconds(spec: AgentTaskSpec, record: Mapping[str, str], default: flo
     return _timeout(spec, None if recorded is None else float(recorded), default)
 
 
-def task_timeout(client: RedisClient, spec: AgentTaskSpec, task_id: str, default: float) -> float:
-    """``timeout_seconds`` of a task whose record is read now (the task API's decisions and lists; sync client)."""
-    recorded = approvals.recorded_approval(client, task_id)
+def task_timeout(store: TaskStore, spec: AgentTaskSpec, task_id: str, default: float) -> float:
+    """``timeout_seconds`` of a task whose record is read now (the task API's decisions and lists)."""
+    recorded = store.recorded_approval(task_id)
     return _timeout(spec, None if recorded is None else float(recorded.timeout_seconds), default)
 
 

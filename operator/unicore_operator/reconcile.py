@@ -253,7 +253,7 @@ async def _expire_overdue(ctx: OperatorContext, key: TaskKey, body: dict[str, An
     due = approvals.overdue_at(snap.pending_calls, timeout)
     denied: list[str] = []
     if due is not None and due <= time.time():
-        denied = await asyncio.to_thread(approvals.expire, ctx.store.redis, names.task_id(*key), timeout)
+        denied = await asyncio.to_thread(approvals.expire, ctx.redis.sync, names.task_id(*key), timeout)
         due = approvals.overdue_at([call for call in snap.pending_calls if call.call_id not in denied], timeout)
     if due is not None:  # the next one not due yet
         schedule_recheck(ctx, key, due - time.time(), "approval-timeout")

@@ -21,7 +21,6 @@ from typing import Any
 
 from unicore.errors import UniCoreError
 from unicore.launch.embedded_redis import redis_url
-from unicore.store import approvals
 from unicore.store.approvals import PendingCall
 from unicore.store.tasks import TaskStore
 from unicore.terminal import printable
@@ -52,7 +51,7 @@ def waiting_lines(store: TaskStore, root: str) -> list[str]:
     """What the tree under ``root`` waits for and how to answer, one line each (not yet escaped); [] when nothing."""
     lines: list[str] = []
     for _depth, record in store.tree(root):
-        for call in approvals.pending_calls(store.redis, record.id):
+        for call in store.pending_calls(record.id):
             task = shlex.quote(record.id)
             if call.kind == "input":
                 lines.append(f"{record.id} asks ({call.call_id}): {call.question}")
@@ -76,7 +75,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     store = open_store()
     approve = args.command == "approve"
     try:
-        decided = approvals.decide(store.redis, args.task, args.call, approve, by=decider(), reason=args.reason or "")
+        decided = store.decide(args.task, args.call, approve, by=decider(), reason=args.reason or "")
     except UniCoreError as exc:
         print(f"unicore: error: {printable(str(exc), multiline=False)}", file=sys.stderr)
         return EXIT_FAILED

@@ -40,7 +40,6 @@ from unicore.api.turn_numbers import shown_turn
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
-from unicore.store import approvals
 from unicore.store.client import RedisURLError
 from unicore.store.compactions import read_compactions
 from unicore.store.records import TaskRecord
@@ -211,7 +210,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "task": record.model_dump(mode="json"),
                     "turns": [turn.model_dump(mode="json") for turn in turns],
                     "compactions": [asdict(c) for c in compacted.values()],
-                    "approvals": [asdict(c) for c in approvals.calls(store.redis, args.task)],
+                    "approvals": [asdict(c) for c in store.approval_calls(args.task)],
                     "inbox": [m.model_dump(mode="json") for m in store.inbox(args.task)],
                 },
                 indent=2,
@@ -225,7 +224,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if record.last_error:
         _show(f"Last error: {record.last_error}")
-    marks = {call.call_id: call_mark(call) for call in approvals.calls(store.redis, args.task)}
+    marks = {call.call_id: call_mark(call) for call in store.approval_calls(args.task)}
     for turn in turns:
         print(f"\n=== Turn {shown_turn(turn.turn_number)} ===")
         for message in turn.messages:
@@ -246,7 +245,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     pending = store.pending_count(args.task)
     if pending:
         print(f"\n({pending} message(s) waiting in the inbox)")
-    if approvals.waiting_for(store.redis, args.task):
+    if store.waiting_for(args.task):
         print()
         print_waiting(store, args.task)
     if args.follow:
@@ -281,7 +280,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print("no tasks")
     for root in roots:
         for depth, record in store.tree(root):
-            _show(_tree_line(depth, record, approvals.waiting_for(store.redis, record.id)))
+            _show(_tree_line(depth, record, store.waiting_for(record.id)))
     return EXIT_OK
 
 

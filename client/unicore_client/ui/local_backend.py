@@ -37,7 +37,7 @@ from unicore.api.schema import (
     validate_task_id,
 )
 from unicore.launch.embedded_redis import unicore_home
-from unicore.store import approvals, suspension
+from unicore.store import suspension
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
 from unicore.store.tasks import TaskStore
@@ -115,12 +115,12 @@ class LocalBackend:
 
     def task(self, task_id: str) -> dict[str, Any]:
         record = self.store.get_task(task_id)  # TaskNotFound -> 404
-        node = node_json(record.depth, record, approvals.waiting_for(self.store.redis, task_id))
+        node = node_json(record.depth, record, self.store.waiting_for(task_id))
         node["children"] = self.store.children(task_id)
         node["messages"] = live_state(self.store.redis, task_id).messages
         node["pending_calls"] = [
             {"call_id": c.call_id, "tool": c.tool, "input": c.input}
-            for c in approvals.pending_calls(self.store.redis, task_id)
+            for c in self.store.pending_calls(task_id)
         ]
         return node
 
@@ -206,7 +206,7 @@ class LocalBackend:
         return queued
 
     def decide(self, task_id: str, call_id: str, approve: bool) -> None:
-        approvals.decide(self.store.redis, task_id, call_id, approve, by="ui", reason="")
+        self.store.decide(task_id, call_id, approve, by="ui", reason="")
         self.run_tree(self.store.get_task(task_id).root)
 
     def run_tree(self, root: str) -> None:
@@ -258,7 +258,7 @@ class LocalBackend:
                     cursor = Cursor(cursor.messages + 1, cursor.tokens)
                     yield cursor.text(), "message", message
             record = self.store.get_task(task_id)
-            waiting = approvals.waiting_for(client, task_id)
+            waiting = self.store.waiting_for(task_id)
             now = (record.status, record.turns, record.total_tokens, state.busy, waiting, record.suspended,
                    record.last_error)
             if now != last_state:

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from unicore.agents import AgentNotFound, effective_spec, own_settings
+from unicore.agents import AgentDefinition, AgentNotFound, effective_spec, own_settings
 from unicore.api import pod_env
 from unicore.api.contract import same_namespace
 from unicore.api.schema import (
@@ -42,9 +42,10 @@ from unicore.api.schema import (
 from unicore.errors import ConfigError, LeaseBusy, LeaseLost, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
 from unicore.scheduling import NextAction, next_action
-from unicore.store import changes, codec, lua
+from unicore.store import approvals, changes, codec, lua
 from unicore.store.activations import write_activation
 from unicore.store.agents import read_agent
+from unicore.store.approval_records import PendingCall, PendingKind
 from unicore.store.client import RedisClient, build_client
 from unicore.store.keys import HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.store.messages import load_message
@@ -183,7 +184,7 @@ class TaskStore:
             approval = inherited_approval(spec.approval, parent.approval if parent else None)
             if approval is not None:  # the parent's gates stay gated whatever the agent says
                 own["approval"] = approval.model_dump(mode="json")
-            definition = read_agent(self.redis, spec.agent)
+            definition = self.read_agent(spec.agent)
             if definition is None:
                 raise AgentNotFound(f"no agent {spec.agent!r}: apply its definition first")
             agents = list(definition.agents)
@@ -628,6 +629,36 @@ class TaskStore:
         prefix = turn_meta_field(turn_number, "")
         meta = self.redis.hgetall(self.keys(task_id).turnmeta)
         return {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix)}
+
+    # ------------------------------------------------------------------ agents, and calls waiting for people
+
+    def read_agent(self, agent_id: str) -> AgentDefinition | None:
+        """``unicore.store.agents.read_agent``: the stored definition, None when there is none (AgentInvalid)."""
+        return read_agent(self.redis, agent_id)
+
+    def approval_calls(self, task_id: str) -> list[PendingCall]:
+        """Every call of the task that waited or waits for a person, decided or not (``approvals.calls``)."""
+        return approvals.calls(self.redis, task_id)
+
+    def pending_calls(self, task_id: str) -> list[PendingCall]:
+        """The calls a person may still decide (``approvals.pending_calls``, the task's own timeout)."""
+        return approvals.pending_calls(self.redis, task_id)
+
+    def waiting_for(self, task_id: str) -> PendingKind | None:
+        """What the task waits for from people: "approval", "input" or None (``approvals.waiting_for``)."""
+        return approvals.waiting_for(self.redis, task_id)
+
+    def recorded_approval(self, task_id: str) -> Approval | None:
+        """The ``approval`` setting the task's record holds (``approvals.recorded_approval``)."""
+        return approvals.recorded_approval(self.redis, task_id)
+
+    def decide(self, task_id: str, call_id: str | None, approve: bool, *, by: str, reason: str = "",
+               timeout_seconds: float | None = None) -> list[PendingCall]:
+        """A person's decision on ``call_id`` (None: every pending approval); ``approvals.decide`` says the rest."""
+        return approvals.decide(self.redis, task_id, call_id, approve, by=by, reason=reason,
+                                timeout_seconds=timeout_seconds)
+
+    # ------------------------------------------------------------------ scheduling
 
     def next_action(self, task_id: str) -> NextAction:
         """What the task does next (``unicore.scheduling``): run a turn, deliver a report it owes its parent (its

@@ -77,15 +77,15 @@ def shape(call: state.PendingCall) -> dict[str, Any]:
 
 
 def _timeout(api: TaskApi, obj: dict[str, Any], task_id: str) -> float:
-    return task_timeout(api.store.redis, task_spec_of(obj), task_id, api.approval_timeout_seconds)
+    return task_timeout(api.store, task_spec_of(obj), task_id, api.approval_timeout_seconds)
 
 
 def get_approvals(api: TaskApi, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
     obj = api._require_task(namespace, name)
     task_id = f"{namespace}/{name}"
     try:
-        found = state.calls(api.store.redis, task_id)
-        waiting = state.waiting_for(api.store.redis, task_id)
+        found = api.store.approval_calls(task_id)
+        waiting = api.store.waiting_for(task_id)
         timeout, now = _timeout(api, obj, task_id), time.time()
     except redis.RedisError as exc:
         raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
@@ -116,14 +116,13 @@ def post_decision(api: TaskApi, namespace: str, name: str, body: bytes, *, sende
     task_id = f"{namespace}/{name}"
     by = sender.removeprefix(USER_SENDER_PREFIX)
     approve = request.decision == "approve"
-    client = api.store.redis
     try:
         timeout = _timeout(api, obj, task_id)
-        decided = sorted(state.decide(client, task_id, request.call_id, approve, by=by, reason=request.reason,
-                                      timeout_seconds=timeout),
+        decided = sorted(api.store.decide(task_id, request.call_id, approve, by=by, reason=request.reason,
+                                          timeout_seconds=timeout),
                          key=lambda call: (call.turn, call.position, call.call_id))  # in call order
         if not decided:  # no call id, and no approval waits
-            ever = state.calls(client, task_id)
+            ever = api.store.approval_calls(task_id)
             if any(call.kind == "approval" for call in ever):
                 raise ApiError(409, f"agenttask {task_id} has no tool call waiting for approval: every one was "
                                     "already decided; nothing changed", reason="AlreadyDecided")
