@@ -14,7 +14,8 @@ a task that waits for people unless one of them answers (``unicore.store.approva
 
 An owed report (its turn ended, its process died before the report reached the parent) is delivered whenever no
 turn process holds the lease, suspended or failed alike: it is the result of a turn that already ended, which a
-crash must not hold back, and delivering it runs no turn.
+crash must not hold back, and delivering it is no turn (who carries it out: ``unicore.launch.local``, the
+operator's reconcile).
 """
 
 from __future__ import annotations

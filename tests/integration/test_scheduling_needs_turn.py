@@ -87,25 +87,22 @@ def test_local_mode_and_the_operator_read_the_same_next_action_from_redis(store:
     assert answers(store, redis_url, "t") == NextAction(True, False, Reason.QUEUED)
 
 
-def test_an_owed_report_is_delivered_suspended_or_not_and_runs_no_turn(store: TaskStore, redis_client: redis.Redis,
-                                                                       redis_url: str, tmp_path: Path) -> None:
+def test_a_suspended_childs_owed_report_is_delivered_by_the_supervisor(store: TaskStore, redis_client: redis.Redis,
+                                                                        redis_url: str, tmp_path: Path) -> None:
     """A report owed by a suspended child was held back in local mode until the child was resumed (the operator
-    delivered it); an owed report alone started a turn process only to deliver it. The supervisor now delivers
-    both itself, as the operator does."""
+    delivered it). The supervisor now delivers it itself, and starts no turn."""
     store.create_task(TaskSpec(id="p", prompt="go"))
-    suspension.suspend(store, "p")  # the parent runs no turn: the tree settles once the reports are in
-    for child in ("p-a", "p-b"):
-        store.create_task(TaskSpec(id=child, parent="p", prompt="work"))
-        suspension.resume(store, child)
-        end_turn_owing_a_report(store, child)
-    suspension.suspend(store, "p-b")
-    assert answers(store, redis_url, "p-a") == NextAction(False, True, Reason.NOTHING)
-    assert answers(store, redis_url, "p-b") == NextAction(False, True, Reason.SUSPENDED)
+    suspension.suspend(store, "p")  # the parent runs no turn: the tree settles once the report is in
+    store.create_task(TaskSpec(id="p-c", parent="p", prompt="work"))  # suspended, as its parent
+    suspension.resume(store, "p-c")
+    end_turn_owing_a_report(store, "p-c")
+    assert answers(store, redis_url, "p-c") == NextAction(False, True, Reason.NOTHING)  # its next turn delivers it
+    suspension.suspend(store, "p-c")
+    assert answers(store, redis_url, "p-c") == NextAction(False, True, Reason.SUSPENDED)
 
     supervisor = LocalSupervisor(redis_client, redis_url, env={"UNICORE_HOME": str(tmp_path)},
                                  on_event=lambda _text: None)
     settle = supervisor.run_until_settled("p", timeout=60)
     assert settle.settled and settle.turns_run == 0
-    assert sorted(m.id for m in store.inbox("p") if m.type == "completion") == ["completion:p-a:0",
-                                                                                "completion:p-b:0"]
-    assert not store.needs_turn("p-a") and not store.needs_turn("p-b")
+    assert [m.id for m in store.inbox("p") if m.type == "completion"] == ["completion:p-c:0"]
+    assert store.next_action("p-c") == NextAction(False, False, Reason.SUSPENDED)

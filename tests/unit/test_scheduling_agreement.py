@@ -152,7 +152,7 @@ def test_a_suspended_task_delivers_its_owed_report_and_runs_no_turn() -> None:
     assert decide_phase(obs)[0] is Phase.SUSPENDED
 
 
-def test_an_owed_report_alone_is_delivered_without_a_turn_and_a_held_lease_keeps_it() -> None:
+def test_an_owed_report_alone_runs_no_turn_and_a_held_lease_holds_it_back() -> None:
     owed = StoredTask(turns=1, report_id="completion:ns/t:0")
     assert local_action(owed) == NextAction(run_turn=False, deliver_report=True, reason=Reason.NOTHING)
     leased = dataclasses.replace(owed, lease_held=True, status="running")

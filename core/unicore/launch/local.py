@@ -3,10 +3,11 @@
 The supervisor consumes ``uc:activations`` with the consumer group ``local`` (plus a periodic scan of the tree as
 a safety net) and starts one ``unicore-turn <task>`` process per task that should run a turn (``unicore.scheduling``,
 the decision the operator takes too: pending inbox or an unfinished turn whose process died, no live lease) and that
-no process of ours runs already. A report a task still owes its parent (its turn ended, its process died before
-delivering it) the supervisor delivers itself, as the operator does. Children run in parallel. It returns
-when every task of the tree is idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a
-waiting task runs no process) and no process is left. Approvals that waited past their task's timeout are denied
+no process of ours runs already, or that still owes its parent a report (its turn ended, its process died before
+delivering it: the next turn process delivers it first; for a suspended task, which runs none, the supervisor
+delivers it itself, as the operator does). Children run in parallel. It returns when every task of the tree is
+idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a waiting task runs no process) and no
+process is left. Approvals that waited past their task's timeout are denied
 here, as the operator's timer does on Kubernetes.
 
 Batching of child completions: a parent whose inbox holds only child completions is held
@@ -39,6 +40,7 @@ import redis
 from unicore.api import pod_env
 from unicore.errors import TaskNotFound
 from unicore.log import get_logger
+from unicore.scheduling import Reason
 from unicore.store import approvals
 from unicore.store.activations import ActivationConsumer, missing_group
 from unicore.store.reads import busy, last_error
@@ -282,16 +284,18 @@ class LocalSupervisor:
             self.on_event(f"approval of {task_id} call {call_id} denied: no decision within {timeout:g}s")
 
     def _maybe_start(self, task_id: str, report: SettleReport) -> bool:
-        """Act on the task's next action (``unicore.scheduling``) as the operator's reconcile does: a report the task
-        owes its parent is delivered here (a suspended task runs no turn that could deliver it); a turn starts unless
-        the task's child completions are held (``_held``)."""
+        """Act on the task's next action (``unicore.scheduling``, the operator's too): start a turn process for a
+        turn to run or a report owed to the parent (the turn delivers it before anything else), unless the task's
+        child completions are held (``_held``). A suspended task runs no turn: its owed report is delivered here,
+        as the operator's reconcile delivers it."""
         if task_id in self.running or task_id in self.failed:
             return False
         self._expire_approvals(task_id)
         action = self.store.next_action(task_id)
-        if action.deliver_report:
+        if action.deliver_report and action.reason is Reason.SUSPENDED:
             deliver_report(self.store, task_id)
-        if not action.run_turn or self._held(task_id):
+            return False
+        if not (action.run_turn or action.deliver_report) or self._held(task_id):
             return False
         self._start(task_id)
         return True
