@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import permutations
 
-from unicore_client.tree import Forest, TreeRow, assemble, newest_first, walk
+from unicore_client.tree import Forest, TreeRow, assemble, newest_first
 
 
 def row(task_id: str, parent: str | None, created: float, name: str = "") -> TreeRow[str]:
@@ -12,7 +12,7 @@ def row(task_id: str, parent: str | None, created: float, name: str = "") -> Tre
 
 
 def shape(forest: Forest[str]) -> list[tuple[int, str]]:
-    return [(depth, node.id) for depth, node in walk(forest.roots)]
+    return [(depth, node.id) for depth, node in forest.walk(forest.roots)]
 
 
 def test_siblings_and_roots_come_oldest_first_whatever_order_the_rows_come_in() -> None:
@@ -21,8 +21,7 @@ def test_siblings_and_roots_come_oldest_first_whatever_order_the_rows_come_in() 
     expected = [(0, "s"), (0, "r"), (1, "r-early"), (2, "r-early-kid"), (1, "r-late")]
     for order in permutations(rows):
         assert shape(assemble(order, orphans_are_roots=False)) == expected
-    nodes = assemble(rows, orphans_are_roots=False).nodes
-    assert nodes["r-early-kid"].item == "item-r-early-kid"
+    assert assemble(rows, orphans_are_roots=False).rows["r-early-kid"].item == "item-r-early-kid"
 
 
 def test_equal_creation_times_go_by_name_then_id() -> None:
@@ -39,15 +38,15 @@ def test_orphans_are_roots_or_in_no_tree_as_the_caller_says_and_reachable_by_id_
     assert shape(kept) == [(0, "root"), (0, "lost"), (1, "lost-kid"), (0, "selfish")]
     dropped = assemble(rows, orphans_are_roots=False)
     assert shape(dropped) == [(0, "root")]
-    assert [(d, n.id) for d, n in walk([dropped.nodes["lost"]])] == [(0, "lost"), (1, "lost-kid")]
-    assert walk([dropped.nodes["selfish"]])[0][1].children == []
+    assert [(d, n.id) for d, n in dropped.walk([dropped.rows["lost"]])] == [(0, "lost"), (1, "lost-kid")]
+    assert dropped.walk([dropped.rows["selfish"]]) == [(0, dropped.rows["selfish"])]  # not its own child
 
 
 def test_a_refused_link_makes_an_orphan() -> None:
     rows = [row("a/root", None, 1), row("a/kid", "a/root", 2), row("b/kid", "a/root", 3)]
     forest = assemble(rows, orphans_are_roots=False, follow=lambda child, parent: child[0] == parent[0])
     assert shape(forest) == [(0, "a/root"), (1, "a/kid")]
-    assert "b/kid" in forest.nodes
+    assert "b/kid" in forest.rows
 
 
 def test_a_cycle_of_parent_links_is_in_no_tree_and_walking_it_stops() -> None:
@@ -55,12 +54,12 @@ def test_a_cycle_of_parent_links_is_in_no_tree_and_walking_it_stops() -> None:
     for orphans_are_roots in (True, False):
         forest = assemble(rows, orphans_are_roots=orphans_are_roots)
         assert shape(forest) == [(0, "root")]
-    walked = walk([forest.nodes["a"]], max_nodes=10)  # bounded: a walk that loops fails, not hangs
+    walked = forest.walk([forest.rows["a"]], max_nodes=10)  # bounded: a walk that loops fails, not hangs
     assert [(d, n.id) for d, n in walked] == [(0, "a"), (1, "c"), (2, "b"), (1, "a-kid")]  # b's child a: met again
 
 
 def test_the_walk_stops_at_max_nodes() -> None:
     rows = [row("r", None, 1), row("r-a", "r", 2), row("r-b", "r", 3), row("s", None, 4)]
     forest = assemble(rows, orphans_are_roots=False)
-    assert [n.id for _, n in walk(forest.roots, max_nodes=2)] == ["r", "r-a"]
-    assert [n.id for _, n in walk(newest_first(forest.roots), max_nodes=3)] == ["s", "r", "r-a"]
+    assert [n.id for _, n in forest.walk(forest.roots, max_nodes=2)] == ["r", "r-a"]
+    assert [n.id for _, n in forest.walk(newest_first(forest.roots), max_nodes=3)] == ["s", "r", "r-a"]
