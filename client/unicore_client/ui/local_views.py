@@ -19,6 +19,8 @@ from unicore.store.approval_records import PendingKind
 from unicore.store.records import TaskRecord, TurnHeader, TurnMeta
 from unicore.store.ui_reads import Row, TaskHistory
 
+from unicore_client.tree import TreeRow, assemble, newest_first
+
 MAX_ROOTS = 200  # roots shown in the tree view (newest first)
 MAX_NODES = 1000  # tasks per tree view
 EVENT_TURNS = 100  # the newest turns whose start and end are listed
@@ -48,26 +50,10 @@ def build_forest(rows: Mapping[str, Row], *, max_roots: int, max_nodes: int) -> 
     """Every root's tree from ``rows``, depth first (newest root first, children oldest first), at most ``max_roots``
     roots and ``max_nodes`` tasks; the trees come from the records' ``parent`` fields (a task whose parent has no row
     is left out)."""
-    children: dict[str, list[TaskRecord]] = {}
-    roots: list[TaskRecord] = []
-    for record, _waiting in rows.values():
-        if record.parent and record.parent in rows:
-            children.setdefault(record.parent, []).append(record)
-        elif not record.parent:
-            roots.append(record)
-    for group in children.values():
-        group.sort(key=lambda r: r.created_at)
-    roots.sort(key=lambda r: r.created_at, reverse=True)
-    nodes: list[ForestNode] = []
-    for root in roots[:max_roots]:
-        stack = [(0, root)]
-        while stack and len(nodes) < max_nodes:
-            depth, record = stack.pop()
-            nodes.append(ForestNode(depth, record, rows[record.id][1]))
-            stack.extend((depth + 1, child) for child in reversed(children.get(record.id, [])))
-        if len(nodes) >= max_nodes:
-            break
-    return nodes
+    forest = assemble((TreeRow(task_id, record.parent, record.created_at, (record, waiting))
+                       for task_id, (record, waiting) in rows.items()), orphans_are_roots=False)
+    return [ForestNode(depth, *row.item)
+            for depth, row in forest.walk(newest_first(forest.roots)[:max_roots], max_nodes=max_nodes)]
 
 
 def forest_json(rows: dict[str, Row]) -> list[dict[str, Any]]:
