@@ -8,8 +8,9 @@ and returns the text; nothing here talks to a cluster, so golden files pin the o
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from unicore.api import contract
@@ -17,6 +18,7 @@ from unicore.api.spec import task_spec_of
 from unicore.terminal import printable
 
 from unicore_client.kubectl_plugin.humanize import human_count, human_duration, one_line, parse_time
+from unicore_client.tree import Forest, TreeRow, assemble
 
 PHASE_ICONS_UTF8: dict[str, str] = {
     "Idle": "✔",
@@ -58,28 +60,6 @@ class Glyphs:
         return cls("├─", "└─", "│ ", "  ") if utf8 else cls("|-", "`-", "| ", "  ")
 
 
-@dataclass
-class Node:
-    obj: Mapping[str, Any]
-    children: list[Node] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return str(self.obj.get("metadata", {}).get("name", "?"))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.obj.get("metadata", {}).get("namespace", ""))
-
-    @property
-    def created(self) -> datetime.datetime | None:
-        return parse_time(self.obj.get("metadata", {}).get("creationTimestamp"))
-
-    def sort_key(self) -> tuple[str, str]:
-        created = self.created
-        return (created.isoformat() if created else "", self.name)
-
-
 def parent_name(obj: Mapping[str, Any]) -> str | None:
     """The parent AgentTask's name: the ownerReference of kind AgentTask, else ``spec.parentRef.name``."""
     for ref in obj.get("metadata", {}).get("ownerReferences") or []:
@@ -89,30 +69,42 @@ def parent_name(obj: Mapping[str, Any]) -> str | None:
     return parent.name if parent is not None and parent.name else None
 
 
-def build_forest(tasks: Iterable[Mapping[str, Any]]) -> list[Node]:
-    """Roots (tasks whose parent is not in ``tasks``), each with its descendants; siblings oldest first."""
-    nodes = {(n.namespace, n.name): n for n in (Node(obj) for obj in tasks)}
-    roots: list[Node] = []
-    for (namespace, _), node in nodes.items():
-        parent = parent_name(node.obj)
-        holder = nodes.get((namespace, parent)) if parent else None
-        if holder is None or holder is node:
-            roots.append(node)
-        else:
-            holder.children.append(node)
-    for node in nodes.values():
-        node.children.sort(key=Node.sort_key)
-    roots.sort(key=lambda n: (n.namespace, *n.sort_key()))
-    return roots
+def task_row(obj: Mapping[str, Any]) -> TreeRow[Mapping[str, Any]]:
+    """An AgentTask object as a tree row: id ``<namespace>/<name>``, its parent in its own namespace, created at its
+    ``creationTimestamp`` (none or unreadable: before any other)."""
+    meta = obj.get("metadata", {})
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", "?"))
+    parent = parent_name(obj)
+    created = parse_time(meta.get("creationTimestamp"))
+    return TreeRow(f"{namespace}/{name}", f"{namespace}/{parent}" if parent else None,
+                   created.timestamp() if created else -math.inf, obj, name)
 
 
-def find_subtree(roots: Sequence[Node], name: str, namespace: str | None = None) -> Node | None:
-    stack = list(roots)
+def namespace_of(row: TreeRow[Mapping[str, Any]]) -> str:
+    return str(row.item.get("metadata", {}).get("namespace", ""))
+
+
+def task_forest(tasks: Iterable[Mapping[str, Any]]) -> Forest[Mapping[str, Any]]:
+    """The forest of ``tasks``: a task whose parent is not among them (or is itself) is a root; roots by namespace,
+    then oldest first; siblings oldest first."""
+    forest = assemble((task_row(obj) for obj in tasks), orphans_are_roots=True)
+    return replace(forest, roots=sorted(forest.roots, key=namespace_of))
+
+
+def build_forest(tasks: Iterable[Mapping[str, Any]]) -> list[TreeRow[Mapping[str, Any]]]:
+    """The roots of ``tasks``' forest (``task_forest``)."""
+    return task_forest(tasks).roots
+
+
+def find_subtree(
+    forest: Forest[Mapping[str, Any]], name: str, namespace: str | None = None
+) -> TreeRow[Mapping[str, Any]] | None:
+    stack = list(forest.roots)
     while stack:
-        node = stack.pop()
-        if node.name == name and (namespace is None or node.namespace == namespace):
-            return node
-        stack.extend(node.children)
+        row = stack.pop()
+        if row.name == name and (namespace is None or namespace_of(row) == namespace):
+            return row
+        stack.extend(forest.children_of(row.id))
     return None
 
 
@@ -151,21 +143,22 @@ def render_tree(
 ) -> str:
     """The tree as text (lines end with newlines). ``root`` limits it to one task's subtree; ``width``
     (terminal columns) trims the LAST RESPONSE column so lines fit. KeyError when ``root`` is absent."""
-    forest = build_forest(tasks)
+    forest = task_forest(tasks)
+    roots = forest.roots
     if root is not None:
         found = find_subtree(forest, root, namespace)
         if found is None:
             raise KeyError(root)
-        forest = [found]
-    if not forest:
+        roots = [found]
+    if not roots:
         where = "any namespace" if all_namespaces else f"namespace {namespace or 'default'}"
         return f"No agenttasks found in {where}.\n"
     glyphs = Glyphs.for_mode(utf8)
     icons = PHASE_ICONS_UTF8 if utf8 else PHASE_ICONS_ASCII
     rows: list[list[str]] = []
 
-    def visit(node: Node, prefix: str, connector: str) -> None:
-        status = node.obj.get("status") or {}
+    def visit(node: TreeRow[Mapping[str, Any]], prefix: str, connector: str) -> None:
+        status = node.item.get("status") or {}
         phase = str(status.get("phase") or "")
         icon = icons.get(phase, UNKNOWN_ICON[utf8])
         row = [
@@ -173,20 +166,21 @@ def render_tree(
             phase or "-",
             str(status.get("turns") or 0),
             human_count(status.get("tokens")),
-            _age(node.obj, now),
-            _duration(node.obj, now),
-            _message(node.obj),
+            _age(node.item, now),
+            _duration(node.item, now),
+            _message(node.item),
         ]
         # Names, phases and responses come from objects anyone with write access shaped: escape controls.
         row = [printable(cell) for cell in row]
-        rows.append([printable(node.namespace), *row] if all_namespaces else row)
+        rows.append([printable(namespace_of(node)), *row] if all_namespaces else row)
         below = (
             "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
         )
-        for index, child in enumerate(node.children):
-            visit(child, below, glyphs.last if index == len(node.children) - 1 else glyphs.branch)
+        children = forest.children_of(node.id)
+        for index, child in enumerate(children):
+            visit(child, below, glyphs.last if index == len(children) - 1 else glyphs.branch)
 
-    for tree_root in forest:
+    for tree_root in roots:
         visit(tree_root, "", "")
     header = ["NAME", "PHASE", "TURNS", "TOKENS", "AGE", "DURATION", "LAST RESPONSE"]
     if all_namespaces:

@@ -13,7 +13,8 @@ from unicore.api.spec import LimitsSpec, spec_key, task_spec_of
 from unicore.api.turn_numbers import stored_turn
 
 from unicore_client.kubectl_plugin.humanize import parse_time
-from unicore_client.kubectl_plugin.tree_view import Node, build_forest, parent_name
+from unicore_client.kubectl_plugin.tree_view import parent_name, task_forest
+from unicore_client.tree import newest_first
 
 MAX_ROOTS = 200  # as the local UI: roots shown (newest first) ...
 MAX_NODES = 1000  # ... and tasks in all
@@ -70,20 +71,12 @@ def node_of(obj: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
     }
 
 
-def _newest_first(node: Node) -> tuple[float, str]:
-    return (-(_epoch(node.obj.get("metadata", {}).get("creationTimestamp")) or 0.0), node.name)
-
-
 def forest_of(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every root's tree, flattened depth first (newest root first, siblings oldest first), at most MAX_NODES tasks
     of MAX_ROOTS roots; a task whose parent the user cannot see is a root."""
-    nodes: list[dict[str, Any]] = []
-    stack = [(root, 0) for root in reversed(sorted(build_forest(objects), key=_newest_first)[:MAX_ROOTS])]
-    while stack and len(nodes) < MAX_NODES:
-        node, depth = stack.pop()
-        nodes.append(node_of(node.obj, depth))
-        stack.extend((child, depth + 1) for child in reversed(node.children))
-    return nodes
+    forest = task_forest(objects)
+    return [node_of(row.item, depth)
+            for depth, row in forest.walk(newest_first(forest.roots)[:MAX_ROOTS], max_nodes=MAX_NODES)]
 
 
 def descendants(objects: Iterable[Mapping[str, Any]], namespace: str, name: str) -> list[str]:
