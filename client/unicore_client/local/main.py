@@ -27,6 +27,7 @@ from dataclasses import asdict
 import redis
 from redis.exceptions import RedisClusterException
 from unicore import log as unicore_log
+from unicore.api.contract import same_namespace
 from unicore.api.schema import (
     APPROVE_ALL,
     Approval,
@@ -80,6 +81,7 @@ from unicore_client.local.tree_runs import (
     settle,
 )
 from unicore_client.local.ui_command import add_ui_command
+from unicore_client.tree import TreeRow, assemble
 
 
 class _Parser(argparse.ArgumentParser):
@@ -270,17 +272,25 @@ def _tree_line(depth: int, record: TaskRecord, waiting: str | None = None) -> st
     )
 
 
+def _tree_row(task_id: str, record: TaskRecord) -> TreeRow[TaskRecord]:
+    return TreeRow(task_id, record.parent, record.created_at, record)
+
+
 def cmd_tree(args: argparse.Namespace) -> int:
     store = open_store()
+    # From the records' parent fields (every record is read to find the roots anyway). A link to another namespace's
+    # parent is not followed: a namespace's Redis user can write it (the store's children() skips such links too).
+    forest = assemble((_tree_row(t, store.get_task(t)) for t in store.list_tasks()), orphans_are_roots=False,
+                      follow=same_namespace)
     if args.task:
-        roots = [args.task]
+        found = forest.rows.get(args.task)  # an orphan too: shown alone
+        roots = [found if found is not None else _tree_row(args.task, store.get_task(args.task))]
     else:
-        roots = [t for t in store.list_tasks() if not store.get_task(t).parent]
+        roots = forest.roots
     if not roots:
         print("no tasks")
-    for root in roots:
-        for depth, record in store.tree(root):
-            _show(_tree_line(depth, record, store.waiting_for(record.id)))
+    for depth, row in forest.walk(roots):
+        _show(_tree_line(depth, row.item, store.waiting_for(row.id)))
     return EXIT_OK
 
 
