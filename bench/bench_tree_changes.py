@@ -90,7 +90,7 @@ def feed_costs(store: TaskStore, updates: int) -> dict[str, float]:
         reads.append(time.perf_counter() - started)
     poll_commands = (calls(store) - before) / 5
     stop = threading.Event()
-    feed = LocalBackend(store, "").tree_changes(stop)
+    feed = LocalBackend(store.redis, "").tree_changes(stop)
     seen: list[float] = []
     ready = threading.Event()
 

@@ -61,7 +61,7 @@ class StreamReader(threading.Thread):
 
     def __init__(self, url: str, task_id: str) -> None:
         super().__init__(daemon=True)
-        self.client = connect(url)
+        self.store = TaskStore(connect(url))
         self.task_id = task_id
         self.seen: dict[int, float] = {}
         self.stop = threading.Event()
@@ -69,7 +69,7 @@ class StreamReader(threading.Thread):
     def run(self) -> None:
         after = "0"  # the task's stream starts empty: every entry from its first
         while not self.stop.is_set():
-            for entry in read_after(self.client, self.task_id, after, wait_seconds=1.0):
+            for entry in read_after(self.store, self.task_id, after, wait_seconds=1.0):
                 now = time.time()
                 after = entry.id
                 if entry.text.startswith("#"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import read_after
 
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, turn_pod_logs
@@ -88,7 +89,7 @@ def test_a_turn_pod_on_the_real_node_calls_the_real_model_runs_its_tool_and_stre
     assert results and results[0]["status"] == "success", results
 
     # the model's answer came through the pod's stream (SSE deltas published as they arrived), in pieces
-    streamed = read_after(redis_client, task_id, "0", wait_seconds=0)
+    streamed = read_after(TaskStore(redis_client), task_id, "0", wait_seconds=0)
     texts = [e for e in streamed if e.kind == "text"]
     assert len(texts) >= 2 and "turn_end" in [e.kind for e in streamed], [e.kind for e in streamed]
     assert "file written" in "".join(e.text for e in texts).lower()

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def entries(client: redis.Redis, task_id: str) -> list[StreamEntry]:
-    return read_after(client, task_id, "0", count=100_000)
+    return read_after(TaskStore(client), task_id, "0", count=100_000)
 
 
 def texts(client: redis.Redis, task_id: str) -> list[str]:
@@ -94,6 +94,7 @@ def test_small_deltas_go_out_after_the_flush_interval_without_waiting_for_the_en
 
 
 def test_a_new_try_is_marked_and_the_reader_starts_at_the_call_in_progress(redis_client: redis.Redis) -> None:
+    store = TaskStore(redis_client)
     done = TokenStreamSink(redis_client, "tries", turn=0, call=0, seq=1)
     done.text("finished answer")
     done.close()
@@ -104,12 +105,12 @@ def test_a_new_try_is_marked_and_the_reader_starts_at_the_call_in_progress(redis
     sink.attempt_started()
     sink.text("whole answer")
     wait_for(lambda: "whole answer" in texts(redis_client, "tries"), timeout=5, what="the second try's text")
-    tail, after = current_call(redis_client, "tries")
+    tail, after = current_call(store, "tries")
     assert [(e.kind, e.attempt, e.text) for e in tail] == [("attempt", 2, ""), ("text", 2, "whole answer")]
     assert after == entries(redis_client, "tries")[-1].id
     sink.close()
-    assert current_call(redis_client, "tries")[0] == []  # the newest entry ends the call: nothing in progress
-    assert read_after(redis_client, "tries", after)[0].kind == "end"
+    assert current_call(store, "tries")[0] == []  # the newest entry ends the call: nothing in progress
+    assert read_after(store, "tries", after)[0].kind == "end"
 
 
 def test_a_publish_that_fails_is_dropped_and_never_raises() -> None:
@@ -182,7 +183,7 @@ def test_a_namespaces_user_may_write_its_tasks_stream_but_not_read_it(redis_clie
         sink.close()
         assert sink.dropped == 0 and texts(redis_client, "team-s/t") == ["from the turn pod"]
         with pytest.raises(NoPermissionError):
-            read_after(tenant, "team-s/t", "0")
+            read_after(TaskStore(tenant), "team-s/t", "0")
         other = TokenStreamSink(tenant, "team-t/t", turn=0, call=0, seq=1)
         other.text("into another namespace")
         other.close()

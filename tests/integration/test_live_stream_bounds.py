@@ -47,7 +47,7 @@ def publish_answer(client: redis.Redis, task_id: str, call: int, text: str, *, d
 
 
 def kept(client: redis.Redis, task_id: str) -> list[StreamEntry]:
-    return read_after(client, task_id, "0", count=1_000_000)
+    return read_after(TaskStore(client), task_id, "0", count=1_000_000)
 
 
 def call_text(entries: list[StreamEntry], call: int, attempt: int = 1) -> str:

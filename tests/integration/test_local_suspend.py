@@ -44,13 +44,13 @@ def test_the_flag_keeps_a_task_from_running_and_a_missing_task_is_not_created(st
     consumer = ActivationConsumer(store.redis, "probe", "probe-1")
     consumer.ensure_group()
     consumer.ack(consumer.read(count=100, block=None))  # only what comes after
-    assert store.needs_turn("p") and busy(store.redis, "p")
+    assert store.needs_turn("p") and busy(store, "p")
 
     assert suspension.suspend(store, "p") is True
     assert suspension.suspend(store, "p") is False  # already suspended: nothing changes
     record = store.get_task("p")
     assert record.suspended and record.suspended_at > 0
-    assert not store.needs_turn("p") and not busy(store.redis, "p")  # the prompt waits in the inbox
+    assert not store.needs_turn("p") and not busy(store, "p")  # the prompt waits in the inbox
     assert store.pending_count("p") == 1
     assert [e.task_id for e in consumer.read(count=100, block=None)] == ["p", "p"]  # supervisors look at once
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+import redis
 from unicore.api.schema import TaskSpec
 from unicore.errors import TaskNotFound
 from unicore.store.tasks import TaskStore
@@ -50,9 +51,10 @@ def test_the_cli_still_takes_an_id_of_its_own(store: TaskStore, cli_env: dict[st
 
 
 @pytest.mark.parametrize("message_id", [*RESERVED, "reap-00000000"])
-def test_the_ui_backend_refuses_a_runtime_id(store: TaskStore, redis_url: str, message_id: str) -> None:
+def test_the_ui_backend_refuses_a_runtime_id(store: TaskStore, redis_client: redis.Redis, redis_url: str,
+                                             message_id: str) -> None:
     store.create_task(TaskSpec(id="demo", prompt="hello"))
-    backend = LocalBackend(store, redis_url)
+    backend = LocalBackend(redis_client, redis_url)
     with pytest.raises(BadRequest, match="runtime's own messages"):
         backend.send("demo", "I am your child's report", message_id)
     assert _inbox_ids(store, "demo") == ["prompt:demo"]
@@ -60,8 +62,8 @@ def test_the_ui_backend_refuses_a_runtime_id(store: TaskStore, redis_url: str, m
         backend.send("no-such-task", "hi", message_id)
 
 
-def test_an_ordinary_client_id_reaches_the_store(store: TaskStore, redis_url: str) -> None:
-    backend = LocalBackend(store, redis_url)
+def test_an_ordinary_client_id_reaches_the_store(redis_client: redis.Redis, redis_url: str) -> None:
+    backend = LocalBackend(redis_client, redis_url)
     with pytest.raises(TaskNotFound):  # an ordinary id reaches the store, which says the task is missing
         backend.send("no-such-task", "hi", "c0ffee00-aaaa")
 

@@ -164,7 +164,7 @@ def test_a_tree_waiting_for_the_caller_or_failed_is_decided_by_the_caller(
     assert [o.action for o in Retention(redis_client, HOUR, None, clock=LATER).run(["t"])] == ["kept"]
     outcomes = Retention(redis_client, HOUR, None, clock=LATER).run(["t"], failed=[ids[1]])
     assert [(o.action, o.url) for o in outcomes] == [("removed", "")]  # no archive configured: removed only
-    assert state.archived_note(redis_client, ids[1]) is not None and not store.exists(ids[1])
+    assert state.archived_note(store, ids[1]) is not None and not store.exists(ids[1])
 
 
 def test_a_failed_archive_deletes_nothing_and_the_next_pass_retries(
@@ -206,7 +206,7 @@ def test_a_tree_that_changes_after_its_archive_is_kept_whole(
     outcomes = Retention(redis_client, HOUR, sink, clock=LATER).run(["race"])
     assert [(o.action, o.reason) for o in outcomes] == [("changed", f"{ids[2]} changed after the archive")]
     for task_id in ids:  # every task back as it was (the changed one has its new message queued)
-        assert store.exists(task_id) and state.archived_note(redis_client, task_id) is None
+        assert store.exists(task_id) and state.archived_note(store, task_id) is None
         added = [TaskKeys(task_id).inbox] if task_id == ids[2] else []
         assert left_keys(redis_client, task_id) == sorted(before[task_id] + added)
     assert store.pending_count(ids[2]) == 1 and store.needs_turn(ids[2])

@@ -69,7 +69,7 @@ def test_a_pass_killed_mid_removal_is_finished_by_the_next(
     for task_id in ids:
         assert [key for key in TaskKeys(task_id).all() if redis_client.exists(key)] == [TaskKeys(task_id).archived]
         assert redis_client.zscore(TASKS_INDEX, task_id) is None
-        note = state.archived_note(redis_client, task_id)
+        note = state.archived_note(store, task_id)
         assert note is not None and note.url == files[0].as_uri()
     assert not redis_client.exists(RETENTION_JOURNAL)
 

@@ -134,8 +134,8 @@ def test_a_change_that_cannot_be_noted_fails_no_write(store: TaskStore, turn: Tu
 # ----------------------------------------------------------------------------- the tree feed
 
 
-def feed_of(store: TaskStore, stop: threading.Event, **timing: float) -> Iterator[list[dict[str, Any]] | None]:
-    return LocalBackend(store, "", tree_timing=FeedTiming(**timing)).tree_changes(stop)
+def feed_of(client: redis.Redis, stop: threading.Event, **timing: float) -> Iterator[list[dict[str, Any]] | None]:
+    return LocalBackend(client, "", tree_timing=FeedTiming(**timing)).tree_changes(stop)
 
 
 def next_tree(feed: Iterator[list[dict[str, Any]] | None], timeout: float = 20.0) -> list[dict[str, Any]]:
@@ -152,9 +152,9 @@ def rows(nodes: list[dict[str, Any]]) -> dict[str, str]:
     return {node["id"]: node["phase"] for node in nodes}
 
 
-def test_the_tree_feed_sends_a_change_without_polling(store: TaskStore) -> None:
+def test_the_tree_feed_sends_a_change_without_polling(store: TaskStore, redis_client: redis.Redis) -> None:
     stop = threading.Event()
-    feed = feed_of(store, stop, wait_seconds=0.2)
+    feed = feed_of(redis_client, stop, wait_seconds=0.2)
     assert next(feed) == []
     store.create_task(TaskSpec(id="a", prompt="go"))
     assert rows(next_tree(feed)) == {"a": "queued"}
@@ -179,7 +179,7 @@ def test_the_tree_feed_reads_only_the_stream_while_nothing_changes_and_then_only
     for index in range(30):
         store.create_task(TaskSpec(id=f"t{index}", prompt="go"))
     stop = threading.Event()
-    feed = feed_of(store, stop, wait_seconds=0.1)
+    feed = feed_of(redis_client, stop, wait_seconds=0.1)
     assert len(next_tree(feed)) == 30
     before = command_calls(redis_client, *READS, "xread")
     for _ in range(5):
@@ -201,7 +201,7 @@ def test_the_tree_feed_reads_only_the_stream_while_nothing_changes_and_then_only
 def test_the_tree_feed_resyncs_when_an_entry_was_lost(store: TaskStore, redis_client: redis.Redis) -> None:
     store.create_task(TaskSpec(id="x", prompt="go"))
     stop = threading.Event()
-    feed = feed_of(store, stop, wait_seconds=0.1, resync_seconds=0.5)
+    feed = feed_of(redis_client, stop, wait_seconds=0.1, resync_seconds=0.5)
     assert rows(next_tree(feed)) == {"x": "queued"}
     suspension.suspend(store, "x")
     redis_client.xtrim(CHANGES_STREAM, maxlen=0)  # the entry trimmed away before the feed read it
@@ -214,7 +214,7 @@ def test_the_tree_feed_follows_a_tree_the_local_supervisor_runs(store: TaskStore
     from unicore.launch.local import LocalSupervisor
 
     stop = threading.Event()
-    feed = feed_of(store, stop, wait_seconds=0.2)
+    feed = feed_of(redis_client, stop, wait_seconds=0.2)
     assert next(feed) == []
     store.create_task(TaskSpec(id="run", prompt="hello", script={"tasks": {"run": [{"text": "hi"}]}}))
     store.activate("run", "test")

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import redis
 from unicore.store.reads import busy
 from unicore.store.tasks import TaskStore
 from unicore_client.ui.local_backend import LocalBackend
@@ -47,9 +48,9 @@ def _refused(store: TaskStore, backend: LocalBackend, name: str, model: str, *, 
 
 
 @pytest.mark.parametrize("spelling", ["scripted:{}", "Scripted:{}", " scripted:{}", "SCRIPTED : {}"])
-def test_without_a_scripts_directory_no_script_file_is_read(store: TaskStore, redis_url: str, secret: Path,
-                                                            spelling: str) -> None:
-    backend = LocalBackend(store, redis_url)
+def test_without_a_scripts_directory_no_script_file_is_read(store: TaskStore, redis_client: redis.Redis, redis_url: str,
+                                                            secret: Path, spelling: str) -> None:
+    backend = LocalBackend(redis_client, redis_url)
     model = spelling.format(secret)
     message = _refused(store, backend, "form", model)
     assert "--scripts" in message
@@ -58,14 +59,14 @@ def test_without_a_scripts_directory_no_script_file_is_read(store: TaskStore, re
     _refused(store, backend, "both", model, yaml_script=inline)
 
 
-def test_a_scripts_directory_serves_its_own_files_only(store: TaskStore, redis_url: str, secret: Path,
-                                                       tmp_path: Path) -> None:
+def test_a_scripts_directory_serves_its_own_files_only(store: TaskStore, redis_client: redis.Redis, redis_url: str,
+                                                       secret: Path, tmp_path: Path) -> None:
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     (scripts / "good.yaml").write_text(GOOD)
     (scripts / "link.yaml").symlink_to(secret)  # a link out of the directory is not its file
     (scripts / ".hidden.yaml").write_text(GOOD)
-    backend = LocalBackend(store, redis_url, scripts=scripts)
+    backend = LocalBackend(redis_client, redis_url, scripts=scripts)
     for index, model in enumerate([f"scripted:{secret}", "scripted:../private/shadow.yaml", "scripted:link.yaml",
                                    "scripted:.hidden.yaml", "scripted:sub/good.yaml", "scripted:missing.yaml",
                                    "scripted:.", "scripted:.."]):
@@ -80,16 +81,16 @@ def test_a_scripts_directory_serves_its_own_files_only(store: TaskStore, redis_u
         assert record.model == "scripted" and record.script is not None
         assert record.script["tasks"]["*"][0]["text"] == "from the scripts directory"
         wait_for(lambda name=name: store.get_task(name).last_response == "from the scripts directory"
-                 and not busy(store.redis, name), timeout=60, what=f"{name}'s turn to end")
+                 and not busy(store, name), timeout=60, what=f"{name}'s turn to end")
     # the backend's supervisor threads end once their trees settled (none is left polling a flushed Redis)
     wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("ui-run-")], timeout=30,
              what="the UI's supervisor threads to end")
 
 
-def test_a_scripts_directory_script_with_an_error_names_the_file(store: TaskStore, redis_url: str,
-                                                                 tmp_path: Path) -> None:
+def test_a_scripts_directory_script_with_an_error_names_the_file(store: TaskStore, redis_client: redis.Redis,
+                                                                 redis_url: str, tmp_path: Path) -> None:
     (tmp_path / "typo.yaml").write_text("tasks: {x: [{txt: typo}]}\n")
-    backend = LocalBackend(store, redis_url, scripts=tmp_path)
+    backend = LocalBackend(redis_client, redis_url, scripts=tmp_path)
     with pytest.raises(ScriptRefused, match=r"typo\.yaml") as caught:
         backend.create("hi", "scripted:typo.yaml", "typo")
     assert "txt" in str(caught.value)  # the directory's own script: its mistake is shown

@@ -73,7 +73,7 @@ def test_a_model_answer_with_a_lone_surrogate_is_stored_valid_and_the_task_goes_
     stored = store.last_message("t")
     assert stored is not None and stored.content == [{"text": SHOWN}]
     assert store.get_task("t").last_response == SHOWN
-    assert "".join(e.text for e in read_after(client, "t", "0") if e.kind == "text") == SHOWN  # the live view too
+    assert "".join(e.text for e in read_after(store, "t", "0") if e.kind == "text") == SHOWN  # the live view too
 
     store.queue_text("t", "and now?")
     server.answers.append(stream(text_chunks("fine")))

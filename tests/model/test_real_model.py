@@ -126,6 +126,7 @@ def entry_ms(entry_id: str) -> int:
 def test_streamed_deltas_reach_the_redis_stream_before_the_turn_ends(tool_model_env: dict[str, str], redis_url: str):
     model_env = tool_model_env  # the 0.5B, with tools offered, tends to call one (read_file data.txt) instead
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    store = TaskStore(client)
     proc = subprocess.Popen(
         [UNICORE, "run", "--model", TOOL_MODEL, "--name", "poet", "--no-summary",
          "Answer in plain text, without any tool: count from 1 to 30, separated by commas."],
@@ -137,12 +138,12 @@ def test_streamed_deltas_reach_the_redis_stream_before_the_turn_ends(tool_model_
         after = "0"
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and not any(e.kind == "turn_end" for e in seen):
-            entries = read_after(client, "poet", after, wait_seconds=0.5)
+            entries = read_after(store, "poet", after, wait_seconds=0.5)
             for entry in entries:
                 seen.append(entry)
                 after = entry.id
                 if entry.kind == "text" and first_text_state is None:
-                    first_text_state = (entry, live_state(client, "poet"), TaskStore(client).load_history("poet"))
+                    first_text_state = (entry, live_state(store, "poet"), store.load_history("poet"))
             if not entries and proc.poll() is not None:
                 break
         _, err = proc.communicate(timeout=120)

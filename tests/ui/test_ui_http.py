@@ -156,11 +156,11 @@ def test_last_event_id_resumes_stored_messages_with_no_gap_and_no_duplicate(ui, 
     body = {"prompt": "go", "model": f"scripted:{script.name}", "name": "three"}
     assert request(ui, "POST", "/api/tasks", headers=headers, body=body).status == 201
     store = TaskStore(connect(redis_url))
-    wait_for(lambda: store.message_count("three") == 2 and not busy(store.redis, "three"), timeout=60)
+    wait_for(lambda: store.message_count("three") == 2 and not busy(store, "three"), timeout=60)
     reply = request(ui, "POST", "/api/tasks/three/messages", headers=headers,
                     body={"text": "again", "client_id": "again-0001"})
     assert reply.status == 200
-    wait_for(lambda: store.message_count("three") == 4 and not busy(store.redis, "three"), timeout=60)
+    wait_for(lambda: store.message_count("three") == 4 and not busy(store, "three"), timeout=60)
 
     stream = request(ui, "GET", "/api/tasks/three/events?from=0", headers={"Cookie": jar})
     messages = [e for e in read_events(stream, 5) if e[1] == "message"]  # and one "task"

@@ -22,7 +22,7 @@ from typing import Any
 from unicore.errors import UniCoreError
 from unicore.launch.embedded_redis import redis_url
 from unicore.store.approvals import PendingCall
-from unicore.store.tasks import TaskStore
+from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 
 from unicore_client.arguments import positive_seconds
@@ -72,7 +72,9 @@ def print_waiting(store: TaskStore, root: str) -> bool:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    store = open_store()
+    url = redis_url()
+    client = connect(url)
+    store = TaskStore(client)
     approve = args.command == "approve"
     try:
         decided = store.decide(args.task, args.call, approve, by=decider(), reason=args.reason or "")
@@ -87,7 +89,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         print(printable(f"{call.status}: {call.describe()}", multiline=False), file=sys.stderr)
     if args.no_wait:
         return EXIT_OK
-    code = settle(store, redis_url(), args.task, quiet=args.quiet, timeout=args.timeout)
+    code = settle(client, url, args.task, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and not print_waiting(store, store.get_task(args.task).root):
         answer = store.get_task(args.task).last_response
         if answer:

@@ -35,7 +35,7 @@ def _local_id(task_id: str) -> str:
 
 def print_suspended(store: TaskStore, task_id: str) -> bool:
     """When ``task_id`` is suspended (its tree settled because of it), say so and how to resume (stderr)."""
-    if not suspension.is_suspended(store.redis, task_id):
+    if not suspension.is_suspended(store, task_id):
         return False
     print(printable(f"[unicore] {task_id} is suspended (resume: unicore resume {shlex.quote(task_id)})"),
           file=sys.stderr)
@@ -59,12 +59,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     task_id = _local_id(args.task)
     url = redis_url()
-    store = TaskStore(connect(url))
+    client = connect(url)
+    store = TaskStore(client)
     changed = suspension.resume(store, task_id)
     print(printable(f"{task_id} resumed" if changed else f"{task_id} was not suspended"))
     if args.no_wait:
         return EXIT_OK
-    return settle(store, url, task_id, quiet=args.quiet, timeout=args.timeout)
+    return settle(client, url, task_id, quiet=args.quiet, timeout=args.timeout)
 
 
 def add_control_commands(sub: Any) -> None:

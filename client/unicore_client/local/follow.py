@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-import redis
 from unicore.api.turn_numbers import shown_turn
 from unicore.store.messages import load_message
 from unicore.store.reads import busy, read_message_slice
@@ -56,7 +55,7 @@ def tree_busy(store: TaskStore, task_id: str, *, limit: int = 1000) -> bool:
     while todo and seen < limit:
         current = todo.pop()
         seen += 1
-        if busy(store.redis, current):
+        if busy(store, current):
             return True
         todo.extend(store.children(current))
     return False
@@ -69,7 +68,6 @@ class Follower:
                  out: IO[str] | None = None, wait_seconds: float = WAIT_SECONDS,
                  settled: Callable[[], bool] | None = None) -> None:
         self.store = store
-        self.client: redis.Redis = store.redis
         self.task_id = task_id
         self.printed_next = printed_next  # stored messages with a smaller seq are printed
         self.turn = turn  # the turn (Redis's number) whose messages were printed last
@@ -87,7 +85,7 @@ class Follower:
         """Print the stored messages with ``printed_next <= seq < upto``."""
         if upto <= self.printed_next:
             return
-        raws = read_message_slice(self.client, self.task_id, self.printed_next, upto)
+        raws = read_message_slice(self.store, self.task_id, self.printed_next, upto)
         chunks = [self.live.close_line()]
         for raw in raws:
             message = load_message(raw)
@@ -107,12 +105,12 @@ class Follower:
             self._write(self.live.render(entry, self.printed_next))
 
     def run(self) -> None:
-        entries, after = current_call(self.client, self.task_id)
+        entries, after = current_call(self.store, self.task_id)
         while True:
             # The state first, then the stream up to now: a call's entries (its end included) are written before
             # its answer is stored, so every live text of the messages counted here is read before they are printed.
-            state = live_state(self.client, self.task_id)
-            while more := read_after(self.client, self.task_id, after):
+            state = live_state(self.store, self.task_id)
+            while more := read_after(self.store, self.task_id, after):
                 entries += more
                 after = more[-1].id
             self.show(entries)
@@ -120,7 +118,7 @@ class Follower:
             if not state.busy and self.settled():
                 self._write(self.live.close_line())
                 return
-            entries = read_after(self.client, self.task_id, after, wait_seconds=self.wait_seconds)
+            entries = read_after(self.store, self.task_id, after, wait_seconds=self.wait_seconds)
             if entries:
                 after = entries[-1].id
 

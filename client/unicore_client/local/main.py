@@ -42,7 +42,6 @@ from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreEr
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
 from unicore.store.client import RedisURLError
-from unicore.store.compactions import read_compactions
 from unicore.store.records import TaskRecord
 from unicore.store.retention import archived_note
 from unicore.store.tasks import TaskStore, connect
@@ -119,19 +118,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if choice is None:
         check_gated_tools(args.require_approval or [], mcp_refs)
     url = redis_url()
-    store = TaskStore(connect(url))
+    client = connect(url)
+    store = TaskStore(client)
     if choice is not None:  # docs/agents.md: the agent's settings, narrowed by the options given
-        definition = chosen_definition(store.redis, choice)
+        definition = chosen_definition(client, choice)
         given = {server.name for server in mcp_servers}  # --mcp-server FILE wins over the agent files' own
         mcp_servers += [s for s in (choice.files.mcp_servers if choice.files else []) if s.name not in given]
         if choice.files and choice.files.skipped:
             print(f"[unicore] local mode runs no {', '.join(choice.files.skipped)} (Kubernetes objects of the agent "
                   "files)", file=sys.stderr)
-        check_model(args.model or definition.model, script, store.redis)
+        check_model(args.model or definition.model, script, client)
         spec = agent_task_spec(args, name, definition, choice.name, model if args.model else None, script,
                                mcp_refs if args.mcp else None, mcp_servers)
     else:
-        check_model(model, script, store.redis)
+        check_model(model, script, client)
         spec = TaskSpec(id=name, prompt=args.prompt, model=model, script=script, system_prompt=args.system or "",
                         mcp_servers=mcp_refs, mcp_definitions=[server.dump() for server in mcp_servers] or None)
     if choice is None:
@@ -153,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message"
               + (" (its MCP servers stay as they were)" if mcp_refs else ""), file=sys.stderr)
     store.activate(name, "run")
-    code = settle(store, url, name, quiet=args.quiet, timeout=args.timeout)
+    code = settle(client, url, name, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, name) or print_suspended(store, name)):  # what to do next
         return code
     return _print_answer(store, name, message_id, code)
@@ -161,13 +161,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _where_it_went(store: TaskStore, task_id: str, exc: TaskNotFound) -> TaskNotFound:
     """A missing task that retention removed says where its conversation went; others stay as they are."""
-    note = archived_note(store.redis, task_id)
+    note = archived_note(store, task_id)
     return TaskNotFound(note.describe()) if note is not None else exc
 
 
 def cmd_send(args: argparse.Namespace) -> int:
     url = redis_url()
-    store = TaskStore(connect(url))
+    client = connect(url)
+    store = TaskStore(client)
     message_id = args.id or uuid.uuid4().hex
     try:
         store.queue_text(args.task, args.text, message_id=message_id)
@@ -177,7 +178,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if args.no_wait:
         _show(f"queued for {args.task} (message {message_id})")
         return EXIT_OK
-    code = settle(store, url, args.task, quiet=args.quiet, timeout=args.timeout)
+    code = settle(client, url, args.task, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, store.get_task(args.task).root) or print_suspended(store, args.task)):
         return code
     return _print_answer(store, args.task, message_id, code)
@@ -204,7 +205,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     except TaskNotFound as exc:
         raise _where_it_went(store, args.task, exc) from None
     turns = store.load_history(args.task)
-    compacted = {c.upto: c for c in read_compactions(store.redis, args.task)}  # where requests start (marks)
+    compacted = {c.upto: c for c in store.compactions(args.task)}  # where requests start (marks)
     if args.json:
         print(
             json.dumps(

@@ -16,6 +16,7 @@ import redis
 from unicore.api.schema import APPROVE_ALL, MCPServerRef
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import redis_url, unicore_home
+from unicore.store.client import RedisClient
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 
@@ -84,18 +85,20 @@ def check_gated_tools(names: list[str], mcp: list[MCPServerRef] | None = None) -
                          f"(or '{APPROVE_ALL}' for every tool)")
 
 
-def settle(store: TaskStore, url: str, task_id: str, *, quiet: bool, timeout: float | None) -> int:
+def settle(client: RedisClient, url: str, task_id: str, *, quiet: bool, timeout: float | None) -> int:
     """Run the tree of ``task_id`` in this process until it settles (progress lines on stderr unless ``quiet``);
-    EXIT_FAILED when it does not within ``timeout`` seconds or a turn failed."""
+    EXIT_FAILED when it does not within ``timeout`` seconds or a turn failed. ``client``: the Redis of ``url``,
+    connected (the supervisor works on it; its turn processes connect to ``url``)."""
     from unicore.launch.local import LocalSupervisor
 
+    store = TaskStore(client)
     root = store.get_task(task_id).root
 
     def events(text: str) -> None:
         if not quiet:
             print(f"[unicore] {printable(text)}", file=sys.stderr)
 
-    supervisor = LocalSupervisor(store.redis, url, log_dir=unicore_home() / "logs", on_event=events)
+    supervisor = LocalSupervisor(client, url, log_dir=unicore_home() / "logs", on_event=events)
     report = supervisor.run_until_settled(root, timeout=timeout)
     if not report.settled:
         print(f"[unicore] the tree of {root} did not settle within {timeout}s", file=sys.stderr)

@@ -14,15 +14,15 @@ from unicore_client.arguments import int_between
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from unicore.launch.embedded_redis import redis_url
-    from unicore.store.tasks import TaskStore, connect
+    from unicore.store.tasks import connect
 
     from unicore_client.ui.local_backend import LocalBackend
     from unicore_client.ui.server import UIServer
 
     url = redis_url()
-    store = TaskStore(connect(url))
-    store.redis.ping()  # an unreachable Redis fails here (after the retry window), not in every request
-    server = UIServer(LocalBackend(store, url, scripts=args.scripts), port=args.port)
+    client = connect(url)
+    client.ping()  # an unreachable Redis fails here (after the retry window), not in every request
+    server = UIServer(LocalBackend(client, url, scripts=args.scripts), port=args.port)
     print(f"UniCore UI: {server.url}", flush=True)
     print("(the token in the URL is this run's password; Ctrl-C stops the server)", file=sys.stderr, flush=True)
     server.run(open_browser=args.open)

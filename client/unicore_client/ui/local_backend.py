@@ -38,6 +38,7 @@ from unicore.api.schema import (
 )
 from unicore.launch.embedded_redis import unicore_home
 from unicore.store import suspension
+from unicore.store.client import RedisClient
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
 from unicore.store.tasks import TaskStore
@@ -86,11 +87,14 @@ def _entry_key(entry_id: str) -> tuple[int, int]:
 
 
 class LocalBackend:
-    """Reads and writes of the UI in local mode (module doc)."""
+    """Reads and writes of the UI in local mode (module doc). ``client``: the Redis of ``redis_url``, connected; the
+    task store is over it, and what works on a client itself takes it (the tree feed and rows, the model check, the
+    supervisors of the trees it runs)."""
 
-    def __init__(self, store: TaskStore, redis_url: str, *, tree_timing: FeedTiming | None = None,
+    def __init__(self, client: RedisClient, redis_url: str, *, tree_timing: FeedTiming | None = None,
                  scripts: Path | None = None) -> None:
-        self.store = store
+        self.client = client
+        self.store = TaskStore(client)
         self.redis_url = redis_url
         self.scripts = scripts  # ``unicore ui --scripts DIR``: where the UI's scripted:NAME is read (ui.scripts)
         self.tree_timing = tree_timing or FeedTiming()
@@ -105,19 +109,19 @@ class LocalBackend:
     def forest(self) -> list[dict[str, Any]]:
         """Every root's tree, flattened depth first (newest root first), at most ``local_views.MAX_NODES`` tasks (two
         round trips, whatever the number of tasks)."""
-        return forest_json(read_all_rows(self.store.redis))
+        return forest_json(read_all_rows(self.client))
 
     def tree_changes(self, stop: threading.Event) -> Iterator[list[dict[str, Any]] | None]:
         """The tree feed: the forest, then again when the stream of task changes says a row changed and it did
         (``unicore_client.ui.tree_feed``: only the named rows are read again; a full read every 30 s as a safety
         net)."""
-        return tree_changes(self.store.redis, stop, forest_json, self.tree_timing)
+        return tree_changes(self.client, stop, forest_json, self.tree_timing)
 
     def task(self, task_id: str) -> dict[str, Any]:
         record = self.store.get_task(task_id)  # TaskNotFound -> 404
         node = node_json(record.depth, record, self.store.waiting_for(task_id))
         node["children"] = self.store.children(task_id)
-        node["messages"] = live_state(self.store.redis, task_id).messages
+        node["messages"] = live_state(self.store, task_id).messages
         node["pending_calls"] = [
             {"call_id": c.call_id, "tool": c.tool, "input": c.input}
             for c in self.store.pending_calls(task_id)
@@ -127,13 +131,13 @@ class LocalBackend:
     def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]:
         self.store.get_task(task_id)
         count = max(0, min(count, PAGE_MAX))
-        raws = read_message_slice(self.store.redis, task_id, max(0, start), max(0, start) + count)
+        raws = read_message_slice(self.store, task_id, max(0, start), max(0, start) + count)
         return [load_message(raw).model_dump(mode="json") for raw in raws]
 
     def events(self, task_id: str) -> list[dict[str, Any]]:
         """The task's events (time, type Normal/Warning, reason, message), oldest first, derived from the store."""
         record = self.store.get_task(task_id)  # TaskNotFound -> 404
-        return task_events(record, read_task_history(self.store.redis, task_id, last_turns=EVENT_TURNS))
+        return task_events(record, read_task_history(self.client, task_id, last_turns=EVENT_TURNS))
 
     # ------------------------------------------------------------------ writes
 
@@ -167,7 +171,7 @@ class LocalBackend:
 
     def _create(self, spec: TaskSpec, *, suspended: bool = False) -> str:
         _prompt(spec.prompt)  # a manifest without spec.prompt
-        check_model(spec.model, spec.script, self.store.redis)
+        check_model(spec.model, spec.script, self.client)
         if spec.approval is not None:
             _check_gated(spec.approval.tools)
         if not self.store.create_task(spec):
@@ -220,7 +224,7 @@ class LocalBackend:
     def _run(self, root: str) -> None:
         from unicore.launch.local import LocalSupervisor
 
-        supervisor = LocalSupervisor(self.store.redis, self.redis_url, log_dir=unicore_home() / "logs")
+        supervisor = LocalSupervisor(self.client, self.redis_url, log_dir=unicore_home() / "logs")
         while True:
             try:
                 supervisor.run_until_settled(root)
@@ -243,17 +247,16 @@ class LocalBackend:
         wait (a keepalive). ``cursor`` is a resumed event id (everything after it, nothing twice) or, for a new
         stream, the number of messages the page has (then the call in progress is sent from its start). The event
         id is the cursor after the event."""
-        client = self.store.redis
         self.store.get_task(task_id)  # TaskNotFound -> 404 before the stream starts
         pending: list[StreamEntry] = []
         if isinstance(cursor, int):
-            pending, after = current_call(client, task_id)
+            pending, after = current_call(self.store, task_id)
             cursor = Cursor(cursor, "0" if pending else after)  # the pending entries move it on
         last_state: tuple[Any, ...] | None = None
         while stop is None or not stop.is_set():
-            state = live_state(client, task_id)
+            state = live_state(self.store, task_id)
             if cursor.messages < state.messages:
-                for raw in read_message_slice(client, task_id, cursor.messages, state.messages):
+                for raw in read_message_slice(self.store, task_id, cursor.messages, state.messages):
                     message = load_message(raw).model_dump(mode="json")
                     cursor = Cursor(cursor.messages + 1, cursor.tokens)
                     yield cursor.text(), "message", message
@@ -268,7 +271,7 @@ class LocalBackend:
             if pending:
                 entries, pending = pending, []
             else:
-                entries = read_after(client, task_id, cursor.tokens, wait_seconds=wait_seconds)
+                entries = read_after(self.store, task_id, cursor.tokens, wait_seconds=wait_seconds)
             for entry in entries:
                 cursor = Cursor(cursor.messages, max(cursor.tokens, entry.id, key=_entry_key))
                 if entry.kind in ("text", "attempt", "end") and entry.seq >= cursor.messages:

@@ -272,7 +272,7 @@ class LocalSupervisor:
 
     def _busy(self, task_id: str) -> bool:
         """Pending inbox, a live lease, or a turn not finished (status running)."""
-        return busy(self.redis, task_id)
+        return busy(self.store, task_id)
 
     def _expire_approvals(self, task_id: str) -> None:
         """Deny the task's approvals that waited past its ``approval.timeout_seconds`` (the operator's timer does

@@ -1,5 +1,7 @@
-"""Pipelined reads that span several keys (of one task or many), for the operator's gauges and task API and the
-local supervisor: the Redis layout's owner answers them, not the callers."""
+"""Pipelined reads that span several keys (of one task or many), for the operator's gauges and task API, the local
+supervisor and the local commands: the Redis layout's owner answers them, not the callers. Each takes what its callers
+hold: the ``TaskStore`` (the task API, the CLI, the web UI, the local supervisor) or, for the operator's gauges and the
+supervisor's failure reasons, a client."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import dataclass, field
 from unicore.store import approvals
 from unicore.store.client import RedisClient
 from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
 
 CHUNK = 1000  # commands per pipeline flush: bounds one reply's size
 
@@ -41,11 +44,11 @@ class TranscriptHead:
     raw_compactions: list[str] = field(default_factory=list)  # the compaction records as stored (state.compactions)
 
 
-def read_transcript_head(client: RedisClient, task_id: str) -> TranscriptHead:
+def read_transcript_head(store: TaskStore, task_id: str) -> TranscriptHead:
     """Turn headers, turn metadata, message count, status, inbox length and compaction records of a task: one
     round trip."""
     keys = TaskKeys(task_id)
-    pipe = client.pipeline(transaction=False)
+    pipe = store.redis.pipeline(transaction=False)
     pipe.lrange(keys.turns, 0, -1)
     pipe.hgetall(keys.turnmeta)
     pipe.llen(keys.messages)
@@ -57,9 +60,9 @@ def read_transcript_head(client: RedisClient, task_id: str) -> TranscriptHead:
                           pending=int(pending), raw_compactions=list(raw_compactions))
 
 
-def read_message_slice(client: RedisClient, task_id: str, start: int, stop: int) -> list[str]:
+def read_message_slice(store: TaskStore, task_id: str, start: int, stop: int) -> list[str]:
     """The stored messages with ``start <= seq < stop`` (as stored: JSON); no read for an empty range."""
-    return list(client.lrange(TaskKeys(task_id).messages, start, stop - 1)) if stop > start else []
+    return list(store.redis.lrange(TaskKeys(task_id).messages, start, stop - 1)) if stop > start else []
 
 
 def last_error(client: RedisClient, task_id: str) -> str | None:
@@ -68,13 +71,13 @@ def last_error(client: RedisClient, task_id: str) -> str | None:
     return None if value is None else str(value)
 
 
-def busy(client: RedisClient, task_id: str) -> bool:
+def busy(store: TaskStore, task_id: str) -> bool:
     """Pending inbox entries (not counted while the task waits for people and none of them answers: a blocked task
     is settled, ``state.approvals.blocked``), a live lease, or a turn not finished (status running): one round
     trip (more only when the inbox is not empty). A suspended task (``state.suspension``) is settled once no
     process holds its lease."""
     keys = TaskKeys(task_id)
-    pipe = client.pipeline(transaction=False)
+    pipe = store.redis.pipeline(transaction=False)
     pipe.llen(keys.inbox)
     pipe.exists(keys.lease)
     pipe.hmget(keys.task, ["status", "suspended"])
@@ -85,7 +88,7 @@ def busy(client: RedisClient, task_id: str) -> bool:
         return False
     if status == "running":
         return True
-    return bool(pending) and not approvals.blocked(client, task_id)
+    return bool(pending) and not approvals.blocked(store.redis, task_id)
 
 
 __all__ = ["TranscriptHead", "busy", "inbox_lengths", "last_error", "read_message_slice", "read_transcript_head"]

@@ -31,6 +31,7 @@ from unicore.store.client import RedisClient, RedisPipeline
 from unicore.store.codec import text, text_hash, to_float, to_int
 from unicore.store.keys import HEARTBEATS_INDEX, RETENTION_JOURNAL, TASKS_INDEX, TaskKeys
 from unicore.store.records import turn_meta_field
+from unicore.store.tasks import TaskStore
 from unicore.store.tree_reads import descendants
 
 # Keys not archived: the live token stream is a view of answers that are stored anyway (and expires on its own);
@@ -356,9 +357,10 @@ def archived_notes(client: RedisClient, task_ids: Sequence[str]) -> dict[str, Ar
     return found
 
 
-def archived_note(client: RedisClient, task_id: str) -> ArchivedNote | None:
-    """The task's tombstone when retention removed it (and no task of that id exists again)."""
-    return archived_notes(client, [task_id]).get(task_id)
+def archived_note(store: TaskStore, task_id: str) -> ArchivedNote | None:
+    """The task's tombstone when retention removed it (and no task of that id exists again): what a caller that
+    holds the store (the task API, the CLI) says of a task it did not find."""
+    return archived_notes(store.redis, [task_id]).get(task_id)
 
 
 __all__ = ["ArchivedNote", "Fingerprint", "Removal", "TaskDump", "TreeDump", "archived_note", "archived_notes",

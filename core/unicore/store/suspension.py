@@ -70,8 +70,8 @@ def stop(store: TaskStore, task_id: str) -> list[str]:
     return changed
 
 
-def is_suspended(client: RedisClient, task_id: str) -> bool:
-    return client.hget(TaskKeys(task_id).task, SUSPENDED) == "1"
+def is_suspended(store: TaskStore, task_id: str) -> bool:
+    return store.redis.hget(TaskKeys(task_id).task, SUSPENDED) == "1"
 
 
 def suspended_flags(client: RedisClient, task_ids: Sequence[str]) -> list[bool]:

@@ -47,6 +47,7 @@ from unicore.store.activations import write_activation
 from unicore.store.agents import read_agent
 from unicore.store.approval_records import PendingCall, PendingKind
 from unicore.store.client import RedisClient, build_client
+from unicore.store.compactions import Compaction, read_compactions
 from unicore.store.keys import HEARTBEATS_INDEX, TASKS_INDEX, TaskKeys
 from unicore.store.messages import load_message
 from unicore.store.records import DrainResult, Lease, TaskRecord, Turn, TurnMeta, turn_meta_field
@@ -624,6 +625,10 @@ class TaskStore:
 
     def message_count(self, task_id: str) -> int:
         return int(self.redis.llen(self.keys(task_id).messages))
+
+    def compactions(self, task_id: str) -> list[Compaction]:
+        """Where the conversation was compacted: every readable record, oldest first (``compactions``)."""
+        return read_compactions(self.redis, task_id)
 
     def turn_meta(self, task_id: str, turn_number: int) -> dict[str, str]:
         prefix = turn_meta_field(turn_number, "")

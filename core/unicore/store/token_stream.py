@@ -32,7 +32,8 @@ Writing (``TokenStreamSink``, the ``AnswerSink`` a turn gives a model call) neve
 provider's thread only appends to a buffer; a worker thread publishes, batching deltas (a flush every
 ``flush_seconds`` or ``flush_chars`` characters, one pipelined round trip for what piled up), except that the first
 delta of a try, a new try and the end go out at once (time to first token). A Redis error is logged and the batch
-dropped; ``close`` waits at most ``close_wait_seconds`` for the worker.
+dropped; ``close`` waits at most ``close_wait_seconds`` for the worker. It takes the turn's client; the readers
+(``read_after``, ``current_call``, ``live_state``) take the ``TaskStore`` their callers hold.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from unicore.log import get_logger
 from unicore.store.client import RedisClient
 from unicore.store.codec import valid_text
 from unicore.store.keys import TaskKeys
+from unicore.store.tasks import TaskStore
 
 log = get_logger("state.token_stream")
 
@@ -299,24 +301,24 @@ def check_entry_id(value: str) -> str:
     return value
 
 
-def read_after(client: RedisClient, task_id: str, after: str, *, wait_seconds: float = 0.0,
+def read_after(store: TaskStore, task_id: str, after: str, *, wait_seconds: float = 0.0,
                count: int = READ_COUNT) -> list[StreamEntry]:
     """Entries after id ``after`` (``0``: from the oldest kept), at most ``count``; when there are none yet, waits up to
     ``wait_seconds`` for one (XREAD BLOCK; keep it below the client's socket timeout)."""
     check_entry_id(after)
     block = int(wait_seconds * 1000) if wait_seconds > 0 else None
-    reply = client.xread({TaskKeys(task_id).tokens: after}, count=count, block=block)
+    reply = store.redis.xread({TaskKeys(task_id).tokens: after}, count=count, block=block)
     entries: list[StreamEntry] = []
     for _key, items in reply or []:
         entries.extend(StreamEntry.of(entry_id, fields) for entry_id, fields in items)
     return entries
 
 
-def current_call(client: RedisClient, task_id: str, *, scan: int = DEFAULT_ENTRIES) -> tuple[list[StreamEntry], str]:
+def current_call(store: TaskStore, task_id: str, *, scan: int = DEFAULT_ENTRIES) -> tuple[list[StreamEntry], str]:
     """Where a reader that has just printed the stored transcript starts: the entries of the call still in progress
     (from its latest try; none when the newest entry ends a call or a turn) and the id to read after next (``0``
     when the stream is empty). Reads at most ``scan`` entries back."""
-    newest_first = [StreamEntry.of(i, f) for i, f in client.xrevrange(TaskKeys(task_id).tokens, count=scan)]
+    newest_first = [StreamEntry.of(i, f) for i, f in store.redis.xrevrange(TaskKeys(task_id).tokens, count=scan)]
     if not newest_first:
         return [], "0"
     last = newest_first[0].id
@@ -347,10 +349,10 @@ class LiveState:
         return bool(self.pending) or self.leased or self.status == "running"
 
 
-def live_state(client: RedisClient, task_id: str) -> LiveState:
+def live_state(store: TaskStore, task_id: str) -> LiveState:
     """Status, inbox length, lease and message count: one round trip."""
     keys = TaskKeys(task_id)
-    pipe = client.pipeline(transaction=False)
+    pipe = store.redis.pipeline(transaction=False)
     pipe.hget(keys.task, "status")
     pipe.llen(keys.inbox)
     pipe.exists(keys.lease)

@@ -141,7 +141,7 @@ class TaskApi:
         try:
             queued = self.store.queue_message(task_id, message)
         except TaskNotFound:
-            note = archived_note(self.store.redis, task_id)
+            note = archived_note(self.store, task_id)
             if note is not None:  # retention removed its conversation: no retry will bring it back
                 raise ApiError(410, note.describe(), reason="Gone") from None
             raise ApiError(
@@ -178,8 +178,8 @@ class TaskApi:
         self._require_task(namespace, name)
         task_id = f"{namespace}/{name}"
         try:
-            head = read_transcript_head(self.store.redis, task_id)
-            note = archived_note(self.store.redis, task_id) if head.status is None else None
+            head = read_transcript_head(self.store, task_id)
+            note = archived_note(self.store, task_id) if head.status is None else None
             if note is not None:  # retention removed the conversation: the archive holds it
                 raise ApiError(410, note.describe(), reason="Gone")
             headers = parse_turn_headers(head.raw_turns)
@@ -193,7 +193,7 @@ class TaskApi:
                     details={"name": name, "group": "unicore.dev", "kind": "turns"},
                 )
             start, stop = window
-            raw_messages = read_message_slice(self.store.redis, task_id, start, stop)
+            raw_messages = read_message_slice(self.store, task_id, start, stop)
         except redis.RedisError as exc:
             raise ApiError(503, f"Redis is unavailable ({exc}); retry", retry_after=1) from None
         page = pages.build_page(

@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 from unicore.api.turn_numbers import shown_turn
-from unicore.store.client import RedisClient
+from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import (
     READ_COUNT,
     StreamEntry,
@@ -51,12 +51,12 @@ def _shape(entry: StreamEntry) -> dict[str, Any]:
             "attempt": entry.attempt, "kind": entry.kind, "text": pages.clip_text(entry.text)}
 
 
-def _wait_for_entries(client: RedisClient, task_id: str, after: str, wait: int) -> list[StreamEntry]:
-    entries = read_after(client, task_id, after)
+def _wait_for_entries(store: TaskStore, task_id: str, after: str, wait: int) -> list[StreamEntry]:
+    entries = read_after(store, task_id, after)
     if entries or wait <= 0 or not _waiters.acquire(blocking=False):
         return entries
     try:
-        return read_after(client, task_id, after, wait_seconds=wait)
+        return read_after(store, task_id, after, wait_seconds=wait)
     finally:
         _waiters.release()
 
@@ -72,16 +72,16 @@ def get_stream(api: TaskApi, namespace: str, name: str, query: str) -> tuple[int
             raise ApiError(400, f"query parameter after={after!r} is not a stream entry id (<ms>-<n>)") from None
     api._require_task(namespace, name)
     task_id = f"{namespace}/{name}"
-    client = api.store.redis
+    store = api.store
     try:
         if after is None:
-            entries, last = current_call(client, task_id)
+            entries, last = current_call(store, task_id)
         else:
-            entries = _wait_for_entries(client, task_id, after, wait)
+            entries = _wait_for_entries(store, task_id, after, wait)
             last = entries[-1].id if entries else after
-        state = live_state(client, task_id)
+        state = live_state(store, task_id)
         for _ in range(CATCH_UP_READS):  # what was written before the state was read
-            more = read_after(client, task_id, last)
+            more = read_after(store, task_id, last)
             if not more:
                 break
             entries += more
