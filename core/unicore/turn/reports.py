@@ -4,9 +4,10 @@ Delivery is derived from stored state, so no crash window can lose a report:
 - a child's turn stores its completion report (id ``completion:<child>:<turn>`` and text) in the child's record
   atomically with the turn's end (``TaskStore.end_turn(report=...)``), then ``deliver_report`` queues it into the
   parent's inbox (idempotent by id: the parent's ``seen`` set), activates the parent and clears the owed report;
-- a turn process that died between the two leaves ``report_id`` set: the next turn of the child, the operator's
-  reconcile and the local supervisor's scan (whenever no process holds the child's lease: ``unicore.scheduling``)
-  all call ``deliver_report`` again; the same id makes a repeat harmless;
+- a turn process that died between the two leaves ``report_id`` set: whenever no process holds the child's lease
+  (``unicore.scheduling``) it is delivered again, by the operator's reconcile, by the child's next turn process
+  (local mode starts one for it) or, for a suspended child, by the local supervisor; the same id makes a repeat
+  harmless;
 - a child that goes Failed (operator: retries exhausted) is reported with ``failure_report``, id
   ``failed:<child>:<turn>``, so the parent's model learns which child failed and why.
 
