@@ -133,3 +133,44 @@ class C:
     other: Any
 """
     assert sorted(untyped_clients(planted)) == [(2, "client"), (3, "redis"), (5, "client")]
+
+
+def store_reach_throughs(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of every ``.redis`` read off a task store: ``store.redis``, ``self.store.redis``,
+    ``ctx.store.redis`` (any receiver whose last name is ``store`` or ends in ``_store``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "redis":
+            receiver = _receiver_name(node.value)
+            if receiver == "store" or receiver.endswith("_store"):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_caller_reaches_through_the_store_for_its_client() -> None:
+    """Outside ``unicore/store`` a holder of a ``TaskStore`` asks it (its methods) or hands it to a store function
+    that takes one; what works on a client itself (the supervisor, a model, the UI's tree feed) takes the client its
+    caller connected, never the one inside a store."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {expression}"
+        for package in PACKAGES
+        for path in sorted(package.rglob("*.py"))
+        if OWNER not in path.parents
+        for line, expression in store_reach_throughs(path.read_text())
+    ]
+    assert offenders == [], "the store's client read outside unicore/store:\n" + "\n".join(offenders)
+
+
+def test_the_reach_through_check_sees_every_store() -> None:
+    planted = """
+client = store.redis
+approvals.decide(self.store.redis, task_id)
+read_after(api.store.redis, task_id, "0")
+task_store.redis.ping()
+await ctx.redis.aio.ping()
+self.redis = client
+restored.redis
+"""
+    assert sorted(store_reach_throughs(planted)) == [
+        (2, "store.redis"), (3, "self.store.redis"), (4, "api.store.redis"), (5, "task_store.redis"),
+    ]
