@@ -12,6 +12,7 @@ from unicore.api.schema import (
     RUNTIME_MESSAGE_ID_PREFIXES,
     completion_message_id,
     failure_message_id,
+    object_prompt_message_id,
     prompt_message_id,
     reap_message_id,
     tool_result_message_id,
@@ -20,8 +21,8 @@ from unicore.api.schema import (
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [REPO / "core" / "unicore", REPO / "operator" / "unicore_operator", REPO / "client" / "unicore_client"]
-BUILDERS = {"prompt_message_id", "completion_message_id", "failure_message_id", "tool_result_message_id",
-            "reap_message_id"}
+BUILDERS = {"prompt_message_id", "object_prompt_message_id", "completion_message_id", "failure_message_id",
+            "tool_result_message_id", "reap_message_id"}
 # ids passed on, not made, where the message is built: a child's owed report (made by ``reports.completion_report``:
 # ``completion:<child>:<n>``) and a task API user's id (``user:<an id user_message_id accepted>``)
 PASSED_ON = {"owed.report_id", "USER_MESSAGE_PREFIX + request.id"}
@@ -59,6 +60,7 @@ def test_every_id_the_runtime_gives_a_message_is_reserved() -> None:
 @pytest.mark.parametrize("made", [
     prompt_message_id("team-a/demo"), completion_message_id("demo-a", 3), failure_message_id("demo-a", 0),
     tool_result_message_id("tooluse_1"), reap_message_id("reap-stuck-42"),
+    object_prompt_message_id("0b7c2c36-4d0e-4f55-9d39-1c3b6cf1f2aa"),
 ])
 def test_every_id_the_builders_make_is_refused_as_a_users(made: str) -> None:
     with pytest.raises(ValueError, match="runtime's own messages") as caught:

@@ -54,18 +54,27 @@ def child_task_id(parent_id: str, name: str) -> str:
 # ``unicore send --id``, the web UI's client id, the task API's message id). A new kind of runtime message gets its
 # prefix here (tests/unit/test_message_ids.py finds every ``InboxMessage(id=...)`` and checks it).
 PROMPT_ID_PREFIX = "prompt:"  # the prompt a task is created with
+# an AgentTask's spec.prompt, by the object's uid: a task deleted and created again under its name is a new object
+# whose prompt is queued again (ids already stored use this form, so it stays apart from PROMPT_ID_PREFIX)
+OBJECT_PROMPT_ID_PREFIX = "prompt-"
 COMPLETION_ID_PREFIX = "completion:"  # a child's report of a turn, to its parent
 FAILURE_ID_PREFIX = "failed:"  # a child's report of its failure, to its parent
 TOOL_RESULT_ID_PREFIX = "tr:"  # a tool call's result (also a person's decision on a call that waited for one)
-DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call a task waited for (state.approvals)
+DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call a task waited for (store.approvals)
 REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
-RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX, TOOL_RESULT_ID_PREFIX,
-                               DECISION_ID_PREFIX, REAP_ID_PREFIX)
+RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, OBJECT_PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX,
+                               TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX)
 
 
 def prompt_message_id(task_id: str) -> str:
     """The inbox message id of the prompt a task is created with."""
     return f"{PROMPT_ID_PREFIX}{task_id}"
+
+
+def object_prompt_message_id(uid: str) -> str:
+    """The inbox message id of an AgentTask's spec.prompt (``uid``: the object's): the same on every retry, so it is
+    queued once."""
+    return f"{OBJECT_PROMPT_ID_PREFIX}{uid}"
 
 
 def completion_message_id(task_id: str, turn_number: int) -> str:

@@ -23,7 +23,15 @@ from pydantic.alias_generators import to_camel
 
 from unicore.api import contract
 from unicore.api.resources import ResourcesInvalid, check_resources
-from unicore.api.schema import Approval, InboxMessage, Limits, MCPServerRef, Prompt, TaskSpec
+from unicore.api.schema import (
+    Approval,
+    InboxMessage,
+    Limits,
+    MCPServerRef,
+    Prompt,
+    TaskSpec,
+    object_prompt_message_id,
+)
 from unicore.errors import UniCoreError
 from unicore.providers.registry import parse_model_spec
 from unicore.providers.scripted import load_script
@@ -258,14 +266,9 @@ def to_task_spec(namespace: str, name: str, spec: AgentTaskSpec, parent: TaskVie
         raise SpecInvalid(f"cannot build the task: {exc.errors()[0]['msg']}") from exc
 
 
-def prompt_message_id(uid: str) -> str:
-    """The inbox message id of an AgentTask's spec.prompt: the same on every retry, so it is queued once."""
-    return f"prompt-{uid}"
-
-
 def prompt_message(uid: str, namespace: str, spec: AgentTaskSpec) -> InboxMessage | None:
     """The inbox message of spec.prompt (None without one): from the parent task for a child, else the user."""
     if not spec.prompt:
         return None
     sender = contract.task_id(namespace, spec.parent_ref.name) if spec.parent_ref is not None else "user"
-    return InboxMessage(id=prompt_message_id(uid), type="user", content=spec.prompt, sender=sender)
+    return InboxMessage(id=object_prompt_message_id(uid), type="user", content=spec.prompt, sender=sender)
