@@ -30,7 +30,8 @@ from unicore.api.schema import TaskSpec  # noqa: E402
 from unicore.providers.base import ModelRequest  # noqa: E402
 from unicore.providers.calling import estimate_input_tokens  # noqa: E402
 from unicore.store.compactions import Compaction, append_compaction, load_request_history  # noqa: E402
-from unicore.store.tasks import TaskStore, connect, history_messages  # noqa: E402
+from unicore.store.task_reads import history_messages  # noqa: E402
+from unicore.store.tasks import TaskStore, connect  # noqa: E402
 from unicore.turn.compaction import HistoryView  # noqa: E402
 from unicore.turn.history import build_request_messages  # noqa: E402
 

@@ -18,7 +18,8 @@ import redis
 from unicore.api.schema import TaskSpec
 from unicore.faults import ENV, LOG_KEY
 from unicore.launch.local import LocalSupervisor, SettleReport
-from unicore.store.tasks import TaskStore, history_messages
+from unicore.store.task_reads import history_messages
+from unicore.store.tasks import TaskStore
 from unicore.turn.history import INTERRUPTED_TEXT, build_request_messages
 
 from tests.converse_check import converse_problems

@@ -12,8 +12,9 @@ from unicore.errors import AlreadyDecided, DecisionExpired, LeaseLost, NoSuchCal
 from unicore.store import approval_writes as writes
 from unicore.store import approvals
 from unicore.store.approvals import PendingCall
+from unicore.store.inbox import build_drain_batch
 from unicore.store.keys import ACTIVATIONS_STREAM
-from unicore.store.tasks import TaskStore, build_drain_batch
+from unicore.store.tasks import TaskStore
 
 
 def _call(call_id: str, kind: str = "approval", position: int = 0, at: float | None = None, **extra) -> PendingCall:

@@ -46,7 +46,8 @@ from hypothesis.stateful import (
 from unicore.api.schema import ContentBlock, InboxMessage, Message, TaskSpec, is_turn_ending, tool_result_block
 from unicore.errors import LeaseBusy, LeaseLost
 from unicore.store.records import Lease
-from unicore.store.tasks import TaskStore, history_messages
+from unicore.store.task_reads import history_messages
+from unicore.store.tasks import TaskStore
 from unicore.turn.history import (
     EMPTY_TEXT,
     INTERRUPTED_TEXT,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-import unicore.store.tasks as store_module
+import unicore.store.task_leases as lease_module
 from unicore.api.schema import TaskSpec
 from unicore.errors import LeaseLost
 from unicore.store import heartbeats
@@ -30,8 +30,8 @@ def store(redis_client: redis.Redis, redis_url: str) -> TaskStore:
 
 
 def at(monkeypatch: pytest.MonkeyPatch, when: float) -> None:
-    """Make the store's writes happen at unix time ``when``."""
-    monkeypatch.setattr(store_module, "_now", lambda: repr(when))
+    """Make the store's lease writes (acquire, renew, release) happen at unix time ``when``."""
+    monkeypatch.setattr(lease_module, "write_time", lambda: repr(when))
 
 
 def create(store: TaskStore, name: str) -> str:

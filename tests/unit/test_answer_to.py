@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from unicore.api.schema import InboxMessage, Message
+from unicore.store.inbox import build_drain_batch, build_drain_messages
 from unicore.store.records import Turn
-from unicore.store.tasks import build_drain_batch, build_drain_messages
 from unicore.turn.history import answer_to
 
 

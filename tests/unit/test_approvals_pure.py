@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from unicore.api.schema import Approval
 from unicore.store.approvals import PendingCall, wakes
-from unicore.store.tasks import inherited_approval
+from unicore.store.task_writes import inherited_approval
 from unicore.turn.approvals import waiting_note
 from unicore_client.local.approval_commands import call_mark
 

@@ -37,7 +37,7 @@ HOME = "HOME"
 Python itself (``Path.home``, ``~``) and the libraries that keep files there, not by UniCore's code."""
 
 POD_NAME = "UNICORE_POD_NAME"
-"""Set by the Job builder from the downward API (``metadata.name``). Read by ``unicore.store.tasks``: the lease
+"""Set by the Job builder from the downward API (``metadata.name``). Read by ``unicore.store.task_leases``: the lease
 holder id ``<pod>:<pid>``, which the watchdog matches against turn pods (outside Kubernetes the host name stands
 in)."""
 

@@ -64,7 +64,7 @@ class TurnRun:
     process: subprocess.Popen[bytes]
     started: float
     log_path: Path | None
-    holder_host: str = ""  # the first part of the turn's lease holder id (``unicore.store.tasks._holder_id``)
+    holder_host: str = ""  # the first part of the turn's lease holder id (``unicore.store.task_leases._holder_id``)
 
 
 @dataclass

@@ -68,8 +68,9 @@ TURN_PARTS = tuple(
     if key.rsplit(":", 1)[1] not in (*OPERATOR_PARTS, *READ_ONLY_PARTS)
 )
 
-# Commands a turn sends on its namespace's task keys, directly or inside the state package's Lua scripts
-# (state/lua.py, slots.py, reports.py, store.py, reads.py, tree_reads.py, token_stream.py).
+# Commands a turn sends on its namespace's task keys, directly or inside the store package's Lua scripts
+# (store/lua.py, slots.py, reports.py, TaskStore's tasks.py, task_*.py, inbox.py and turn_writes.py, reads.py,
+# tree_reads.py, token_stream.py).
 TASK_COMMANDS = (
     "exists", "get", "set", "del", "incr", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hexists", "hincrby",

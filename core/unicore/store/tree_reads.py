@@ -14,6 +14,10 @@ from unicore.store.client import RedisClient
 from unicore.store.codec import text, to_float, to_int
 from unicore.store.keys import TaskKeys
 
+DEFAULT_MAX_LEVELS = 64  # levels ``descendants`` walks down unless told
+DEFAULT_LIMIT = 100_000  # descendants it returns at most unless told
+DEFAULT_TAIL = 3  # last messages ``read_activity`` reads of each task unless told
+
 
 def _message(raw: Any) -> dict[str, Any] | None:
     """A stored message (JSON) as a dict; None when it does not decode to an object."""
@@ -48,7 +52,7 @@ class TreeNode:
 
 
 def descendants(
-    client: RedisClient, top: str, *, max_levels: int = 64, limit: int = 100_000
+    client: RedisClient, top: str, *, max_levels: int = DEFAULT_MAX_LEVELS, limit: int = DEFAULT_LIMIT
 ) -> list[TreeNode]:
     """Breadth-first descendants of ``top`` (not ``top`` itself): one pipelined round trip per tree level."""
     found: list[TreeNode] = []
@@ -110,7 +114,9 @@ class TaskActivity:
     last_messages: list[dict[str, Any]]
 
 
-def read_activity(client: RedisClient, task_ids: Sequence[str], *, tail: int = 3) -> list[TaskActivity | None]:
+def read_activity(
+    client: RedisClient, task_ids: Sequence[str], *, tail: int = DEFAULT_TAIL
+) -> list[TaskActivity | None]:
     """Record, heartbeat, lease, inbox length and last messages of many tasks in ONE round trip (None for a missing
     task)."""
     pipe = client.pipeline(transaction=False)

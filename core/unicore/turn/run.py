@@ -9,7 +9,8 @@ from pathlib import Path
 import redis
 
 from unicore.settings import RuntimeSettings
-from unicore.store.tasks import DEFAULT_LEASE_TTL_MS, TaskStore
+from unicore.store.task_leases import DEFAULT_LEASE_TTL_MS
+from unicore.store.tasks import TaskStore
 from unicore.tools.base import Spawner
 from unicore.turn.agent_turn import AgentTurn
 from unicore.turn.context_window import ContextSettings

@@ -21,7 +21,8 @@ class Attempt:
 
 def turn_attempt(holder: str, task_id: str, pods: Mapping[str, PodView], jobs: Mapping[str, JobView]
                  ) -> Attempt | None:
-    """The turn attempt whose process is ``holder`` (``<pod name>:<pid>``, see ``unicore.store.tasks._holder_id``).
+    """The turn attempt whose process is ``holder`` (``<pod name>:<pid>``, see
+    ``unicore.store.task_leases._holder_id``).
 
     The pod's ``job-name`` label when the pod is cached, else the Job named like the pod without its generated
     suffix (the Job controller names pods ``<job>-<5 chars>``); None when neither is a Job of ``task_id``."""
