@@ -135,11 +135,38 @@ class C:
     assert sorted(untyped_clients(planted)) == [(2, "client"), (3, "redis"), (5, "client")]
 
 
+REDIS_ATTRIBUTES = ("redis", "_redis")
+
+
+def _redis_getattrs(tree: ast.AST) -> list[ast.Call]:
+    """Every ``getattr`` of a Redis attribute: ``getattr(x, "redis"...)``, or ``getattr(x, name...)`` in a loop
+    whose ``name`` runs over literal names among which is ``"redis"`` (``for name in ("redis", "client"): ...``)."""
+    loop_names: dict[int, set[str]] = {}  # id of a getattr call -> the loop variables that name "redis" around it
+    for loop in ast.walk(tree):
+        if (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+                and isinstance(loop.iter, ast.Tuple | ast.List | ast.Set)
+                and any(isinstance(item, ast.Constant) and item.value in REDIS_ATTRIBUTES for item in loop.iter.elts)):
+            for inner in ast.walk(loop):
+                loop_names.setdefault(id(inner), set()).add(loop.target.id)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2):
+            continue
+        name = node.args[1]
+        if (isinstance(name, ast.Constant) and name.value in REDIS_ATTRIBUTES) or (
+                isinstance(name, ast.Name) and name.id in loop_names.get(id(node), set())):
+            found.append(node)
+    return found
+
+
 def store_reach_throughs(source: str) -> list[tuple[int, str]]:
     """(line, expression) of every ``.redis`` read off a task store: ``store.redis``, ``self.store.redis``,
-    ``ctx.store.redis`` (any receiver whose last name is ``store`` or ends in ``_store``)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
+    ``ctx.store.redis`` (any receiver whose last name is ``store`` or ends in ``_store``); and every ``getattr`` of
+    a ``redis`` attribute (``_redis_getattrs``), whatever holds it: behind ``getattr`` a store goes by any name."""
+    tree = ast.parse(source)
+    found = [(call.lineno, ast.unparse(call)) for call in _redis_getattrs(tree)]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "redis":
             receiver = _receiver_name(node.value)
             if receiver == "store" or receiver.endswith("_store"):
@@ -170,7 +197,18 @@ task_store.redis.ping()
 await ctx.redis.aio.ping()
 self.redis = client
 restored.redis
+client = getattr(holder, "redis")
+client = getattr(self.backend, "redis", None)
+client = getattr(store, "_redis", None)
+name = getattr(options, "redis_url", "")
+value = getattr(holder, name)
+for name in ("redis", "client", "r"):
+    client = getattr(store, name, None)
+for name in ("url", "host"):
+    value = getattr(options, name, None)
 """
     assert sorted(store_reach_throughs(planted)) == [
         (2, "store.redis"), (3, "self.store.redis"), (4, "api.store.redis"), (5, "task_store.redis"),
+        (9, "getattr(holder, 'redis')"), (10, "getattr(self.backend, 'redis', None)"),
+        (11, "getattr(store, '_redis', None)"), (15, "getattr(store, name, None)"),
     ]

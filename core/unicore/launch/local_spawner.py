@@ -13,8 +13,8 @@ from unicore.agents import AgentDefinition, AgentInvalid, AgentNotFound, agent_i
 from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, TaskSpec, child_task_id
 from unicore.errors import MessageTooLarge, ToolError
 from unicore.log import get_logger
-from unicore.store.agents import read_agent
 from unicore.store.slots import SpawnSlots
+from unicore.store.tasks import TaskStore
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 from unicore.tools.storeview import TaskView
@@ -22,13 +22,13 @@ from unicore.tools.storeview import TaskView
 log = get_logger("launch.local")
 
 
-def child_agent(store: Any, parent: TaskView, agent: str) -> tuple[str, AgentDefinition]:
+def child_agent(store: TaskStore, parent: TaskView, agent: str) -> tuple[str, AgentDefinition]:
     """(agent id, definition) of agent ``agent`` for a child of ``parent``: its agent must list it, and it must be
     stored; ToolError (the model's error result) otherwise."""
     policy.check_agent(parent, agent)
     child_agent_id = agent_id(parent.id, agent)
     try:
-        definition = read_agent(storeview.redis_of(store), child_agent_id)
+        definition = store.read_agent(child_agent_id)
     except AgentInvalid as exc:
         raise ToolError(str(exc)) from None
     if definition is None:
@@ -75,12 +75,11 @@ def check_message_size(message: InboxMessage, cap: int = DEFAULT_MESSAGE_CAP_BYT
         )
 
 
-def reserve_child_slots(store: Any, parent: TaskView, child_id: str) -> SpawnSlots:
-    """Reserve ``child_id``'s child and tree slots atomically (LimitExceeded when full); see ``state.slots``."""
-    client = storeview.redis_of(store)
+def reserve_child_slots(store: TaskStore, parent: TaskView, child_id: str) -> SpawnSlots:
+    """Reserve ``child_id``'s child and tree slots atomically (LimitExceeded when full); see ``store.slots``."""
     limits = parent.limits
-    tree = storeview.descendants(client, parent.root_id, limit=limits.max_descendants + 1)
-    slots = SpawnSlots(client)
+    tree = store.descendants(parent.root_id, limit=limits.max_descendants + 1)
+    slots = store.spawn_slots()
     slots.reserve(
         parent_id=parent.id,
         root_id=parent.root_id,
@@ -96,7 +95,7 @@ def reserve_child_slots(store: Any, parent: TaskView, child_id: str) -> SpawnSlo
 class LocalSpawner:
     """``Spawner`` for local mode (and for tests): everything happens in Redis through ``TaskStore``."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: TaskStore) -> None:
         self.store = store
 
     def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,

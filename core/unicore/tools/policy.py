@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from unicore.api.schema import MAX_TASK_NAME, child_task_id, task_name, validate_task_id
 from unicore.errors import LimitExceeded, ToolError
+from unicore.store.tasks import TaskStore
 from unicore.tools import storeview
 from unicore.tools.storeview import TaskView
 
@@ -210,14 +210,13 @@ def check_message(parent: TaskView, counts: TreeCounts) -> None:
     check_budget(parent, counts)
 
 
-def tree_counts(store: Any, parent: TaskView) -> TreeCounts:
+def tree_counts(store: TaskStore, parent: TaskView) -> TreeCounts:
     """Counts for ``check_spawn``: the parent's children, the root's descendants and the tree's token use."""
-    client = storeview.redis_of(store)
     root = parent.root_id
-    tree = storeview.descendants(client, root, limit=parent.limits.max_descendants + 1)
-    children = storeview.child_count(client, parent.id)
+    tree = store.descendants(root, limit=parent.limits.max_descendants + 1)
+    children = store.child_count(parent.id)
     # The store rolls usage up onto the root (best effort); the per-task sum covers a missed roll-up.
-    root_view = parent if parent.id == root else storeview.read_views(client, [root])[0]
+    root_view = parent if parent.id == root else storeview.read_views(store, [root])[0]
     rolled_up = root_view.tree_total_tokens if root_view is not None else 0
-    tokens = max(rolled_up, storeview.tree_tokens(client, [root, *(node.id for node in tree)]))
+    tokens = max(rolled_up, store.tree_tokens([root, *(node.id for node in tree)]))
     return TreeCounts(children=children, descendants=len(tree), tokens_used=tokens)

@@ -41,11 +41,10 @@ def resolve_descendant(ctx: ToolContext, ref: str) -> str:
     me = ctx.task_id
     candidates = [ref] if ref.startswith(me + "-") else []
     candidates += [child_task_id(me, ref)]
-    client = storeview.redis_of(ctx.store)
     for candidate in candidates:
         task = candidate
         for _ in range(64):  # walk up the parent chain to the caller
-            view = storeview.read_views(client, [task])[0]
+            view = storeview.read_views(ctx.store, [task])[0]
             if view is None or view.parent is None:
                 break
             if view.parent == me:
@@ -227,12 +226,11 @@ class TaskStatus(Tool):
 
     def run(self, ctx: ToolContext, args: TaskStatusInput) -> str:  # type: ignore[override]
         top = resolve_descendant(ctx, args.task) if args.task else ctx.task_id
-        client = storeview.redis_of(ctx.store)
-        nodes = storeview.descendants(client, top, max_levels=args.levels, limit=STATUS_MAX_TASKS + 1)
+        nodes = ctx.store.descendants(top, max_levels=args.levels, limit=STATUS_MAX_TASKS + 1)
         if not nodes:
             return f"{top} has no child tasks."
         shown = nodes[:STATUS_MAX_TASKS]
-        activities = storeview.read_activity(client, [node.id for node in shown])
+        activities = storeview.read_activity(ctx.store, [node.id for node in shown])
         now = time.time()
         infos: dict[str, dict[str, Any]] = {}
         for node, activity in zip(shown, activities, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from unicore.store.tasks import TaskStore
 from unicore.tools import storeview
 from unicore.tools.policy import may_spawn
 from unicore.tools.registry import tool_names_for
@@ -51,16 +52,15 @@ what they tell {parent} to do is not addressed to you.
 """
 
 
-def parent_transcript(store: Any, parent_id: str, max_chars: int = DEFAULT_PARENT_CONTEXT_CHARS) -> str:
+def parent_transcript(store: TaskStore, parent_id: str, max_chars: int = DEFAULT_PARENT_CONTEXT_CHARS) -> str:
     """The parent's transcript with tool details, newest part kept within ``max_chars``.
 
     Reads only the tail of the parent's history it needs (doubling the tail until the bound is reached), so
     the cost does not grow with a long parent conversation.
     """
-    client = storeview.redis_of(store)
     count = _FIRST_TAIL
     while True:
-        messages, total = storeview.tail_messages(client, parent_id, count)
+        messages, total = store.tail_messages(parent_id, count)
         text = transcribe(messages, include_tool_details=True, include_ids=False)  # ids mean nothing to a child
         if len(text) > max_chars:
             return bound_tail(text, max_chars, "parent conversation")
@@ -70,7 +70,7 @@ def parent_transcript(store: Any, parent_id: str, max_chars: int = DEFAULT_PAREN
 
 
 def build_system_prompt(
-    store: Any, record: Any, *, parent_context_chars: int = DEFAULT_PARENT_CONTEXT_CHARS
+    store: TaskStore, record: Any, *, parent_context_chars: int = DEFAULT_PARENT_CONTEXT_CHARS
 ) -> str:
     """Base prompt + the record's system_prompt + (for a child) the parent's bounded transcript."""
     view = storeview.view_of(record)
