@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore.store.tasks import TaskStore
+
 from unicore_operator.indexes import TaskKey
 from unicore_operator.kube import KubeClients
 from unicore_operator.reconcile_queue import ReconcileQueue
@@ -40,7 +42,7 @@ class OperatorContext:
     settings: OperatorSettings
     redis: RedisState
     kube: KubeClients
-    store: Any  # unicore.store.tasks.TaskStore (sync; called through asyncio.to_thread)
+    store: TaskStore  # sync: called through asyncio.to_thread
     # Live kopf indexes (kopf.Index mappings), captured in the startup handler.
     agenttasks: Any = None
     turnjobs: Any = None

@@ -45,6 +45,7 @@ from unicore.kube_config import load_api_client
 from unicore.launch.local_spawner import check_message_size, check_same_agent, child_agent, reserve_child_slots
 from unicore.log import get_logger
 from unicore.settings import RuntimeSettings
+from unicore.store.tasks import TaskStore
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 
@@ -135,13 +136,13 @@ def refusal(exc: Any) -> str:
 class KubernetesSpawner:
     """``unicore.tools.base.Spawner`` for turn pods (UNICORE_SPAWNER=kubernetes)."""
 
-    def __init__(self, store: Any, api: Any, namespace: str) -> None:
+    def __init__(self, store: TaskStore, api: Any, namespace: str) -> None:
         self.store = store
         self.api = api
         self.namespace = namespace
 
     @classmethod
-    def from_env(cls, store: Any, settings: RuntimeSettings | None = None) -> KubernetesSpawner:
+    def from_env(cls, store: TaskStore, settings: RuntimeSettings | None = None) -> KubernetesSpawner:
         """The spawner of a turn pod: ``$UNICORE_NAMESPACE``, else the namespace of ``$UNICORE_TASK_ID``
         (``settings`` None: read now)."""
         if settings is None:
