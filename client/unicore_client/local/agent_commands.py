@@ -24,6 +24,7 @@ from unicore.api.spec import task_spec_of
 from unicore.errors import ConfigError
 from unicore.mcp_config import ResolvedMCPServer, parse_document, resolved
 from unicore.store.agents import list_agents, read_agent, write_agent
+from unicore.store.client import RedisClient
 from unicore.terminal import printable
 
 from unicore_client.arguments import UsageError, read_yaml_documents
@@ -106,7 +107,7 @@ def read_agent_files(paths: list[str]) -> AgentFiles:
     return files
 
 
-def store_agents(client: Any, files: AgentFiles) -> list[tuple[str, bool]]:
+def store_agents(client: RedisClient, files: AgentFiles) -> list[tuple[str, bool]]:
     """Store every Agent of ``files`` by its bare name: [(name, changed)]."""
     return [(name, write_agent(client, name, definition)) for name, definition in files.agents.items()]
 
@@ -138,7 +139,7 @@ def read_agent_option(value: str) -> AgentChoice:
     return AgentChoice(value)
 
 
-def chosen_definition(client: Any, choice: AgentChoice) -> AgentDefinition:
+def chosen_definition(client: RedisClient, choice: AgentChoice) -> AgentDefinition:
     """Store the choice's files (if any), then the definition it runs; UsageError for an agent never applied."""
     if choice.files is not None:
         store_agents(client, choice.files)
