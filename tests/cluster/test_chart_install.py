@@ -305,7 +305,6 @@ def test_chart_operator_runs_a_scripted_tree_with_the_charts_rbac(
     """The devcluster's pod runner starts the chart's operator pod as a local process: the Deployment's
     command, its env (REDIS_URL from the chart's Secret) and a TokenRequest token
     of the chart's ServiceAccount."""
-    pytest.importorskip("unicore_operator.main", reason="waits for the operator (issue 4)")
     api = control_plane.api_client()
     namespace = make_namespace(api, RESTRICTED)
     env = helm_env(control_plane, tmp_path)

@@ -82,7 +82,7 @@ def helm_bin() -> Path:
 
     path = find_bin_dir() / "helm"
     if not path.exists():
-        pytest.skip(f"helm not found in {path.parent} (hack/build-k8s.sh installs it)")
+        pytest.fail(f"helm not found in {path.parent} (hack/build-k8s.sh installs it)")
     return path
 
 
@@ -646,7 +646,7 @@ class _RedisForProbes:
     def __init__(self, directory: Path, *extra: str) -> None:
         server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
         if server is None or cli is None:
-            pytest.skip("redis-server and redis-cli are needed (hack/bootstrap.sh installs them)")
+            pytest.fail("redis-server and redis-cli are needed (hack/bootstrap.sh installs them)")
         self.socket = directory / "redis.sock"
         shim = directory / "bin" / "redis-cli"
         shim.parent.mkdir()

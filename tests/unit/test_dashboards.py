@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import promql_parser
 import pytest
 from unicore_operator.metrics.catalog import known_series
-
-promql_parser = pytest.importorskip("promql_parser", reason="promql-parser (dev dependency) is not installed")
 
 DASHBOARDS = sorted((Path(__file__).resolve().parents[2] / "helm" / "unicore" / "dashboards").glob("*.json"))
 # Grafana variables -> values that keep the expression valid PromQL (ranges need a duration, matchers a string).
