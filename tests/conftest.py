@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -10,9 +9,9 @@ import redis
 
 from tests.redis_server import RedisServer
 
-# The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher.
-if importlib.util.find_spec("unicore_devcluster.pytest_plugin") is not None:
-    pytest_plugins = ["unicore_devcluster.pytest_plugin"]
+# The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher (hack/, which
+# make bootstrap installs): a plain plugin, so a checkout without it fails at collection rather than losing fixtures.
+pytest_plugins = ["unicore_devcluster.pytest_plugin"]
 
 
 @pytest.fixture(scope="session")
