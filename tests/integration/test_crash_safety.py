@@ -3,7 +3,8 @@ gives the model synthetic error results for the tool calls that never got one.
 
 The turn runs in a forked process whose Redis connection SIGKILLs the process right after sending its Nth command
 (the server executes it; the process never sees the reply), for every N of a clean run; plus kills after random
-delays. Each crashed task is then recovered by running turns until it settles.
+delays, seeded from the clock unless UNICORE_CRASH_SEED is set (the seed is printed and in every failure message).
+Each crashed task is then recovered by running turns until it settles.
 """
 
 from __future__ import annotations
@@ -111,27 +112,28 @@ def _new_task(store: TaskStore, task_id: str) -> None:
         store.queue_text(task_id, text, message_id=f"{task_id}-{text}")
 
 
-def _recover_and_check(store: TaskStore, turn: TurnRunner, task_id: str) -> bool:
+def _recover_and_check(store: TaskStore, turn: TurnRunner, task_id: str, context: str) -> bool:
     """Run turns until the task settles; check nothing was lost or duplicated. True if synthetic results were
-    given to the model."""
-    wait_for(lambda: store.lease_holder(task_id) is None, timeout=10, what="the dead turn's lease to expire")
+    given to the model. ``context`` (the kill point or the seed) is in every failure message."""
+    wait_for(lambda: store.lease_holder(task_id) is None, timeout=10,
+             what=f"the dead turn's lease to expire ({context})")
     for _ in range(5):
         if not store.needs_turn(task_id):
             break
-        assert turn(task_id, lease_ttl_ms=LEASE_TTL_MS).exit_code == 0
-    assert not store.needs_turn(task_id), "the task did not settle"
-    assert store.pending_count(task_id) == 0
+        assert turn(task_id, lease_ttl_ms=LEASE_TTL_MS).exit_code == 0, context
+    assert not store.needs_turn(task_id), f"the task did not settle ({context})"
+    assert store.pending_count(task_id) == 0, context
     messages = store.messages(task_id)
     user_texts = [b["text"] for m in messages if m.role == "user" for b in m.content if "text" in b]
-    assert sorted(user_texts) == sorted(["start", *USER_MESSAGES])  # each exactly once
+    assert sorted(user_texts) == sorted(["start", *USER_MESSAGES]), f"each user message exactly once ({context})"
     asked = [b["toolUse"]["toolUseId"] for m in messages for b in m.content if "toolUse" in b]
     answered = [b["toolResult"]["toolUseId"] for m in messages for b in m.content if "toolResult" in b]
-    assert len(answered) == len(set(answered)) and set(answered) <= set(asked)  # no duplicate result
-    assert [m.seq for m in messages] == list(range(len(messages)))
-    assert messages[-1].role == "assistant" and "toolUse" not in messages[-1].content[0]
+    assert len(answered) == len(set(answered)) and set(answered) <= set(asked), f"a duplicate result ({context})"
+    assert [m.seq for m in messages] == list(range(len(messages))), context
+    assert messages[-1].role == "assistant" and "toolUse" not in messages[-1].content[0], context
     synthetic = False
     for request in turn.requests(task_id):
-        assert converse_problems(request.messages) == [], request.messages
+        assert converse_problems(request.messages) == [], f"{context}: {request.messages}"
         synthetic |= any(
             b.get("toolResult", {}).get("content", [{}])[0].get("text") == INTERRUPTED_TEXT
             for m in request.messages
@@ -158,15 +160,16 @@ def test_kill_at_every_redis_command_of_a_turn(store, turn, redis_url, tmp_path,
         process.join(timeout=60)
         if process.exitcode == -signal.SIGKILL:
             killed += 1
-        else:
-            assert process.exitcode == 0  # the heartbeat thread's commands shift the count: it may finish
-        synthetic_seen += _recover_and_check(store, turn, task_id)
+        else:  # the heartbeat thread's commands shift the count: it may finish
+            assert process.exitcode == 0, f"kill at command {kill_at}: exit code {process.exitcode}"
+        synthetic_seen += _recover_and_check(store, turn, task_id, f"kill at command {kill_at}")
     assert killed >= total // 2
     assert synthetic_seen > 0  # some kills left tool calls unanswered; the next turn repaired them
 
 
 def test_kill_after_random_delays(store, turn, redis_url, tmp_path, fork):
     seed = int(os.environ.get("UNICORE_CRASH_SEED", time.time()))
+    print(f"UNICORE_CRASH_SEED={seed}")  # shown with -rA or a failure's captured output; set it to rerun this run
     rng = random.Random(seed)
     _new_task(store, "crash-timing")
     began = time.monotonic()
@@ -181,5 +184,5 @@ def test_kill_after_random_delays(store, turn, redis_url, tmp_path, fork):
         if process.is_alive():
             os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=60)
-        assert process.exitcode in (0, -signal.SIGKILL), f"seed {seed}"
-        _recover_and_check(store, turn, task_id)
+        assert process.exitcode in (0, -signal.SIGKILL), f"UNICORE_CRASH_SEED={seed}: exit code {process.exitcode}"
+        _recover_and_check(store, turn, task_id, f"UNICORE_CRASH_SEED={seed}, kill {i}")
