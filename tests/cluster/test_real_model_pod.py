@@ -2,6 +2,7 @@
 Qwen2.5-Coder-1.5B (tests/model_server.py) listens on the node IP, the host operator maps the task's model to it with
 ``UNICORE_OPENAI_ENDPOINTS`` (as the chart's ``provider.openai.endpoints`` does), and the turn container (the agent
 image under containerd) calls it, runs the tool the model asks for and streams the answer to the task's live stream.
+A retried model call or turn is tolerated and said (tests/model_retries.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ import redis
 from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import read_after
 
-from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, turn_pod_logs
+from tests.cluster.operator_harness import (
+    StartOperator,
+    Tasks,
+    operator_factory,
+    stored_messages,
+    task_events,
+    turn_pod_logs,
+)
+from tests.model_retries import report_retries
 from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out
 from tests.waiting import wait_for
 
@@ -73,6 +82,9 @@ def test_a_turn_pod_on_the_real_node_calls_the_real_model_runs_its_tool_and_stre
 
     status = wait_for(lambda: settled(tasks, "writer"), timeout=1200, interval=1,
                       what=f"task writer to settle (llama-server log: {node_model_server.log_path})")
+    # a model call's further tries and a second turn attempt (UNICORE_MAX_TURN_RETRIES=1) pass, and are said
+    failed_turns = [f"TurnFailed: {event.message}" for event in task_events(tasks, "writer", "TurnFailed")]
+    report_retries(TaskStore(redis_client), [task_id], also=failed_turns)
     assert status["phase"] == "Idle", status
     assert "file written" in str(status.get("lastResponse") or "").lower(), status
 
