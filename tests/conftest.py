@@ -6,12 +6,18 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from hypothesis import settings
 
 from tests.redis_server import RedisServer
 
 # The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher (hack/, which
 # make bootstrap installs): a plain plugin, so a checkout without it fails at collection rather than losing fixtures.
 pytest_plugins = ["unicore_devcluster.pytest_plugin"]
+
+# A failing property test (hypothesis draws its examples at random) prints, with its falsifying example, the
+# @reproduce_failure blob that replays it exactly (the random seeds printed).
+settings.register_profile("unicore", print_blob=True)
+settings.load_profile("unicore")
 
 
 @pytest.fixture(scope="session")
