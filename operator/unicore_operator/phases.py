@@ -223,7 +223,11 @@ def ready_reason(obs: TaskObservation) -> str | None:
     return None
 
 
-def retry_delay(failed_attempts: int, base_seconds: float, cap_seconds: float = 300.0) -> float:
+# The longest wait before a failed turn's retry, whatever its base (UNICORE_TURN_RETRY_BACKOFF_SECONDS, at most this).
+RETRY_DELAY_CAP_SECONDS = 300.0
+
+
+def retry_delay(failed_attempts: int, base_seconds: float, cap_seconds: float = RETRY_DELAY_CAP_SECONDS) -> float:
     """Exponential backoff before retry ``failed_attempts`` (1 -> base, 2 -> 2*base, ...), capped."""
     if failed_attempts <= 0:
         return 0.0

@@ -25,6 +25,8 @@ from unicore.errors import ConfigError
 from unicore.providers.endpoints import EndpointMap, parse_endpoints
 from unicore.settings import KeywordOnlySettings
 
+from unicore_operator.phases import RETRY_DELAY_CAP_SECONDS
+
 # Set by the Job builder itself; UNICORE_AGENT_EXTRA_ENV may not override them.
 RESERVED_AGENT_ENV = frozenset({
     pod_env.REDIS_URL, pod_env.TASK_ID, pod_env.SPAWNER, pod_env.NAMESPACE, pod_env.WORKSPACE, pod_env.HOME,
@@ -66,7 +68,10 @@ class OperatorSettings(KeywordOnlySettings):
     gpu_toleration: bool = True
     job_ttl_seconds: int = Field(300, ge=0)
     max_turn_retries: int = Field(3, ge=0)
-    turn_retry_backoff_seconds: float = Field(5.0, ge=0)
+    # The wait before a failed turn Job's retry: this, doubled per failure in a row (phases.retry_delay), at most
+    # RETRY_DELAY_CAP_SECONDS, which also bounds it (a larger base would wait the cap every time); 0 = no wait. The
+    # fault-injection tests set it small, so their many kills (each a failed Job) retry fast.
+    turn_retry_backoff_seconds: float = Field(5.0, ge=0, le=RETRY_DELAY_CAP_SECONDS, allow_inf_nan=False)
     default_turn_timeout_seconds: int = Field(3600, ge=10)
     resync_seconds: float = Field(30.0, gt=0)
     # A tool call waiting for approval (spec.approval) longer than this is denied ("expired") when the task's

@@ -15,6 +15,7 @@ from unicore.archive import ArchiveEnvironment
 from unicore.errors import ConfigError
 from unicore.providers.endpoints import parse_endpoints
 from unicore.store import client as redis_client
+from unicore_operator.phases import RETRY_DELAY_CAP_SECONDS, retry_delay
 from unicore_operator.settings import OperatorSettings, env_var, load_settings
 from unicore_operator.watchdog.adapter import thresholds_from
 
@@ -161,6 +162,29 @@ def test_errors_name_the_variable(environ: dict[str, str], message: str | None) 
         return
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_settings(environ)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-0.5", "Input should be greater than or equal to 0"),
+    ("301", "Input should be less than or equal to 300"),
+    ("inf", "Input should be a finite number"),
+    ("nan", "Input should be a finite number"),
+    ("5s", "Input should be a valid number"),
+])
+def test_a_bad_turn_retry_backoff_is_refused_in_one_line(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"REDIS_URL": "redis://r", "UNICORE_TURN_RETRY_BACKOFF_SECONDS": value})
+    text = str(caught.value)
+    assert text.startswith("invalid operator settings: UNICORE_TURN_RETRY_BACKOFF_SECONDS: ") and "\n" not in text
+    assert message in text, text
+
+
+def test_the_turn_retry_backoff_takes_its_bounds_and_defaults_to_five_seconds() -> None:
+    assert OperatorSettings(redis_url="redis://r").turn_retry_backoff_seconds == 5.0
+    for value, expected in (("0", 0.0), ("0.01", 0.01), ("300", 300.0)):  # 0: no wait; 300: the cap itself
+        backoff = load_settings({"REDIS_URL": "redis://r", "UNICORE_TURN_RETRY_BACKOFF_SECONDS": value})
+        assert backoff.turn_retry_backoff_seconds == expected
+    assert RETRY_DELAY_CAP_SECONDS == 300.0 and retry_delay(30, 300.0) == retry_delay(1, 300.0) == 300.0
 
 
 def test_watchdog_grace_comes_from_the_settings() -> None:
