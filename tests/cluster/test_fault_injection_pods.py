@@ -26,8 +26,9 @@ pytestmark = pytest.mark.cluster
 # UNICORE_TURN_RETRY_BACKOFF_SECONDS: the wait before retry n of a failed turn Job is this x 2^(n-1) (the operator's
 # default base is 5 s). The kills and retries are what is tested, not the wait, so the base is short here. Almost every
 # Job of this tree is killed (a turn's last process dies late, after its work), so a task fails 9-11 times in a row:
-# a base of 0.2 s spent 125 s of a 117 s settle in backoff (the tasks' waits overlap), 0.01 s 23 s of 41 s,
-# 0.001 s 0.3 s of 20 s, with 38-42 kills each time (the printed RetryTimings).
+# with a base of 0.2 s the backoff scheduled was 125 s (summed over the tasks, whose waits overlap) and the tree
+# settled in 117 s; 0.01 s: 23 s, settled in 41 s; 0.001 s: 0.3 s, settled in 20 s; 38-42 kills each time (the
+# printed RetryTimings).
 BACKOFF_SECONDS = 0.001
 
 
