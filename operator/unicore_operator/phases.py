@@ -231,7 +231,9 @@ def retry_delay(failed_attempts: int, base_seconds: float, cap_seconds: float = 
     """Exponential backoff before retry ``failed_attempts`` (1 -> base, 2 -> 2*base, ...), capped."""
     if failed_attempts <= 0:
         return 0.0
-    return float(min(cap_seconds, base_seconds * (2 ** (failed_attempts - 1))))
+    # 2**1023 is the largest power of two a float holds: a larger one raised OverflowError (from 1025 failures in a
+    # row, which UNICORE_MAX_TURN_RETRIES allows); past it the product is the cap (or inf, capped) anyway
+    return float(min(cap_seconds, base_seconds * (2 ** min(failed_attempts - 1, 1023))))
 
 
 def truncate(text: str | None, limit: int) -> str:

@@ -8,6 +8,7 @@ from unicore.store.operator_state import LastTurn
 from unicore.store.task_views import view_from_mapping
 from unicore_operator.indexes import job_outcome
 from unicore_operator.phases import (
+    RETRY_DELAY_CAP_SECONDS,
     Phase,
     TaskObservation,
     build_status,
@@ -153,3 +154,10 @@ def test_a_turn_waiting_for_a_gpu_is_pending_with_the_schedulers_reason_not_runn
     started = PodView(namespace="team", name="demo-t1-x", job_name="demo-t1", phase="Running")
     assert scheduling_wait(False, [started]) is None
     assert scheduling_wait(False, [PodView(namespace="team", name="demo-t1-x", job_name="demo-t1")]) is None
+
+
+def test_the_retry_delay_of_a_very_long_failure_chain_is_the_cap() -> None:
+    """Failure counts past 1025 made 2**(n-1) too large for a float (OverflowError in the reconcile)."""
+    for failures in (1025, 1026, 5000):
+        assert retry_delay(failures, 5.0) == RETRY_DELAY_CAP_SECONDS
+    assert retry_delay(5000, 0.0) == 0.0
