@@ -103,7 +103,19 @@ class AgentRef(CamelModel):
     name: str
 
 
-class AgentTaskSpec(CamelModel):
+class SchedulingSpec(CamelModel):
+    """Where a turn pod runs: the fields an AgentTask and an Agent share (``unicore.api.schema.SCHEDULING_FIELDS``;
+    an Agent's are its tasks' defaults, ``job_builder``)."""
+
+    gpus: int | None = Field(None, ge=0)
+    resources: ResourcesSpec | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+
+
+class AgentTaskSpec(SchedulingSpec):
     """``spec`` of an AgentTask."""
 
     prompt: Prompt | None = None  # schema.check_prompt: not empty, not only whitespace
@@ -118,16 +130,10 @@ class AgentTaskSpec(CamelModel):
     parent_ref: ParentRef | None = None
     agent_ref: AgentRef | None = None
     suspend: bool = False
-    gpus: int | None = Field(None, ge=0)
-    resources: ResourcesSpec | None = None
-    node_selector: dict[str, str] | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    priority_class_name: str | None = None
-    runtime_class_name: str | None = None
     queue_name: str | None = None
 
 
-class AgentSpec(CamelModel):
+class AgentSpec(SchedulingSpec):
     """``spec`` of an Agent as it is read (``agent_spec_of``). The runtime's part is checked and used as
     ``unicore.agents.AgentDefinition``; the scheduling fields are defaults of its tasks' turn pods (``job_builder``)."""
 
@@ -138,12 +144,6 @@ class AgentSpec(CamelModel):
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
     approval: ApprovalSpec | None = None
     mcp_servers: list[MCPServerRef] | None = None
-    gpus: int | None = Field(None, ge=0)
-    resources: ResourcesSpec | None = None
-    node_selector: dict[str, str] | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    priority_class_name: str | None = None
-    runtime_class_name: str | None = None
 
 
 Spec = TypeVar("Spec", bound=CamelModel)
