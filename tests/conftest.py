@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server for the session, flushed before each test that uses it."""
+"""Shared fixtures: a real redis-server for the session, flushed before each test that uses it; the session's one
+1.5B model server (tests/model and the real node's model pod tests share it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import redis
 from hypothesis import settings
 
+from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out
 from tests.redis_server import RedisServer
 
 # The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher (hack/, which
@@ -38,3 +40,27 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+def model_host() -> str:
+    """Where the session's model server listens: the node IP where there is one (turn pods on the real node reach
+    it there, and the host does too), else 127.0.0.1."""
+    from unicore_devcluster.node_host import node_ip
+
+    return node_ip() or "127.0.0.1"
+
+
+@pytest.fixture(scope="session")
+def tool_model_server() -> Iterator[ModelServer]:
+    """Qwen2.5-Coder-1.5B: turns that call tools (the 0.5B repeats its call after the result: docs/models.md). One
+    per run: local-mode tests and turn pods on the real node share it (under xdist, the tests that use it run in one
+    worker: their xdist group, below)."""
+    if opted_out():
+        pytest.skip(f"{OPT_OUT}=1: no real model server")
+    try:
+        server = ModelServer(model=TOOL_ALIAS, host=model_host())
+    except ModelUnavailable as exc:
+        pytest.fail(f"the real model server is unavailable: {exc} (set {OPT_OUT}=1 to skip these tests)")
+    yield server
+    print(f"--- llama-server log:\n{server.log_tail(40)}")
+    server.stop()

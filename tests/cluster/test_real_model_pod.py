@@ -26,29 +26,18 @@ from tests.cluster.operator_harness import (
     turn_pod_logs,
 )
 from tests.model_retries import report_retries
-from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out
+from tests.model_server import TOOL_ALIAS, ModelServer
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_node, pytest.mark.model, pytest.mark.timeout(1800)]
 
 
-@pytest.fixture(scope="module")
-def node_model_server() -> Iterator[ModelServer]:
-    """The 1.5B (it ends a turn after a tool result: docs/models.md) on the node IP, where pods reach it."""
-    if opted_out():
-        pytest.skip(f"{OPT_OUT}=1: no real model server")
-    from unicore_devcluster.node_host import node_ip
-
-    host = node_ip()
-    if host is None:
+@pytest.fixture
+def node_model_server(tool_model_server: ModelServer) -> ModelServer:
+    """The session's 1.5B (it ends a turn after a tool result: docs/models.md), on the node IP where pods reach it."""
+    if tool_model_server.host == "127.0.0.1":
         pytest.fail("no non-loopback IPv4 address for a model server the real node's pods reach")
-    try:
-        server = ModelServer(model=TOOL_ALIAS, host=host)
-    except ModelUnavailable as exc:
-        pytest.fail(f"the real model server is unavailable: {exc} (set {OPT_OUT}=1 to skip these tests)")
-    yield server
-    print(f"--- llama-server log:\n{server.log_tail(40)}")
-    server.stop()
+    return tool_model_server
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""The real model server for the tests of this folder: one llama-server per session (tests/model_server.py).
+"""The real model servers for the tests of this folder: the 0.5B here, the 1.5B (``tool_model_server``) in
+tests/conftest.py, shared with the real node's model pod tests; one llama-server each per session
+(tests/model_server.py).
 
 It comes from the cache that ``make test`` fills first (its ``model-bins`` prerequisite: hack/build-model-server.sh
 and hack/fetch-model.py); a cold cache is built here. Where it cannot be built or started, the tests FAIL with the
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model_server import ALIAS, OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out
+from tests.model_server import ALIAS, OPT_OUT, ModelServer, ModelUnavailable, opted_out
 
 REPO = Path(__file__).resolve().parents[2]
 UNICORE = str(Path(sys.executable).with_name("unicore"))
@@ -35,14 +37,6 @@ def start_server(model: str) -> ModelServer:
 def model_server() -> Iterator[ModelServer]:
     """Qwen2.5-Coder-0.5B: plain answers (streaming)."""
     server = start_server(ALIAS)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def tool_model_server() -> Iterator[ModelServer]:
-    """Qwen2.5-Coder-1.5B: turns that call tools (the 0.5B repeats its call after the result: docs/models.md)."""
-    server = start_server(TOOL_ALIAS)
     yield server
     server.stop()
 
