@@ -121,6 +121,10 @@ def test_summary_requests_do_not_consume_steps():
         ({"tasks": {"x": [{}]}}, "at least one of"),
         ({"tasks": {"x": [{"tool_use": [{"input": {}}]}]}}, "name"),
         ({"tasks": {"x": [{"sleep": -1, "text": "a"}]}}, "sleep"),
+        ({"tasks": {"x": [{"timeout": 5, "text": "a"}]}}, "needs a gate"),
+        ({"tasks": {"x": [{"gate": "a:b", "text": "a"}]}}, "gate"),
+        ({"tasks": {"x": [{"gate": "*", "text": "a"}]}}, "gate"),
+        ({"tasks": {"x": [{"gate": "go", "timeout": 0}]}}, "timeout"),
         ({"tasks": ["not", "a", "mapping"]}, "tasks"),
     ],
 )

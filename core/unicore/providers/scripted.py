@@ -12,6 +12,17 @@ Script format (YAML or JSON file, or a dict)::
       "demo-*":
         - sleep: 0.5            # wait this many seconds (interruptible), then take the step's other fields
           text: "Result from a child."
+      "victim":
+        - gate: go              # wait until a test opens the task's gate "go" (interruptible), then the rest
+          timeout: 120          # ... for at most this many seconds (default 300), else the model call fails
+          text: "Past the gate."
+
+A gate lets a test hold a task's model call until its fault is in place (a pod killed, Redis down, the operator
+stopped), instead of racing a sleep: the test opens it with ``unicore.store.gates.open_gate(client, task_id, name)``
+(the key ``uc:{<task id>}:gate:<name>``, which the model polls every ``GATE_POLL_SECONDS`` with the turn's own Redis
+client; a namespace's Redis user may read it, not write it). An opened gate stays open, so a retried turn passes it
+at once. A step with both waits for the gate, then sleeps. A gate not opened within ``timeout`` fails the model call
+(``ModelError`` naming the gate, the task and the key); a gate without a Redis client fails it at once.
 
 Which entry a task uses never depends on the order of the keys (the Kubernetes API server does not keep the order
 of an object's keys, and YAML/JSON mappings are unordered): among the globs (``fnmatch``: ``*``, ``?``, ``[...]``)
@@ -47,13 +58,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from unicore.api.schema import ContentBlock, Usage, task_name
-from unicore.errors import ConfigError, TurnCancelled
+from unicore.errors import ConfigError, ModelError, TurnCancelled
 from unicore.glob_order import specificity
 from unicore.providers.base import AnswerSink, ModelRequest, ModelResponse
 from unicore.providers.calling import CallRunner
 from unicore.providers.retry import RetryPolicy
 from unicore.store.client import RedisClient
+from unicore.store.gates import gate_is_open
+from unicore.store.keys import GATE_NAME_PATTERN, gate_key
 from unicore.turn.history import latest_user_text
+
+GATE_POLL_SECONDS = 0.05  # how often a gated model call asks whether its gate is open
+GATE_TIMEOUT_SECONDS = 300.0  # a gate step's default deadline
 
 
 class ScriptToolCall(BaseModel):
@@ -71,12 +87,16 @@ class ScriptStep(BaseModel):
     echo: bool = False
     echo_results: bool = False
     sleep: float | None = Field(None, ge=0, le=3600)
+    gate: str | None = Field(default=None, pattern=GATE_NAME_PATTERN)  # wait until a test opens it (store.gates)
+    timeout: float | None = Field(default=None, gt=0, le=3600)  # the gate's deadline (default GATE_TIMEOUT_SECONDS)
 
     @model_validator(mode="after")
     def _has_an_action(self) -> ScriptStep:
         acts = self.text is not None or self.tool_use or self.echo or self.echo_results
-        if not acts and self.sleep is None:
-            raise ValueError("a step needs at least one of text, tool_use, echo, echo_results or sleep")
+        if not acts and self.sleep is None and self.gate is None:
+            raise ValueError("a step needs at least one of text, tool_use, echo, echo_results, sleep or gate")
+        if self.timeout is not None and self.gate is None:
+            raise ValueError("timeout is a gate's deadline: a step with timeout needs a gate")
         return self
 
 
@@ -175,7 +195,8 @@ class ScriptedModel:
     def __init__(self, script: Script, *, name: str = "scripted", redis_client: RedisClient | None = None) -> None:
         self.script = script
         self.name = name
-        self.cancel: threading.Event | None = None  # set by the turn runner so a sleep can be interrupted
+        self.cancel: threading.Event | None = None  # set by the turn runner so a sleep or gate can be interrupted
+        self.redis = redis_client  # where a gate step looks for its gate
         # the one owner of the model metrics, as for the remote providers (no Redis: no metrics)
         self.runner = CallRunner(
             "scripted", name, policy=RetryPolicy(max_attempts=1), redis_client=redis_client
@@ -188,11 +209,26 @@ class ScriptedModel:
     def set_cancel_event(self, event: threading.Event) -> None:
         self.cancel = event
 
-    def _sleep(self, seconds: float) -> None:
+    def _sleep(self, seconds: float, what: str = "sleep") -> None:
         if self.cancel is None:
             time.sleep(seconds)
         elif self.cancel.wait(seconds):
-            raise TurnCancelled("cancelled during the scripted model's sleep")
+            raise TurnCancelled(f"cancelled during the scripted model's {what}")
+
+    def _wait_for_gate(self, task_id: str, name: str, timeout: float) -> None:
+        """Return once the gate ``name`` of ``task_id`` is open; ModelError past ``timeout`` seconds."""
+        key = gate_key(task_id, name)
+        if self.redis is None:
+            raise ModelError(f"the scripted model's gate {name!r} ({key}) needs Redis: this model has no client")
+        deadline = time.monotonic() + timeout
+        while not gate_is_open(self.redis, task_id, name):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ModelError(
+                    f"the scripted model's gate {name!r} of task {task_id} was not opened within {timeout:g} s "
+                    f"(key {key}; a test opens it with unicore.store.gates.open_gate)"
+                )
+            self._sleep(min(GATE_POLL_SECONDS, left), f"gate {name!r}")
 
     def converse(self, request: ModelRequest, sink: AnswerSink | None = None) -> ModelResponse:
         return self.runner.run(request, lambda: self._answer(request, sink))
@@ -209,6 +245,8 @@ class ScriptedModel:
                 step = steps[step_index]
             else:
                 step = ScriptStep(text=self.script.default, sleep=None)
+            if step.gate is not None:
+                self._wait_for_gate(request.task_id, step.gate, step.timeout or GATE_TIMEOUT_SECONDS)
             if step.sleep:
                 self._sleep(step.sleep)
             content = self._content(request, step, step_index)

@@ -16,6 +16,8 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   ZADD/ZREM on the heartbeat index (no reads), HINCRBYFLOAT/HSET on the telemetry hashes (no
   reads), the throttle scripts on ``uc:throttle:*`` (read and write: the model throttle is shared on purpose) and
   GET/SET of the Bedrock model-name cache;
+- EXISTS of the scripted model's gates of its tasks (``uc:{<namespace>/*}:gate:*``, ``store.gates``), read only:
+  a test opens them with the admin identity;
 - GET of the namespace's agent definitions (``uc:agent:{<namespace>/*}``, ``state.agents``): a turn reads its
   task's agent and spawns by agent name, and never writes one (only the operator stores what the Agents say);
 - nothing else: no ``uc:tasks`` (only the operator and local mode index tasks), no SCAN/KEYS/INFO/MONITOR/CLIENT/
@@ -40,6 +42,7 @@ from redis.cluster import RedisCluster
 from unicore.store.client import RedisClient
 from unicore.store.keys import (
     BEDROCK_MODELS_CACHE,
+    GATE_PART,
     HEARTBEATS_INDEX,
     METRICS_COUNTERS,
     METRICS_GAUGES,
@@ -63,6 +66,8 @@ OPERATOR_PARTS = ("operator", "opjobs", "opreaped")
 # could write them could approve its own gated calls in a person's name.
 READ_ONLY_PARTS = ("decisions",)
 READ_ONLY_COMMANDS = ("hget", "hmget", "hgetall")
+# The scripted model's gates (store.gates): a turn asks whether its gate is open; only a test opens one.
+GATE_COMMAND = "exists"
 TURN_PARTS = tuple(
     key.rsplit(":", 1)[1] for key in TaskKeys("x").all()
     if key.rsplit(":", 1)[1] not in (*OPERATOR_PARTS, *READ_ONLY_PARTS)
@@ -132,6 +137,12 @@ def namespace_read_only_patterns(namespace: str) -> list[str]:
     return [task_key(glob_escape(namespace) + "/*", part) for part in READ_ONLY_PARTS]
 
 
+def namespace_gate_pattern(namespace: str) -> str:
+    """The key pattern of the scripted model's gates of ``namespace``'s tasks (``keys.gate_key``): read only."""
+    _check_namespace(namespace)
+    return task_key(glob_escape(namespace) + "/*", GATE_PART + ":*")
+
+
 def namespace_rules(namespace: str) -> list[str]:
     """The ACL rules of ``namespace``'s user, as ACL SETUSER arguments, without password or on/off (pure)."""
     rules = ["-@all", *(f"+{command}" for command in (*TASK_COMMANDS, *KEYLESS_COMMANDS))]
@@ -149,6 +160,8 @@ def namespace_rules(namespace: str) -> list[str]:
     # above); no script of a turn may name them either (EVAL's keys count as written)
     rules.append("(" + " ".join([*(f"+{c}" for c in READ_ONLY_COMMANDS),
                                  *(f"%R~{p}" for p in namespace_read_only_patterns(namespace))]) + ")")
+    # The scripted model's gates of its tasks (store.gates): EXISTS only; a test opens them with the admin identity
+    rules.append(f"(+{GATE_COMMAND} %R~{namespace_gate_pattern(namespace)})")
     return rules
 
 
@@ -245,5 +258,6 @@ def acl_users(client: RedisClient) -> Sequence[str]:
 
 __all__ = ["AclUnavailable", "CHECK_USER", "READ_ONLY_PARTS", "SHARED_SELECTORS", "TASK_COMMANDS", "TURN_PARTS",
            "USER_PREFIX", "acl_users", "apply_namespace_user", "check_acl_rights", "delete_namespace_user",
-           "glob_escape", "identity_url", "namespace_key_patterns", "namespace_read_only_patterns", "namespace_rules",
+           "glob_escape", "identity_url", "namespace_gate_pattern", "namespace_key_patterns",
+           "namespace_read_only_patterns", "namespace_rules",
            "namespace_user", "new_password", "same_address", "setuser_args", "url_credentials"]

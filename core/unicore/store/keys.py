@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 ACTIVATIONS_STREAM = "uc:activations"  # local tasks'; an AgentTask's namespace has its own (activations_stream)
@@ -67,6 +68,21 @@ def namespace_changes_stream(namespace: str) -> str:
 def task_key(task_id: str, part: str) -> str:
     """``uc:{<task id>}:<part>``; the braces make Redis Cluster keep all of a task's keys in one slot."""
     return f"uc:{{{task_id}}}:{part}"
+
+
+GATE_PART = "gate"  # uc:{<task id>}:gate:<name>: the scripted model's gates (gate_key)
+GATE_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"  # no glob character, brace or colon: a gate key matches no other part
+
+
+def gate_key(task_id: str, name: str) -> str:
+    """``uc:{<task id>}:gate:<name>``: a gate of the scripted model (``providers.scripted``, step ``gate``): the
+    task's model call waits until the key exists. Set only by tests (``store.gates.open_gate``, with the admin
+    identity); a namespace's Redis user may read it, not write it (``store.acl``). Not in ``TaskKeys.all`` (its
+    names are the script's): the task's pattern (``TaskKeys.pattern``) covers it, so the operator's clean-up of a
+    deleted task removes it."""
+    if not re.match(GATE_NAME_PATTERN, name):
+        raise ValueError(f"not a gate name: {name!r} (1-64 of A-Z a-z 0-9 . _ -)")
+    return task_key(task_id, f"{GATE_PART}:{name}")
 
 
 @dataclass(frozen=True)
