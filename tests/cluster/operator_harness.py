@@ -208,6 +208,16 @@ def long_script(name: str, seconds: float) -> dict[str, Any]:
     return {"tasks": {name: [{"sleep": seconds, "text": "Slow answer."}, {"echo": True}]}}
 
 
+GATE = "go"  # the gate of gated_script's first model call
+
+
+def gated_script(name: str, gate: str = GATE) -> dict[str, Any]:
+    """Task ``name`` answers its first message once the test opens the task's gate ``gate`` (a model call that lasts
+    until the test's fault is in place: ``unicore.store.gates.open_gate``), then echoes; the same answers as
+    ``long_script``."""
+    return {"tasks": {name: [{"gate": gate, "text": "Slow answer."}, {"echo": True}]}}
+
+
 def task_events(tasks: Tasks, name: str, reason: str) -> list[Any]:
     """Events with ``reason`` about the AgentTask ``name``."""
     found = tasks.core.list_namespaced_event(tasks.namespace, field_selector=f"involvedObject.name={name}").items

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.store.gates import open_gate
 
-from tests.cluster.operator_harness import StartOperator, Tasks, long_script, operator_factory, task_events
+from tests.cluster.operator_harness import GATE, StartOperator, Tasks, gated_script, operator_factory, task_events
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -68,9 +69,14 @@ def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
     UNICORE_MAX_REAPS=2, counting it twice fails the task; counted once, the turn is retried and answers."""
     start_operator()
     task_id = f"{k8s_namespace}/crashy"
-    tasks.create("crashy", {"prompt": "go", "model": "scripted", "script": long_script("crashy", 10)})
+    # its model call lasts until the gate opens, once the retried turn holds the lease
+    tasks.create("crashy", {"prompt": "go", "model": "scripted", "script": gated_script("crashy")})
     # older than the watchdog's grace, so the watchdog may reap the dead holder's lease too
     kill_turn_process(redis_client, task_id, older_than=6)
+    wait_for(lambda: settled(tasks, "crashy")  # (Failed: the crash counted twice, asserted below)
+             or lease(redis_client, task_id).get("holder", "").startswith("crashy-t1-r1-"), timeout=90,
+             what="the retried turn (Job crashy-t1-r1) to hold the lease")
+    open_gate(redis_client, task_id, GATE)
 
     status = wait_for(lambda: settled(tasks, "crashy"), timeout=120, what="the task to settle after the crash")
     assert status["phase"] == "Idle" and status["turns"] == 1, status
@@ -87,7 +93,8 @@ def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_eve
     of 120 s). A failed Job posts TurnFailed; a turn Job deleted while it runs posts TurnJobDeleted."""
     start_operator(UNICORE_WATCHDOG_GRACE_SECONDS="120")
     task_id = f"{k8s_namespace}/quick"
-    tasks.create("quick", {"prompt": "go", "model": "scripted", "script": long_script("quick", 8)})
+    # its model call lasts until the gate opens, once the retried Job was deleted while it ran
+    tasks.create("quick", {"prompt": "go", "model": "scripted", "script": gated_script("quick")})
     killed = kill_turn_process(redis_client, task_id)
     killed_at = time.monotonic()
     wait_for(lambda: lease(redis_client, task_id).get("holder") != killed["holder"], timeout=12,
@@ -103,6 +110,7 @@ def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_eve
     [deleted] = wait_for(lambda: task_events(tasks, "quick", "TurnJobDeleted"), timeout=30,
                          what="a TurnJobDeleted Event")
     assert "quick-t1-r1 was deleted before it finished" in deleted.message, deleted.message
+    open_gate(redis_client, task_id, GATE)
 
     status = wait_for(lambda: settled(tasks, "quick"), timeout=120, what="the task to settle")
     assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
@@ -138,7 +146,8 @@ def test_a_job_that_ends_while_redis_is_down_is_counted_when_redis_is_back(
     # the operator's Redis calls give up after 2 s (not the default 30 s): the outage outlasts them
     operator = start_operator(UNICORE_WATCHDOG_GRACE_SECONDS="120", UNICORE_REDIS_RETRY_SECONDS="2")
     task_id = f"{k8s_namespace}/outage"
-    tasks.create("outage", {"prompt": "go", "model": "scripted", "script": long_script("outage", 6)})
+    # its model call lasts until the gate opens, once Redis is back and the failure recorded
+    tasks.create("outage", {"prompt": "go", "model": "scripted", "script": gated_script("outage")})
     holder = wait_for(lambda: lease(redis_client, task_id).get("holder"), timeout=90, what="the turn to run")
     with RedisOutage(redis_url):  # its exit ends the outage, also when a wait below fails
         os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
@@ -154,6 +163,7 @@ def test_a_job_that_ends_while_redis_is_down_is_counted_when_redis_is_back(
     [failed] = wait_for(lambda: task_events(tasks, "outage", "TurnFailed"), timeout=60,
                         what="the failure recorded once Redis is back (Event TurnFailed)")
     assert "outage-t1 failed" in failed.message, failed.message
+    open_gate(redis_client, task_id, GATE)
 
     status = wait_for(lambda: settled(tasks, "outage"), timeout=120, what=f"the task to settle ({tasks.get('outage')})")
     assert status["phase"] == "Idle" and status["turns"] == 1 and status["lastResponse"] == "Slow answer.", status
