@@ -8,25 +8,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+from unicore.store.gates import open_gate
 from unicore.store.tasks import TaskStore, connect
 
-from tests.unicore_cli import unicore
+from tests.unicore_cli import UNICORE, unicore
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_SCRIPT = REPO / "examples" / "demo-script.yaml"
 CHILDREN = ["demo-a", "demo-b", "demo-c"]
+GATE = "all-three-running"
 
 
-def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said(cli_env, redis_url):
-    run = unicore(
-        "run",
-        "--model",
-        f"scripted:{DEMO_SCRIPT}",
-        "--name",
-        "demo",
-        "Research three facts about water.",
-        env=cli_env,
-    )
+def gated_demo_script(folder: Path) -> Path:
+    """The demo's script whose three researchers' model call waits at a gate the test opens once all three are inside
+    it at once (the demo's own script sleeps 1 s there)."""
+    script = yaml.safe_load(DEMO_SCRIPT.read_text())
+    for child in CHILDREN:
+        (step,) = script["tasks"][child]
+        assert step.pop("sleep") == 1.0
+        step["gate"] = GATE
+    path = folder / "demo-gated.yaml"
+    path.write_text(yaml.safe_dump(script))
+    return path
+
+
+def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said(cli_env, redis_url, tmp_path):
+    script = gated_demo_script(tmp_path)
+    command = [UNICORE, "run", "--model", f"scripted:{script}", "--name", "demo", "Research three facts about water."]
+    proc = subprocess.Popen(command, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    store = TaskStore(connect(redis_url))
+    try:
+        # the three researchers' turns run at once: each holds its lease, its prompt drained, inside its model call
+        wait_for(lambda: all(store.lease_holder(c) and [m.role for m in store.messages(c)] == ["user"]
+                             for c in CHILDREN), timeout=60, what="the three researchers' turns to run at once")
+        for child in CHILDREN:
+            open_gate(store.redis, child, GATE)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    run = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     assert run.returncode == 0, run.stderr
     for said in (
         "Researcher A: water boils at 100 C",
@@ -35,7 +60,6 @@ def test_demo_tree_runs_children_in_parallel_and_the_root_reports_what_they_said
     ):
         assert said in run.stdout
 
-    store = TaskStore(connect(redis_url))
     assert sorted(store.children("demo")) == CHILDREN
     windows = {}
     for child in CHILDREN:
