@@ -1,10 +1,12 @@
 """Chaos on the real control plane (issue 10): a 3-level scripted tree run by the operator (root ``r`` -> ``r-a``,
 ``r-b`` -> leaves ``r-a-a``, ``r-b-a``) is hit by one fault while its leaves are mid-turn (lease held, prompt
-drained, inside a model call that sleeps): a turn process SIGKILLed twice, Redis restarted from its AOF
-(appendfsync everysec, then always), the operator SIGKILLed and restarted, the API server paused (SIGSTOP ~10 s),
-a leaf's pod deleted, a leaf's Job deleted. Every scenario must settle (every AgentTask Idle, Redis quiet) within
-60 s of the fault, with every prompt and child report stored exactly once and valid model requests
-(``check_tree``, the same checks as the local fault-injection harness).
+drained, inside a model call): a turn process SIGKILLed twice, Redis restarted from its AOF (appendfsync everysec,
+then always), the operator SIGKILLed and restarted, the API server paused (SIGSTOP ~10 s), a leaf's pod deleted, a
+leaf's Job deleted. The leaves' model call lasts until the test opens their gates, once the fault is in place; in the
+Redis restarts, where the call must end while Redis is down (and a gate is read from Redis), it sleeps instead.
+Every scenario must settle (every AgentTask Idle, Redis quiet) within 60 s of the fault, with every prompt and child
+report stored exactly once and valid model requests (``check_tree``, the same checks as the local fault-injection
+harness).
 
 Every scenario runs the same helper (start tree -> wait for the leaves to be mid-turn -> inject -> wait to settle
 -> check_tree) plus a check that the fault happened and cost what it should (retried attempts, Events).
@@ -28,6 +30,7 @@ import redis
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from unicore.store.gates import open_gate
 from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
@@ -37,7 +40,10 @@ from tests.waiting import WaitTimeout, wait_for
 pytestmark = pytest.mark.cluster
 
 SETTLE_AFTER_FAULT = 60.0  # the tree settles within this many seconds of the (first) fault
-LEAF_SLEEP = 8.0  # each leaf's first model call: long enough for both leaves to be mid-turn at once
+# each leaf's first model call in the Redis restarts: long enough for both leaves to be mid-turn at once, and to end
+# while Redis is down (the other scenarios' leaves wait at a gate instead: a gate is read from Redis)
+LEAF_SLEEP = 8.0
+GATE = "fault-in-place"  # the other scenarios' leaves' first model call waits until the test opens it
 PAUSE_SECONDS = 10.0  # scenario apiserver-pause: how long the API server stays stopped
 TREE = ("r", "r-a", "r-a-a", "r-b", "r-b-a")
 LEAVES = ("r-a-a", "r-b-a")
@@ -53,11 +59,13 @@ OPERATOR_ENV = {
 }
 
 
-def chaos_script() -> dict[str, Any]:
-    """``leafy_tree_script(2, 1)`` whose leaves sleep in their first model call (a long, healthy model call)."""
+def chaos_script(gated: bool) -> dict[str, Any]:
+    """``leafy_tree_script(2, 1)`` whose leaves' first model call (a long, healthy model call) lasts until the test
+    opens their gate (``gated``) or sleeps ``LEAF_SLEEP`` s."""
     script = leafy_tree_script(2, 1)
     first, *rest = script["tasks"]["r-?-?"]
-    script["tasks"]["r-?-?"] = [{**first, "sleep": LEAF_SLEEP}, *rest]
+    wait = {"gate": GATE} if gated else {"sleep": LEAF_SLEEP}
+    script["tasks"]["r-?-?"] = [{**first, **wait}, *rest]
     return script
 
 
@@ -132,6 +140,11 @@ class Chaos:
             return None
         return holder
 
+    def open_gates(self) -> None:
+        """Let the leaves' first model call answer (the fault is in place)."""
+        for leaf in LEAVES:
+            open_gate(self.client, self.tid(leaf), GATE)
+
     def jobs_of(self, name: str) -> list[str]:
         return sorted(job.metadata.name for job in self.tasks.jobs()
                       if (job.metadata.annotations or {}).get("unicore.dev/task-id") == self.tid(name))
@@ -151,6 +164,7 @@ def kill_leaf_twice(chaos: Chaos) -> Verify:
                               timeout=30, what=f"{LEAVES[0]} mid-turn (a new holder after {killed})"))
         os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
         killed.append(holder)
+    chaos.open_gates()  # the second retry answers
 
     def verify() -> None:
         name = LEAVES[0]
@@ -198,6 +212,7 @@ def restart_operator(chaos: Chaos) -> Verify:
     """SIGKILL the operator; start it again once the leaves' turns ended (their reports wait for it)."""
     old = chaos.operator.proc
     chaos.operator.kill()
+    chaos.open_gates()
     wait_for(lambda: all(chaos.holder(leaf) is None for leaf in LEAVES), timeout=LEAF_SLEEP + 20,
              what="the leaves' turns to end while the operator is down")
     chaos.operator.start()
@@ -224,6 +239,7 @@ def pause_api_server(chaos: Chaos) -> Verify:
     paused_at = time.monotonic()
     try:
         assert not api_answers(chaos), "the stopped API server still answers"
+        chaos.open_gates()
         # the leaves' turns end during the pause (Redis only): their reports wait for the API to come back
         wait_for(lambda: all(chaos.holder(leaf) is None for leaf in LEAVES), timeout=PAUSE_SECONDS + 20,
                  what="the leaves' turns to end while the API server is stopped")
@@ -236,9 +252,12 @@ def pause_api_server(chaos: Chaos) -> Verify:
 
 def delete_leaf_pod(chaos: Chaos) -> Verify:
     name = LEAVES[0]
-    pod = str(chaos.holder(name)).rsplit(":", 1)[0]  # the pod of the process holding the lease
+    holder = str(chaos.holder(name))
+    pod = holder.rsplit(":", 1)[0]  # the pod of the process holding the lease
     assert pod.startswith(f"{name}-t1-"), pod
     chaos.tasks.core.delete_namespaced_pod(pod, chaos.namespace)
+    wait_for(lambda: chaos.holder(name) != holder, timeout=30, what=f"the deleted pod's turn to give up {name}")
+    chaos.open_gates()
 
     def verify() -> None:
         assert chaos.jobs_of(name) == [f"{name}-t1", f"{name}-t1-r1"], chaos.jobs_of(name)
@@ -249,7 +268,10 @@ def delete_leaf_pod(chaos: Chaos) -> Verify:
 
 def delete_leaf_job(chaos: Chaos) -> Verify:
     name = LEAVES[0]
+    holder = chaos.holder(name)
     chaos.tasks.batch.delete_namespaced_job(f"{name}-t1", chaos.namespace, propagation_policy="Background")
+    wait_for(lambda: chaos.holder(name) != holder, timeout=30, what=f"the deleted Job's turn to give up {name}")
+    chaos.open_gates()
 
     def verify() -> None:
         [event] = task_events(chaos.tasks, name, "TurnJobDeleted")
@@ -308,7 +330,8 @@ def settled(chaos: Chaos) -> str | None:
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_a_tree_hit_mid_turn_settles_with_every_report_delivered_once(chaos: Chaos, scenario: str) -> None:
     fault, _ = SCENARIOS[scenario]
-    chaos.tasks.create("r", {"prompt": "split the work", "gpus": 0, "script": chaos_script()})
+    script = chaos_script(gated=fault is not restart_redis)
+    chaos.tasks.create("r", {"prompt": "split the work", "gpus": 0, "script": script})
     wait_for(lambda: all(chaos.mid_turn(leaf) for leaf in LEAVES), timeout=120, what=f"{LEAVES} mid-turn")
     began = time.monotonic()
     verify = fault(chaos)
