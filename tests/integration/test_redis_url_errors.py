@@ -56,6 +56,7 @@ def test_every_command_says_one_line(tmp_path: Path, command: list[str], url: st
         ("unix://", "no socket path"),
         ("redis+cluster://127.0.0.1:1/3", "a Redis Cluster has only database 0"),
         ("rediss+cluster://", "no host"),
+        ("redis+sentinel://127.0.0.1:1", "no master name"),
     ],
 )
 def test_a_bad_url_is_exit_2(tmp_path: Path, url: str, needle: str) -> None:
@@ -80,6 +81,7 @@ def test_a_bad_url_never_shows_its_password(tmp_path: Path) -> None:
         ("redis://127.0.0.1:1", "Error 111 connecting to 127.0.0.1:1"),
         ("unix:///nonexistent/unicore.sock", "connecting to /nonexistent/unicore.sock"),
         ("redis+cluster://127.0.0.1:1", "Redis Cluster cannot be connected"),
+        ("redis+sentinel://127.0.0.1:1/m", "No master found for 'm'"),
     ],
 )
 def test_an_unreachable_server_is_exit_1(tmp_path: Path, url: str, needle: str) -> None:

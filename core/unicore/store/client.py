@@ -21,6 +21,11 @@ Sockets get timeouts (``UNICORE_REDIS_SOCKET_TIMEOUT``, default 15 s, longer tha
 XREADGROUP BLOCK 2 s), TCP keepalive, and a PING before using a connection idle for more than 15 s, so a dead or
 half-open connection is noticed and replaced instead of hanging a turn.
 
+A Redis with Sentinel (``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>]``: the
+sentinels, then the name they monitor) gets a client that asks the sentinels for the primary whenever it connects,
+so a connection lost in a failover (or refused by a demoted primary: READONLY) reconnects to the promoted replica
+within the same retry window (``sentinel_url``; what a failover can lose: docs/architecture.md, "Redis failover").
+
 A URL no client can be built from (scheme, port, path, options) is refused before any client exists:
 ``check_url``'s one-line ``RedisURLError``, which never shows a password. An unreachable server is an error only
 once the retry window is over, for a Redis Cluster too (its client connects as it is built: that is retried).
@@ -36,13 +41,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
+from urllib.parse import parse_qsl, unquote, urlencode
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
+from redis.backoff import AbstractBackoff, EqualJitterBackoff, NoBackoff
 from redis.client import Pipeline
 from redis.cluster import RedisCluster
 from redis.connection import Connection, parse_url
@@ -50,6 +60,7 @@ from redis.exceptions import AuthenticationError, RedisClusterException, RedisEr
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from unicore.errors import ConfigError
 from unicore.log import get_logger
@@ -247,6 +258,65 @@ class AsyncBoundedConnectionPool(AsyncRetryingConnectionPool, aioredis.BlockingC
     buffers: 2 GB of memory, and as many server-side clients)."""
 
 
+class SentinelConnection(SentinelManagedConnection):
+    """A connection to the primary that asks the sentinels where the primary is each time it connects.
+
+    redis-py's own asks only in ``connect()``, but a command's retry reconnects the same connection with
+    ``connect_check_health()``, which went back to the address it had: the dead primary's, until the retry window
+    was over (tests/integration/test_redis_failover.py)."""
+
+    # (types-redis 4.6 knows neither connect_check_health nor the sentinel pool proxy: Any below)
+
+    def _connect_retry(self) -> None:
+        pool: Any = self.connection_pool
+        self.connect_check_health(check_health=pool.check_connection, retry_socket_connect=False)
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        pool: Any = self.connection_pool
+        if getattr(self, "_sock", None) is None:
+            self.host, self.port = pool.get_master_address()
+        parent: Any = super()
+        parent.connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+
+class AsyncSentinelConnection(AsyncSentinelManagedConnection):
+    """``SentinelConnection`` for ``redis.asyncio``."""
+
+    async def _connect_retry(self) -> None:
+        pool: Any = self.connection_pool
+        await self.connect_check_health(check_health=pool.check_connection, retry_socket_connect=False)
+
+    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        pool: Any = self.connection_pool
+        if not self.is_connected:
+            self.host, self.port = await pool.get_master_address()
+        parent: Any = super()
+        await parent.connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+
+class RetryingSentinelPool(RetryingConnectionPool, SentinelConnectionPool):
+    """The primary's connections of a Redis with Sentinel: each (re)connect asks the sentinels for the primary
+    (``SentinelConnectionPool``), taking a connection is retried (``RetryingConnectionPool``), and closing the client
+    closes the connections to the sentinels too."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections)
+        if inuse_connections:  # the client's close(), not the pool dropping idle connections to a replaced primary
+            for sentinel in self.sentinel_manager.sentinels:
+                sentinel.connection_pool.disconnect()
+
+
+class AsyncBoundedSentinelPool(AsyncRetryingConnectionPool, AsyncSentinelConnectionPool,
+                               aioredis.BlockingConnectionPool):
+    """``RetryingSentinelPool`` for ``redis.asyncio``, bounded like ``AsyncBoundedConnectionPool``."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.connection_pool.disconnect()
+
+
 def client_options(
     url: str, *, retry_for: float | None = None, is_async: bool = False, health_check_interval: float | None = None
 ) -> dict[str, Any]:
@@ -292,16 +362,94 @@ def cluster_seed_url(url: str) -> str | None:
     return f"{plain}://{rest}" if plain else None
 
 
+# The REDIS_URL scheme of a Redis with Sentinel (build_client / build_async_client ask the sentinels for the primary).
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+SENTINEL_FORM = f"{SENTINEL_SCHEME}://[user:password@]host:port[,host:port...]/<master name>[/<db>]"
+# Query options for the sentinels themselves (when they require a password of their own); every other option is the
+# primary's connection's, as in a redis:// URL.
+SENTINEL_AUTH_OPTIONS = {"sentinel_username": "username", "sentinel_password": "password"}
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """What a ``redis+sentinel://`` URL names: the sentinels, the master name they monitor, the primary's connection
+    (``node_url``: a plain ``redis://`` URL with the credentials, database and options, its host a placeholder) and
+    the sentinels' own credentials."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    node_url: str
+    sentinel_auth: dict[str, str]
+
+
+def _sentinel_address(part: str) -> tuple[str, int]:
+    """``host:port``, ``host`` (port 26379) or ``[v6 address]:port`` of one sentinel; ValueError with why not."""
+    if part.startswith("["):
+        host, bracket, rest = part[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            raise ValueError(f"sentinel address {part!r} is not [IPv6 address]:port")
+        port_text = rest[1:]
+    else:
+        host, colon, port_text = part.rpartition(":") if ":" in part else (part, "", "")
+        if ":" in host:
+            raise ValueError(f"sentinel address {part!r}: an IPv6 address goes in brackets ([::1]:26379)")
+    if not host:
+        raise ValueError(f"sentinel address {part!r} has no host")
+    if not port_text:
+        return host, SENTINEL_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"sentinel port {port_text!r} is not a port number (1-65535)")
+    return host, int(port_text)
+
+
+def sentinel_url(url: str) -> SentinelURL | None:
+    """For ``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>][?options]``, its parts;
+    None for a URL of any other scheme; ValueError (why, one line) for a malformed one.
+
+    ``user:password`` and the options are the primary's (as in ``redis://``; the name of the master is
+    percent-decoded); ``sentinel_username`` / ``sentinel_password`` options are the sentinels' own, for sentinels that
+    require a password (``requirepass`` in sentinel.conf). A sentinel without a port is on 26379."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme != SENTINEL_SCHEME:
+        return None
+    rest, _hash, _fragment = rest.partition("#")
+    rest, _q, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not hosts:
+        raise ValueError(f"no sentinel named ({SENTINEL_FORM})")
+    sentinels = tuple(_sentinel_address(part) for part in hosts.split(","))
+    segments = path.split("/") if slash else []
+    if segments and segments[-1] == "" and len(segments) > 1:
+        segments.pop()  # a trailing slash
+    if not segments or not segments[0]:
+        raise ValueError(f"no master name ({SENTINEL_FORM})")
+    if len(segments) > 2:
+        raise ValueError(f"the path must be /<master name>[/<db>] ({SENTINEL_FORM})")
+    db = segments[1] if len(segments) == 2 else "0"
+    if not db.isdigit():
+        raise ValueError(f"database {db!r} is not a number")
+    options = parse_qsl(query, keep_blank_values=True)
+    auth = {SENTINEL_AUTH_OPTIONS[k]: v for k, v in options if k in SENTINEL_AUTH_OPTIONS}
+    node_query = urlencode([(k, v) for k, v in options if k not in SENTINEL_AUTH_OPTIONS])
+    host, port = sentinels[0]
+    node_url = f"redis://{userinfo}{at}[{host}]:{port}/{db}" if ":" in host else \
+        f"redis://{userinfo}{at}{host}:{port}/{db}"
+    return SentinelURL(sentinels, unquote(segments[0]), node_url + (f"?{node_query}" if node_query else ""), auth)
+
+
 class RedisURLError(ConfigError):
     """A Redis URL no client can be built from: one line, its password shown as ``***``."""
 
 
-URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
-_SECRETS = (re.compile(r"(://[^/?#@]*?:)[^/?#]*@"), re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE))
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, SENTINEL_SCHEME)
+_SECRETS = (re.compile(r"(://[^/?#@]*?:)[^/?#]*@"), re.compile(r"([?&][a-z_]*password=)[^&#]*", re.IGNORECASE))
 
 
 def shown_url(url: str) -> str:
-    """``url`` for a message: its password (in the user part or a ``password=`` option) as ``***``, cut at 200."""
+    """``url`` for a message: its passwords (in the user part, a ``password=`` or ``sentinel_password=`` option) as
+    ``***``, cut at 200."""
     for secret in _SECRETS:
         url = secret.sub(r"\1***@" if secret is _SECRETS[0] else r"\1***", url)
     return url if len(url) <= 200 else url[:200] + "..."
@@ -315,6 +463,9 @@ def _url_problem(url: str) -> str | None:
         return f"the scheme must be one of {', '.join(s + '://' for s in URL_SCHEMES)}"
     seed = cluster_seed_url(url)
     try:
+        sentinel = sentinel_url(url)
+        if sentinel is not None:
+            url = sentinel.node_url  # the primary's connection: checked as a redis:// URL's
         options = parse_url(seed or url)
         if seed is not None:  # the cluster client drops options it does not know
             if not options.get("host"):
@@ -358,6 +509,22 @@ def _connected_cluster(make: Callable[[], T], seconds: float) -> T:
     return BoundedRetry(seconds).call_with_retry(attempt, lambda _error: None)
 
 
+def _sentinel_options(parts: SentinelURL, options: dict[str, Any], *, is_async: bool) -> tuple[dict[str, Any],
+                                                                                             dict[str, Any]]:
+    """(the primary's connection options, the sentinels' connection options) of a Sentinel URL's client.
+
+    A sentinel is asked once per connection attempt (no retries of its own): the primary's connection is retried by
+    the client's window, and a sentinel that is down is skipped for the next one (redis-py's ``discover_master``)."""
+    node = parse_url(parts.node_url)
+    for placeholder in ("host", "port"):
+        node.pop(placeholder, None)
+    sentinel: dict[str, Any] = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout",
+                                                       "socket_keepalive") if k in options}
+    sentinel["retry"] = AsyncRetry(NoBackoff(), 0) if is_async else Retry(NoBackoff(), 0)
+    sentinel.update(parts.sentinel_auth)
+    return {**options, **node}, sentinel  # options in the URL win, as for redis://
+
+
 def build_client(
     url: str, *, decode_responses: bool = True, retry_for: float | None = None,
     health_check_interval: float | None = None,
@@ -372,7 +539,14 @@ def build_client(
         options["retry"] = Retry(_backoff(), cluster_retries(seconds), RETRY_ERRORS)
         return cast(RedisClient, _connected_cluster(
             lambda: RedisCluster.from_url(seed, decode_responses=decode_responses, **options), seconds))
-    pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
+    sentinel = sentinel_url(url)
+    if sentinel is not None:
+        node, sentinel_options = _sentinel_options(sentinel, options, is_async=False)
+        manager = Sentinel(list(sentinel.sentinels), sentinel_kwargs=sentinel_options)
+        pool: redis.ConnectionPool = RetryingSentinelPool(sentinel.service, manager, decode_responses=decode_responses,
+                                                          connection_class=SentinelConnection, **node)
+    else:
+        pool = RetryingConnectionPool.from_url(url, decode_responses=decode_responses, **options)
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # type: ignore[attr-defined]  # close() also closes the pool
     return client
@@ -392,8 +566,18 @@ def build_async_client(
         options["retry"] = AsyncRetry(_backoff(), cluster_retries(options.pop("retry").seconds), RETRY_ERRORS)
         # Not bounded: redis.asyncio's cluster nodes refuse a command over their max_connections instead of waiting.
         return cast(AsyncRedisClient, AsyncRedisCluster.from_url(seed, decode_responses=decode_responses, **options))
-    pool = AsyncBoundedConnectionPool.from_url(url, decode_responses=decode_responses, max_connections=max_connections,
-                                               timeout=POOL_WAIT_SECONDS, **options)
+    sentinel = sentinel_url(url)
+    if sentinel is not None:
+        node, sentinel_options = _sentinel_options(sentinel, options, is_async=True)
+        manager = AsyncSentinel(list(sentinel.sentinels), sentinel_kwargs=sentinel_options)
+        node.update(max_connections=max_connections, timeout=POOL_WAIT_SECONDS,  # BlockingConnectionPool's
+                    connection_class=AsyncSentinelConnection)
+        pool: aioredis.ConnectionPool = AsyncBoundedSentinelPool(sentinel.service, manager,
+                                                                 decode_responses=decode_responses, **node)
+    else:
+        pool = AsyncBoundedConnectionPool.from_url(url, decode_responses=decode_responses,
+                                                   max_connections=max_connections, timeout=POOL_WAIT_SECONDS,
+                                                   **options)
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True
     return client
