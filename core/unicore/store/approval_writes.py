@@ -89,11 +89,11 @@ if not raw then return -1 end
 local st = cjson.decode(raw)
 if is_set(st['started_at']) then
   -- the same turn's retry after a lost reply (same token) may go on; any other turn may not
-  if st['started_by'] == ARGV[1] then return 1 end
+  if st['started_by'] == fence_token then return 1 end
   return 0
 end
 st['started_at'] = tonumber(ARGV[3])
-st['started_by'] = ARGV[1]
+st['started_by'] = fence_token
 redis.call('HSET', KEYS[2], 'state:' .. ARGV[2], cjson.encode(st))
 return 1
 """
@@ -136,7 +136,7 @@ def record_calls(client: RedisClient, lease: Lease, calls_: Sequence[PendingCall
     if not calls_:
         return 0
     keys = TaskKeys(lease.task_id)
-    args: list[Any] = [lease.token]
+    args: list[Any] = [lease.fence]
     for call in calls_:
         args += [call.call_id, call.kind, _call_json(call), _state_json(replace(call, status="pending"))]
     added = int(run_script(client, RECORD_CALLS, [keys.lease, keys.approvals], args))
@@ -149,7 +149,7 @@ def hold_result(client: RedisClient, lease: Lease, call_id: str, position: int, 
     """Keep the result of an ungated call of a waiting answer until the whole answer's results are queued."""
     keys = TaskKeys(lease.task_id)
     run_script(client, HOLD_RESULT, [keys.lease, keys.approvals],
-         [lease.token, call_id, codec.dumps({"position": position, "result": result})])
+         [lease.fence, call_id, codec.dumps({"position": position, "result": result})])
 
 
 def held_results(client: RedisClient, task_id: str) -> dict[str, tuple[int, ContentBlock]]:
@@ -170,7 +170,7 @@ def answer_question(client: RedisClient, lease: Lease, call_id: str, index: int,
     keys = TaskKeys(lease.task_id)
     try:
         done = run_script(client, ANSWER, [keys.lease, keys.approvals, keys.inbox],
-                    [lease.token, call_id, index, raw_entry, answer, answer_id, by, repr(time.time())])
+                    [lease.fence, call_id, index, raw_entry, answer, answer_id, by, repr(time.time())])
     except redis.ResponseError as exc:
         if lua.STALE_INBOX in str(exc):
             raise UniCoreError(f"inbox of {lease.task_id} changed under the answer") from None
@@ -189,14 +189,14 @@ def start_call(client: RedisClient, lease: Lease, call_id: str) -> bool:
     decision = client.hget(keys.decisions, call_id)
     if not decision or json.loads(decision).get("status") != "approved":
         return False
-    return int(run_script(client, START, [keys.lease, keys.approvals], [lease.token, call_id, repr(time.time())])) == 1
+    return int(run_script(client, START, [keys.lease, keys.approvals], [lease.fence, call_id, repr(time.time())])) == 1
 
 
 def resolve(client: RedisClient, lease: Lease, call_id: str, message: InboxMessage) -> None:
     """Queue the call's result (``message``, a tool_result entry; once by its id) and mark the call resolved."""
     keys = TaskKeys(lease.task_id)
     run_script(client, RESOLVE, [keys.lease, keys.approvals, keys.inbox, keys.seen],
-         [lease.token, call_id, message.id, codec.model_json(message), repr(message.timestamp)])
+         [lease.fence, call_id, message.id, codec.model_json(message), repr(message.timestamp)])
 
 
 def drop_entries(client: RedisClient, lease: Lease, raw_entries: Sequence[str]) -> int:
@@ -204,7 +204,7 @@ def drop_entries(client: RedisClient, lease: Lease, raw_entries: Sequence[str]) 
     if not raw_entries:
         return 0
     keys = TaskKeys(lease.task_id)
-    return int(run_script(client, DROP_ENTRIES, [keys.lease, keys.inbox], [lease.token, *raw_entries]))
+    return int(run_script(client, DROP_ENTRIES, [keys.lease, keys.inbox], [lease.fence, *raw_entries]))
 
 
 __all__ = ["answer_question", "drop_entries", "held_results", "hold_result", "record_calls", "resolve",

@@ -92,7 +92,7 @@ def append_compaction(client: RedisClient, lease: Lease, record: Compaction) -> 
     keys = TaskKeys(lease.task_id)
     try:
         result = client.eval(APPEND_COMPACTION, 3, keys.lease, keys.messages, keys.compactions,
-                             lease.token, record.upto, record.to_json())
+                             lease.fence, record.upto, record.to_json())
     except redis.ResponseError as exc:
         if lua.LEASE_LOST in str(exc):
             raise LeaseLost(f"lease of {keys.lease} lost: write refused") from None

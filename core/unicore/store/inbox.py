@@ -94,7 +94,7 @@ class TaskInbox(TaskStoreBase):
         result = self._fenced(
             self._queue_own,
             [keys.lease, keys.task, keys.inbox, keys.seen],
-            [lease.token, message.id, self._encode_entry(message), repr(message.timestamp)],
+            [lease.fence, message.id, self._encode_entry(message), repr(message.timestamp)],
         )
         return int(result) == 1
 

@@ -1,7 +1,16 @@
 """The Lua scripts behind every multi-step write. Each runs atomically on one task's keys (one hash tag).
 
-Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fencing token and write nothing
-unless the lease still holds that token (error reply ``UC_LEASE_LOST``).
+Fenced scripts take ``KEYS[1]`` = the lease hash and ``ARGV[1]`` = the caller's fence (``Lease.fence``:
+``<token>/<last write>``, or the bare token) and write nothing unless the lease still holds that token (error reply
+``UC_LEASE_LOST``).
+
+Lost writes (a Redis failover: docs/architecture.md, "Redis failover"). The lease hash also holds ``last_write``, the
+write id of its holder's newest write of the conversation (``drain``, ``append_message``: ``_CHAIN``), and the fence
+carries the one the holder last got a reply for. When they differ, a write the server acknowledged is missing (the
+primary that took it died before its replica got it, and the replica was promoted): the script deletes the lease and
+refuses (``UC_LEASE_LOST UC_WRITES_LOST``) instead of writing on top of the gap, so the turn stops as if it had
+crashed at the instant of the loss and the next turn runs it again from what survived. The lease's renewal and
+release carry the bare token (the heartbeat thread does not know the main thread's newest write).
 
 Messages and turn headers are built by string concatenation around JSON produced in Python, so content blocks
 are stored byte for byte as Python serialized them (cjson would turn ``[]`` into ``{}``).
@@ -13,11 +22,26 @@ LEASE_LOST = "UC_LEASE_LOST"
 STALE_INBOX = "UC_STALE_INBOX"
 NO_TURN = "UC_NO_TURN"
 
-_FENCE = """
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+WRITES_LOST = "UC_WRITES_LOST"
+
+# The token check alone (``fence_chain``: the caller's newest write, nil when the fence is a bare token).
+_TOKEN_FENCE = """
+local fence_token, fence_chain = string.match(ARGV[1], '^([^/]*)/(.*)$')
+if fence_token == nil then fence_token = ARGV[1] end
+if redis.call('HGET', KEYS[1], 'token') ~= fence_token then
   return redis.error_reply('UC_LEASE_LOST')
 end
 """
+
+# The lost-writes check (module doc): after ``_TOKEN_FENCE`` (and, in a script that replays, after the replay).
+_CHAIN = """
+if fence_chain ~= nil and (redis.call('HGET', KEYS[1], 'last_write') or '') ~= fence_chain then
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('UC_LEASE_LOST UC_WRITES_LOST: a write this lease holder was acknowledged is missing')
+end
+"""
+
+_FENCE = _TOKEN_FENCE + _CHAIN
 
 _MESSAGE_JSON = """
 local function message_json(seq, turn_number, first_seq, role, now, content, inbox_ids)
@@ -140,9 +164,10 @@ redis.call('DEL', KEYS[1])
 # Seed 000 process_task_queue: a new turn iff there is no turn, or the current turn has no messages, or the task
 # was stopped (first drain of the process) and the last message is turn-ending (text-only assistant).
 DRAIN = (
-    _FENCE
+    _TOKEN_FENCE
     + _MESSAGE_JSON
     + _replay(6)
+    + _CHAIN
     + """
 local n = tonumber(ARGV[2])
 if redis.call('LINDEX', KEYS[3], n - 1) ~= ARGV[3] then return redis.error_reply('UC_STALE_INBOX') end
@@ -193,6 +218,7 @@ for i = 7, #ARGV, 2 do
 end
 redis.call('LTRIM', KEYS[3], n, -1)
 redis.call('HSET', KEYS[2], 'updated_at', now)
+redis.call('HSET', KEYS[1], 'last_write', ARGV[6])
 """
     + _remember(6, "{turn_number, new_turn and 1 or 0, nmsgs, first_seq}")
     + """
@@ -203,9 +229,10 @@ redis.call('HSET', KEYS[2], 'updated_at', now)
 # ARGV: token, role, content_json, now, is_assistant, has_tool_use, input_tokens, output_tokens, total_tokens,
 #       write id
 APPEND_MESSAGE = (
-    _FENCE
+    _TOKEN_FENCE
     + _MESSAGE_JSON
     + _replay(10)
+    + _CHAIN
     + """
 local header_raw = redis.call('LINDEX', KEYS[3], -1)
 if not header_raw then return redis.error_reply('UC_NO_TURN') end
@@ -221,6 +248,7 @@ if tonumber(ARGV[9]) > 0 then
   redis.call('HINCRBY', KEYS[2], 'total_tokens', ARGV[9])
 end
 redis.call('HSET', KEYS[2], 'updated_at', ARGV[4])
+redis.call('HSET', KEYS[1], 'last_write', ARGV[10])
 """
     + _remember(10, "{seq, header['turn_number'], seq - header['first_seq']}")
     + """

@@ -165,11 +165,21 @@ class DrainResult:
         return self.drained == 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
+    """A held lease. ``last_write``: the write id of this holder's newest write of the conversation (``drain``,
+    ``append_message``) that Redis acknowledged; ``fence`` carries it, so a write finds out when one of the holder's
+    earlier writes is missing (lost in a Redis failover: ``store.lua``'s module doc)."""
+
     task_id: str
     token: int
     holder: str
+    last_write: str = ""
+
+    @property
+    def fence(self) -> str:
+        """ARGV[1] of a fenced script: the token and the holder's newest write (``lua._FENCE``)."""
+        return f"{self.token}/{self.last_write}"
 
 
 def turn_meta_field(turn_number: int, name: str) -> str:

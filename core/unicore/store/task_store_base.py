@@ -66,6 +66,9 @@ class TaskStoreBase:
             return script(keys=keys, args=args)
         except redis.ResponseError as exc:
             text = str(exc)
+            if lua.WRITES_LOST in text:
+                raise LeaseLost(f"lease of {keys[0]} voided: an earlier write of this turn is missing (lost in a "
+                                "Redis failover); write refused") from None
             if lua.LEASE_LOST in text:
                 raise LeaseLost(f"lease of {keys[0]} lost: write refused") from None
             if lua.NO_TURN in text:

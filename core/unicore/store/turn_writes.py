@@ -38,17 +38,18 @@ class TurnWrites(TaskStoreBase):
                 return DrainResult()
             batch = build_drain_batch(raw_entries)
             now = write_time()
+            write_id = uuid.uuid4().hex  # a retry after a lost reply replays the result (lua._replay)
             try:
                 turn_number, new_turn, start_seq, turn_first_seq = self._fenced(
                     self._drain,
                     [keys.lease, keys.task, keys.inbox, keys.turns, keys.messages],
                     [
-                        lease.token,
+                        lease.fence,
                         len(raw_entries),
                         raw_entries[-1],
                         "1" if first_drain else "0",
                         now,
-                        uuid.uuid4().hex,  # write id: a retry after a lost reply replays the result (lua._replay)
+                        write_id,
                         *(arg for content, ids in batch for arg in (codec.dumps(content), codec.dumps(ids))),
                     ],
                 )
@@ -57,6 +58,7 @@ class TurnWrites(TaskStoreBase):
                     log.warning("inbox of %s changed under the drain; reading it again", lease.task_id)
                     continue
                 raise
+            lease.last_write = write_id
             if int(new_turn):
                 changes.publish_one(self.redis, lease.task_id, "turn")
             messages = [
@@ -89,11 +91,12 @@ class TurnWrites(TaskStoreBase):
         is_assistant = role == "assistant"
         has_tool_use = is_assistant and any("toolUse" in block for block in content)
         used = usage or Usage()
+        write_id = uuid.uuid4().hex  # a retry after a lost reply does not store the answer twice
         seq, turn_number, message_number = self._fenced(
             self._append,
             [keys.lease, keys.task, keys.turns, keys.messages],
             [
-                lease.token,
+                lease.fence,
                 role,
                 codec.dumps(content),
                 now,
@@ -102,9 +105,10 @@ class TurnWrites(TaskStoreBase):
                 used.input_tokens,
                 used.output_tokens,
                 used.total_tokens,
-                uuid.uuid4().hex,  # write id: a retry after a lost reply does not store the answer twice
+                write_id,
             ],
         )
+        lease.last_write = write_id
         if usage and usage.total_tokens:
             self._roll_up_usage(lease.task_id, usage)
         return Message(
@@ -122,7 +126,7 @@ class TurnWrites(TaskStoreBase):
         self._fenced(
             self._usage,
             [keys.lease, keys.task],
-            [lease.token, write_time(), usage.input_tokens, usage.output_tokens, usage.total_tokens],
+            [lease.fence, write_time(), usage.input_tokens, usage.output_tokens, usage.total_tokens],
         )
         self._roll_up_usage(lease.task_id, usage)
 
@@ -164,14 +168,14 @@ class TurnWrites(TaskStoreBase):
         self._fenced(
             self._end_turn,
             [keys.lease, keys.task, keys.turnmeta],
-            [lease.token, now, turn_number, last_response, *(report or ("", "")), *flat],
+            [lease.fence, now, turn_number, last_response, *(report or ("", "")), *flat],
         )
 
     def set_task_fields(self, lease: Lease, fields: dict[str, str]) -> None:
         """Fenced HSET of task record fields (e.g. ``last_error``)."""
         keys = self.keys(lease.task_id)
         flat = [item for pair in fields.items() for item in pair]
-        self._fenced(self._set_fields, [keys.lease, keys.task], [lease.token, write_time(), *flat])
+        self._fenced(self._set_fields, [keys.lease, keys.task], [lease.fence, write_time(), *flat])
         changes.publish_one(self.redis, lease.task_id, "error" if "last_error" in fields else "updated")
 
     def record_error(self, lease: Lease, error: str) -> None:
