@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV  := .venv
 BIN   := $(VENV)/bin
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers: most of the suite waits on processes, pods and the model server, so two workers
+# fit these 2-core machines; what one host has one of runs in one worker (tests/conftest.py, HOST_GROUP).
+TEST_WORKERS ?= 2
 .DEFAULT_GOAL := help
 
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
@@ -56,7 +59,7 @@ model-down: ## stop the real model server
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
 test: bootstrap k8s-bins node-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
-	@$(WITH_K8S) $(BIN)/pytest $(PYTEST_ARGS)
+	@$(WITH_K8S) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: bootstrap mcp-servers ## unit + integration tests only (no control plane, no containers, no real model)
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)

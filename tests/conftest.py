@@ -21,6 +21,21 @@ pytest_plugins = ["unicore_devcluster.pytest_plugin"]
 settings.register_profile("unicore", print_blob=True)
 settings.load_profile("unicore")
 
+# What one host has one of: the real node (its bridge, CIDR, iptables chain and cgroups: markers real_node and
+# stops_real_node), the project's containerd of tests/node, and the session's model servers (marker model; a
+# llama-server per worker would also halve each one's speed). Under pytest-xdist (`make test`: -n 2 --dist
+# loadgroup) the tests that use them run in one worker, in collection order; every other test goes where a worker
+# is free.
+HOST_GROUP = "host"
+HOST_MARKERS = ("real_node", "stops_real_node", "node", "model")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in HOST_MARKERS):
+            item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
