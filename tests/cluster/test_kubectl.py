@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -20,6 +21,7 @@ import pytest
 import redis
 import yaml
 from kubernetes import client
+from unicore.store.gates import open_gate
 from unicore.store.keys import namespace_activations_stream
 from unicore.store.tasks import TaskStore
 
@@ -147,17 +149,36 @@ def _demo_spec() -> dict[str, Any]:
     return dict(yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())["spec"])
 
 
-def _chat_spec(name: str) -> dict[str, Any]:
-    """A root that answers, then echoes each later turn's messages after a short pause."""
+def _chat_spec(name: str, gate: str | None = None) -> dict[str, Any]:
+    """A root that answers, then echoes each later turn's messages; with ``gate``, the echo of its second turn waits
+    until the test opens that gate."""
+    second: dict[str, Any] = {"echo": True, **({"gate": gate} if gate else {})}
     return {
         "prompt": "Say you are ready.",
         "model": "scripted",
         "gpus": 0,
         "script": {
             "default": "Done.",
-            "tasks": {name: [{"text": "ready"}] + [{"sleep": 1.5, "echo": True}] * 8},
+            "tasks": {name: [{"text": "ready"}, second] + [{"echo": True}] * 7},
         },
     }
+
+
+class Output:
+    """A process's stdout as it is written (read by a thread), so a test can wait on what it printed so far."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
 
 
 def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
@@ -226,17 +247,30 @@ def test_wait_tree_and_logs_of_a_finished_tree(env: Env) -> None:
 
 
 def test_send_reaches_the_next_turn_exactly_once_and_follow_ends_when_idle(env: Env) -> None:
-    env.tasks.create("chat", _chat_spec("chat"))
+    env.tasks.create("chat", _chat_spec("chat", gate="echo"))
     wait_for(lambda: env.idle("chat", 1), timeout=SETTLE, what="chat Idle after its first turn")
 
     sent = env.plugin("send", "chat", "--id", "fixed-1", "first", "follow-up")
     assert sent.returncode == 0, sent.stderr
     again = env.plugin("send", "chat", "--id", "fixed-1", "first follow-up")  # a retry of the same message
     assert again.returncode == 0 and "already queued" in again.stdout
-    follow = env.plugin("logs", "chat", "--follow", timeout=SETTLE)
-    assert follow.returncode == 0, follow.stderr
+    wait_for(lambda: (1, "first follow-up") in env.user_texts("chat"), timeout=SETTLE,
+             what="chat's second turn to take the follow-up (its echo waits at the gate)")
+    follow = env.popen("logs", "chat", "--follow")
+    try:
+        printed = Output(follow)
+        wait_for(lambda: "first follow-up" in printed.text(), timeout=60,
+                 what="logs --follow to print the follow-up while the turn still runs")
+        assert follow.poll() is None, "logs --follow returned while the turn ran"
+        open_gate(env.store.redis, env.task_id("chat"), "echo")
+        follow.wait(timeout=SETTLE)
+        printed.thread.join(timeout=30)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0, follow.stderr.read() if follow.stderr else ""
     assert env.tasks.phase("chat") == "Idle"  # --follow returned once the task went Idle ...
-    assert "Assistant: first follow-up" in follow.stdout  # ... after the echo that took 1.5 s to come
+    assert "Assistant: first follow-up" in printed.text()  # ... after the echo, which came once it followed
     assert [t for t in env.user_texts("chat") if t[1] == "first follow-up"] == [(1, "first follow-up")]
 
     first, second = env.popen("send", "chat", "concurrent one"), env.popen("send", "chat", "concurrent two")
