@@ -9,16 +9,19 @@ the transcript but not ``agenttasks/stream``, get 403 from the API server's RBAC
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from typing import Any
 
 import pytest
 from kubernetes import client
+from unicore.store.gates import open_gate
 
 from tests.cluster import test_task_api_tenancy as tenancy
-from tests.cluster.operator_harness import Tasks
+from tests.cluster.operator_harness import VENV_BIN, Tasks
 from tests.cluster.task_api_harness import ca_pair, task_path
+from tests.cluster.test_kubectl import Output
 from tests.cluster.test_task_api_tenancy import Tenants, user_kubeconfig
 from tests.waiting import wait_for
 
@@ -38,12 +41,31 @@ def test_a_turns_answer_reaches_readers_of_its_namespace_through_the_api_server(
     api = control_plane.api_client()
     try:
         tasks = Tasks(api, env.a)
+        # the answer waits at a gate the test opens once alice follows the turn
         tasks.create("streamer", {"prompt": "Talk.", "model": "scripted", "gpus": 0, "script": {"tasks": {
-            "streamer": [{"sleep": 3, "text": "a streamed answer from the turn pod"}]}}})
-        follow = env.plugin("alice", "logs", "streamer", "-n", env.a, "--follow")  # until Idle
-        assert follow.returncode == 0, follow.stderr
-        assert follow.stdout.count("a streamed answer from the turn pod") == 1, follow.stdout
-        assert "no live answers" not in follow.stderr
+            "streamer": [{"gate": "followed", "text": "a streamed answer from the turn pod"}]}}})
+        task_id = f"{env.a}/streamer"
+        wait_for(lambda: env.store.lease_holder(task_id) and [m.role for m in env.store.messages(task_id)] == ["user"],
+                 timeout=120, what="the turn to run (prompt drained, inside its model call)")
+        follow = subprocess.Popen(  # until Idle
+            ["kubectl", "agenttask", "logs", "streamer", "-n", env.a, "--follow"],
+            env={**os.environ, "KUBECONFIG": str(env.users["alice"]),
+                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            printed = Output(follow)
+            wait_for(lambda: "Talk." in printed.text(), timeout=60, what="logs --follow to print the prompt")
+            assert follow.poll() is None, "logs --follow returned while the turn ran"
+            open_gate(env.store.redis, task_id, "followed")
+            follow.wait(timeout=120)
+            printed.thread.join(timeout=30)
+        finally:
+            if follow.poll() is None:
+                follow.kill()
+        stderr = follow.stderr.read() if follow.stderr else ""
+        assert follow.returncode == 0, stderr
+        assert printed.text().count("a streamed answer from the turn pod") == 1, printed.text()
+        assert "no live answers" not in stderr
         assert tasks.phase("streamer") == "Idle"
 
         # kubectl get --raw: everything kept, then a bounded long poll after the last entry
