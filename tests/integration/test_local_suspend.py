@@ -12,6 +12,7 @@ from unicore.api.schema import TaskSpec
 from unicore.errors import TaskNotFound
 from unicore.store import suspension
 from unicore.store.activations import ActivationConsumer
+from unicore.store.gates import open_gate
 from unicore.store.reads import busy
 from unicore.store.tasks import TaskStore, connect
 
@@ -19,7 +20,6 @@ from tests.unicore_cli import UNICORE, unicore
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-SLOW_SECONDS = 8  # the scripted model's answer takes this long: the turn is observably running
 CANCELLED = "turn cancelled (SIGTERM) at a safe point"
 
 
@@ -77,7 +77,8 @@ def test_stop_suspends_every_descendant(store: TaskStore) -> None:
 
 
 def test_suspend_stops_the_running_turn_and_resume_finishes_it(cli_env, store, tmp_path) -> None:
-    script = script_file(tmp_path, {"tasks": {"slow": [{"sleep": SLOW_SECONDS, "text": "slow answer"}]}})
+    # the model's answer waits at a gate the test opens after the suspend: the turn is stopped inside its model call
+    script = script_file(tmp_path, {"tasks": {"slow": [{"gate": "suspended", "text": "slow answer"}]}})
     run = background("run", "--script", script, "--name", "slow", "--no-summary", "go", env=cli_env)
     try:
         wait_for(lambda: store.lease_holder("slow"), timeout=60, what="the turn to run")
@@ -97,6 +98,7 @@ def test_suspend_stops_the_running_turn_and_resume_finishes_it(cli_env, store, t
     assert queued.returncode == 0 and not store.needs_turn("slow")  # waits in the inbox
     assert "[idle, suspended]" in unicore("tree", "slow", env=cli_env).stdout
 
+    open_gate(store.redis, "slow", "suspended")  # the resumed turn's model call answers at once
     resumed = unicore("resume", "slow", env=cli_env)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("slow resumed\n")
