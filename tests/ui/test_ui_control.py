@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 from unicore.store import suspension
+from unicore.store.gates import open_gate
 from unicore.store.tasks import TaskStore, connect
 
 from tests.ui.conftest import UI
@@ -18,7 +19,6 @@ from tests.ui.seeding import seed_forest, seed_transcript
 
 pytestmark = pytest.mark.ui
 SETTLE = 90_000  # ms
-SLOW_SECONDS = 8  # the scripted answer's wait: the turn is observably running
 CANCELLED = "turn cancelled (SIGTERM) at a safe point"
 
 TREE_MANIFEST = """
@@ -55,7 +55,8 @@ def tab_to(page: Any, name: str, limit: int = 60) -> None:
 def test_suspend_a_running_task_then_resume_it_from_the_keyboard(page: Any, ui: UI, redis_url: str,
                                                                   tmp_path: Path) -> None:
     script = tmp_path / "slow.yaml"
-    script.write_text(f"tasks:\n  slow:\n    - {{sleep: {SLOW_SECONDS}, text: 'slow answer'}}\n")
+    # the answer waits at a gate the test opens after the suspend: the turn is observably running until then
+    script.write_text("tasks:\n  slow:\n    - {gate: suspended, text: 'slow answer'}\n")
     store = TaskStore(connect(redis_url))
     page.goto(ui.url)
     page.get_by_label("Prompt").fill("Take your time.")
@@ -88,6 +89,7 @@ def test_suspend_a_running_task_then_resume_it_from_the_keyboard(page: Any, ui: 
     expect(events).to_contain_text("TurnStarted")
     expect(events.locator("tr.event-Warning")).to_contain_text(CANCELLED)
 
+    open_gate(store.redis, "slow", "suspended")  # the resumed turn's model call answers at once
     tab_to(page, "Resume")
     page.keyboard.press("Enter")
     expect(status).to_have_attribute("data-phase", "done", timeout=SETTLE)
