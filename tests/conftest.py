@@ -9,7 +9,7 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out
+from tests.model_server import OPT_OUT, TOOL_ALIAS, ModelServer, ModelUnavailable, opted_out, shared_server
 from tests.redis_server import RedisServer
 
 # The local Kubernetes control plane fixtures (control_plane, k8s_namespace) live with the launcher (hack/, which
@@ -22,12 +22,11 @@ settings.register_profile("unicore", print_blob=True)
 settings.load_profile("unicore")
 
 # What one host has one of: the real node (its bridge, CIDR, iptables chain and cgroups: markers real_node and
-# stops_real_node), the project's containerd of tests/node, and the session's model servers (marker model; a
-# llama-server per worker would also halve each one's speed). Under pytest-xdist (`make test`: -n 2 --dist
-# loadgroup) the tests that use them run in one worker, in collection order; every other test goes where a worker
-# is free.
+# stops_real_node; tests/node's images run in its containerd). Under pytest-xdist (`make test`: -n 2 --dist
+# loadgroup) the tests that use it run in one worker, in collection order; every other test goes where a worker is
+# free. (The 1.5B model server is shared across workers instead: ``tool_model_server``.)
 HOST_GROUP = "host"
-HOST_MARKERS = ("real_node", "stops_real_node", "node", "model")
+HOST_MARKERS = ("real_node", "stops_real_node", "node")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -66,16 +65,26 @@ def model_host() -> str:
 
 
 @pytest.fixture(scope="session")
-def tool_model_server() -> Iterator[ModelServer]:
+def tool_model_server(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[ModelServer]:
     """Qwen2.5-Coder-1.5B: turns that call tools (the 0.5B repeats its call after the result: docs/models.md). One
-    per run: local-mode tests and turn pods on the real node share it (under xdist, the tests that use it run in one
-    worker: their xdist group, below)."""
+    per run: local-mode tests and turn pods on the real node share it, and so do pytest-xdist's workers (the first
+    starts it, the last stops it: tests/model_server.py, shared_server)."""
     if opted_out():
         pytest.skip(f"{OPT_OUT}=1: no real model server")
-    try:
-        server = ModelServer(model=TOOL_ALIAS, host=model_host())
-    except ModelUnavailable as exc:
-        pytest.fail(f"the real model server is unavailable: {exc} (set {OPT_OUT}=1 to skip these tests)")
-    yield server
-    print(f"--- llama-server log:\n{server.log_tail(40)}")
-    server.stop()
+
+    def start() -> ModelServer:
+        try:
+            return ModelServer(model=TOOL_ALIAS, host=model_host())
+        except ModelUnavailable as exc:
+            pytest.fail(f"the real model server is unavailable: {exc} (set {OPT_OUT}=1 to skip these tests)")
+
+    if worker_id == "master":  # not distributed: this process's own
+        server = start()
+        yield server
+        print(f"--- llama-server log:\n{server.log_tail(40)}")
+        server.stop()
+        return
+    # the workers' temp folders are popen-gw0, popen-gw1, ... under one folder of this run
+    with shared_server(tmp_path_factory.getbasetemp().parent / "tool-model-server.json", start) as server:
+        yield server
+        print(f"--- llama-server log:\n{server.log_tail(40)}")

@@ -9,15 +9,20 @@ as the server's default, so runs repeat.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.waiting import wait_for
 
@@ -92,6 +97,25 @@ class ModelServer:
             self.stop(keep_log=True)
             raise
         self.ready_seconds = time.monotonic() - start
+        self.pid = self.proc.pid
+
+    @classmethod
+    def attach(cls, state: dict[str, Any]) -> ModelServer:
+        """The server another process of this run started (``shared_server``): same address, its pid to stop."""
+        server = cls.__new__(cls)
+        server.alias, server.host, server.port = state["alias"], state["host"], int(state["port"])
+        server.base_url = f"http://{server.host}:{server.port}/v1"
+        server.log_path = Path(state["log_path"])
+        server.dir = server.log_path.parent
+        server.pid = int(state["pid"])
+        server.proc = None
+        server.command = []
+        server.ready_seconds = 0.0
+        return server
+
+    def state(self) -> dict[str, Any]:
+        return {"alias": self.alias, "host": self.host, "port": self.port, "log_path": str(self.log_path),
+                "pid": self.pid}
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
@@ -115,7 +139,9 @@ class ModelServer:
             return ""
 
     def stop(self, *, keep_log: bool = False) -> None:
-        if self.proc.poll() is None:
+        if self.proc is None:  # attached: another process started it
+            _stop_pid(self.pid)
+        elif self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=15)
@@ -124,6 +150,58 @@ class ModelServer:
                 self.proc.wait()
         if not keep_log:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """The process runs (a zombie, waiting for its parent to reap it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stop_pid(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            wait_for(lambda: not _running(pid), timeout=15, interval=0.1, what=f"llama-server {pid} to exit")
+            return
+        except AssertionError:
+            continue
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON state at ``path``, read and written back under an exclusive lock of ``path``.lock."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        yield state
+        path.write_text(json.dumps(state))
+
+
+@contextmanager
+def shared_server(path: Path, start: Callable[[], ModelServer]) -> Iterator[ModelServer]:
+    """One server for every process of a run that asks for it (pytest-xdist workers): the first starts it with
+    ``start``, each counts itself a user in the state file ``path`` while it uses it, and the last to leave stops it
+    (whichever process started it)."""
+    with _locked(path) as state:
+        if state.get("users") and _running(int(state["server"]["pid"])):
+            server = ModelServer.attach(state["server"])
+            state["users"] += 1
+        else:
+            server = start()
+            state.update(server=server.state(), users=1)
+    try:
+        yield server
+    finally:
+        with _locked(path) as state:
+            state["users"] -= 1
+            if state["users"] == 0:
+                server.stop()
 
 
 def opted_out() -> bool:
