@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 import redis
 from unicore.api.schema import InboxMessage
+from unicore.store.gates import open_gate
 from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import (
+    GATE,
     OperatorProcess,
     Tasks,
-    long_script,
+    gated_script,
     running_pods,
 )
 from tests.cluster.test_operator import role_texts, settled
@@ -26,7 +28,8 @@ def test_suspend_during_a_long_turn_then_resume(
     operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     tid = f"{k8s_namespace}/slow"
-    tasks.create("slow", {"prompt": "take your time", "gpus": 0, "script": long_script("slow", 30)})
+    # its model call lasts until the gate opens, after the suspend: the turn is stopped inside it
+    tasks.create("slow", {"prompt": "take your time", "gpus": 0, "script": gated_script("slow")})
     wait_for(lambda: running_pods(tasks) and redis_client.exists(f"uc:{{{tid}}}:lease"), timeout=60,
              what="the turn process to run")
     first_job = tasks.get("slow")["status"]["activeJob"]  # type: ignore[index]
@@ -42,6 +45,7 @@ def test_suspend_during_a_long_turn_then_resume(
              what="status.activeJob to be cleared")
     assert not tasks.jobs()  # suspended: nothing new is started
 
+    open_gate(redis_client, tid, GATE)  # the resumed turn's model call answers at once
     tasks.patch("slow", {"suspend": False})
     wait_for(lambda: tasks.phase("slow") == "Idle", timeout=SETTLE, what="the resumed turn to finish")
     assert "take your time" in "\n".join(role_texts(redis_client, tid, "user"))
@@ -54,7 +58,8 @@ def test_operator_sigkill_mid_turn_and_restart(
     operator: OperatorProcess, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     tid = f"{k8s_namespace}/steady"
-    tasks.create("steady", {"prompt": "count to three", "gpus": 0, "script": long_script("steady", 6)})
+    # its first model call lasts until the gate opens, after the operator's restart: the turn runs throughout
+    tasks.create("steady", {"prompt": "count to three", "gpus": 0, "script": gated_script("steady")})
     wait_for(lambda: running_pods(tasks) and role_texts(redis_client, tid, "user") == ["count to three"], timeout=60,
              what="the first turn to have drained its prompt")
     operator.kill()
@@ -62,6 +67,8 @@ def test_operator_sigkill_mid_turn_and_restart(
     store.queue_message(tid, InboxMessage(id="follow-1", type="user", content="and now to four"))
     store.activate(tid, "message")
     operator.start()
+    open_gate(redis_client, tid, GATE)
+
     def both_turns_done() -> bool:
         status = (tasks.get("steady") or {}).get("status") or {}
         return status.get("phase") == "Idle" and status.get("turns") == 2
