@@ -25,14 +25,16 @@ from typing import Any
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from unicore.store.gates import open_gate
 from unicore.turn.history import INTERRUPTED_TEXT
 from unicore_devcluster.fixture_tools import SPEC as SLOW_TOOLS
 
 from tests.cluster.operator_harness import (
+    GATE,
     OperatorProcess,
     StartOperator,
     Tasks,
-    long_script,
+    gated_script,
     operator_factory,
     running_pods,
     stored_messages,
@@ -228,7 +230,8 @@ def test_operator_sigkill_while_a_job_runs_then_restart_with_the_watchdog_on(
 ) -> None:
     operator = start_operator()
     task_id = f"{k8s_namespace}/steady"
-    tasks.create("steady", {"prompt": "count", "model": "scripted", "gpus": 0, "script": long_script("steady", 25)})
+    # its model call lasts until the gate opens, after the restarted operator's checks below
+    tasks.create("steady", {"prompt": "count", "model": "scripted", "gpus": 0, "script": gated_script("steady")})
     wait_for(lambda: running_pods(tasks) and redis_client.exists(f"uc:{{{task_id}}}:lease"), timeout=60,
              what="the turn process to run")
     [job] = tasks.jobs()
@@ -243,6 +246,7 @@ def test_operator_sigkill_while_a_job_runs_then_restart_with_the_watchdog_on(
     wait_for(scanned_while_running, timeout=60, what="three watchdog scans by the restarted operator")
     assert [(j.metadata.name, j.metadata.uid) for j in tasks.jobs()] == [(job.metadata.name, job.metadata.uid)]
     assert not (tasks.jobs()[0].status.succeeded or tasks.jobs()[0].status.failed), "the turn ended too early"
+    open_gate(redis_client, task_id, GATE)
 
     def idle() -> dict[str, Any] | None:
         status = (tasks.get("steady") or {}).get("status") or {}
