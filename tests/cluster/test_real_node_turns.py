@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from unicore.store.gates import open_gate
 
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, task_events
 from tests.cluster.real_node import container_id, kill_container
@@ -64,9 +65,10 @@ def test_a_turn_container_killed_from_outside_is_recorded_and_the_turn_runs_agai
 ) -> None:
     start_operator()
     task_id = f"{k8s_namespace}/victim"
-    # the first model call sleeps: the container is killed inside it; the retry repeats it (nothing was stored)
+    # the first model call waits at a gate: the container is killed inside it; the retry repeats it (nothing was
+    # stored) and waits at the same gate until the test saw the failure recorded
     tasks.create("victim", {"prompt": "work", "model": "scripted",
-                            "script": {"tasks": {"victim": [{"sleep": 6, "text": ANSWER}]}}})
+                            "script": {"tasks": {"victim": [{"gate": "killed", "text": ANSWER}]}}})
 
     def mid_turn() -> Any:
         if not redis_client.exists(f"uc:{{{task_id}}}:lease"):
@@ -83,6 +85,7 @@ def test_a_turn_container_killed_from_outside_is_recorded_and_the_turn_runs_agai
     status = wait_for(lambda: message_with(tasks, "victim", KILLED), timeout=30,
                       what="the status naming the killed container while the turn is retried")
     assert status["failedAttempts"] == 1 and "retry 1 after: BackoffLimitExceeded" in status["message"], status
+    open_gate(redis_client, task_id, "killed")
     done = wait_for(lambda: settled(tasks, "victim"), timeout=120, what="the retried turn to finish")
     assert done["phase"] == "Idle" and done["turns"] == 1 and done["lastResponse"] == ANSWER, done
     failed = tasks.core.read_namespaced_pod(pod.metadata.name, k8s_namespace).status.container_statuses[0]
