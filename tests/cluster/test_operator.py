@@ -10,6 +10,8 @@ import pytest
 import redis
 import yaml
 from kubernetes.client.rest import ApiException
+from unicore.store.gates import open_gate
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import (
     REPO,
@@ -100,9 +102,15 @@ def test_four_children_completing_together_reach_the_parent_exactly_once(
             {"text": "Waiting for four children."},
             *[{"echo": True}] * 5,
         ],
-        "seven-*": [{"sleep": 1.0, "echo": True}],
+        "seven-*": [{"gate": "together", "echo": True}],
     }}
     tasks.create("seven", {"prompt": "fan out to four", "gpus": 0, "script": script})
+    # the four children's turns all run (lease held, prompt drained, inside the model call); then all four answer
+    children, store = [f"{k8s_namespace}/seven-{n}" for n in "wxyz"], TaskStore(redis_client)
+    wait_for(lambda: all(store.exists(c) and store.lease_holder(c) and [m.role for m in store.messages(c)] == ["user"]
+                         for c in children), timeout=SETTLE, what="the four children's turns to run at once")
+    for child in children:
+        open_gate(redis_client, child, "together")
     wait_for(lambda: settled(tasks, 5), timeout=SETTLE, what=f"5 Idle tasks (have {tasks.all_phases()})")
     delivered = "\n".join(role_texts(redis_client, f"{k8s_namespace}/seven", "user"))
     for name in "wxyz":
