@@ -1,5 +1,6 @@
 """The project's images in real containers: built by hack/build-images.sh (no Docker, no registry), imported
-into the project's own containerd (unicore_devcluster.containerd), run with runc.
+once per run into the real node's containerd (the session's ``real_node_session``, which the real node's tests use
+too; unicore_devcluster.containerd), run there with runc outside any pod.
 
 - Each image holds its own distributions only: the agent image the core (no kopf, prometheus-client, operator,
   client or web UI files), the operator image the core and the operator.
@@ -7,7 +8,8 @@ into the project's own containerd (unicore_devcluster.containerd), run with runc
   filesystem, both with the image's own USER and with the user set explicitly.
 - The Redis image runs the chart's bundled Redis exactly as helm/unicore renders it (command, args, password
   env, uid/gid, read-only root, the volume mount points) and its readiness and liveness probes pass (PING).
-- A second build reuses every archive; ContainerdRuntime.stop() leaves nothing running or mounted.
+- A second build reuses every archive; ContainerdRuntime.stop() leaves nothing running or mounted (on a containerd
+  of its own, with the node's small busybox image).
 
 Needs root and a host that can run containers (unicore_devcluster.containerd.host_can_run_containers). Where it
 cannot, these tests FAIL with the one-line reason, unless UNICORE_NO_CONTAINERS=1 says to skip them.
@@ -24,7 +26,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,20 +83,11 @@ def leftovers(runtime: ContainerdRuntime, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runtime(images: dict[str, BuiltImage]) -> Iterator[ContainerdRuntime]:
-    folder = short_tmp("uc-ctd-")
-    rt = ContainerdRuntime(folder / "run", root_dir=folder / "root")
-    rt.start()
-    try:
-        for key in ("agent", "operator", "redis"):
-            rt.import_image(images[key].archive)
-        yield rt
-    finally:
-        rt.stop()
-        left = leftovers(rt, folder)
-        if not left:  # never delete through a mount that is still there
-            shutil.rmtree(folder)
-    assert left == []
+def runtime(images: dict[str, BuiltImage], real_node_session: Any) -> ContainerdRuntime:
+    """The real node's containerd, with the project's images in it (imported once, when the real node started)."""
+    node = real_node_session.cluster().real_node
+    assert node is not None
+    return node.runtime
 
 
 def test_the_archives_are_named_by_their_input_hashes(images: dict[str, BuiltImage]) -> None:
@@ -124,10 +116,10 @@ def test_a_second_build_reuses_what_did_not_change(runtime: ContainerdRuntime, i
         assert seconds < 60, f"a build with nothing to do took {seconds:.0f} s"
 
 
-def test_the_images_are_in_containerd(runtime: ContainerdRuntime, images: dict[str, BuiltImage]) -> None:
+def test_the_images_are_in_containerd(runtime: ContainerdRuntime, real_node_session: Any) -> None:
     listed = runtime.images()
     for key in ("agent", "operator", "redis"):
-        assert images[key].ref in listed
+        assert real_node_session.images[key].ref in listed
 
 
 @pytest.mark.parametrize("user", [None, f"{NON_ROOT}:{NON_ROOT}"], ids=["image-user", "explicit-user"])
@@ -247,13 +239,21 @@ wait
     assert own.stdout.strip() == str(security["runAsUser"]), "the image's own USER is not the chart's runAsUser"
 
 
-def running_container(rt: ContainerdRuntime, image: BuiltImage) -> tuple[threading.Thread, list[Any]]:
+def busybox_image() -> tuple[Path, str]:
+    """The real node's busybox archive (hack/build-node.sh) and its ref: a few MB, quick to import."""
+    from unicore_devcluster.binaries import find_node_bin_dir
+
+    folder = find_node_bin_dir() / "images"
+    return folder / "busybox.tar", (folder / "busybox.name").read_text().strip()
+
+
+def running_container(rt: ContainerdRuntime, ref: str) -> tuple[threading.Thread, list[Any]]:
     """``sleep 600`` in a container, run by a thread; returns once its task runs."""
     results: list[Any] = []
 
     def run() -> None:
         try:
-            results.append(rt.run(image.ref, ["sleep", "600"], timeout=120))
+            results.append(rt.run(ref, ["sleep", "600"], timeout=120))
         except Exception as exc:  # noqa: BLE001 - reported by the test
             results.append(exc)
 
@@ -267,15 +267,16 @@ def running_container(rt: ContainerdRuntime, image: BuiltImage) -> tuple[threadi
 
 
 @pytest.mark.parametrize("how", ["same-object", "another-object", "containerd-killed"])
-def test_stop_kills_running_containers_and_leaves_nothing(images: dict[str, BuiltImage], how: str) -> None:
+def test_stop_kills_running_containers_and_leaves_nothing(how: str) -> None:
     """stop() from the object that started containerd; from another object on the same folders (clean-up after
     a supervisor died); and after containerd itself was SIGKILLed (its shims and containers still run)."""
     folder = short_tmp("uc-ctd-stop-")
     rt = ContainerdRuntime(folder / "run", root_dir=folder / "root")
     rt.start()
     try:
-        rt.import_image(images["redis"].archive)
-        runner, results = running_container(rt, images["redis"])
+        archive, ref = busybox_image()
+        rt.import_image(archive)
+        runner, results = running_container(rt, ref)
         assert mounts_under([folder]), "a running container has its rootfs mounted under the root folder"
         if how == "containerd-killed":
             containerd = rt._processes()["containerd"]
