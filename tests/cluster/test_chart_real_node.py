@@ -17,25 +17,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.operator_harness import REPO, VENV_BIN, Tasks, install_crd
-from tests.cluster.test_chart_render import CHART, helm
+from tests.cluster.chart_release import OPERATOR, REDIS, installed_release, kubectl, pod_of, ready
+from tests.cluster.operator_harness import REPO, VENV_BIN, Tasks
+from tests.cluster.test_chart_render import helm
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
-RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
-OPERATOR = "app.kubernetes.io/component=operator"
-REDIS = "app.kubernetes.io/component=redis"
 TREE = ("demo", "demo-a", "demo-b", "demo-c")
 # What stays in the namespace after the tree is deleted and the release uninstalled (besides Events): Kubernetes'
 # own objects, Redis' claim (StatefulSet claims are never deleted with their StatefulSet), and the Secret the operator
@@ -48,55 +44,11 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfigu
                   "CustomResourceDefinition", "StorageClass", "PersistentVolume", "Namespace"}
 
 
-def kubectl(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(cluster.bin_dir / "kubectl"), *args], env={**os.environ, **cluster.env()},
-                          capture_output=True, text=True, timeout=120, check=False)
-    if check:
-        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
-    return proc
-
-
 @pytest.fixture(scope="module")
 def release(real_node_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The chart installed into a fresh namespace enforcing "restricted" (helm --wait: operator and Redis Ready)."""
-    from unicore_devcluster.node_images import chart_values
-
-    cluster = real_node_session.cluster()
-    install_crd(cluster.kubeconfig)  # helm does not upgrade a CRD it finds; the tests install the current one
-    api = cluster.api_client()
-    core = client.CoreV1Api(api)
-    namespace = f"chart-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=RESTRICTED)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="default SA")
-    tmp = tmp_path_factory.mktemp("helm")
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "HELM_CACHE_HOME": str(tmp / "cache"),
-           "HELM_CONFIG_HOME": str(tmp / "config"), "HELM_DATA_HOME": str(tmp / "data")}
-    install = helm("install", "unicore", str(CHART), "--namespace", namespace,
-                   *chart_values(real_node_session.images),
-                   "--set", "rbac.userRoles=false",  # cluster-scoped roles with fixed names: one release per cluster
-                   "--wait", "--timeout", "300s", env=env)
-    manifest = helm("get", "manifest", "unicore", "--namespace", namespace, env=env).stdout
-    try:
-        yield {"cluster": cluster, "api": api, "namespace": namespace, "env": env, "install": install,
-               "images": real_node_session.images, "objects": [doc for doc in yaml.safe_load_all(manifest) if doc]}
-    finally:
-        helm("uninstall", "unicore", "--namespace", namespace, "--wait", "--timeout", "120s", env=env, check=False)
-        for task in Tasks(api, namespace).all():  # the operator is gone: nobody else removes its finalizer
-            Tasks(api, namespace).custom.patch_namespaced_custom_object(
-                "unicore.dev", "v1alpha1", namespace, "agenttasks", task["metadata"]["name"],
-                {"metadata": {"finalizers": None}})
-        core.delete_namespace(namespace)
-        api.close()
-
-
-def pod_of(core: Any, namespace: str, selector: str) -> Any:
-    [pod] = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-             if not p.metadata.deletion_timestamp]
-    return pod
-
-
-def ready(pod: Any) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    with installed_release(real_node_session, tmp_path_factory) as installed:
+        yield installed
 
 
 def test_the_release_runs_the_operator_redis_and_the_example_tree_as_real_containers(

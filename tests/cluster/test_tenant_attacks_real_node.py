@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.cluster.chart_release import kubectl
 from tests.cluster.operator_harness import VENV_BIN, Tasks, install_crd
-from tests.cluster.test_chart_real_node import kubectl
 from tests.cluster.test_chart_render import CHART, helm
 from tests.waiting import wait_for
 
