@@ -11,9 +11,15 @@ truth and the Redis user is derived from it:
   Job there: a new random password is written into a new Secret, then ``ACL SETUSER`` applies it;
 - every ``UNICORE_REDIS_IDENTITY_RESYNC_SECONDS`` (default 30) and at start-up, for every namespace with AgentTasks,
   the Secret is read and the user applied again (``ACL SETUSER reset ...``, idempotent; on a Redis Cluster on every
-  node). So a Redis that restarted without its ACL users (they are not persisted: no aclfile), a user deleted by hand,
-  a changed rule set, or a Redis address that changed (the Secret's URL is rewritten, same password) heal within one
-  period, without an aclfile and the same way for the bundled and an external Redis;
+  node). So a user deleted by hand, a changed rule set, or a Redis address that changed (the Secret's URL is
+  rewritten, same password) heal within one period, without an aclfile and the same way for the bundled and an
+  external Redis;
+- a new Redis server at once: every ``RESTART_CHECK_SECONDS`` (1 s) the operator asks Redis which server it is
+  (``INFO server``'s ``run_id``; every node's on a Redis Cluster, ``server_ids``), and when the answer changed (a
+  restart, which comes back without the ACL users: they are not persisted; a replica promoted by Sentinel, which
+  never had them: ACL users are not replicated) it applies every namespace's user again right away (``RestartWatch``,
+  logged once per new server). Turn pods whose connections dropped wait for their user in their client's retry
+  window (``unicore.store.client``, ``Credentials``), so the restart costs no turn;
 - rotation: delete the Secret. The next pass writes a new one with a new password and replaces the user's password
   (the old one stops working for new connections at once; turns already connected keep their connection, and the
   next turn pods read the new Secret).
@@ -32,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -64,6 +70,7 @@ LABELS = {names.NAME_LABEL: "unicore", names.COMPONENT_LABEL: "redis-identity",
 MISSING_REASON = "RedisIdentityMissing"  # the Event posted on a task when its namespace's identity cannot be made
 TRANSIENT = frozenset({409, 429, 500, 502, 503, 504})
 REDIS_TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
+RESTART_CHECK_SECONDS = 1.0  # how often RestartWatch asks Redis which server it is
 
 
 class TransientFailure(Exception):
@@ -221,6 +228,83 @@ async def resync_loop(ctx: OperatorContext, identities: RedisIdentities) -> None
         await asyncio.sleep(ctx.settings.redis_identity_resync_seconds)
 
 
+def server_ids(client: redis.Redis) -> frozenset[str]:
+    """The ``run_id`` of the Redis server ``client`` talks to (``INFO server``; of every node on a Redis Cluster,
+    whose client asks them all). A restarted server, or a replica promoted in a failover, answers with another."""
+    reply: Any = client.info("server")
+    infos = [reply] if "run_id" in reply else [info for info in reply.values() if isinstance(info, dict)]
+    return frozenset(str(info["run_id"]) for info in infos)
+
+
+class RestartWatch:
+    """Applies every namespace's user again as soon as the Redis answering is a new server (module docstring).
+
+    ``client`` is the watch's own (built without a retry window: one attempt per check, so a Redis that is back is
+    seen within ``interval``); ``namespaces`` the namespaces to apply (those with AgentTasks, and every one made
+    before). It trusts only Redis's own ``INFO`` reply, nothing a namespace can write."""
+
+    def __init__(self, identities: RedisIdentities, client: redis.Redis, namespaces: Callable[[], Iterable[str]],
+                 interval: float = RESTART_CHECK_SECONDS) -> None:
+        self.identities = identities
+        self.client = client
+        self.namespaces = namespaces
+        self.interval = interval
+        self.known: frozenset[str] | None = None  # the server(s) whose users were applied (None: not asked yet)
+        self.problem = ""  # the last refusal logged (logged again only when it changes)
+
+    def ask(self) -> frozenset[str] | None:
+        """The server ids now (a worker thread); None when Redis cannot be reached or refuses INFO (logged once)."""
+        try:
+            ids = server_ids(self.client)
+        except REDIS_TRANSIENT:
+            return None
+        except redis.RedisError as exc:
+            problem = " ".join(str(exc).split())
+            if problem != self.problem:
+                self.problem = problem
+                logger.warning("cannot tell a restarted Redis from INFO server (%s): namespaces' Redis users come "
+                               "back only at the identity resync (grant the operator's Redis user +info)", problem)
+            return None
+        self.problem = ""
+        return ids
+
+    async def check(self) -> bool:
+        """One check: when the server is another than before, apply every namespace's user again. Whether it did."""
+        ids = await asyncio.to_thread(self.ask)
+        if ids is None or ids == self.known:
+            return False
+        before, self.known = self.known, ids
+        if before is None:  # the first answer: the start-up sync and the resync loop apply the users
+            return False
+        namespaces = set(self.namespaces()) | self.identities.done
+        logger.warning("Redis is a new server (run_id %s, was %s: restarted or failed over, without its ACL users); "
+                       "applying the Redis users of %d namespace(s) again", ",".join(sorted(ids)),
+                       ",".join(sorted(before)), len(namespaces))
+        await self.identities.sync_all(namespaces)
+        return True
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Redis restart check failed; next one in %.0fs", self.interval)
+            await asyncio.sleep(self.interval)
+
+
+async def restart_watch_loop(ctx: OperatorContext, identities: RedisIdentities) -> None:
+    """``RestartWatch`` on its own client, over the namespaces with AgentTasks and those made before."""
+    client = build_client(ctx.settings.redis_url, decode_responses=True, retry_for=0)
+    watch = RestartWatch(identities, client, lambda: namespaces_with_tasks(ctx))
+    try:
+        watch.known = await asyncio.to_thread(watch.ask)  # the server the start-up sync is about to apply the users to
+        await watch.run()
+    finally:
+        client.close()
+
+
 def identity_problem(settings: OperatorSettings) -> str | None:
     """The start-up check (``main``, before Kopf starts) as one line: why the operator's Redis user cannot manage the
     namespaces' users, or None (identities off, the check passed, or Redis not reachable yet: then the start-up hook
@@ -256,8 +340,9 @@ async def start(ctx: OperatorContext) -> None:
         raise kopf.PermanentError(message) from None
     identities = RedisIdentities(ctx.kube.core, ctx.redis.sync, ctx.settings)
     ctx.redis_identities = identities
-    ctx.background.append(asyncio.get_running_loop().create_task(resync_loop(ctx, identities),
-                                                                 name="unicore-redis-identities"))
+    loop = asyncio.get_running_loop()
+    ctx.background.append(loop.create_task(resync_loop(ctx, identities), name="unicore-redis-identities"))
+    ctx.background.append(loop.create_task(restart_watch_loop(ctx, identities), name="unicore-redis-restart-watch"))
     logger.info("per-namespace Redis identities on (Secret %s in each agent namespace)",
                 ctx.settings.redis_identity_secret)
 
@@ -281,5 +366,6 @@ async def provision_for(ctx: OperatorContext, task: dict[str, Any]) -> None:
         events.post(ctx, task, events.WARNING, MISSING_REASON, problem)
 
 
-__all__ = ["MISSING_REASON", "RedisIdentities", "TransientFailure", "build_secret", "identity_problem", "managed",
-           "provision_for", "resync_loop", "secret_url", "start"]
+__all__ = ["MISSING_REASON", "RESTART_CHECK_SECONDS", "RedisIdentities", "RestartWatch", "TransientFailure",
+           "build_secret", "identity_problem", "managed", "provision_for", "restart_watch_loop", "resync_loop",
+           "secret_url", "server_ids", "start"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from typing import Any
 
 import pytest
@@ -16,10 +17,12 @@ from unicore.store.acl import url_credentials
 from unicore_operator.job_builder import build_env
 from unicore_operator.redis_identities import (
     RedisIdentities,
+    RestartWatch,
     TransientFailure,
     build_secret,
     managed,
     secret_url,
+    server_ids,
 )
 from unicore_operator.settings import OperatorSettings, load_settings
 
@@ -196,3 +199,61 @@ def test_settings() -> None:
                         ("UNICORE_REDIS_IDENTITIES", "maybe")):
         with pytest.raises(Exception, match=name):
             load_settings({**base, name: value})
+
+
+class InfoRedis:
+    """A Redis that answers INFO server with the run_id(s) set (a dict per node, as a cluster client's), or fails."""
+
+    def __init__(self, *run_ids: str) -> None:
+        self.run_ids = list(run_ids)
+        self.error: Exception | None = None
+        self.asked = 0
+
+    def info(self, section: str) -> dict[str, Any]:
+        assert section == "server"
+        self.asked += 1
+        if self.error:
+            raise self.error
+        if len(self.run_ids) == 1:
+            return {"redis_version": "7.2.4", "run_id": self.run_ids[0]}
+        return {f"10.0.0.{n}:6379": {"run_id": run_id} for n, run_id in enumerate(self.run_ids)}
+
+
+def test_the_restart_watch_applies_every_namespace_again_once_per_new_server(caplog: pytest.LogCaptureFixture) -> None:
+    identities, core, client = make()
+    server = InfoRedis("first")
+    watch = RestartWatch(identities, server, lambda: {"team-a"})  # type: ignore[arg-type]
+
+    async def run() -> list[bool]:
+        steps = [await watch.check(), await watch.check()]  # the first answer, then the same server: nothing
+        server.error = redis.ConnectionError("down")  # restarting: no answer, nothing changes
+        steps.append(await watch.check())
+        server.error, server.run_ids = None, ["second"]
+        steps += [await watch.check(), await watch.check()]  # a new server: the users again, once
+        server.run_ids = ["second", "third"]  # a cluster that gained a node
+        steps.append(await watch.check())
+        return steps
+
+    with caplog.at_level(logging.WARNING, logger="unicore"):
+        assert asyncio.run(run()) == [False, False, False, True, False, True]
+    assert watch.known == frozenset({"second", "third"}) and server_ids(server) == watch.known  # type: ignore[arg-type]
+    assert [c[:2] for c in client.commands] == [("ACL SETUSER", "unicore-ns-team-a")] * 2
+    assert PATH in core.objects
+    noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
+    assert len(noticed) == 2 and "run_id second, was first" in noticed[0], noticed
+
+
+def test_a_watch_that_may_not_ask_says_so_once_and_keeps_asking(caplog: pytest.LogCaptureFixture) -> None:
+    identities, _, client = make()
+    server = InfoRedis("first")
+    server.error = redis.exceptions.NoPermissionError("this user has no permissions to run the 'info' command")
+    watch = RestartWatch(identities, server, lambda: {"team-a"})  # type: ignore[arg-type]
+
+    async def run() -> list[bool]:
+        return [await watch.check() for _ in range(3)]
+
+    with caplog.at_level(logging.WARNING, logger="unicore"):
+        assert asyncio.run(run()) == [False, False, False]
+    assert server.asked == 3 and watch.known is None and client.commands == []
+    refused = [r.getMessage() for r in caplog.records if "cannot tell a restarted Redis" in r.getMessage()]
+    assert len(refused) == 1 and "+info" in refused[0], refused
