@@ -30,6 +30,13 @@ A URL no client can be built from (scheme, port, path, options) is refused befor
 ``check_url``'s one-line ``RedisURLError``, which never shows a password. An unreachable server is an error only
 once the retry window is over, for a Redis Cluster too (its client connects as it is built: that is retried).
 
+A credential refusal (``WRONGPASS``/``NOAUTH``) is final on a client's first login: a wrong password fails at once,
+not after the window. Once Redis has accepted the client's credentials, a refusal of the same credentials on a
+reconnect is retried in the window like a blip (``Credentials``): a restarted or failed-over Redis comes back without
+the per-namespace ACL users (not persisted, not replicated), and the operator applies them again within a second or
+so (``unicore_operator.redis_identities``), so a turn pod rides that out instead of failing its turn. (Not for a
+Redis Cluster client: redis-py's cluster retries are its own.)
+
 What a retry can repeat: a command whose connection died after the server executed it, but before the reply
 arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes that affects.
 """
@@ -37,9 +44,10 @@ arrived, runs twice. docs/architecture.md ("Redis blips") lists which writes tha
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar, cast
@@ -94,6 +102,27 @@ FINAL_ERRORS: tuple[type[RedisError], ...] = (AuthenticationError,)
 def is_final(error: BaseException) -> bool:
     """A credential error, also as redis.asyncio reports it (a ConnectionError raised from the AuthenticationError)."""
     return any(isinstance(e, FINAL_ERRORS) for e in (error, error.__cause__, error.__context__))
+
+
+class Credentials:
+    """Whether Redis has accepted a client's credentials once (a connection of the client logged in with them).
+
+    Shared by the client's retry and the copies redis-py makes of it for each connection (``BoundedRetry``'s
+    ``__deepcopy__``). Until then a credential refusal is a wrong password, final at once; afterwards it is the same
+    credentials refused on a reconnect, a Redis that restarted or failed over without its ACL users until the operator
+    applies them again, and it is retried in the window (module doc)."""
+
+    def __init__(self) -> None:
+        self.accepted = False
+
+    def refused_for_good(self, error: BaseException) -> bool:
+        """Whether ``error`` ends the retrying at once: a credential error before any login of the client worked."""
+        return is_final(error) and not self.accepted
+
+
+def _has_credentials(connection_kwargs: Mapping[str, Any]) -> bool:
+    """Whether a pool's connections log in (a password or a credential provider): only their login can be accepted."""
+    return bool(connection_kwargs.get("password") or connection_kwargs.get("credential_provider"))
 # REDIS_URL schemes that name a Redis Cluster (build_client / build_async_client return cluster clients for them).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -135,7 +164,10 @@ class _Window:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise error
-        if self.failures == 1:
+        if self.failures == 1 and is_final(error):
+            log.warning("Redis refused this client's credentials, which it accepted before (%s: a restarted or "
+                        "failed-over Redis without its ACL users yet?); retrying for up to %.0f s", error, self.seconds)
+        elif self.failures == 1:
             log.warning("Redis unavailable (%s: %s); retrying for up to %.0f s", type(error).__name__, error,
                         self.seconds)
         return min(self.backoff.compute(self.failures), remaining)
@@ -151,7 +183,11 @@ class BoundedRetry(Retry):
     def __init__(self, seconds: float, backoff: AbstractBackoff | None = None) -> None:
         self.seconds = seconds
         self.policy = backoff or _backoff()
+        self.credentials = Credentials()
         super().__init__(self.policy, -1, RETRY_ERRORS)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BoundedRetry:
+        return _copy_sharing_credentials(self, memo)
 
     def errors(self) -> tuple[type[Exception], ...]:
         return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))  # redis-py adds retry_on_error's here
@@ -170,7 +206,7 @@ class BoundedRetry(Retry):
                 try:
                     return do()
                 except errors as error:
-                    if is_final(error):
+                    if self.credentials.refused_for_good(error):
                         raise
                     failed: Exception = error
                 try:
@@ -190,7 +226,11 @@ class AsyncBoundedRetry(AsyncRetry):
     def __init__(self, seconds: float, backoff: AbstractBackoff | None = None) -> None:
         self.seconds = seconds
         self.policy = backoff or _backoff()
+        self.credentials = Credentials()
         super().__init__(self.policy, -1, RETRY_ERRORS)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AsyncBoundedRetry:
+        return _copy_sharing_credentials(self, memo)
 
     def errors(self) -> tuple[type[Exception], ...]:
         return tuple(getattr(self, "_supported_errors", RETRY_ERRORS))
@@ -209,7 +249,7 @@ class AsyncBoundedRetry(AsyncRetry):
                 try:
                     return await do()
                 except errors as error:
-                    if is_final(error):
+                    if self.credentials.refused_for_good(error):
                         raise
                     failed: Exception = error
                 try:
@@ -223,15 +263,36 @@ class AsyncBoundedRetry(AsyncRetry):
             window.close()
 
 
+RetryT = TypeVar("RetryT", BoundedRetry, AsyncBoundedRetry)
+
+
+def _copy_sharing_credentials(retry: RetryT, memo: dict[int, Any]) -> RetryT:
+    """A deep copy of ``retry`` (redis-py copies a connection's) that shares its ``Credentials``."""
+    memo[id(retry.credentials)] = retry.credentials
+    twin = copy.copy(retry)
+    twin.__dict__.update(copy.deepcopy(retry.__dict__, memo))
+    return twin
+
+
+def _accepted(connection_kwargs: Mapping[str, Any]) -> None:
+    """A connection of the pool is connected: its login, if it has one, worked (``Credentials``)."""
+    retry = connection_kwargs.get("retry")
+    if isinstance(retry, (BoundedRetry, AsyncBoundedRetry)) and _has_credentials(connection_kwargs):
+        retry.credentials.accepted = True
+
+
 class RetryingConnectionPool(redis.ConnectionPool):
-    """Taking a connection (which reconnects a dropped one) retries under the connections' ``retry`` too."""
+    """Taking a connection (which reconnects a dropped one) retries under the connections' ``retry`` too; the first
+    connection that logs in marks the client's credentials accepted."""
 
     def get_connection(self, *args: Any, **options: Any) -> Any:  # args: deprecated in redis-py 5.3, passed on
         get = super().get_connection
         retry = self.connection_kwargs.get("retry")
         if not isinstance(retry, Retry):
             return get(*args, **options)
-        return retry.call_with_retry(lambda: get(*args, **options), lambda _error: None)
+        connection = retry.call_with_retry(lambda: get(*args, **options), lambda _error: None)
+        _accepted(self.connection_kwargs)
+        return connection
 
 
 async def _ignore(_error: Any) -> None:
@@ -246,7 +307,9 @@ class AsyncRetryingConnectionPool(aioredis.ConnectionPool):
         retry = self.connection_kwargs.get("retry")
         if not isinstance(retry, AsyncRetry):
             return await get(*args, **options)
-        return await retry.call_with_retry(lambda: get(*args, **options), _ignore)
+        connection = await retry.call_with_retry(lambda: get(*args, **options), _ignore)
+        _accepted(self.connection_kwargs)
+        return connection
 
 
 class AsyncBoundedConnectionPool(AsyncRetryingConnectionPool, aioredis.BlockingConnectionPool):
