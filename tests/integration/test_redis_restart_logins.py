@@ -9,7 +9,9 @@ ACL users are not replicated).
 - The operator's restart watch (``unicore_operator.redis_identities.RestartWatch``, with its RedisIdentities over the
   real Redis and a stand-in for the API server's Secrets) notices the new server and applies every namespace's user
   again at once, long before its resync period, logging it once; a client of a namespace rides the restart out on
-  its own.
+  its own. The same through a failover (tests/integration/test_redis_failover.py's primary, replica and three
+  sentinels, every client on the ``redis+sentinel://`` URL): the promoted replica never had the users, the watch
+  applies them to it, and the namespace's client goes on there.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from unicore.store.keys import TaskKeys
 from unicore_operator.redis_identities import RedisIdentities, RestartWatch, secret_url, server_ids
 from unicore_operator.settings import OperatorSettings
 
+from tests.integration.test_redis_failover import ReplicatedRedis
 from tests.waiting import wait_for
 
 NS = "team-restart"
@@ -85,10 +88,13 @@ class Server:
             return list(acl.acl_users(admin))
 
     def refused_logins(self, user: str) -> int:
-        """The logins as ``user`` the server refused (ACL LOG counts repeats of one entry)."""
         with self.admin() as admin:
-            entries = admin.acl_log()
-        return sum(int(e["count"]) for e in entries if e["reason"] == "auth" and e["username"] == user)
+            return refused_logins(admin, user)
+
+
+def refused_logins(server: redis.Redis, user: str) -> int:
+    """The logins as ``user`` the server refused (ACL LOG counts repeats of one entry)."""
+    return sum(int(e["count"]) for e in server.acl_log() if e["reason"] == "auth" and e["username"] == user)
 
 
 @pytest.fixture
@@ -289,17 +295,19 @@ def test_the_operators_restart_watch_applies_every_namespaces_user_again_at_once
         try:
             admin.hset(TaskKeys(f"{NS}/t").task, "id", f"{NS}/t")
             assert read() == f"{NS}/t"
-            watching = asyncio.create_task(watch.run())
             await asyncio.to_thread(server.restart)
-            restarted = time.monotonic()
             call = Call(read)  # a turn pod's next command, its connection dropped with the restart
+            await asyncio.to_thread(wait_for, lambda: server.refused_logins(acl.namespace_user(NS)) >= 1,
+                                    timeout=20, interval=0.05, what="the client's login refused by the new server")
+            watching = asyncio.create_task(watch.run())
+            restarted = time.monotonic()
             await asyncio.to_thread(wait_for, lambda: users <= set(server.users()), timeout=10, interval=0.05,
                                     what="every namespace's user applied again")
             applied = time.monotonic() - restarted
             assert await asyncio.to_thread(call.result, 30) == f"{NS}/t"  # rode it out, nothing failed
             watching.cancel()
-            print(f"users applied again {applied:.2f} s after the new server answered; the client's read answered "
-                  f"after {call.seconds:.2f} s")
+            print(f"users applied again {applied:.2f} s after the watch began; the client's read answered after "
+                  f"{call.seconds:.2f} s")
             assert applied < 5
             assert watch.known != first and watch.known == server_ids(admin)
         finally:
@@ -314,3 +322,55 @@ def test_the_operators_restart_watch_applies_every_namespaces_user_again_at_once
     noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
     assert len(noticed) == 1, noticed  # logged once
     assert "applying the Redis users of 2 namespace(s) again" in noticed[0], noticed
+
+
+def test_after_a_failover_the_watch_applies_the_users_to_the_promoted_replica_and_a_client_goes_on_there(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a failover takes about 2 s, longer on a loaded machine (a sentinel in TILT mode: 30 s): a wide window
+    monkeypatch.setenv("UNICORE_REDIS_RETRY_SECONDS", "90")
+    group = ReplicatedRedis()
+    settings = OperatorSettings(redis_url=group.url, redis_identities=True, redis_identity_resync_seconds=3600)
+    admin = build_client(group.url, decode_responses=True)
+    watch_client = build_client(group.url, decode_responses=True, retry_for=0)
+    secrets = Secrets()
+    identities = RedisIdentities(secrets, admin, settings)  # type: ignore[arg-type]  # the Secrets stand-in
+    watch = RestartWatch(identities, watch_client, lambda: {NS}, interval=0.2)
+    user = acl.namespace_user(NS)
+
+    async def scenario() -> None:
+        assert await identities.ensure(NS) is None
+        url = secret_url(secrets.objects[f"/api/v1/namespaces/{NS}/secrets/unicore-redis-agent"])
+        assert url.startswith("redis+sentinel://")
+        read, close = sync_reader(url, 90)
+        try:
+            admin.hset(TaskKeys(f"{NS}/t").task, "id", f"{NS}/t")
+            assert read() == f"{NS}/t"
+            await asyncio.to_thread(wait_for, group.in_sync, timeout=10, what="the replica to have every write")
+            assert user not in acl.acl_users(group.replica.client)  # ACL users are not replicated
+            assert not await watch.check()
+            began = time.monotonic()
+            group.kill_primary()
+            call = Call(read)  # its connection went with the primary
+            # the client finds the promoted replica, which refuses its login (it never had the user) ...
+            await asyncio.to_thread(wait_for, lambda: refused_logins(group.replica.client, user) >= 1 or
+                                    not call.thread.is_alive(), timeout=90, interval=0.05,
+                                    what="the client's login refused by the promoted replica")
+            assert call.thread.is_alive() and call.error is None, call.error  # ... and waits
+            watching = asyncio.create_task(watch.run())  # the operator's watch: the users there at once
+            assert await asyncio.to_thread(call.result, 90) == f"{NS}/t"
+            watching.cancel()
+            assert group.promoted() and user in acl.acl_users(group.replica.client)
+            print(f"the read answered on the promoted replica {time.monotonic() - began:.1f} s after the kill")
+        finally:
+            close()
+
+    with caplog.at_level(logging.WARNING, logger="unicore"):
+        try:
+            asyncio.run(scenario())
+        finally:
+            admin.close()
+            watch_client.close()
+            group.stop()
+    noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
+    assert len(noticed) == 1, noticed
