@@ -94,8 +94,10 @@ POOL_WAIT_SECONDS = 30.0  # how long a command waits for a free connection befor
 BACKOFF_BASE = 0.05  # seconds: about 0.1, 0.2, 0.4, ... (each with jitter), at most BACKOFF_CAP
 BACKOFF_CAP = 2.0
 RETRY_ERRORS: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
-# Connection errors no retry can mend: a wrong or rotated password (NOAUTH/WRONGPASS; redis-py makes them connection
-# errors) fails at once instead of after the whole retry window.
+# Connection errors no retry can mend on a first login: a wrong password (NOAUTH/WRONGPASS; redis-py makes them
+# connection errors) fails at once instead of after the whole retry window. After a login of the client worked, the
+# same refusal is retried (``Credentials``): a restarted Redis without its ACL users yet, or a rotated password
+# (which then fails once the window is over).
 FINAL_ERRORS: tuple[type[RedisError], ...] = (AuthenticationError,)
 
 
