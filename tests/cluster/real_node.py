@@ -66,3 +66,13 @@ def kill_container(cluster: Any, cid: str, signal: str = "SIGKILL") -> None:
     node = cluster.real_node
     assert node is not None and node.runtime is not None
     node.runtime.ctr("tasks", "kill", "--signal", signal, cid)
+
+
+def kill_pod_container(cluster: Any, core: Any, namespace: str, pod_name: str, signal: str = "SIGKILL") -> str:
+    """Kill the (first) container of pod ``pod_name`` from outside Kubernetes (``kill_container``), once the kubelet
+    reported its containerd id; returns that id. For a lease holder ``<pod name>:<pid>``: its pid is the container's
+    own (1), not the host's, so the pod name is what finds the process."""
+    cid = str(wait_for(lambda: container_id(core.read_namespaced_pod(pod_name, namespace)), timeout=30,
+                       interval=0.1, what=f"pod {pod_name}'s container id"))
+    kill_container(cluster, cid, signal)
+    return cid

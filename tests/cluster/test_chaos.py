@@ -1,12 +1,20 @@
 """Chaos on the real control plane (issue 10): a 3-level scripted tree run by the operator (root ``r`` -> ``r-a``,
 ``r-b`` -> leaves ``r-a-a``, ``r-b-a``) is hit by one fault while its leaves are mid-turn (lease held, prompt
-drained, inside a model call): a turn process SIGKILLed twice, Redis restarted from its AOF (appendfsync everysec,
+drained, inside a model call): a turn container SIGKILLed twice, Redis restarted from its AOF (appendfsync everysec,
 then always), the operator SIGKILLed and restarted, the API server paused (SIGSTOP ~10 s), a leaf's pod deleted, a
-leaf's Job deleted. The leaves' model call lasts until the test opens their gates, once the fault is in place; in the
-Redis restarts, where the call must end while Redis is down (and a gate is read from Redis), it sleeps instead.
-Every scenario must settle (every AgentTask Idle, Redis quiet) within 60 s of the fault, with every prompt and child
-report stored exactly once and valid model requests (``check_tree``, the same checks as the local fault-injection
-harness).
+leaf's Job deleted.
+
+The faults to a turn's container, pod or Job (``kill-leaf-twice``, ``delete-leaf-pod``, ``delete-leaf-job``) run on
+the real node (containerd + kubelet, the agent image; the container killed from outside with ``ctr tasks kill``, a
+deleted pod's container stopped by the kubelet), where what the kubelet does with a dying container is what is
+tested; Redis there is the node IP's (no AOF: these faults do not touch it). The faults to Redis, the operator and
+the API server are about delivery, not the container: they run on the pod runner (turn pods as host processes),
+with a private AOF Redis on a unix socket that the test SIGKILLs and starts again.
+
+The leaves' model call lasts until the test opens their gates, once the fault is in place; in the Redis restarts,
+where the call must end while Redis is down (and a gate is read from Redis), it sleeps instead. Every scenario must
+settle (every AgentTask Idle, Redis quiet) within 60 s of the fault, with every prompt and child report stored
+exactly once and valid model requests (``check_tree``, the same checks as the local fault-injection harness).
 
 Every scenario runs the same helper (start tree -> wait for the leaves to be mid-turn -> inject -> wait to settle
 -> check_tree) plus a check that the fault happened and cost what it should (retried attempts, Events).
@@ -33,7 +41,9 @@ from kubernetes import config as k8s_config
 from unicore.store.gates import open_gate
 from unicore.store.tasks import TaskStore
 
-from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
+from tests.cluster.conftest import on_real_node
+from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events, turn_pod_logs
+from tests.cluster.real_node import kill_pod_container
 from tests.integration.fault_harness import check_tree, leafy_tree_script
 from tests.waiting import WaitTimeout, wait_for
 
@@ -47,6 +57,7 @@ GATE = "fault-in-place"  # the other scenarios' leaves' first model call waits u
 PAUSE_SECONDS = 10.0  # scenario apiserver-pause: how long the API server stays stopped
 TREE = ("r", "r-a", "r-a-a", "r-b", "r-b-a")
 LEAVES = ("r-a-a", "r-b-a")
+KILLED = "container turn: Error (exit code 137: killed by SIGKILL)"  # a TurnFailed Event's words for a killed one
 OPERATOR_ENV = {
     "UNICORE_MAX_REAPS": "3",
     "UNICORE_MAX_TURN_RETRIES": "3",
@@ -118,7 +129,7 @@ class Chaos:
     tasks: Tasks
     client: redis.Redis
     store: TaskStore
-    redis: AofRedis
+    redis: AofRedis | None  # the pod runner's scenarios' own Redis (None on the real node: the node IP's)
     operator: OperatorProcess
     control_plane: Any
     namespace: str
@@ -158,18 +169,20 @@ Fault = Callable[[Chaos], Verify]
 
 
 def kill_leaf_twice(chaos: Chaos) -> Verify:
+    """SIGKILL the leaf's turn container from outside (the node's containerd) mid-turn, and its retry's again."""
     killed: list[str] = []
     for _ in range(2):
         holder = str(wait_for(lambda: chaos.mid_turn(LEAVES[0], not_holder=killed[-1] if killed else None),
                               timeout=30, what=f"{LEAVES[0]} mid-turn (a new holder after {killed})"))
-        os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
+        kill_pod_container(chaos.control_plane, chaos.tasks.core, chaos.namespace, holder.rsplit(":", 1)[0])
         killed.append(holder)
     chaos.open_gates()  # the second retry answers
 
     def verify() -> None:
         name = LEAVES[0]
         assert chaos.jobs_of(name) == [f"{name}-t1", f"{name}-t1-r1", f"{name}-t1-r2"], chaos.jobs_of(name)
-        assert len(task_events(chaos.tasks, name, "TurnFailed")) == 2
+        failures = [event.message for event in task_events(chaos.tasks, name, "TurnFailed")]
+        assert len(failures) == 2 and all(KILLED in message for message in failures), failures
         status = chaos.tasks.get(name)["status"]  # type: ignore[index]
         assert status["turns"] == 1 and status["lastResponse"] == "leaf result", status
         assert chaos.retried_jobs() == [f"{name}-t1-r1", f"{name}-t1-r2"]
@@ -190,6 +203,7 @@ def pod_log(chaos: Chaos, holder: str) -> str:
 
 def restart_redis(chaos: Chaos) -> Verify:
     """SIGKILL Redis; start it again once both leaves, at the end of their model call, found it down."""
+    assert chaos.redis is not None, "a pod runner scenario: its own AOF Redis"
     holders = [str(chaos.holder(leaf)) for leaf in LEAVES]
     before = chaos.client.info("server")["run_id"]
     chaos.redis.crash()
@@ -281,36 +295,44 @@ def delete_leaf_job(chaos: Chaos) -> Verify:
     return verify
 
 
-SCENARIOS: dict[str, tuple[Fault, str]] = {  # id -> (fault, Redis appendfsync)
-    "kill-leaf-twice": (kill_leaf_twice, "everysec"),
+SCENARIOS: dict[str, tuple[Fault, str | None]] = {  # id -> (fault, Redis appendfsync; None: the real node's Redis)
+    "kill-leaf-twice": (kill_leaf_twice, None),
     "redis-restart-everysec": (restart_redis, "everysec"),
     "redis-restart-always": (restart_redis, "always"),
     "operator-sigkill": (restart_operator, "everysec"),
     "apiserver-pause": (pause_api_server, "everysec"),
-    "delete-leaf-pod": (delete_leaf_pod, "everysec"),
-    "delete-leaf-job": (delete_leaf_job, "everysec"),
+    "delete-leaf-pod": (delete_leaf_pod, None),
+    "delete-leaf-job": (delete_leaf_job, None),
 }
+
+
+def scenario_params() -> list[Any]:
+    """The scenarios, those to a turn's container, pod or Job (no Redis of their own) marked ``real_node``."""
+    return [pytest.param(name, marks=pytest.mark.real_node) if appendfsync is None else name
+            for name, (_, appendfsync) in SCENARIOS.items()]
 
 
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest, crd: Any, k8s_namespace: str, tmp_path: Path) -> Iterator[Chaos]:
     _, appendfsync = SCENARIOS[request.node.callspec.params["scenario"]]
-    server = AofRedis(appendfsync)
-    client = redis.Redis.from_url(server.url, decode_responses=True)
+    assert (appendfsync is None) == on_real_node(request), "real node scenarios use the node's Redis, others their own"
+    server = AofRedis(appendfsync) if appendfsync else None
+    url = server.url if server else str(request.getfixturevalue("redis_url"))
+    client = redis.Redis.from_url(url, decode_responses=True)
     install_agent_rbac(crd.kubeconfig, k8s_namespace)
-    operator = OperatorProcess(crd.kubeconfig, server.url, k8s_namespace, tmp_path / "operator.log",
-                               **OPERATOR_ENV).start()
+    operator = OperatorProcess(crd.kubeconfig, url, k8s_namespace, tmp_path / "operator.log", **OPERATOR_ENV).start()
     api = crd.api_client()
     try:
         yield Chaos(Tasks(api, k8s_namespace), client, TaskStore(client), server, operator, crd, k8s_namespace)
     finally:
         operator.stop()
         print(f"--- operator log ({operator.log_path}):\n{operator.log(200)}")
-        for log in sorted((crd.data_dir / "pods").glob(f"{k8s_namespace}_*/*.log")):
-            print(f"--- turn pod log ({log.parent.name}):\n{log.read_text(errors='replace')[-3000:]}")
+        for log in turn_pod_logs(crd, k8s_namespace):
+            print(f"--- turn pod log ({log}):\n{log.read_text(errors='replace')[-3000:]}")
         api.close()
         client.close()
-        server.stop()
+        if server:
+            server.stop()
 
 
 def settled(chaos: Chaos) -> str | None:
@@ -327,7 +349,7 @@ def settled(chaos: Chaos) -> str | None:
     return "settled" if quiet else None
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", scenario_params())
 def test_a_tree_hit_mid_turn_settles_with_every_report_delivered_once(chaos: Chaos, scenario: str) -> None:
     fault, _ = SCENARIOS[scenario]
     script = chaos_script(gated=fault is not restart_redis)
