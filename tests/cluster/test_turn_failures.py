@@ -1,7 +1,11 @@
-"""Turn failures on the real control plane (issue 10): a killed turn process counts once and recovers.
+"""Turn failures on the real control plane (issue 10): a killed turn counts once and recovers.
 
-The turn process is SIGKILLed through the pid in its lease holder id (``<pod name>:<pid>``; the local pod runner
-runs turn pods as host processes), the way an OOM kill or a node problem ends a turn: no release, no clean-up.
+The killed-turn tests run on the real node (containerd + kubelet, the agent image): the turn's container is
+SIGKILLed from outside Kubernetes (``ctr tasks kill`` on the node's containerd; the pod named in its lease holder id
+``<pod name>:<pid>``), the way an OOM kill or a node problem ends a turn: no release, no clean-up; what the kubelet
+reports of it is what the operator acts on. The Job that ends while Redis is down is about the operator's records,
+not the container: it runs on the pod runner (turn pods as host processes), whose turn process is SIGKILLed
+through the host pid in its holder id.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import redis
 from unicore.store.gates import open_gate
 
 from tests.cluster.operator_harness import GATE, StartOperator, Tasks, gated_script, operator_factory, task_events
+from tests.cluster.real_node import kill_pod_container
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -34,7 +39,7 @@ WATCHDOG_ENV = {
 
 @pytest.fixture
 def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[StartOperator]:
-    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=WATCHDOG_ENV) as start:
+    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=WATCHDOG_ENV, pod_logs=True) as start:
         yield start
 
 
@@ -48,8 +53,11 @@ def settled(tasks: Tasks, name: str) -> dict[str, Any] | None:
     return status if status.get("phase") in ("Idle", "Failed") else None
 
 
-def kill_turn_process(client: redis.Redis, task_id: str, older_than: float = 0.0) -> dict[str, str]:
-    """SIGKILL the process holding the task's lease once its lease is ``older_than`` seconds old."""
+def kill_turn_container(
+    crd: Any, tasks: Tasks, client: redis.Redis, task_id: str, older_than: float = 0.0,
+) -> dict[str, str]:
+    """SIGKILL the container of the turn holding the task's lease (real node) once its lease is ``older_than``
+    seconds old."""
 
     def held() -> dict[str, str] | None:
         current = lease(client, task_id)
@@ -57,13 +65,14 @@ def kill_turn_process(client: redis.Redis, task_id: str, older_than: float = 0.0
             return current
         return None
 
-    holder = wait_for(held, timeout=90, what=f"a turn process holding {task_id}'s lease for {older_than}s")
-    os.kill(int(holder["holder"].rsplit(":", 1)[1]), signal.SIGKILL)
+    holder = wait_for(held, timeout=90, what=f"a turn holding {task_id}'s lease for {older_than}s")
+    kill_pod_container(crd, tasks.core, tasks.namespace, holder["holder"].rsplit(":", 1)[0])
     return holder
 
 
+@pytest.mark.real_node
 def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
-    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     """Issue 10 #13: the Job's failure and the watchdog's reap of the dead holder's lease are one attempt. With
     UNICORE_MAX_REAPS=2, counting it twice fails the task; counted once, the turn is retried and answers."""
@@ -72,7 +81,7 @@ def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
     # its model call lasts until the gate opens, once the retried turn holds the lease
     tasks.create("crashy", {"prompt": "go", "model": "scripted", "script": gated_script("crashy")})
     # older than the watchdog's grace, so the watchdog may reap the dead holder's lease too
-    kill_turn_process(redis_client, task_id, older_than=6)
+    kill_turn_container(crd, tasks, redis_client, task_id, older_than=6)
     wait_for(lambda: settled(tasks, "crashy")  # (Failed: the crash counted twice, asserted below)
              or lease(redis_client, task_id).get("holder", "").startswith("crashy-t1-r1-"), timeout=90,
              what="the retried turn (Job crashy-t1-r1) to hold the lease")
@@ -85,8 +94,9 @@ def test_a_killed_turn_counts_as_one_failure_and_the_task_recovers(
     assert jobs == ["crashy-t1", "crashy-t1-r1"], jobs
 
 
+@pytest.mark.real_node
 def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_event(
-    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     """Issue 10 #18: the operator saw the pod fail, so it breaks the dead turn's lease (TTL 30 s, renewed every 10 s:
     at least 20 s left at the kill) and the turn is retried within seconds. The watchdog is kept out of it (a grace
@@ -95,7 +105,7 @@ def test_a_killed_turns_lease_is_broken_at_once_and_every_ended_job_posts_an_eve
     task_id = f"{k8s_namespace}/quick"
     # its model call lasts until the gate opens, once the retried Job was deleted while it ran
     tasks.create("quick", {"prompt": "go", "model": "scripted", "script": gated_script("quick")})
-    killed = kill_turn_process(redis_client, task_id)
+    killed = kill_turn_container(crd, tasks, redis_client, task_id)
     killed_at = time.monotonic()
     wait_for(lambda: lease(redis_client, task_id).get("holder") != killed["holder"], timeout=12,
              what="the dead turn's lease to be broken (not left to its TTL)")
