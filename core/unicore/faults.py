@@ -11,7 +11,11 @@ A turn calls ``fault_point("after drain")`` etc. at every named step (``STEPS``)
   ``kill-once`` therefore crashes every task at every (armed) step it reaches, once, and must still deliver every
   message and report exactly once (tests/integration/test_fault_injection.py).
 
-The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss.
+The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss. A turn
+container's process is pid 1 of its PID namespace (the Job runs ``unicore-turn`` itself, no init), and the kernel
+drops a SIGKILL that pid 1 sends itself (a namespace's init gets from inside it only the signals it handles): that
+process ends with ``os._exit(137)`` instead, still with no ``finally``, no atexit, no flush, and the exit status of a
+SIGKILLed container (128 + 9) that the kubelet reports (tests/cluster/test_fault_injection_pods.py).
 """
 
 from __future__ import annotations
@@ -58,13 +62,19 @@ def _redis():  # type: ignore[no-untyped-def]
     return _client
 
 
+def _die() -> None:
+    """SIGKILL this process; as the pid 1 of a PID namespace (which ignores that), ``_exit`` with 128 + SIGKILL."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(128 + signal.SIGKILL)
+
+
 def fault_point(step: str) -> None:
     """Die here if the harness asks for it (see the module docstring); otherwise return at once."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     if spec == f"kill:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die()
     if spec.startswith("kill-once") and _scope:
         point = f"{_scope}:{step}"
         _, percent, seed = (spec.split(":") + ["100", ""])[:3]
@@ -72,7 +82,7 @@ def fault_point(step: str) -> None:
         if digest[0] * 100 >= int(percent) * 256:
             return
         if claim_kill(_redis(), point):
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
 
 
 # A turn whose answer calls a gated tool or ask_user, right after it recorded the calls (``approvals_turn``).
