@@ -102,8 +102,11 @@ class TaskSnapshot:
         return turn_unfinished(self.record.get("status"), ended)
 
     def next_turn(self) -> int:
-        """The turn the next Job runs: an interrupted turn continues under its own number."""
-        return self.turns if self.turns and self.unfinished_turn() else self.turns + 1
+        """The turn the next Job runs: an interrupted turn continues under its own number. A turn that has its end
+        is done, even when its process died before it let go of the lease (the record still says running): the
+        next Job runs the next turn."""
+        last_ended = self.last_turn is not None and self.last_turn.ended_at is not None
+        return self.turns if self.turns and self.unfinished_turn() and not last_ended else self.turns + 1
 
     def next_attempt(self) -> int:
         return self.ended_jobs_by_turn.get(self.next_turn(), 0)
