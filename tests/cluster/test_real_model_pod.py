@@ -55,6 +55,13 @@ def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path,
         yield start
 
 
+# TOOLS_NOTE: every offered tool's schema is part of each model call's prompt, and with the default toolsets (six
+# tools for a root, five for a child) the first call of a task evaluates ~1,550 tokens, mostly those schemas: about
+# 40 s on one llama.cpp thread of an idle core here, minutes on a loaded one. So each task here is offered only the
+# tools it is told to use (spec.tools, and spec.childTools for the child a parent spawns), which is also how a user
+# narrows an agent. The prompts are the ones used with the default toolsets; the greedy 1.5B takes the same path.
+
+
 def settled(tasks: Tasks, name: str) -> dict[str, Any] | None:
     status = (tasks.get(name) or {}).get("status") or {}
     return status if status.get("phase") in ("Idle", "Failed") else None
@@ -68,6 +75,7 @@ def test_a_turn_pod_on_the_real_node_calls_the_real_model_runs_its_tool_and_stre
     task_id = f"{k8s_namespace}/writer"
     tasks.create("writer", {
         "model": f"openai:{TOOL_ALIAS}", "limits": {"summarizeTurns": False, "maxIterations": 4},
+        "tools": ["write_file"],  # only the tool it needs: a prompt of ~400 tokens instead of ~1,550 (TOOLS_NOTE)
         "prompt": "Call write_file once with path hello.txt and content 'Hello from a pod'. "
                   "When you get the tool result, reply with the text: File written.",
     })
@@ -120,6 +128,9 @@ def test_a_real_model_parent_pod_spawns_a_child_pod_and_answers_with_its_report(
     parent_id, child_id = f"{k8s_namespace}/boss", f"{k8s_namespace}/boss-helper"
     tasks.create("boss", {
         "model": f"openai:{TOOL_ALIAS}", "limits": {"summarizeTurns": False, "maxIterations": 4},
+        # only the tools each needs (TOOLS_NOTE): the parent spawn_task, the child none; ~800 and ~420 tokens of
+        # prompt instead of ~1,550 and ~1,600
+        "tools": ["spawn_task"], "childTools": [],
         "prompt": "Call the spawn_task tool with name 'helper' and prompt 'Reply with exactly this word: PINEAPPLE. "
                   "Do not use any tool.' After the tool result, reply with the text: Waiting for helper. "
                   "Later, when the message about the child's completion arrives, reply with only its final "
@@ -153,6 +164,7 @@ def test_a_real_model_parent_pod_spawns_a_child_pod_and_answers_with_its_report(
     assert child_obj["spec"]["parentRef"]["name"] == "boss", child_obj["spec"]
     assert [(o["name"], o["uid"]) for o in child_obj["metadata"]["ownerReferences"]] == [("boss", parent_uid)]
     assert child_obj["spec"]["model"] == f"openai:{TOOL_ALIAS}", child_obj["spec"]
+    assert child_obj["spec"]["tools"] == [], child_obj["spec"]  # the parent's childTools: none
     assert sorted(t["metadata"]["name"] for t in tasks.all()) == ["boss", "boss-helper"]
     store = TaskStore(redis_client)
     assert store.children(parent_id) == [child_id]
