@@ -29,11 +29,27 @@ HOST_GROUP = "host"
 HOST_MARKERS = ("real_node", "stops_real_node", "node")
 
 
+def _on_host(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in HOST_MARKERS)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(name) for name in HOST_MARKERS):
+        if _on_host(item):
             item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In an xdist worker with --dist loadgroup: every host test carries the group in its node id (xdist's way of
+    grouping); else the workers would each start a real node (pytest 9.2 broke it: requirements-dev.txt)."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    lost = [item.nodeid for item in session.items if _on_host(item) and not item.nodeid.endswith(f"@{HOST_GROUP}")]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist did not put {len(lost)} tests in the {HOST_GROUP!r} group "
+                                f"(e.g. {lost[0]}); check the pytest and pytest-xdist versions")
 
 
 @pytest.fixture(scope="session")
