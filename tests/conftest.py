@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """In an xdist worker with --dist loadgroup: every host test carries the group in its node id (xdist's way of
     grouping); else the workers would each start a real node (pytest 9.2 broke it: requirements-dev.txt)."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist workers only
         return
     lost = [item.nodeid for item in session.items if _on_host(item) and not item.nodeid.endswith(f"@{HOST_GROUP}")]
     if lost:

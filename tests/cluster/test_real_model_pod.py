@@ -59,7 +59,10 @@ def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path,
 # tools for a root, five for a child) the first call of a task evaluates ~1,550 tokens, mostly those schemas: about
 # 40 s on one llama.cpp thread of an idle core here, minutes on a loaded one. So each task here is offered only the
 # tools it is told to use (spec.tools, and spec.childTools for the child a parent spawns), which is also how a user
-# narrows an agent. The prompts are the ones used with the default toolsets; the greedy 1.5B takes the same path.
+# narrows an agent. The prompts are the ones used with the default toolsets; the greedy 1.5B takes the same path for
+# the delegation. Not for the writer: the task id (with the test's random namespace) is in the system prompt, and with
+# write_file alone the 1.5B now and then answered "File written." without the call (a cold CI-like run of b096f33);
+# with the default toolset it has called it in every run so far, so the writer keeps the default tools.
 
 
 def settled(tasks: Tasks, name: str) -> dict[str, Any] | None:
@@ -75,7 +78,6 @@ def test_a_turn_pod_on_the_real_node_calls_the_real_model_runs_its_tool_and_stre
     task_id = f"{k8s_namespace}/writer"
     tasks.create("writer", {
         "model": f"openai:{TOOL_ALIAS}", "limits": {"summarizeTurns": False, "maxIterations": 4},
-        "tools": ["write_file"],  # only the tool it needs: a prompt of ~400 tokens instead of ~1,550 (TOOLS_NOTE)
         "prompt": "Call write_file once with path hello.txt and content 'Hello from a pod'. "
                   "When you get the tool result, reply with the text: File written.",
     })
