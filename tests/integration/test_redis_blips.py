@@ -22,12 +22,8 @@ connections reconnects hundreds of times without its stack growing (it used to e
 from __future__ import annotations
 
 import asyncio
-import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,57 +44,11 @@ from unicore.tools.base import Tool, ToolContext
 from unicore.turn.outcome import EXIT_OK, TurnOutcome
 
 from tests.integration.conftest import NoteTool, TurnRunner
+from tests.redis_server import RestartableRedis
 from tests.waiting import wait_for
 
 SCRIPT = {"tasks": {"blip": [{"tool_use": [{"name": "disturb_redis", "input": {}}]}, {"text": "done after the blip"}]}}
 LONG_LEASE_MS = 120_000
-
-
-class RestartableRedis:
-    """A private redis-server on a unix socket that can be stopped and started again with its data (AOF)."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not on PATH; run hack/bootstrap.sh (it installs Debian's package)")
-        self.binary = binary
-        self.dir = Path(tempfile.mkdtemp(prefix="uc-blip-"))
-        self.socket = self.dir / "redis.sock"
-        self.url = f"unix://{self.socket}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def admin(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.socket), decode_responses=True)
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_for(self._answers, timeout=20, what="redis-server to answer PING")
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
-        client = self.admin()
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # a clean shutdown: the AOF is complete
-            self.proc.wait(timeout=20)
-        self.socket.unlink(missing_ok=True)
-
-    def remove(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,50 +35,16 @@ from unicore_operator.redis_identities import RedisIdentities, RestartWatch, sec
 from unicore_operator.settings import OperatorSettings
 
 from tests.integration.test_redis_failover import ReplicatedRedis
+from tests.redis_server import RestartableRedis
 from tests.waiting import wait_for
 
 NS = "team-restart"
 REFUSED = "invalid username-password pair or user is disabled"  # Redis, to a user it does not have (any more)
 
 
-class Server:
+class Server(RestartableRedis):
     """A private redis-server on a unix socket (the default user: the admin), stopped and started again with its
     data (AOF) but not its ACL users."""
-
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None, "redis-server is not on PATH (make bootstrap installs it)"
-        self.binary, self.dir = binary, directory
-        self.socket = directory / "redis.sock"
-        self.url = f"unix://{self.socket}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, timeout=20, what="redis-server to answer PING")
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
-        with self.admin() as admin:
-            return bool(admin.ping())
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # a clean shutdown: the AOF is complete
-            self.proc.wait(timeout=20)
-        self.socket.unlink(missing_ok=True)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def admin(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.socket), decode_responses=True)
 
     def users(self) -> list[str]:
         with self.admin() as admin:
@@ -117,6 +80,20 @@ def with_user(server: Server, namespace: str = NS) -> str:
     with server.admin() as admin:
         acl.apply_namespace_user(admin, namespace, password)
     return password
+
+
+def new_server_logged(caplog: pytest.LogCaptureFixture, scenario: Callable[[], Coroutine[Any, Any, None]],
+                      *closers: Callable[[], Any]) -> str:
+    """Run ``scenario``, then ``closers`` whatever happened; the watch's one "Redis is a new server" line."""
+    with caplog.at_level(logging.WARNING, logger="unicore"):
+        try:
+            asyncio.run(scenario())
+        finally:
+            for close in closers:
+                close()
+    noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
+    assert len(noticed) == 1, noticed  # logged once
+    return noticed[0]
 
 
 class Call:
@@ -313,15 +290,8 @@ def test_the_operators_restart_watch_applies_every_namespaces_user_again_at_once
         finally:
             close()
 
-    with caplog.at_level(logging.WARNING, logger="unicore"):
-        try:
-            asyncio.run(scenario())
-        finally:
-            admin.close()
-            watch_client.close()
-    noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
-    assert len(noticed) == 1, noticed  # logged once
-    assert "applying the Redis users of 2 namespace(s) again" in noticed[0], noticed
+    noticed = new_server_logged(caplog, scenario, admin.close, watch_client.close)
+    assert "applying the Redis users of 2 namespace(s) again" in noticed, noticed
 
 
 def test_after_a_failover_the_watch_applies_the_users_to_the_promoted_replica_and_a_client_goes_on_there(
@@ -365,12 +335,4 @@ def test_after_a_failover_the_watch_applies_the_users_to_the_promoted_replica_an
         finally:
             close()
 
-    with caplog.at_level(logging.WARNING, logger="unicore"):
-        try:
-            asyncio.run(scenario())
-        finally:
-            admin.close()
-            watch_client.close()
-            group.stop()
-    noticed = [r.getMessage() for r in caplog.records if "Redis is a new server" in r.getMessage()]
-    assert len(noticed) == 1, noticed
+    new_server_logged(caplog, scenario, admin.close, watch_client.close, group.stop)
