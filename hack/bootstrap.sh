@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv, installs the four distributions (core, operator, client, devcluster; editable) with the dev tools of
-# requirements-dev.txt, and makes sure a redis-server exists.
+# requirements-dev.txt, and makes sure a redis-server exists (and bwrap, chromium).
 # Idempotent: a second run only checks. Used by `make test`, `make demo`, `make demo-local`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
   # Debian's package starts a system service; UniCore starts its own servers.
   ($SUDO service redis-server stop || true) >/dev/null 2>&1
+fi
+# run_command's local sandbox (core/unicore/commands/local_runner.py) is Debian's bubblewrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "bootstrap: bwrap not found; installing Debian's bubblewrap (the sandbox of run_command in local mode)" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null
 fi
 # tests/ui drive Debian's chromium with Playwright (never `playwright install`: no downloaded browsers).
 if ! [ -x /usr/bin/chromium ]; then
