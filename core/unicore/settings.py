@@ -155,6 +155,11 @@ class RuntimeSettings(EnvSettings):
     summarize_turns: Flag = Field(True, validation_alias="UNICORE_SUMMARIZE_TURNS")
     # Custom tools: a comma list of package.module:ATTR (unicore.tools.registry).
     extra_tools: str = Field("", validation_alias="UNICORE_EXTRA_TOOLS")
+    # run_command: the workbench's exec server socket (set by the Job builder), else local mode runs commands in a
+    # bubblewrap sandbox over the workspace; UNICORE_COMMAND_SANDBOX=0 (or `unicore run --no-sandbox`): plain
+    # subprocesses that can reach everything the user can (said loudly at start).
+    exec_socket: str | None = Field(None, validation_alias=pod_env.EXEC_SOCKET)
+    command_sandbox: Flag = Field(True, validation_alias="UNICORE_COMMAND_SANDBOX")
     # The MCP servers a turn may connect to: a JSON list of resolved definitions (unicore.mcp_config; the operator
     # fills it from MCPServer resources, the local supervisor from the tree's `unicore run --mcp-server` files).
     # Kept as text: parsed, with errors that never repeat header values, when a task uses MCP servers.

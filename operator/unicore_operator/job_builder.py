@@ -10,6 +10,7 @@ import copy
 import math
 from typing import Any
 
+from unicore.agents import DEFAULT_AGENT_TOOLS
 from unicore.api import pod_env
 from unicore.api.resources import merge_resources
 from unicore.api.schema import SCHEDULING_FIELDS
@@ -17,6 +18,7 @@ from unicore.api.spec import AgentSpec, AgentTaskSpec, task_spec_of
 
 from unicore_operator import names
 from unicore_operator.settings import OperatorSettings
+from unicore_operator.workbench_pod import add_workbench, runs_commands
 
 TURN_CONTAINER = "turn"
 WORKSPACE_PATH = "/workspace"
@@ -176,12 +178,14 @@ AGENT_DEFAULTS = ("model", "mcp_servers", *SCHEDULING_FIELDS)
 
 def with_agent_defaults(spec: AgentTaskSpec, agent: AgentSpec | None) -> AgentTaskSpec:
     """A task's ``spec`` as its Jobs are built: each of ``AGENT_DEFAULTS`` it leaves unset taken from its Agent's
-    spec (``agent``, of the indexed Agent; None, or a task without ``spec.agentRef``: ``spec`` as it is), and the
-    lower of the two turn timeouts."""
+    spec (``agent``, of the indexed Agent; None, or a task without ``spec.agentRef``: ``spec`` as it is), its tools
+    (whether its pods get a workbench: ``workbench_pod.runs_commands``), and the lower of the two turn timeouts."""
     if agent is None or spec.agent_ref is None:
         return spec
     update: dict[str, Any] = {key: copy.deepcopy(getattr(agent, key)) for key in AGENT_DEFAULTS
                               if getattr(spec, key) is None and getattr(agent, key) is not None}
+    if spec.tools is None:
+        update["tools"] = list(agent.tools if agent.tools is not None else DEFAULT_AGENT_TOOLS)
     timeouts = [t for t in (spec.limits.turn_timeout_seconds, agent.limits.turn_timeout_seconds) if t]
     if timeouts:
         update["limits"] = spec.limits.model_copy(update={"turn_timeout_seconds": min(timeouts)})
@@ -271,6 +275,8 @@ def build_turn_job_spec(task: dict[str, Any], turn: int, settings: OperatorSetti
         "containers": [container],
         "volumes": [workspace_volume, {"name": "tmp", "emptyDir": {}}],
     }
+    if runs_commands(spec):
+        add_workbench(pod_spec, container, spec, settings, workspace_mount, restricted_container_security_context())
     tolerations = build_tolerations(spec, settings)
     if tolerations:
         pod_spec["tolerations"] = tolerations

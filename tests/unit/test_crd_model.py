@@ -18,6 +18,7 @@ from unicore.api.spec import (
     LimitsSpec,
     ParentRef,
     SpecInvalid,
+    WorkbenchSpec,
     agent_spec_of,
     parse_spec,
     spec_key,
@@ -39,7 +40,8 @@ def aliases(model: type[BaseModel]) -> set[str]:
 
 @pytest.mark.parametrize(
     ("model", "path"),
-    [(AgentTaskSpec, ()), (LimitsSpec, ("limits",)), (ParentRef, ("parentRef",)), (ApprovalSpec, ("approval",))],
+    [(AgentTaskSpec, ()), (LimitsSpec, ("limits",)), (ParentRef, ("parentRef",)), (ApprovalSpec, ("approval",)),
+     (WorkbenchSpec, ("workbench",))],
 )
 def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
     schema = crd_spec_schema()
@@ -49,7 +51,8 @@ def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[s
 
 
 @pytest.mark.parametrize(
-    ("model", "path"), [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",))],
+    ("model", "path"),
+    [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",)), (WorkbenchSpec, ("workbench",))],
 )
 def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
     schema = crd_spec_schema("agent.yaml")

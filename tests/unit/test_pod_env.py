@@ -35,11 +35,12 @@ def constants() -> dict[str, str]:
 
 def full_env() -> list[dict[str, Any]]:
     """The turn container's env of a task that uses every optional part: a stall limit, the endpoint map with a key
-    for its model, an MCP server with a header from a Secret."""
+    for its model, an MCP server with a header from a Secret, run_command (the workbench's socket)."""
     settings = OperatorSettings(redis_url="redis://redis:6379/0", stall_seconds=120,
                                 openai_endpoints=json.dumps(ENDPOINTS))
     task = {"metadata": {"name": "demo", "namespace": "team-a", "uid": "uid-1", "labels": {}},
-            "spec": {"prompt": "hi", "model": "openai:gpt-4o", "mcpServers": [{"name": "search"}]}}
+            "spec": {"prompt": "hi", "model": "openai:gpt-4o", "mcpServers": [{"name": "search"}],
+                     "tools": ["read_file", "run_command"]}}
     mcp_env = turn_mcp_env({("team-a", "search"): [SEARCH]}, "team-a", task_spec_of(task))
     job = build_turn_job_spec(task, 1, settings, mcp_env=mcp_env)
     env: list[dict[str, Any]] = job["spec"]["template"]["spec"]["containers"][0]["env"]

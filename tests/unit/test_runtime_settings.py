@@ -32,6 +32,8 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "UNICORE_STALL_SECONDS": ("2.5", 2.5),
     "UNICORE_SUMMARIZE_TURNS": ("0", False),
     "UNICORE_EXTRA_TOOLS": (" my_tools:TOOLS ", "my_tools:TOOLS"),
+    "UNICORE_EXEC_SOCKET": ("/unicore-exec/exec.sock", "/unicore-exec/exec.sock"),
+    "UNICORE_COMMAND_SANDBOX": ("0", False),
     "UNICORE_LOG_LEVEL": ("DEBUG", "DEBUG"),
     "UNICORE_MCP_SERVERS": ('[{"name": "t", "spec": {"url": "http://t/mcp"}}]',
                             '[{"name": "t", "spec": {"url": "http://t/mcp"}}]'),

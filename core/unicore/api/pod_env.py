@@ -64,12 +64,18 @@ MCP_HEADER_PREFIX = "UNICORE_MCP_HEADER_"
 (a ``secretKeyRef``). Read by ``unicore.tools.mcp_client``, by the names ``UNICORE_MCP_SERVERS``'s
 ``headersFromEnv`` gives."""
 
+EXEC_SOCKET = "UNICORE_EXEC_SOCKET"
+"""Set by the Job builder when the task may use ``run_command`` (``unicore_operator.workbench_pod``: the workbench's
+exec server socket, ``/unicore-exec/exec.sock``). Read by ``RuntimeSettings.exec_socket``: ``run_command`` runs
+commands there (``unicore.commands.exec_client``) instead of in a local sandbox."""
+
 VARIABLES = (REDIS_URL, TASK_ID, SPAWNER, NAMESPACE, WORKSPACE, HOME, POD_NAME, STALL_SECONDS, OPENAI_ENDPOINTS,
-             MCP_SERVERS)
+             MCP_SERVERS, EXEC_SOCKET)
 """The variables of a turn pod by their full names."""
 
 PREFIXES = (OPENAI_KEY_PREFIX, MCP_HEADER_PREFIX)
 """The families of a turn pod's variables, named by a prefix and numbers."""
 
-__all__ = ["HOME", "MCP_HEADER_PREFIX", "MCP_SERVERS", "NAMESPACE", "OPENAI_ENDPOINTS", "OPENAI_KEY_PREFIX",
-           "POD_NAME", "PREFIXES", "REDIS_URL", "SPAWNER", "STALL_SECONDS", "TASK_ID", "VARIABLES", "WORKSPACE"]
+__all__ = ["EXEC_SOCKET", "HOME", "MCP_HEADER_PREFIX", "MCP_SERVERS", "NAMESPACE", "OPENAI_ENDPOINTS",
+           "OPENAI_KEY_PREFIX", "POD_NAME", "PREFIXES", "REDIS_URL", "SPAWNER", "STALL_SECONDS", "TASK_ID",
+           "VARIABLES", "WORKSPACE"]

@@ -156,13 +156,15 @@ class Limits(BaseModel):
     max_descendants: int = Field(default=100, ge=0, le=100_000)
     token_budget: int = Field(default=0, ge=0, description="tokens per root tree; 0 = unlimited")
     turn_timeout_seconds: int = Field(default=3600, ge=1)
+    command_timeout_seconds: int = Field(default=600, ge=1, le=86_400)
     recursion: bool = True
     summarize_turns: bool = True
 
 
 # Where and how turn pods run: fields of both an AgentTask's spec and an Agent's (``unicore.api.spec``), which only
 # the operator's Job builder reads (a task's own, else its Agent's); no runtime shape here has them.
-SCHEDULING_FIELDS = ("gpus", "resources", "node_selector", "tolerations", "priority_class_name", "runtime_class_name")
+SCHEDULING_FIELDS = ("gpus", "resources", "node_selector", "tolerations", "priority_class_name", "runtime_class_name",
+                     "image", "workbench")
 
 APPROVE_ALL = "*"
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 3600

@@ -56,6 +56,7 @@ class LimitsSpec(CamelModel):
     max_descendants: int | None = Field(default=None, ge=0)
     token_budget: int | None = Field(default=None, ge=0)
     turn_timeout_seconds: int | None = Field(default=None, ge=1)
+    command_timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
     recursion: bool | None = None
     summarize_turns: bool | None = None
 
@@ -103,6 +104,17 @@ class AgentRef(CamelModel):
     name: str
 
 
+class WorkbenchSpec(CamelModel):
+    """``spec.workbench``: what the workbench container (``spec.image``, where ``run_command`` runs) gets besides the
+    task's GPUs: the user's own variables (``env``: Kubernetes EnvVars, values or ``secretKeyRef``/
+    ``configMapKeyRef`` of the task's namespace; ``envFrom``: whole ConfigMaps/Secrets) and resources. Never any of
+    the runtime's (the CRD refuses ``REDIS_URL`` and ``UNICORE_*`` names)."""
+
+    env: list[dict[str, Any]] | None = None
+    env_from: list[dict[str, Any]] | None = None
+    resources: ResourcesSpec | None = None
+
+
 class SchedulingSpec(CamelModel):
     """Where a turn pod runs: the fields an AgentTask and an Agent share (``unicore.api.schema.SCHEDULING_FIELDS``;
     an Agent's are its tasks' defaults, ``job_builder``)."""
@@ -113,6 +125,8 @@ class SchedulingSpec(CamelModel):
     tolerations: list[dict[str, Any]] | None = None
     priority_class_name: str | None = None
     runtime_class_name: str | None = None
+    image: str | None = Field(None, min_length=1, max_length=512)
+    workbench: WorkbenchSpec | None = None
 
 
 class AgentTaskSpec(SchedulingSpec):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
+    from unicore.commands.result import CommandRunner
     from unicore.store.tasks import TaskStore
     from unicore.store.telemetry import Telemetry
 
@@ -40,6 +41,19 @@ class ToolContext:
     explain_unavailable: Callable[[str], str | None] | None = None
     # Where ``registry.run_tool_call`` counts and times each call (``tools.call_metrics``); None: not measured.
     telemetry: Telemetry | None = None
+    # Where ``run_command`` runs commands (the workbench's exec server, a local sandbox); None: nowhere.
+    command_runner: CommandRunner | None = None
+    command_timeout_seconds: float = 600.0  # limits.command_timeout_seconds
+    deadline: float | None = None  # time.monotonic() by which the turn must have ended; None: no limit known
+    # A live view of a command's output (``turn.command_output``): called with the command, gives a sink to write
+    # (stream, text) chunks to and close.
+    command_output: Callable[[str], CommandOutputSink] | None = None
+
+
+class CommandOutputSink(Protocol):
+    def write(self, stream: str, text: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Tool:

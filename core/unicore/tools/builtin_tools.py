@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from unicore.tools.ask_user import AskUser
 from unicore.tools.base import Tool
+from unicore.tools.run_command import RunCommand
 from unicore.tools.tasks import MessageTask, SpawnTask, TaskStatus
 from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
 
 ALL_TOOLS: dict[str, Tool] = {
     tool.name: tool
-    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus(), AskUser())
+    for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus(), AskUser(),
+                 RunCommand())
 }
 
 __all__ = ["ALL_TOOLS"]

@@ -42,6 +42,10 @@ DEFAULT_CHILD_TOOLS: tuple[str, ...] = (
     "message_task",
 )
 
+# Tools a child gets only when its parent's ``child_tools`` names them, never by asking for its parent's tools:
+# running code is the most dangerous thing an agent does (``tools.run_command``).
+EXPLICIT_CHILD_TOOLS: tuple[str, ...] = ("run_command",)
+
 CHILD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_CHILD_NAME = 63
 
@@ -110,13 +114,14 @@ def check_budget(parent: TaskView, counts: TreeCounts) -> None:
 
 
 def tool_ceiling(parent: TaskView, known: Collection[str] | None = None) -> list[str]:
-    """The tools a child of ``parent`` may get: the parent's own, and of those only its ``child_tools`` when set.
+    """The tools a child of ``parent`` may get: the parent's own, and of those only its ``child_tools`` when set
+    (without them, none of ``EXPLICIT_CHILD_TOOLS``).
 
     The same ceiling holds however the child is made (``spawn_task``, or an AgentTask a user or a turn pod creates:
     the operator's admission webhook and create handler check it too)."""
     allowed = allowed_tool_names(parent, known)
     if parent.child_tools is None:
-        return allowed
+        return [name for name in allowed if name not in EXPLICIT_CHILD_TOOLS]
     return [name for name in allowed if name in parent.child_tools]
 
 

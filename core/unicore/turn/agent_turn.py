@@ -38,6 +38,7 @@ from unicore.turn.answers import BadAnswer, accept_answer, refusal_text, used_to
 from unicore.turn.approvals import ApprovalGate, Prepared
 from unicore.turn.budget import BudgetUsedUp, TreeBudget, hold_seconds
 from unicore.turn.checkpoints import Checkpoints
+from unicore.turn.commands import command_fields
 from unicore.turn.compaction import Compactor, HistoryView, answer_tool_ids
 from unicore.turn.context_window import ContextSettings
 from unicore.turn.defaults import ModelFactory, NoSpawner, SystemPromptBuilder, ToolsetFactory, default_workspace
@@ -102,6 +103,7 @@ class AgentTurn:
         self.workspace = workspace
         self.cancel = cancel
         self.settings = settings
+        self.started_at = time.monotonic()
         self.system_prompt_builder = system_prompt_builder
         self.context = context
         self.outcome = TurnOutcome(task_id=task_id, exit_code=EXIT_OK)
@@ -259,6 +261,8 @@ class AgentTurn:
             cancel=self.cancel,
             explain_unavailable=self.mcp.explain,
             telemetry=self.telemetry,  # tool_calls_total / tool_call_duration_seconds, counted by run_tool_call
+            **command_fields(record, tools, self.settings, workspace,
+                             deadline=self.started_at + record.limits.turn_timeout_seconds),
         )
         return Equipment(model, tools, specs, ctx)
 
