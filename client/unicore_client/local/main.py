@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -117,6 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     choice = read_agent_option(args.agent) if args.agent else None  # bad Agent files: refused here too
     if choice is None:
         check_gated_tools(args.require_approval or [], mcp_refs)
+    if args.tool:
+        check_tool_names(args.tool)
+    no_sandbox(args)
     url = redis_url()
     client = connect(url)
     store = TaskStore(client)
@@ -142,10 +146,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.require_approval:
             spec.approval = Approval(tools=list(dict.fromkeys(args.require_approval)),
                                      timeout_seconds=args.approval_timeout or Approval().timeout_seconds)
-        if args.ask_user:
+        if args.ask_user or args.tool:
             from unicore.tools.policy import DEFAULT_TOOLS
 
-            spec.tools = [*DEFAULT_TOOLS, "ask_user"]
+            added = (["ask_user"] if args.ask_user else []) + list(args.tool or ())
+            spec.tools = list(dict.fromkeys([*DEFAULT_TOOLS, *added]))
     message_id = prompt_message_id(name)
     if not store.create_task(spec):
         message_id = uuid.uuid4().hex
@@ -165,7 +170,24 @@ def _where_it_went(store: TaskStore, task_id: str, exc: TaskNotFound) -> TaskNot
     return TaskNotFound(note.describe()) if note is not None else exc
 
 
+def no_sandbox(args: argparse.Namespace) -> None:
+    """``--no-sandbox``: this command's turns run ``run_command`` as plain subprocesses (said loudly)."""
+    if getattr(args, "no_sandbox", False):
+        os.environ[RuntimeSettings.env_var("command_sandbox")] = "0"
+        print("[unicore] WARNING: --no-sandbox: run_command runs commands as plain processes with your user's "
+              "rights: they can read your home folder, ~/.unicore and everything else you can", file=sys.stderr)
+
+
+def check_tool_names(names: list[str]) -> None:
+    from unicore.tools.registry import known_tools
+
+    unknown = sorted(set(names) - set(known_tools()))
+    if unknown:
+        raise UsageError(f"--tool: unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(known_tools()))}")
+
+
 def cmd_send(args: argparse.Namespace) -> int:
+    no_sandbox(args)
     url = redis_url()
     client = connect(url)
     store = TaskStore(client)
@@ -320,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"deny approvals not decided within this time (default {Approval().timeout_seconds})")
     run.add_argument("--ask-user", action="store_true",
                      help="give the task the ask_user tool (its questions are answered with 'unicore send')")
+    run.add_argument("--tool", action="append", metavar="TOOL",
+                     help="add TOOL to the root task's default toolset (repeatable), e.g. run_command")
+    run.add_argument("--no-sandbox", action="store_true",
+                     help="run_command runs plain processes instead of a bubblewrap sandbox (they can reach your "
+                          "home folder and ~/.unicore)")
     add_mcp_arguments(run)
     run.add_argument("--agent", metavar="NAME|FILE",
                      help="run as this agent: a stored one, or an Agent file or directory (stored first; "
@@ -335,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="message id (a repeated id is accepted once; not one of the runtime's own: "
                            "'completion:...', 'tr:...' etc.)")
     send.add_argument("--no-wait", action="store_true", help="queue only; do not run turns")
+    send.add_argument("--no-sandbox", action="store_true",
+                      help="run_command runs plain processes instead of a bubblewrap sandbox")
     send.add_argument("--timeout", type=positive_seconds)
     send.add_argument("--quiet", "-q", action="store_true")
     send.set_defaults(func=cmd_send)

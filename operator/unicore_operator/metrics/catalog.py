@@ -54,6 +54,7 @@ class MetricSpec:
 TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.outcome.exit_reason
 MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.providers.calling
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
+COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
@@ -94,6 +95,15 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Wall time of tool calls that ran (ok, error, or cancelled while running; refused calls are not "
                "timed), by tool, source and MCP server (labels as unicore_tool_calls_total).", "runtime",
                ("tool", "source", "server")),
+    # run_command's commands (unicore.tools.run_command), besides their tool call series: how each ended and how long
+    # it ran (the exec server's or the local runner's measure).
+    MetricSpec("unicore_command_calls_total", "counter",
+               "run_command calls by outcome: ok (exit code 0), failed (another exit code, or killed by a signal), "
+               "timed_out, cancelled (the turn was stopping), error (it could not start: bad workdir, the "
+               "workbench's exec server gone or unusable).", "runtime",
+               ("outcome",), known=(("outcome", COMMAND_OUTCOMES),)),
+    MetricSpec("unicore_command_duration_seconds", "histogram",
+               "Wall time of run_command's commands that ran (every outcome but error).", "runtime", ()),
     MetricSpec("unicore_throttle_events_total", "counter", "Throttling responses from model providers.", "runtime",
                ("model",)),
     MetricSpec("unicore_throttle_wait_seconds_total", "counter", "Time spent waiting because of throttling.",
