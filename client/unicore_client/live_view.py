@@ -16,6 +16,7 @@ from typing import Any
 from unicore.terminal import printable
 
 RETRY_MARK = "[retrying: the answer starts again]"
+COMMAND_MARK = "[run_command] "  # before a command's live line and output (``output`` entries)
 
 
 def _field(entry: Any, name: str) -> Any:
@@ -55,12 +56,12 @@ class LiveText:
             self._call = (seq, attempt)
         elif attempt < self._call[1]:
             return out  # a late entry of a void try
-        if kind == "text":
+        if kind in ("text", "output"):  # an answer's text; a run_command command's line and output
             text = str(_field(entry, "text"))
             if not text:
                 return out
             if seq not in self.streamed:
-                out += self.lead + "Assistant: "
+                out += self.lead + ("Assistant: " if kind == "text" else COMMAND_MARK)
                 self.streamed.add(seq)
             self._open = True
             return out + printable(text)

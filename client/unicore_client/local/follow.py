@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from unicore.api.turn_numbers import shown_turn
+from unicore.commands.result import result_lines
 from unicore.store.messages import load_message
 from unicore.store.reads import busy, read_message_slice
 from unicore.store.tasks import TaskStore
@@ -36,6 +37,11 @@ def block_lines(block: dict[str, Any]) -> list[str]:
         return [f"[tool call {use.get('name')} {use.get('toolUseId')}] {json.dumps(use.get('input'))}"]
     if "toolResult" in block:
         result = block["toolResult"]
+        items = result.get("content") or []
+        shown = result_lines(items[0].get("json")) if len(items) == 1 else None
+        if shown is not None:  # a run_command result: how it ended and its output's tails, line by line
+            return [f"[tool result {result.get('toolUseId')} {result.get('status', 'success')}] {shown[0]}",
+                    *shown[1:]]
         body = " ".join(str(c.get("text", json.dumps(c.get("json")))) for c in result.get("content", []))
         status = result.get("status", "success")
         return [f"[tool result {result.get('toolUseId')} {status}] {body}"]

@@ -95,3 +95,22 @@ class CommandRunner(Protocol):
 
 
 __all__ = ["STDERR", "STDOUT", "TAIL_BYTES", "CommandResult", "CommandRunner", "OutputSink", "OutputTail"]
+
+
+def result_lines(body: object) -> list[str] | None:
+    """A stored ``run_command`` result (the JSON ``CommandResult.for_model`` gave) as lines for people: how it ended,
+    then each stream's tail line by line; None for any other JSON (not escaped: the caller escapes each line)."""
+    if not isinstance(body, dict) or not {"exit_code", "duration_seconds", STDOUT, STDERR} <= set(body):
+        return None
+    code = body.get("exit_code")
+    how = f"exit code {code}" if code is not None else f"killed ({body.get('signal') or 'signal'})"
+    flags = [word for word, key in (("timed out", "timed_out"), ("cancelled", "cancelled")) if body.get(key)]
+    lines = [", ".join([how, f"{body.get('duration_seconds')} s", *flags])]
+    for name in (STDOUT, STDERR):
+        text = str(body.get(name) or "")
+        if not text:
+            continue
+        note = body.get(f"{name}_truncated")
+        lines.append(f"{name}" + (f" ({note})" if note else "") + ":")
+        lines += [f"  | {line}" for line in text.splitlines()]
+    return lines

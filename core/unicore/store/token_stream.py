@@ -10,7 +10,9 @@ write. Every entry has the same fields (Redis then stores the field names once p
 ``call``     the model call within the turn, as counted by the process that made it (from 0)
 ``seq``      the seq the call's answer gets when it is stored: the transcript message that ends this live text
 ``attempt``  the try of the call (from 1); text of an earlier try of the same call is void
-``kind``     ``attempt`` (a try starts), ``text`` (a delta), ``end`` (the call returned or failed), ``turn_end``
+``kind``     ``attempt`` (a try starts), ``text`` (a delta), ``end`` (the call returned or failed), ``turn_end``;
+             ``output``: a ``run_command`` command's line and output as it runs (``CommandOutputStream``: ``seq`` is
+             where the call's result will be stored, so followers show it until the result is)
 ``text``     the delta (``text`` entries), else empty
 
 Bytes are bounded too, whatever a model (or an endpoint that ignores ``max_tokens``) writes:
@@ -54,8 +56,8 @@ from unicore.store.tasks import TaskStore
 
 log = get_logger("state.token_stream")
 
-Kind = Literal["attempt", "text", "end", "turn_end"]
-KINDS: tuple[str, ...] = ("attempt", "text", "end", "turn_end")
+Kind = Literal["attempt", "text", "output", "end", "turn_end"]
+KINDS: tuple[str, ...] = ("attempt", "text", "output", "end", "turn_end")
 DEFAULT_ENTRIES = 2000
 DEFAULT_TTL_SECONDS = 3600.0
 ENTRY_TEXT_BYTES = 512  # UTF-8 bytes of text in one entry, at most
@@ -132,6 +134,9 @@ def publish_turn_end(client: RedisClient, task_id: str, turn: int, settings: Str
 class TokenStreamSink:
     """The ``AnswerSink`` of one model call: its text to the task's live stream (module doc). Thread-safe."""
 
+    text_kind = "text"
+    cut_mark = CUT_MARK
+
     def __init__(self, client: RedisClient, task_id: str, *, turn: int, call: int, seq: int,
                  settings: StreamSettings | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
@@ -162,7 +167,7 @@ class TokenStreamSink:
                 return
             self._attempt += 1
             # Text of the earlier try not published yet is void: drop it.
-            self._events = [e for e in self._events if e["kind"] != "text" or e["attempt"] == self._attempt]
+            self._events = [e for e in self._events if e["kind"] != self.text_kind or e["attempt"] == self._attempt]
             self._pending_chars = 0
             self._events.append(_fields(self.turn, self.call, self.seq, self._attempt, "attempt"))
             self._text_sent = False
@@ -183,7 +188,7 @@ class TokenStreamSink:
             self._add_text(taken)
             if rest:  # past the try's budget: say so once, publish nothing more of this try
                 self._cut = True
-                self._add_text(CUT_MARK.format(limit=limit), own_entry=True)
+                self._add_text(self.cut_mark.format(limit=limit), own_entry=True)
             urgent = not self._text_sent or self._pending_chars >= self.settings.flush_chars or self._cut
             self._text_sent = True
             self._wake(urgent=urgent)
@@ -193,14 +198,14 @@ class TokenStreamSink:
         ``entry_bytes``, the rest in new entries (``own_entry``: starts a new one)."""
         size = max(4, self.settings.entry_bytes)  # one character always fits an entry
         last = None if own_entry or not self._events else self._events[-1]
-        if last is not None and (last["kind"] != "text" or last["attempt"] != self._attempt):
+        if last is not None and (last["kind"] != self.text_kind or last["attempt"] != self._attempt):
             last = None
         pos = 0
         while pos < len(text):
             room = size - len(last["text"].encode()) if last is not None else 0
             piece = utf8_split(text[pos:pos + room], room)[0]
             if not piece:  # the last entry is full (or there is none): a new one
-                last = _fields(self.turn, self.call, self.seq, self._attempt, "text")
+                last = _fields(self.turn, self.call, self.seq, self._attempt, self.text_kind)
                 self._events.append(last)
                 continue
             last["text"] += piece  # type: ignore[index]
@@ -275,6 +280,14 @@ class TokenStreamSink:
                     self._warned = True
                     log.warning("task %s: live stream: %d entries dropped (%s: %s); the turn goes on",
                                 self.task_id, len(batch), type(exc).__name__, exc)
+
+
+class CommandOutputStream(TokenStreamSink):
+    """A ``run_command`` command's live output: ``output`` entries at the seq its result will be stored at (the first
+    one the command line), capped like an answer's text."""
+
+    text_kind = "output"
+    cut_mark = "\n[live output cut after {limit:,} bytes: the rest is not shown live; the result keeps the end]\n"
 
 
 def utf8_split(text: str, limit: int) -> tuple[str, str]:
@@ -361,5 +374,6 @@ def live_state(store: TaskStore, task_id: str) -> LiveState:
     return LiveState(status=status, pending=int(pending), leased=bool(leased), messages=int(total))
 
 
-__all__ = ["CUT_MARK", "ENTRY_TEXT_BYTES", "KINDS", "LiveState", "StreamEntry", "StreamSettings", "TokenStreamSink",
+__all__ = ["CUT_MARK", "ENTRY_TEXT_BYTES", "KINDS", "CommandOutputStream", "LiveState", "StreamEntry", "StreamSettings",
+           "TokenStreamSink",
            "check_entry_id", "current_call", "live_state", "publish", "publish_turn_end", "read_after", "utf8_split"]

@@ -38,7 +38,7 @@ from unicore.turn.answers import BadAnswer, accept_answer, refusal_text, used_to
 from unicore.turn.approvals import ApprovalGate, Prepared
 from unicore.turn.budget import BudgetUsedUp, TreeBudget, hold_seconds
 from unicore.turn.checkpoints import Checkpoints
-from unicore.turn.commands import command_fields
+from unicore.turn.commands import command_fields, live_output
 from unicore.turn.compaction import Compactor, HistoryView, answer_tool_ids
 from unicore.turn.context_window import ContextSettings
 from unicore.turn.defaults import ModelFactory, NoSpawner, SystemPromptBuilder, ToolsetFactory, default_workspace
@@ -264,6 +264,8 @@ class AgentTurn:
             **command_fields(record, tools, self.settings, workspace,
                              deadline=self.started_at + record.limits.turn_timeout_seconds),
         )
+        if ctx.command_runner is not None:
+            ctx.command_output = live_output(self.redis, self.task_id, ctx, self.live)
         return Equipment(model, tools, specs, ctx)
 
     def _first_drain(self, model: Model, record: TaskRecord) -> tuple[Turn | None, DrainResult]:
@@ -348,6 +350,7 @@ class AgentTurn:
                 return message_text(content), "", False
             if gate.wait(current.turn_number, tool_uses, time.time()) is not None:  # some calls wait for a person
                 return gate.note, gate.note, True
+            kit.ctx.turn_number, kit.ctx.result_seq = current.turn_number, view.messages[-1].seq + 1
             self.tool_calls.run(kit.ctx, kit.tools, tool_uses)
             self.check_cancel()
             drained = self._drain(first=False)

@@ -5,14 +5,49 @@ built for a task without ``run_command``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from unicore.commands.result import CommandRunner
 from unicore.settings import RuntimeSettings
+from unicore.store.client import RedisClient
 from unicore.store.records import TaskRecord
-from unicore.tools.base import Tool
+from unicore.store.token_stream import CommandOutputStream, StreamSettings
+from unicore.tools.base import CommandOutputSink, Tool, ToolContext
 from unicore.tools.run_command import NAME
+
+# The ``call`` number of command output entries (readers key live text by seq and try; this only tells them apart
+# from the model's calls in the raw stream).
+COMMAND_CALL = 1_000_000
+
+
+class LiveCommandOutput:
+    """A command's output to the task's live stream (``CommandOutputStream``), for ``unicore show --follow``,
+    ``kubectl agenttask logs --follow`` and the web UI: the command line first, then its output as it comes."""
+
+    def __init__(self, stream: CommandOutputStream, command: str) -> None:
+        self.stream = stream
+        stream.attempt_started()
+        stream.text(f"$ {command}\n")
+
+    def write(self, stream: str, text: str) -> None:
+        self.stream.text(text)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def live_output(client: RedisClient, task_id: str, ctx: ToolContext, settings: StreamSettings
+                ) -> Callable[[str], CommandOutputSink]:
+    """The ``ToolContext.command_output`` of a turn: each command's output at the seq its result will be stored at."""
+
+    def start(command: str) -> CommandOutputSink:
+        stream = CommandOutputStream(client, task_id, turn=ctx.turn_number, call=COMMAND_CALL, seq=ctx.result_seq,
+                                     settings=settings)
+        return LiveCommandOutput(stream, command)
+
+    return start
 
 
 def command_runner(settings: RuntimeSettings, workspace: Path) -> CommandRunner:
@@ -38,4 +73,4 @@ def command_fields(record: TaskRecord, tools: list[Tool], settings: RuntimeSetti
             "deadline": deadline}
 
 
-__all__ = ["command_fields", "command_runner"]
+__all__ = ["LiveCommandOutput", "command_fields", "command_runner", "live_output"]

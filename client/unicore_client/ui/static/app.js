@@ -208,13 +208,15 @@ function onToken(entry) {
   let live = task.live.get(entry.seq);
   if (!live || entry.attempt > live.attempt) {
     if (live) live.node.remove();
-    live = { node: el("div", { class: "msg assistant streaming", "data-seq": String(entry.seq) },
-      el("div", { class: "who", text: "Assistant (writing\u2026)" }), el("div", { class: "text" })), attempt: entry.attempt };
+    const command = entry.kind === "output";  // a run_command command's line and output as it runs
+    live = { node: el("div", { class: `msg ${command ? "tool" : "assistant"} streaming`, "data-seq": String(entry.seq) },
+      el("div", { class: "who", text: command ? "Command (running\u2026)" : "Assistant (writing\u2026)" }),
+      el("div", { class: command ? "text output" : "text" })), attempt: entry.attempt };
     task.live.set(entry.seq, live);
     document.getElementById("live").append(live.node);
   }
   if (entry.attempt < live.attempt) return;
-  if (entry.kind === "text") live.node.lastChild.textContent += entry.text;
+  if (entry.kind === "text" || entry.kind === "output") live.node.lastChild.textContent += entry.text;
 }
 
 function onTask(node) {
