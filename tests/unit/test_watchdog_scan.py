@@ -366,3 +366,25 @@ def test_pod_view_reads_the_pods_deadline() -> None:
     p = pod_view({"metadata": {"namespace": NS, "name": "demo-t1-x", "labels": {"job-name": "demo-t1"}},
                   "spec": {"activeDeadlineSeconds": 20}, "status": {"phase": "Running"}})
     assert p.active_deadline_seconds == 20
+
+
+def test_a_failed_workbench_is_reaped_at_once_with_its_one_line() -> None:
+    body = {"metadata": {"name": "demo-t1-abcde", "namespace": NS, "labels": {"job-name": "demo-t1"}},
+            "status": {"phase": "Running", "initContainerStatuses": [
+                {"name": "exec-server-install", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                {"name": "workbench", "restartCount": 1,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+                 "lastState": {"terminated": {"exitCode": 3, "reason": "Error", "message":
+                                              "workbench image cannot run /bin/sh as uid 65532: permission denied\n"}}},
+            ], "containerStatuses": [{"name": "turn", "state": {"running": {}}}]}}
+    failed = pod_view(body)
+    assert failed.workbench_failed == ("container workbench: Error (exit code 3): workbench image cannot run /bin/sh "
+                                       "as uid 65532: permission denied")
+    s = snap([task()], [job()], [pod(workbench_failed=failed.workbench_failed)], {f"{NS}/demo": running()})
+    assert plan_redis_reads(s, NOW, T).read == {f"{NS}/demo"}
+    [action] = scan(s, NOW, T)
+    assert action.reason is ReapReason.WORKBENCH_FAILED and action.lease_token == "4"
+    assert action.message.endswith("the workbench failed: " + failed.workbench_failed)
+    # a workbench that ended well (the turn ended, the kubelet stopped it) is no failure
+    body["status"]["initContainerStatuses"][1] = {"name": "workbench", "state": {"terminated": {"exitCode": 0}}}
+    assert pod_view(body).workbench_failed == ""

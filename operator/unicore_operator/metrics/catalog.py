@@ -59,7 +59,7 @@ COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicor
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
 REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission_timeout", "heartbeat_stale",
-                "lease_holder_gone", "running_without_job")  # unicore_operator.watchdog.scan.ReapReason
+                "lease_holder_gone", "running_without_job", "workbench_failed")  # watchdog.scan.ReapReason
 APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approval_waits.DECISIONS
 TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "Waiting", "Idle", "Suspended",
                "Failed", "Archived")  # unicore_operator.phases.Phase

@@ -10,6 +10,8 @@ Reasons, in the order they are checked:
 - ``deadline_exceeded``: a turn pod Running past its own ``activeDeadlineSeconds`` (the turn timeout, counted from
   the pod's start, so a wait for scheduling does not count) + ``deadline_grace``, or a Job past its
   ``activeDeadlineSeconds`` (turn timeout + the bounded wait for scheduling) + ``deadline_grace``, not finished;
+- ``workbench_failed``: the workbench of the Job's pod (the run_command sidecar) exited with an error, e.g. an image
+  that cannot run as the non-root user: its one line is the message, at once (the kubelet would only restart it);
 - ``pending_timeout``: the Job's pod Pending longer than ``pending_timeout`` (or no pod at all that long); the
   scheduler's / kubelet's reason is copied into the message;
 - ``admission_timeout``: a turn Job held suspended (Kueue keeps ``spec.suspend`` true until its queue admits it)
@@ -47,6 +49,7 @@ class ReapReason(str, Enum):  # noqa: UP042
     ORPHAN_JOB = "orphan_job"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     PENDING_TIMEOUT = "pending_timeout"
+    WORKBENCH_FAILED = "workbench_failed"
     ADMISSION_TIMEOUT = "admission_timeout"
     HEARTBEAT_STALE = "heartbeat_stale"
     LEASE_HOLDER_GONE = "lease_holder_gone"
@@ -200,6 +203,13 @@ def _job_action(job: JobView, task: AgentTaskView, pods: list[PodView], now: flo
                 t, job=job, pod=pods[0] if pods else None, state=state, reset_status=True,
             )
     live = [p for p in pods if not p.deleting and not p.terminated]
+    for pod in live:
+        if pod.workbench_failed:
+            return _task_action(
+                ReapReason.WORKBENCH_FAILED, task,
+                f"turn pod {pod.name}: the workbench failed: {pod.workbench_failed}",
+                t, job=job, pod=pod, state=state, reset_status=True,
+            )
     pending = [p for p in live if p.phase == "Pending"]
     running = [p for p in live if p.phase == "Running"]
     for pod in running:
@@ -368,6 +378,9 @@ def plan_redis_reads(snapshot: Snapshot, now: float, thresholds: Thresholds) -> 
         for pod in pods:  # the conditions of _job_action, without building its messages
             if pod.deleting or pod.terminated:
                 continue
+            if pod.workbench_failed:
+                read.add(task_id)
+                break
             if pod.phase == "Pending" and _age(now, pod.created_at) > t.pending_timeout:
                 read.add(task_id)
                 break

@@ -122,6 +122,7 @@ class PodView:
     turn: int = 0  # label unicore.dev/turn (the Job's pod template carries it)
     active_deadline_seconds: int | None = None  # the turn timeout, counted from the pod's start (start_time)
     ended: str = ""  # how a container of it ended when it failed (``container_end``), e.g. OOMKilled
+    workbench_failed: str = ""  # how its workbench (the run_command sidecar) last failed: its one line, else ""
 
     @property
     def key(self) -> str:
@@ -268,6 +269,22 @@ def container_end(cstatus: Mapping[str, Any]) -> str:
     return f"container {cstatus.get('name') or '?'}: {reason} ({how})" + (f": {said}" if said else "")
 
 
+WORKBENCH_CONTAINER = "workbench"  # unicore_operator.workbench_pod.WORKBENCH_CONTAINER
+
+
+def workbench_failure(statuses: list[Mapping[str, Any]]) -> str:
+    """How a turn pod's workbench (a native sidecar: the kubelet restarts it) failed, from its current or last state:
+    "container workbench: Error (exit code 3): workbench image ... cannot run /bin/sh as uid 65532" (pure)."""
+    for cstatus in statuses:
+        if cstatus.get("name") != WORKBENCH_CONTAINER:
+            continue
+        for state in (cstatus.get("state") or {}, cstatus.get("lastState") or {}):
+            ended = container_end({"name": WORKBENCH_CONTAINER, "state": state})
+            if ended:
+                return ended
+    return ""
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta, status = _meta(body), body.get("status") or {}
     deadline = (body.get("spec") or {}).get("activeDeadlineSeconds")
@@ -283,6 +300,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
             unsched_reason = str(cond.get("reason") or "")
             unsched_message = str(cond.get("message") or "")
     waiting_reason = waiting_message = ended = ""
+    workbench = workbench_failure(list(status.get("initContainerStatuses") or []))
     for cstatus in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
         ended = ended or container_end(cstatus)
         waiting = (cstatus.get("state") or {}).get("waiting") or {}
@@ -306,4 +324,5 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         turn=_int(labels.get(TURN_LABEL)),
         active_deadline_seconds=int(deadline) if deadline is not None else None,
         ended=ended,
+        workbench_failed=workbench,
     )
