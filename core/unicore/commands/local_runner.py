@@ -57,7 +57,9 @@ def _one_line(text: str) -> str:
 
 
 class LocalRunner:
-    """Runs commands in ``workspace`` (see the module's docstring); implements ``CommandRunner``."""
+    """Runs commands in ``workspace`` (see the module's docstring); implements ``CommandRunner``. ``hide``: more
+    directories the sandbox covers with a tmpfs (besides $HOME and the runtime's home); ``drop_env``: more variables
+    kept from the command (e.g. an endpoint map's apiKeyEnv names)."""
 
     def __init__(self, workspace: Path, sandbox: bool = True, bwrap: str = "bwrap", *, hide: Iterable[Path] = (),
                  drop_env: Iterable[str] = ()) -> None:
@@ -93,11 +95,11 @@ class LocalRunner:
 
     def _sandbox_args(self, bwrap: str, env: Mapping[str, str], workdir: Path) -> list[str]:
         ws = self.workspace
-        inside_ws = [h for h in self.hide if ws in h.parents and h.is_dir()]
-        outside = [h for h in self.hide if h != ws and h not in inside_ws and h != Path("/")
-                   and (h.is_dir() or not str(h).startswith(_SYSTEM_DIRS))]
+        inside_ws = _outermost([h for h in self.hide if ws in h.parents and h.is_dir()])
+        outside = _outermost([h for h in self.hide if h != ws and ws not in h.parents and h != Path("/")
+                              and (h.is_dir() or not str(h).startswith(_SYSTEM_DIRS))])
         home = self.hide[0] if self.hide[0] in (*inside_ws, *outside, ws) else Path("/tmp/home")
-        args = [*_base_args(bwrap), "--dir", "/tmp/home"]
+        args = [*_base_args(bwrap), "--dir", str(home)]
         for hidden in outside:
             args += ["--tmpfs", str(hidden)]
         args += ["--bind", str(ws), str(ws)]
@@ -116,14 +118,17 @@ class LocalRunner:
         info_r = info_w = -1
         argv = ["/bin/sh", "-c", command]
         if self.sandbox:
-            info_r, info_w = os.pipe()
-            argv = [*self._sandbox_args(self._bwrap_path(), env, cwd), "--info-fd", str(info_w), "--", *argv]
+            sandbox_args = self._sandbox_args(self._bwrap_path(), env, cwd)
+            info_r, info_w = os.pipe()  # bwrap writes the sandbox's pid 1 and PID namespace there
+            argv = [*sandbox_args, "--info-fd", str(info_w), "--", *argv]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True,
                                     pass_fds=(info_w,) if self.sandbox else ())
         except OSError as exc:
+            if info_r >= 0:
+                os.close(info_r)
             raise ToolError(f"could not start the command: {_one_line(str(exc))}") from exc
         finally:
             if info_w >= 0:
@@ -135,6 +140,11 @@ class LocalRunner:
                 proc.stdout.close()
             if proc.stderr is not None:
                 proc.stderr.close()
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """``paths`` but those inside another of them (a tmpfs over the outer one hides them already)."""
+    return [p for p in paths if not any(q in p.parents for q in paths)]
 
 
 def _base_args(bwrap: str) -> list[str]:
@@ -204,12 +214,11 @@ class _Run:
                 os.close(fd)
             if what == "info":
                 self._parse_info()
-            return
         if what == "info":
             self.info += data
         elif what in self.tails:
             self.tails[what].add(data)
-            text = self.decoders[what].decode(data)
+            text = self.decoders[what].decode(data, final=not data)
             if self.on_output is not None and text:
                 try:
                     self.on_output(what, text)
