@@ -7,7 +7,9 @@
 #   python:3.11.11-slim-bookworm   the Dockerfiles' base, made here: `debootstrap --variant=minbase bookworm`, then
 #                                  hack/images/base-setup.sh (Debian's python3.11 as `python`/`pip`, the host's CA
 #                                  bundle so downloads work behind a TLS-inspecting proxy), committed with buildah
-#   unicore-agent:<appVersion>     Dockerfile.agent, unchanged (`buildah bud --pull-never`)
+#   unicore-agent:<appVersion>     Dockerfile.agent (`buildah bud --pull-never`), its golang stage `exec-server`
+#                                  replaced by a one-file image of the binary hack/build-exec-server.sh makes on the
+#                                  host (localhost/unicore-exec-server:<binary's hash>): there is no golang image here
 #   unicore-operator:<appVersion>  Dockerfile.operator, unchanged
 #   unicore-redis:7.0-bookworm     hack/images/Containerfile.redis (Debian's redis-server, uid 999)
 #   unicore-mcp-time:<version>     hack/images/Containerfile.mcp-time (mcp-server-time behind mcp-proxy, from PyPI)
@@ -144,6 +146,21 @@ ensure_base_stored() { # the project builds need the base in buildah's storage, 
   [[ "$(stored_inputs "$BASE_QREF")" == "$BASE_INPUTS" ]] || fail "$BASE_ARCHIVE did not load as $BASE_QREF"
 }
 
+# --------------------------------------------------------------------- the agent's host-built exec server stage
+exec_server_image() { # builds unicore-exec on the host, stores it as /unicore-exec of a scratch image, prints its ref
+  local bin ref ctr
+  bin="$("$HERE/build-exec-server.sh" | tail -n 1)"
+  ref="localhost/unicore-exec-server:$(sha256sum "$bin" | cut -c1-16)"
+  if ! buildah inspect --type image "$ref" >/dev/null 2>&1; then
+    ctr="$(buildah from --quiet scratch)"
+    WORK+=("$ctr")
+    buildah copy --quiet --chmod 0755 "$ctr" "$bin" /unicore-exec >/dev/null
+    buildah commit --quiet --rm "$ctr" "$ref" >/dev/null
+    WORK=()
+  fi
+  echo "$ref"
+}
+
 # ------------------------------------------------------------------------------------- images FROM the base
 build_from_base() { # <key> <containerfile> <context> <ref> <qualified ref> <inputs> <archive> <archive glob>
   local key="$1" file="$2" context="$3" ref="$4" qref="$5" inputs="$6" archive="$7" glob="$8" start=$SECONDS
@@ -173,8 +190,19 @@ for key in agent operator redis mcptime; do
     build_from_base "$key" "$recipe" "$ROOT/hack/images" "${!ref_var}" \
       "${!qref_var}" "${!inputs_var}" "${!archive_var}" "${!glob_var}"
   else
-    build_from_base "$key" "$ROOT/Dockerfile.$key" "$ROOT" "${!ref_var}" "${!qref_var}" \
+    recipe="$ROOT/Dockerfile.$key"
+    if [[ "$key" == agent ]]; then  # Dockerfile.agent with its exec-server stage made on the host
+      recipe="$IMAGES/.Dockerfile.agent.tmp.$$"
+      exec_server="$(exec_server_image)"
+      python3 "$HERE/unicore_devcluster/image_inputs.py" dockerfile "$ROOT/Dockerfile.agent" \
+        --stage "exec-server=$exec_server" >"$recipe"
+    fi
+    build_from_base "$key" "$recipe" "$ROOT" "${!ref_var}" "${!qref_var}" \
       "${!inputs_var}" "${!archive_var}" "${!glob_var}"
+    if [[ "$key" == agent ]]; then  # keep only the base in storage: the stage's image is remade in a second
+      buildah rm --all >/dev/null 2>&1 || true  # buildah bud leaves a container of an image-only stage
+      buildah rmi "$exec_server" >/dev/null
+    fi
   fi
 done
 buildah rmi --prune >/dev/null 2>&1 || true  # stage images the builds left

@@ -5,13 +5,19 @@ the venv exists) to learn each image's reference, input hash and archive name::
 
     python3 hack/unicore_devcluster/image_inputs.py plan [--root REPO]        # shell assignments, one per line
     python3 hack/unicore_devcluster/image_inputs.py manifest IMAGES_DIR       # writes IMAGES_DIR/images.json
+    python3 hack/unicore_devcluster/image_inputs.py dockerfile FILE --stage NAME=IMAGE   # a stage replaced
+
+``Dockerfile.agent`` builds the workbench's exec server in a ``golang`` stage; without a registry there is no golang
+image, so the build makes that binary on the host (``hack/build-exec-server.sh``) and replaces the stage with an
+image holding it (``dockerfile``). Such host-built stages (``HOST_BUILT_STAGES``) do not count as bases.
 
 An input hash covers file contents (and paths and the executable bit), never mtimes: the base hashes the
 debootstrap suite/variant/mirror, the recipe version, its setup script (which holds the package list) and the
-host's CA bundle; the project images hash their Dockerfile, ``.dockerignore``, every build-context file
-(``git ls-files``: tracked plus untracked-but-not-ignored) and the base hash; Redis hashes its Containerfile and
-the base hash; the MCP time server hashes its Containerfile, its pinned requirements and the base hash. The archive
-name carries the first 16 hex digits, so a changed input means a new archive.
+host's CA bundle; the project images hash their Dockerfile, ``.dockerignore``, the scripts that build their
+host-built stages, every build-context file (``git ls-files``: tracked plus untracked-but-not-ignored) and the base
+hash; Redis hashes its Containerfile and the base hash; the MCP time server hashes its Containerfile, its pinned
+requirements and the base hash. The archive name carries the first 16 hex digits, so a changed input means a new
+archive.
 """
 
 from __future__ import annotations
@@ -41,9 +47,13 @@ MCP_TIME_RECIPE = "hack/images/Containerfile.mcp-time"
 MCP_TIME_FILES = ("hack/images/mcp-time/proxy-requirements.txt", "hack/images/mcp-time/time-requirements.txt")
 MCP_TIME_REF = "unicore-mcp-time:2026.10.19"  # mcp-server-time's version (hack/images/mcp-time/time-requirements.txt)
 PROJECT_DOCKERFILES = {"agent": "Dockerfile.agent", "operator": "Dockerfile.operator"}
-# what each Dockerfile copies into its build (the .dockerignore lets only these in): the agent image the core only
-IMAGE_SOURCES = {"agent": ("core",), "operator": ("core", "operator")}
-CONTEXT_SOURCES = ("core", "operator")
+# what each Dockerfile copies into its build (the .dockerignore lets only these in): the agent image the core and the
+# workbench's exec server only
+IMAGE_SOURCES = {"agent": ("core", "exec-server"), "operator": ("core", "operator")}
+CONTEXT_SOURCES = ("core", "operator", "exec-server")
+# stages of a Dockerfile that the registry-free build makes on the host instead (their FROM image is not pulled),
+# with the script that builds what the stage would: stage name -> script
+HOST_BUILT_STAGES = {"agent": {"exec-server": "hack/build-exec-server.sh"}, "operator": {}}
 _IGNORED_PARTS = ("__pycache__", ".egg-info")
 MANIFEST = "images.json"
 HASH_CHARS = 16
@@ -126,25 +136,46 @@ def app_version(root: Path) -> str:
     raise ValueError("helm/unicore/Chart.yaml has no appVersion")
 
 
-def dockerfile_bases(text: str) -> list[str]:
-    """The external images a Dockerfile's stages start FROM (not its own stage names)."""
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE)
+
+
+def dockerfile_bases(text: str, skip_stages: Iterable[str] = ()) -> list[str]:
+    """The external images a Dockerfile's stages start FROM (not its own stage names), but those of the stages named
+    in ``skip_stages``."""
+    skipped = set(skip_stages)
     stages: set[str] = set()
     bases: list[str] = []
     for line in text.splitlines():
-        match = re.match(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
+        match = _FROM.match(line)
         if not match:
             continue
-        if match.group(1) not in stages and match.group(1) not in bases:
+        if match.group(1) not in stages and match.group(1) not in bases and match.group(2) not in skipped:
             bases.append(match.group(1))
         if match.group(2):
             stages.add(match.group(2))
     return bases
 
 
+def replace_stage(text: str, stage: str, image: str) -> str:
+    """The Dockerfile ``text`` with stage ``stage`` (its FROM line up to the next FROM) replaced by ``FROM image AS
+    stage``: what the stage made must be in that image, at the same paths."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if _FROM.match(line)]
+    for n, i in enumerate(starts):
+        match = _FROM.match(lines[i])
+        if match and match.group(2) == stage:
+            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            while end > i + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+                end -= 1  # the next stage's comments stay
+            return "".join([*lines[:i], f"FROM {image} AS {stage}\n", *lines[end:]])
+    raise ValueError(f"the Dockerfile has no stage named {stage!r}")
+
+
 def base_ref(root: Path) -> str:
     """The one base image every Dockerfile (and the Redis recipe) starts from; the local base is tagged so."""
+    host_built = {name: HOST_BUILT_STAGES[key] for key, name in PROJECT_DOCKERFILES.items()}
     found = {
-        name: dockerfile_bases((root / name).read_text())
+        name: dockerfile_bases((root / name).read_text(), host_built.get(name, {}))
         for name in [*PROJECT_DOCKERFILES.values(), REDIS_RECIPE, MCP_TIME_RECIPE]
     }
     refs = {ref for bases in found.values() for ref in bases}
@@ -173,7 +204,7 @@ def plan(root: Path, *, mirror: str = DEFAULT_MIRROR, ca_bundle: Path = CA_BUNDL
     version = app_version(root)
     images = [base]
     for key, dockerfile in PROJECT_DOCKERFILES.items():
-        recipe = hash_files(root, [dockerfile, ".dockerignore"])
+        recipe = hash_files(root, [dockerfile, ".dockerignore", *HOST_BUILT_STAGES[key].values()])
         sources = hash_files(root, context_files(root, IMAGE_SOURCES[key]))
         images.append(ImagePlan(key, f"unicore-{key}:{version}", hash_parts(key, recipe, sources, base.inputs)))
     images.append(ImagePlan("redis", REDIS_REF, hash_parts("redis", hash_files(root, [REDIS_RECIPE]), base.inputs)))
@@ -254,10 +285,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_manifest = sub.add_parser("manifest", help="write IMAGES_DIR/images.json for the planned images")
     p_manifest.add_argument("images_dir", type=Path)
     p_manifest.add_argument("--plan", type=Path, help="the plan the build used (default: plan the tree now)")
+    p_dockerfile = sub.add_parser("dockerfile", help="print FILE with each --stage NAME=IMAGE replaced by that image")
+    p_dockerfile.add_argument("file", type=Path)
+    p_dockerfile.add_argument("--stage", action="append", default=[], metavar="NAME=IMAGE")
     for p in (p_plan, p_manifest):
         p.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2])
         p.add_argument("--mirror", default=os.environ.get("UNICORE_DEBIAN_MIRROR", DEFAULT_MIRROR))
     args = parser.parse_args(argv)
+    if args.command == "dockerfile":
+        text = args.file.read_text()
+        for spec in args.stage:
+            stage, _, image = spec.partition("=")
+            text = replace_stage(text, stage, image)
+        sys.stdout.write(text)
+        return 0
     images = plan(args.root, mirror=args.mirror)
     if args.command == "plan":
         if args.save:

@@ -18,9 +18,13 @@ from unicore_devcluster.image_inputs import ImagePlan, normalized, plan, read_ma
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "python:3.11.11-slim-bookworm"
 FILES = {
-    "Dockerfile.agent": f'FROM {BASE} AS builder\nFROM {BASE}\nENTRYPOINT ["unicore-turn"]\n',
+    "Dockerfile.agent": (f"FROM golang:1.26-bookworm AS exec-server\nRUN go build -o /unicore-exec .\n\n# builder\n"
+                         f'FROM {BASE} AS builder\nFROM {BASE}\nCOPY --from=exec-server /unicore-exec /x\n'
+                         'ENTRYPOINT ["unicore-turn"]\n'),
     "Dockerfile.operator": f"FROM {BASE} AS builder\nFROM builder AS x\nFROM {BASE}\n",
-    ".dockerignore": "*\n!core/\n",
+    ".dockerignore": "*\n!core/\n!exec-server/\n",
+    "exec-server/main.go": "package main\n",
+    "hack/build-exec-server.sh": "#!/bin/sh\ngo build\n",
     ".gitignore": "__pycache__/\n*.pyc\n*.egg-info/\n",
     "core/pyproject.toml": "[project]\nname = 'unicore'\n",
     "README.md": "# readme\n",
@@ -116,6 +120,13 @@ def test_untracked_sources_count_and_ignored_files_do_not(repo: Path, ca: Path) 
     assert changed(before, hashes(repo, ca)) == {"agent", "operator"}
 
 
+@pytest.mark.parametrize("path", ["exec-server/main.go", "exec-server/go.mod", "hack/build-exec-server.sh"])
+def test_the_exec_server_and_its_build_script_change_the_agent_image_only(repo: Path, ca: Path, path: str) -> None:
+    before = hashes(repo, ca)
+    (repo / path).write_text((repo / path).read_text() + "// changed\n" if (repo / path).exists() else "module x\n")
+    assert changed(before, hashes(repo, ca)) == {"agent"}
+
+
 def test_a_dockerfile_changes_its_own_image_only(repo: Path, ca: Path) -> None:
     before = hashes(repo, ca)
     (repo / "Dockerfile.agent").write_text(FILES["Dockerfile.agent"] + "LABEL x=y\n")
@@ -166,10 +177,26 @@ def test_outside_a_git_checkout_the_files_are_walked(repo: Path, ca: Path) -> No
 def test_the_repository_plan_matches_its_dockerfiles_and_chart() -> None:
     images = {image.key: image for image in plan(ROOT)}
     version = image_inputs.app_version(ROOT)
-    for name in ("Dockerfile.agent", "Dockerfile.operator"):
-        assert image_inputs.dockerfile_bases((ROOT / name).read_text()) == [images["base"].ref]
+    for key, name in image_inputs.PROJECT_DOCKERFILES.items():
+        text = (ROOT / name).read_text()
+        assert image_inputs.dockerfile_bases(text, image_inputs.HOST_BUILT_STAGES[key]) == [images["base"].ref]
+        for stage, script in image_inputs.HOST_BUILT_STAGES[key].items():
+            assert f" AS {stage}\n" in text and (ROOT / script).is_file()
     assert images["agent"].ref == f"unicore-agent:{version}"
     assert images["operator"].ref == f"unicore-operator:{version}"
+
+
+def test_a_host_built_stage_is_replaced_by_an_image_and_the_rest_stays() -> None:
+    text = (ROOT / "Dockerfile.agent").read_text()
+    replaced = image_inputs.replace_stage(text, "exec-server", "localhost/unicore-exec-server:abc")
+    assert image_inputs.dockerfile_bases(text)[0].startswith("golang:")  # the stage Docker users build
+    assert image_inputs.dockerfile_bases(replaced) == ["localhost/unicore-exec-server:abc", BASE]
+    assert "golang" not in replaced.split("AS exec-server")[1] and "go build" not in replaced
+    kept = [line for line in text.splitlines(keepends=True) if line not in replaced.splitlines(keepends=True)]
+    assert all("exec-server" in line or line.startswith(("WORKDIR", "RUN CGO_ENABLED")) for line in kept), kept
+    assert "COPY --from=exec-server /unicore-exec /usr/local/bin/unicore-exec\n" in replaced
+    with pytest.raises(ValueError, match="no stage named 'nope'"):
+        image_inputs.replace_stage(text, "nope", "x")
 
 
 def test_the_script_reads_the_plan_as_shell_assignments(repo: Path) -> None:
