@@ -281,7 +281,8 @@ def test_a_client_that_disconnects_has_its_command_killed(server: Server) -> Non
         sock.connect(str(server.socket))
         sock.sendall(json.dumps({"command": "echo $$; sleep 600 & sleep 600; wait", "workdir": "",
                                  "timeout_seconds": 300}).encode() + b"\n")
-        first = json.loads(sock.makefile("rb").readline())
+        with sock.makefile("rb") as reader:
+            first = json.loads(reader.readline())
         assert first["type"] == "output" and first["stream"] == "stdout"
         shell = int(first["data"].split()[0])
         wait_for(lambda: len(group_alive(shell)) == 3, timeout=10, what="the command's three processes")
