@@ -99,3 +99,13 @@ def test_no_runner_and_cancellation_are_error_results(tmp_path: Path) -> None:
     result = call(ctx(tmp_path, AnswersWith(killed)), command="sleep 600")
     assert result["status"] == "error"
     assert "cancelled" in result["content"][0]["text"] and "partial" in result["content"][0]["text"]
+
+
+def test_local_commands_never_get_the_endpoint_maps_key_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from unicore.turn.commands import endpoint_key_variables
+
+    monkeypatch.delenv("UNICORE_OPENAI_ENDPOINTS", raising=False)
+    assert endpoint_key_variables() == ()
+    monkeypatch.setenv("UNICORE_OPENAI_ENDPOINTS", '[{"models": ["gpt-*"], "baseUrl": "https://api.example.com/v1", '
+                                                   '"apiKeyEnv": "TEAM_LLM_TOKEN"}]')
+    assert endpoint_key_variables() == ("TEAM_LLM_TOKEN",)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from unicore.api import pod_env
 from unicore.commands.result import CommandRunner
 from unicore.settings import RuntimeSettings
 from unicore.store.client import RedisClient
@@ -59,7 +60,23 @@ def command_runner(settings: RuntimeSettings, workspace: Path) -> CommandRunner:
         return ExecServerRunner(settings.exec_socket)
     from unicore.commands.local_runner import LocalRunner
 
-    return LocalRunner(workspace, sandbox=settings.command_sandbox)
+    return LocalRunner(workspace, sandbox=settings.command_sandbox, drop_env=endpoint_key_variables())
+
+
+def endpoint_key_variables() -> tuple[str, ...]:
+    """The variables the endpoint map names for its keys (``apiKeyEnv`` may be any name): never given to a command."""
+    import os
+
+    from unicore.providers.endpoints import parse_endpoints
+
+    raw = os.environ.get(pod_env.OPENAI_ENDPOINTS)
+    if not raw:
+        return ()
+    try:
+        endpoints = parse_endpoints(raw)
+    except Exception:  # noqa: BLE001 - a bad map fails the model call with its own error; drop nothing named here
+        return ()
+    return tuple(name for index in range(len(endpoints.endpoints)) if (name := endpoints.key_env(index)))
 
 
 def command_fields(record: TaskRecord, tools: list[Tool], settings: RuntimeSettings, workspace: Path,
