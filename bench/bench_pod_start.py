@@ -5,7 +5,9 @@ context, resources, one GPU, the ServiceAccount token) for a task whose model is
 endpoint on the node IP that notes when the first request arrives. For each turn: Job created (the create call
 returned) -> pod created (its ADDED watch event) -> pod Running (watched) -> turn process started (its turn header's
 ``started_at``, written when it drains its inbox) -> first model request (arrival at the endpoint). Interleaved with
-a busybox Job (``true``) on the same node: Job created -> pod created -> pod Running -> Succeeded. One Job at a time;
+a busybox Job (``true``) on the same node: Job created -> pod created -> pod Running -> Succeeded, and a turn Job
+whose task may use run_command (its pod has the workbench: the exec server's install init container and the sidecar,
+issue 28). One Job at a time;
 each is deleted before the next. Images are imported, never pulled (the anchor: Kubernetes' pod start-up SLO, p99 of
 pod created -> running, observed by a watch, <= 5 s without image pulls).
 
@@ -154,14 +156,15 @@ def run_busybox(batch: Any, pods: PodClock, image: str, n: int) -> dict[str, flo
 
 
 def run_turn(batch: Any, pods: PodClock, store: TaskStore, endpoint: FirstRequestClock,
-             settings: OperatorSettings, n: int) -> dict[str, float]:
-    name = f"turn-{n}"
+             settings: OperatorSettings, n: int, workbench: bool = False) -> dict[str, float]:
+    name = f"turn-{n}" + ("-wb" if workbench else "")
     tid = f"{NAMESPACE}/{name}"
     key = f"bench prompt {uuid.uuid4().hex}"
     endpoint.expected.add(key)
-    store.create_task(TaskSpec(id=tid, prompt=key, model="openai:bench"))
+    tools = ["read_file", "run_command"] if workbench else None  # run_command: the pod gets a workbench (issue 28)
+    store.create_task(TaskSpec(id=tid, prompt=key, model="openai:bench", tools=tools))
     task = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": str(uuid.uuid4())},
-            "spec": {"prompt": key, "model": "openai:bench"}}
+            "spec": {"prompt": key, "model": "openai:bench", **({"tools": tools} if tools else {})}}
     job = build_turn_job_spec(task, 1, settings)
     job["metadata"].pop("ownerReferences")  # no AgentTask here: the garbage collector would delete the Job
     batch.create_namespaced_job(NAMESPACE, job)
@@ -224,10 +227,12 @@ def main() -> int:
         busybox_image = cluster.real_node.busybox_image
         run_busybox(batch, pods, busybox_image, -1)  # warm-up of both: page cache, first container of an image
         run_turn(batch, pods, store, endpoint, settings, -1)
-        boxes, turns = [], []
-        for n in range(args.turns):  # interleaved, so machine load hits both alike
+        run_turn(batch, pods, store, endpoint, settings, -1, workbench=True)
+        boxes, turns, benches = [], [], []
+        for n in range(args.turns):  # interleaved, so machine load hits all alike
             boxes.append(run_busybox(batch, pods, busybox_image, n))
             turns.append(run_turn(batch, pods, store, endpoint, settings, n))
+            benches.append(run_turn(batch, pods, store, endpoint, settings, n, workbench=True))
     finally:
         if pods is not None:
             pods.stop()
@@ -248,6 +253,12 @@ def main() -> int:
     print(row("turn Job: Job created -> turn process started (inbox drained)", span(turns, "created", "started")))
     print(row("turn Job: Job created -> first model request", span(turns, "created", "request")))
     print(row("turn Job: pod Running -> first model request", span(turns, "running", "request")))
+    print(row("turn Job with a workbench: Job created -> pod Running", span(benches, "created", "running")))
+    print(row("turn Job with a workbench: Job created -> first model request", span(benches, "created", "request")))
+    added = (statistics.median(span(benches, "created", "request"))
+             - statistics.median(span(turns, "created", "request")))
+    print(f"\nThe workbench (exec server install + sidecar, issue 28) adds {added:.2f} s to a turn's start at p50 "
+          "(Job created -> first model request; target: at most 1 s).")
     return 0
 
 
