@@ -71,7 +71,7 @@ lint: bootstrap ## ruff and mypy
 demo-local: bootstrap ## run a scripted tree of agents as local processes (no cluster), then show it
 	@hack/demo-local.sh
 
-demo: bootstrap k8s-bins ## cluster mode: control plane + real node (else the pod runner), helm install of the chart, the example tree as real containers
+demo: bootstrap k8s-bins ## cluster mode: control plane + real node (else the pod runner), helm install of the chart, the example tree as real containers (EXAMPLE=examples/workbench.yaml: that example instead)
 	@$(WITH_K8S) hack/demo.sh
 
 cluster-up: bootstrap k8s-bins node-bins ## start the local control plane in the background; prints `export KUBECONFIG=...`

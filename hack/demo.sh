@@ -6,6 +6,8 @@
 # transcript and a turn pod's `kubectl logs`. Where the host cannot run a real node (one line says why), the same tree
 # runs on the pod runner: a host redis-server and a host operator process. Idempotent: running it again reuses what
 # runs (helm upgrade) and re-creates the demo task. Everything stays up afterwards (see the printed stop line).
+# EXAMPLE=examples/<file>.yaml (`make demo EXAMPLE=examples/workbench.yaml`) applies that example instead of the tree,
+# waits until its AgentTasks settle and prints each one's transcript with its tool calls and results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -13,6 +15,8 @@ BIN=$REPO/.venv/bin
 export UNICORE_CACHE=${UNICORE_CACHE:-$HOME/.cache/unicore}
 DEMO_DIR=${UNICORE_DEMO_DIR:-$UNICORE_CACHE/demo}
 NS=${UNICORE_DEMO_NAMESPACE:-unicore-demo}
+EXAMPLE=${EXAMPLE:-examples/demo.yaml}
+[[ -f $EXAMPLE ]] || { echo "demo: EXAMPLE=$EXAMPLE: no such file" >&2; exit 2; }
 mkdir -p "$DEMO_DIR"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -45,7 +49,30 @@ export KUBECONFIG
 MODE=$("$BIN/python" -c 'from unicore_devcluster.cluster import read_state as r; s = r(); print("real" if s and s.get("real_node") else "runner")')
 
 # ----------------------------------------------------------------------------------------- the demo tree, either way
+run_example() {  # EXAMPLE: apply it afresh, wait for its AgentTasks to settle, print their transcripts
+  local tasks
+  tasks=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentTask"))' "$EXAMPLE")
+  say "applying $EXAMPLE (deleting what an earlier run left of it first)"
+  kubectl delete -n "$NS" -f "$EXAMPLE" --ignore-not-found --wait=true --timeout=90s >/dev/null
+  kubectl apply -n "$NS" -f "$EXAMPLE" >/dev/null
+  for name in $tasks; do
+    for _ in $(seq 900); do
+      phase=$(kubectl get agenttask "$name" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+      [[ $phase == Idle || $phase == Failed ]] && break; sleep 0.2
+    done
+  done
+  echo
+  kubectl get agenttasks -n "$NS" -o wide
+  for name in $tasks; do
+    echo
+    say "transcript of $NS/$name with its tool calls (kubectl agenttask logs $name --tools)"
+    PATH=$BIN:$PATH kubectl agenttask logs "$name" -n "$NS" --tools
+  done
+}
+
 run_tree() {  # kubectl agenttask reaches the operator's task API through the API server (APIService tasks.unicore.dev)
+  if [[ $EXAMPLE != examples/demo.yaml ]]; then run_example; return; fi
   if kubectl get agenttask demo -n "$NS" >/dev/null 2>&1; then
     say "deleting the previous demo tree"
     kubectl delete agenttask demo -n "$NS" --wait=true --timeout=90s >/dev/null
@@ -90,8 +117,10 @@ real_demo() {
   kubectl get pods -n "$NS" -o \
     custom-columns='POD:.metadata.name,NODE:.spec.nodeName,CONTAINER ID:.status.containerStatuses[0].containerID'
   echo
-  say "kubectl logs job/demo-t1 -n $NS (the root's first turn)"
-  kubectl logs job/demo-t1 -n "$NS"
+  if [[ $EXAMPLE == examples/demo.yaml ]]; then
+    say "kubectl logs job/demo-t1 -n $NS (the root's first turn)"
+    kubectl logs job/demo-t1 -n "$NS"
+  fi
   cat <<MSG
 
 The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):
@@ -109,6 +138,10 @@ MSG
 
 # ------------------------------------------------------------ pod runner: host Redis, host operator, host processes
 runner_demo() {
+  if grep -q run_command "$EXAMPLE"; then
+    say "note: the pod runner runs only a pod's turn container, no workbench: run_command answers with an error here" \
+      "(a host that can run the real node runs it)"
+  fi
   local redis_dir=$DEMO_DIR/redis
   local redis_sock=$redis_dir/redis.sock
   local op_ns=unicore-system
