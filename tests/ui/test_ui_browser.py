@@ -158,3 +158,23 @@ def test_light_and_dark_follow_the_system(browser, ui):
         finally:
             context.close()
     assert colours == {"light": "rgb(255, 255, 255)", "dark": "rgb(13, 17, 23)"}
+
+
+def test_a_running_commands_output_streams_in_as_a_command_and_markup_stays_text(page, ui, redis_url,
+                                                                                 tmp_path: Path):
+    store = TaskStore(connect(redis_url))
+    store.create_task(TaskSpec(id="cmd", prompt="Run something.", model="scripted"))  # not activated: idle
+    page.goto(ui.url)
+    page.goto(f"{ui.base}/#/task/cmd")
+    expect(page.locator("#conn")).to_have_text("live")
+
+    def entry(kind: str, text: str = "") -> dict[str, Any]:  # a run_command command's live output (issue 28)
+        return {"turn": 0, "call": 1_000_000, "seq": 2, "attempt": 1, "kind": kind, "text": text}
+
+    publish(store.redis, "cmd", [entry("attempt"), entry("output", "$ make train\n")], StreamSettings())
+    command = page.locator("#live .streaming.tool")
+    expect(command.locator(".who")).to_have_text("Command (running\u2026)")
+    publish(store.redis, "cmd", [entry("output", "<b>epoch 1</b> loss 0.5\n")], StreamSettings())
+    expect(command.locator(".text.output")).to_have_text("$ make train\n<b>epoch 1</b> loss 0.5\n")
+    assert page.locator("#live b").count() == 0
+    screenshot(page, "ui-command.png", tmp_path)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 from unicore.errors import TaskNotFound
+from unicore.store.token_stream import SHOWN_KINDS
 
 from unicore_client.kubectl_plugin.commands import kube_error
 from unicore_client.kubectl_plugin.errors import NotFound, PluginError
@@ -290,7 +291,7 @@ class ClusterBackend:
                 yield cursor.text(), "task", node
             for entry in entries:
                 cursor = Cursor(cursor.messages, _later(cursor.tokens, str(entry["id"])))
-                if entry.get("kind") in ("text", "attempt", "end") and int(entry.get("seq") or 0) >= cursor.messages:
+                if entry.get("kind") in SHOWN_KINDS and int(entry.get("seq") or 0) >= cursor.messages:
                     yield cursor.text(), "token", {"seq": entry["seq"], "attempt": entry.get("attempt", 0),
                                                    "kind": entry["kind"], "text": entry.get("text", "")}
             if not entries and answer is not first:

@@ -42,7 +42,14 @@ from unicore.store.client import RedisClient
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
 from unicore.store.tasks import TaskStore
-from unicore.store.token_stream import StreamEntry, check_entry_id, current_call, live_state, read_after
+from unicore.store.token_stream import (
+    SHOWN_KINDS,
+    StreamEntry,
+    check_entry_id,
+    current_call,
+    live_state,
+    read_after,
+)
 from unicore.store.ui_reads import read_all_rows, read_task_history
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
@@ -274,7 +281,7 @@ class LocalBackend:
                 entries = read_after(self.store, task_id, cursor.tokens, wait_seconds=wait_seconds)
             for entry in entries:
                 cursor = Cursor(cursor.messages, max(cursor.tokens, entry.id, key=_entry_key))
-                if entry.kind in ("text", "attempt", "end") and entry.seq >= cursor.messages:
+                if entry.kind in SHOWN_KINDS and entry.seq >= cursor.messages:
                     yield cursor.text(), "token", {"seq": entry.seq, "attempt": entry.attempt,
                                                    "kind": entry.kind, "text": entry.text}
             if not entries:

@@ -58,6 +58,7 @@ log = get_logger("state.token_stream")
 
 Kind = Literal["attempt", "text", "output", "end", "turn_end"]
 KINDS: tuple[str, ...] = ("attempt", "text", "output", "end", "turn_end")
+SHOWN_KINDS: tuple[str, ...] = ("attempt", "text", "output", "end")  # what a live view shows (of one call's seq)
 DEFAULT_ENTRIES = 2000
 DEFAULT_TTL_SECONDS = 3600.0
 ENTRY_TEXT_BYTES = 512  # UTF-8 bytes of text in one entry, at most
@@ -374,6 +375,7 @@ def live_state(store: TaskStore, task_id: str) -> LiveState:
     return LiveState(status=status, pending=int(pending), leased=bool(leased), messages=int(total))
 
 
-__all__ = ["CUT_MARK", "ENTRY_TEXT_BYTES", "KINDS", "CommandOutputStream", "LiveState", "StreamEntry", "StreamSettings",
+__all__ = ["CUT_MARK", "ENTRY_TEXT_BYTES", "KINDS", "SHOWN_KINDS", "CommandOutputStream", "LiveState", "StreamEntry",
+           "StreamSettings",
            "TokenStreamSink",
            "check_entry_id", "current_call", "live_state", "publish", "publish_turn_end", "read_after", "utf8_split"]

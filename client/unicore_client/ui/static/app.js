@@ -208,14 +208,18 @@ function onToken(entry) {
   let live = task.live.get(entry.seq);
   if (!live || entry.attempt > live.attempt) {
     if (live) live.node.remove();
-    const command = entry.kind === "output";  // a run_command command's line and output as it runs
-    live = { node: el("div", { class: `msg ${command ? "tool" : "assistant"} streaming`, "data-seq": String(entry.seq) },
-      el("div", { class: "who", text: command ? "Command (running\u2026)" : "Assistant (writing\u2026)" }),
-      el("div", { class: command ? "text output" : "text" })), attempt: entry.attempt };
+    live = { node: el("div", { class: "msg assistant streaming", "data-seq": String(entry.seq) },
+      el("div", { class: "who", text: "Assistant (writing\u2026)" }), el("div", { class: "text" })), attempt: entry.attempt };
     task.live.set(entry.seq, live);
     document.getElementById("live").append(live.node);
   }
   if (entry.attempt < live.attempt) return;
+  if (entry.kind === "output" && !live.command) {  // a run_command command's line and output as it runs
+    live.command = true;
+    live.node.className = "msg tool streaming";
+    live.node.firstChild.textContent = "Command (running\u2026)";
+    live.node.lastChild.className = "text output";
+  }
   if (entry.kind === "text" || entry.kind === "output") live.node.lastChild.textContent += entry.text;
 }
 
