@@ -63,7 +63,7 @@ class LiveText:
             if seq not in self.streamed:
                 out += self.lead + ("Assistant: " if kind == "text" else COMMAND_MARK)
                 self.streamed.add(seq)
-            self._open = True
+            self._open = not text.endswith("\n")  # a line it ended itself needs no closing newline
             return out + printable(text)
         if kind == "end":
             out += self.close_line()
