@@ -9,8 +9,9 @@ batching of child completions.
 
 The order (the operator's phases follow it): a task that cannot run (failed) or is suspended runs no turn; a held
 lease means a turn runs already; queued work that gives the task a turn (a message, or a turn left unfinished) runs
-one; otherwise it waits for people (an approval before a question) or has nothing to do. Queued messages do not wake
-a task that waits for people unless one of them answers (``unicore.store.approvals.wakes``): they wait in the inbox.
+one; otherwise it waits for people (an approval before a question), for its command Jobs, or has nothing to do.
+Queued messages do not wake a task that waits for people unless one of them answers
+(``unicore.store.approvals.wakes``): they wait in the inbox.
 
 An owed report (its turn ended, its process died before the report reached the parent) is delivered whenever no
 turn process holds the lease, suspended or failed alike: it is the result of a turn that already ended, which a
@@ -40,6 +41,7 @@ class Observation:
     queued_wakes: bool = True  # while it waits for people: a queued message answers them (a decision, a reply)
     unfinished_turn: bool = False  # a turn started and never ended (its process died or was stopped)
     owes_report: bool = False  # a turn ended with a report for the parent that has not reached it
+    jobs_outstanding: int = 0  # command Jobs it submitted whose result has not come yet (store.command_jobs)
 
 
 class Reason(StrEnum):
@@ -52,6 +54,7 @@ class Reason(StrEnum):
     UNFINISHED_TURN = "unfinished-turn"
     WAITING_FOR_APPROVAL = "waiting-for-approval"
     WAITING_FOR_INPUT = "waiting-for-input"
+    WAITING_FOR_JOBS = "waiting-for-jobs"
     NOTHING = "nothing"
 
 
@@ -96,6 +99,8 @@ def next_action(obs: Observation) -> NextAction:
         return NextAction(False, report, Reason.WAITING_FOR_APPROVAL)
     if obs.waiting_for == "input":
         return NextAction(False, report, Reason.WAITING_FOR_INPUT)
+    if obs.jobs_outstanding:
+        return NextAction(False, report, Reason.WAITING_FOR_JOBS)
     return NextAction(False, report, Reason.NOTHING)
 
 

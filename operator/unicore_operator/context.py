@@ -47,6 +47,7 @@ class OperatorContext:
     agenttasks: Any = None
     turnjobs: Any = None
     turnpods: Any = None
+    commandjobs: Any = None  # a task's command Jobs (indexes.commandjob_index)
     mcpservers: Any = None
     agents: Any = None  # Agents (indexes.agent_index)
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))

@@ -101,6 +101,18 @@ class CoreCalls:
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
         return self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)
 
+    def read_log(self, namespace: str, pod: str, limit_bytes: int) -> str:
+        """The last ``limit_bytes`` of pod ``pod``'s log (its one container's); "" when it has none (yet)."""
+        try:
+            response = self._send("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
+                                  query=[("limitBytes", str(limit_bytes))])
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return ""
+            raise
+        data = response.read()
+        return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data or "")
+
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as the API serves it, or None when it does not exist."""
         try:

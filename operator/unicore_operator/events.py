@@ -18,6 +18,8 @@ RESUMED = "Resumed"
 INVALID_SPEC = "InvalidSpec"
 CHILD_REFUSED = "ChildRefused"  # a child that widens its parent or does not fit its tree (admission.py)
 RETRIES_EXHAUSTED = "RetriesExhausted"
+JOB_SUBMITTED = "JobSubmitted"  # a command Job (submit_job) was created (command_jobs.py)
+JOB_ENDED = "JobEnded"  # its result was delivered to the task
 
 NORMAL = "Normal"
 WARNING = "Warning"

@@ -29,11 +29,16 @@ import kopf
 from unicore_operator import mcp_servers, names
 from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
 
-__all__ = ["JOB_SELECTOR", "TaskKey", "active_job", "agent_index", "agenttask_index", "compact_agent", "compact_task",
+__all__ = ["COMMAND_JOB_SELECTOR", "JOB_SELECTOR", "TaskKey", "commandjob_index",
+           "active_job", "agent_index", "agenttask_index", "compact_agent", "compact_task",
            "first",
            "job_outcome", "job_task_key", "job_view", "mcpserver_index", "turnjob_index", "turnpod_index"]
 
-JOB_SELECTOR = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
+# Turn Jobs and their pods: the operator's Jobs without a command Job number (a task's command Jobs, submit_job, have
+# their own index: COMMAND_JOB_SELECTOR).
+JOB_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.COMMAND_JOB_LABEL: kopf.ABSENT}
+COMMAND_JOB_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY,
+                                        names.COMMAND_JOB_LABEL: kopf.PRESENT}
 
 TaskKey = tuple[str, str]
 
@@ -80,6 +85,20 @@ async def turnjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, JobView] | N
     if task_key is None:
         return None
     return {task_key: job_view(body)}
+
+
+@kopf.index("batch", "v1", "jobs", labels=COMMAND_JOB_SELECTOR)
+async def commandjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, tuple[int, JobView]] | None:
+    """A task's command Jobs: (their number, the Job's view)."""
+    task_key = job_task_key(body)
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    try:
+        number = int(labels.get(names.COMMAND_JOB_LABEL) or "")
+    except ValueError:
+        return None
+    if task_key is None:
+        return None
+    return {task_key: (number, job_view(body))}
 
 
 @kopf.index("", "v1", "pods", labels=JOB_SELECTOR)

@@ -8,6 +8,8 @@
               it times out: denied as expired)
     WaitingForInput  the last turn ended on an ``ask_user`` question, no turn runs and nothing queued wakes the task:
               the next user message is the answer
+    WaitingForJobs  the last turn ended, nothing is queued, command Jobs it submitted (``submit_job``) have not ended:
+              no turn runs until one's result comes
     Waiting   the last turn ended, nothing is queued, but children are still working
     Idle      nothing queued, no Job, all children settled (Idle or Failed)  -> condition Ready=True
     Suspended spec.suspend is true (the active Job was deleted, none is started)
@@ -15,7 +17,8 @@
     Archived  retention removed the task's idle tree from Redis (operator/retention.py sets it; never decided here:
               the reconcile leaves a task without a Redis record alone)
 
-Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > Waiting > Idle. Whether
+Precedence: Failed > Suspended > Running > Pending > WaitingForApproval > WaitingForInput > WaitingForJobs > Waiting >
+Idle. Whether
 a turn runs (Pending with no Job yet) and whether an owed report is delivered is ``unicore.scheduling``'s decision,
 the one local mode takes too; the operator adds its turn Jobs (Running, or Pending while the Job's pod cannot start)
 and the children (Waiting).
@@ -53,6 +56,7 @@ class Phase(StrEnum):
     RUNNING = "Running"
     WAITING_FOR_APPROVAL = "WaitingForApproval"
     WAITING_FOR_INPUT = "WaitingForInput"
+    WAITING_FOR_JOBS = "WaitingForJobs"
     WAITING = "Waiting"
     IDLE = "Idle"
     SUSPENDED = "Suspended"
@@ -127,6 +131,7 @@ class TaskObservation:
     human: HumanWait | None = None
     held_messages: int = 0
     owes_report: bool = False  # a turn ended with a report for the parent that has not reached it
+    jobs_outstanding: int = 0  # command Jobs (submit_job) whose result has not come yet
 
 
 def scheduling_observation(obs: TaskObservation) -> scheduling.Observation:
@@ -140,6 +145,7 @@ def scheduling_observation(obs: TaskObservation) -> scheduling.Observation:
         queued_wakes=obs.pending_messages > 0,  # the messages queued while it waits that give it a turn
         unfinished_turn=obs.unfinished_turn,
         owes_report=obs.owes_report,
+        jobs_outstanding=obs.jobs_outstanding,
     )
 
 
@@ -198,6 +204,8 @@ def decide_phase(obs: TaskObservation) -> tuple[Phase, str]:
     if obs.human is not None and action.reason in scheduling.WAITING_FOR_PEOPLE:
         phase = Phase.WAITING_FOR_INPUT if obs.human.kind == INPUT else Phase.WAITING_FOR_APPROVAL
         return phase, obs.human.describe(obs.held_messages)
+    if obs.jobs_outstanding and action.reason is scheduling.Reason.WAITING_FOR_JOBS:
+        return Phase.WAITING_FOR_JOBS, f"waiting for {obs.jobs_outstanding} command Job(s) (submit_job) to end"
     working = sorted(name for name, phase in obs.children_phases.items() if phase not in SETTLED_PHASES)
     if working:
         return Phase.WAITING, f"waiting for {len(working)} child task(s): {', '.join(working[:5])}"
@@ -265,6 +273,7 @@ def ready_condition(phase: Phase, message: str, generation: int | None, previous
         Phase.RUNNING: "TurnRunning",
         Phase.WAITING_FOR_APPROVAL: "WaitingForApproval",
         Phase.WAITING_FOR_INPUT: "WaitingForInput",
+        Phase.WAITING_FOR_JOBS: "WaitingForJobs",
         Phase.WAITING: "WaitingForChildren",
         Phase.SUSPENDED: "Suspended",
         Phase.FAILED: "Failed",

@@ -17,7 +17,7 @@ from unicore.store.operator_state import TaskSnapshot
 from unicore.turn.reports import deliver_report, report_failure
 
 from unicore_operator import approval_waits as approvals
-from unicore_operator import events, metrics, names
+from unicore_operator import command_jobs, events, metrics, names
 from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
@@ -118,6 +118,7 @@ def observe(ctx: OperatorContext, body: dict[str, Any], snap: TaskSnapshot, acti
         children_phases={c["name"]: c["phase"] for c in children},
         job_waiting=waiting,
         owes_report=snap.owes_report,
+        jobs_outstanding=snap.jobs_outstanding,
     )
 
 
@@ -215,6 +216,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         snap.report_delivered()
     if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
         snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
+    if snap.jobs_outstanding and await command_jobs.step(ctx, key, body, snap, job_spec_of(ctx, key[0], body)):
+        snap = await ctx.redis.snapshot(tid)  # a command Job's result was queued: the task has work
     children = children_of(ctx, key, snap)
     obs = observe(ctx, body, snap, active_name, children, waiting)
     created: str | None = None

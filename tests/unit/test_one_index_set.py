@@ -55,9 +55,14 @@ def _index_functions() -> dict[str, tuple[str, str]]:
 def test_one_index_per_object_kind() -> None:
     """No second index over AgentTasks: a task's children come from its Redis children set (``children_of``)."""
     found = _index_functions()
-    assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index", "mcpserver_index", "agent_index"}
+    assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index", "mcpserver_index", "agent_index",
+                          "commandjob_index"}
     kinds = Counter(found.values())
-    assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 1, ("", "pods"): 1,
+    # two over Jobs, of disjoint sets (label filters): turn Jobs, and command Jobs (submit_job)
+    assert indexes.JOB_SELECTOR.keys() == indexes.COMMAND_JOB_SELECTOR.keys()
+    assert all(indexes.JOB_SELECTOR[k] != indexes.COMMAND_JOB_SELECTOR[k] for k in indexes.JOB_SELECTOR
+               if k != "app.kubernetes.io/managed-by")
+    assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 2, ("", "pods"): 1,
                      ("unicore.dev", "mcpservers"): 1, ("unicore.dev", "agents"): 1}
 
 

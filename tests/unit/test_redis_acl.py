@@ -35,7 +35,7 @@ def covered(key: str, namespace: str) -> bool:
 def test_the_patterns_cover_every_key_a_turn_uses_of_the_namespaces_tasks_and_no_other() -> None:
     for task in ("team-a/root", "team-a/root-kid-grandkid", "team-a/" + "x" * 253):
         keys = TaskKeys(task)
-        operator = {keys.operator, keys.operator_jobs, keys.operator_reaped}
+        operator = {keys.operator, keys.operator_jobs, keys.operator_reaped, keys.operator_command_jobs}
         assert all(covered(key, "team-a") for key in keys.all() if key not in (*operator, keys.decisions))
         assert not any(covered(key, "team-a") for key in operator)  # the operator's records of the task
         assert not covered(keys.decisions, "team-a")  # people's decisions: read only (below)

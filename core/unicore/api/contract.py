@@ -28,6 +28,7 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 TASK_LABEL = f"{GROUP}/task"
 TURN_LABEL = f"{GROUP}/turn"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
+COMMAND_JOB_LABEL = f"{GROUP}/command-job"  # a task's command Job (submit_job): its number; turn Jobs have none
 PARENT_LABEL = f"{GROUP}/parent"
 ROOT_LABEL = f"{GROUP}/root"
 NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config

@@ -62,8 +62,9 @@ FAILURE_ID_PREFIX = "failed:"  # a child's report of its failure, to its parent
 TOOL_RESULT_ID_PREFIX = "tr:"  # a tool call's result (also a person's decision on a call that waited for one)
 DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call a task waited for (store.approvals)
 REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
+JOB_RESULT_ID_PREFIX = "cmdjob:"  # a command Job's result (submit_job, store.command_jobs)
 RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, OBJECT_PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX,
-                               TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX)
+                               TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX, JOB_RESULT_ID_PREFIX)
 
 
 def prompt_message_id(task_id: str) -> str:
@@ -95,6 +96,11 @@ def tool_result_message_id(call_id: str) -> str:
 def reap_message_id(attempt: str) -> str:
     """The id of the watchdog's note that it reaped ``attempt`` (one per reaped attempt)."""
     return f"{REAP_ID_PREFIX}{attempt}"
+
+
+def job_result_message_id(task_id: str, n: int) -> str:
+    """The id of the result of ``task_id``'s command Job number ``n`` in its inbox (delivered once)."""
+    return f"{JOB_RESULT_ID_PREFIX}{task_id}:{n}"
 
 
 def user_message_id(message_id: str) -> str:
@@ -157,6 +163,7 @@ class Limits(BaseModel):
     token_budget: int = Field(default=0, ge=0, description="tokens per root tree; 0 = unlimited")
     turn_timeout_seconds: int = Field(default=3600, ge=1)
     command_timeout_seconds: int = Field(default=600, ge=1, le=86_400)
+    max_job_gpus: int = Field(default=1, ge=0, le=64)  # GPUs one command Job (submit_job) may ask for
     recursion: bool = True
     summarize_turns: bool = True
 

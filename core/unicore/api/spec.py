@@ -57,6 +57,7 @@ class LimitsSpec(CamelModel):
     token_budget: int | None = Field(default=None, ge=0)
     turn_timeout_seconds: int | None = Field(default=None, ge=1)
     command_timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
+    max_job_gpus: int | None = Field(default=None, ge=0, le=64, alias="maxJobGPUs")
     recursion: bool | None = None
     summarize_turns: bool | None = None
 

@@ -61,7 +61,7 @@ _GLOB = "*?[]\\"
 
 # The parts of a task's keys (TaskKeys) a turn, its tools, spawns and reports use; the operator's own records of a
 # task (operator, opjobs, opreaped: failure counts, retry times, the Jobs it accounted) stay out of a tenant's reach.
-OPERATOR_PARTS = ("operator", "opjobs", "opreaped")
+OPERATOR_PARTS = ("operator", "opjobs", "opreaped", "opcmdjobs")
 # Parts a turn reads and never writes: people's decisions on its waiting calls (store.approvals): a turn pod that
 # could write them could approve its own gated calls in a person's name.
 READ_ONLY_PARTS = ("decisions",)

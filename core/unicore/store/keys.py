@@ -162,6 +162,19 @@ class TaskKeys:
         return task_key(self.task_id, "opreaped")
 
     @property
+    def command_jobs(self) -> str:
+        """The task's command Jobs as its turns requested them (``submit_job``; ``store.command_jobs``): number ->
+        request, and ``#next``, the last number given."""
+        return task_key(self.task_id, "cmdjobs")
+
+    @property
+    def operator_command_jobs(self) -> str:
+        """What the operator (or local mode's supervisor) did with those requests: ``created:<n>`` (the Job's uid, or
+        ``local``), ``ended:<n>`` (the outcome, once its result is in the task's inbox). A namespace's Redis user
+        cannot write it (``store.acl``)."""
+        return task_key(self.task_id, "opcmdjobs")
+
+    @property
     def tokens(self) -> str:
         """The live stream of the model's answers as they arrive (``store.token_stream``; bounded, expires)."""
         return task_key(self.task_id, "tokens")
@@ -224,4 +237,6 @@ class TaskKeys:
             self.approvals,
             self.decisions,
             self.budget,
+            self.command_jobs,
+            self.operator_command_jobs,
         ]

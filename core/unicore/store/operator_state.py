@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from unicore.api.contract import same_namespace
 from unicore.scheduling import turn_unfinished
 from unicore.store import approval_records as records_of_calls
-from unicore.store import approvals, changes, lua
+from unicore.store import approvals, changes, command_jobs, lua
 from unicore.store.client import AsyncRedisClient, RedisClient
 from unicore.store.codec import text, text_hash, to_float, to_int
 from unicore.store.keys import HEARTBEATS_INDEX, TaskKeys
@@ -63,6 +63,11 @@ class TaskSnapshot:
     waiting_for: approvals.PendingKind | None = None  # ``state.approvals.waiting_for``
     pending_calls: tuple[approvals.PendingCall, ...] = ()  # read only when waiting_for is set
     inbox_wakes: bool = True  # the queued messages give the task a turn (``state.approvals.wakes``)
+    command_jobs: tuple[command_jobs.JobState, ...] = ()  # its submit_job requests and what became of them
+
+    @property
+    def jobs_outstanding(self) -> int:
+        return len(command_jobs.outstanding(list(self.command_jobs)))
 
     @property
     def runnable_pending(self) -> int:
@@ -124,11 +129,13 @@ async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequ
     pipe.lindex(keys.turns, -1)
     pipe.zrange(keys.children, 0, -1)
     pipe.hmget(keys.approvals, list(records_of_calls.WAITING_FIELDS))
+    pipe.hgetall(keys.command_jobs)
+    pipe.hgetall(keys.operator_command_jobs)
     if ended_jobs:
         pipe.smismember(keys.operator_jobs, list(ended_jobs))
     replies = await pipe.execute()
-    record_raw, pending, lease, op_raw, last_header, children, counters = replies[:7]
-    recorded = replies[7] if ended_jobs else []
+    record_raw, pending, lease, op_raw, last_header, children, counters, requested, done = replies[:9]
+    recorded = replies[9] if ended_jobs else []
     record = text_hash(record_raw)
     op = text_hash(op_raw)
     ended = {
@@ -149,6 +156,7 @@ async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequ
         unrecorded_jobs=tuple(name for name, known in zip(ended_jobs, recorded, strict=True) if not known),
         children=tuple(child for child in (text(raw) for raw in children or ()) if same_namespace(task_id, child)),
         waiting_for=records_of_calls.waiting_from_counters(counters),
+        command_jobs=tuple(command_jobs.states_of(text_hash(requested), text_hash(done))),
     )
     if snap.waiting_for is not None:
         await _read_waiting(client, keys, snap)

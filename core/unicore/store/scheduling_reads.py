@@ -15,7 +15,8 @@ import redis
 from unicore.scheduling import Observation, turn_unfinished
 from unicore.store import approvals
 from unicore.store.approval_records import WAITING_FIELDS, waiting_from_counters
-from unicore.store.codec import to_int
+from unicore.store.codec import text, to_int
+from unicore.store.command_jobs import outstanding_count
 from unicore.store.keys import TaskKeys
 from unicore.store.records import turn_meta_field
 
@@ -23,8 +24,8 @@ RECORD_FIELDS = ("status", "turns", "report_id", "suspended")  # of the task rec
 
 
 def observation_from(record: Mapping[str, str | None], *, queued: int, lease_held: bool,
-                     waiting_counters: Sequence[object], inbox_types: Sequence[str], last_turn_ended: bool | None
-                     ) -> Observation:
+                     waiting_counters: Sequence[object], inbox_types: Sequence[str], last_turn_ended: bool | None,
+                     jobs_outstanding: int = 0) -> Observation:
     """The observation of a task from what was read: ``record`` its fields (``RECORD_FIELDS``, None when absent),
     ``waiting_counters`` the counters of what it waits for from people (``WAITING_FIELDS``, as HMGET returns them),
     ``inbox_types`` the types of its queued messages (needed only while it waits for people), ``last_turn_ended``
@@ -39,6 +40,7 @@ def observation_from(record: Mapping[str, str | None], *, queued: int, lease_hel
         queued_wakes=approvals.wakes(waiting_for, inbox_types) if waiting_for is not None and queued else True,
         unfinished_turn=turn_unfinished(record.get("status"), last_turn_ended),
         owes_report=bool(record.get("report_id")),
+        jobs_outstanding=jobs_outstanding,
     )
 
 
@@ -50,14 +52,17 @@ def read_observation(client: redis.Redis, task_id: str) -> Observation:
     pipe.exists(keys.lease)
     pipe.hmget(keys.task, list(RECORD_FIELDS))
     pipe.hmget(keys.approvals, list(WAITING_FIELDS))
-    queued, leased, values, counters = pipe.execute()
+    pipe.hkeys(keys.command_jobs)
+    pipe.hkeys(keys.operator_command_jobs)
+    queued, leased, values, counters, requested, done = pipe.execute()
     record = dict(zip(RECORD_FIELDS, values, strict=True))
     last = to_int(record["turns"]) - 1
     ended = bool(client.hexists(keys.turnmeta, turn_meta_field(last, "ended_at"))) if last >= 0 else None
     waiting = waiting_from_counters(counters) is not None
     types = approvals.inbox_types(client, task_id) if waiting and queued else []
+    jobs = outstanding_count([text(f) for f in requested or ()], [text(f) for f in done or ()])
     return observation_from(record, queued=int(queued or 0), lease_held=bool(leased), waiting_counters=counters,
-                            inbox_types=types, last_turn_ended=ended)
+                            inbox_types=types, last_turn_ended=ended, jobs_outstanding=jobs)
 
 
 __all__ = ["RECORD_FIELDS", "observation_from", "read_observation"]

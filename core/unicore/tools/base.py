@@ -48,6 +48,9 @@ class ToolContext:
     # A live view of a command's output (``turn.command_output``): called with the command, gives a sink to write
     # (stream, text) chunks to and close.
     command_output: Callable[[str], CommandOutputSink] | None = None
+    # The turn's lease (``submit_job`` writes fenced) and the task's GPU limit of a command Job.
+    lease: Callable[[], Any] | None = None
+    max_job_gpus: int = 0
     # Where the results of the answer whose tools run now will be stored, for live views (set by the turn).
     turn_number: int = 0
     result_seq: int = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from unicore.tools.ask_user import AskUser
 from unicore.tools.base import Tool
+from unicore.tools.jobs import JobStatus, SubmitJob
 from unicore.tools.run_command import RunCommand
 from unicore.tools.tasks import MessageTask, SpawnTask, TaskStatus
 from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
@@ -13,7 +14,7 @@ from unicore.tools.workspace import ListFiles, ReadFile, WriteFile
 ALL_TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (ReadFile(), WriteFile(), ListFiles(), SpawnTask(), MessageTask(), TaskStatus(), AskUser(),
-                 RunCommand())
+                 RunCommand(), SubmitJob(), JobStatus())
 }
 
 __all__ = ["ALL_TOOLS"]

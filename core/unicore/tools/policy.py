@@ -44,7 +44,7 @@ DEFAULT_CHILD_TOOLS: tuple[str, ...] = (
 
 # Tools a child gets only when its parent's ``child_tools`` names them, never by asking for its parent's tools:
 # running code is the most dangerous thing an agent does (``tools.run_command``).
-EXPLICIT_CHILD_TOOLS: tuple[str, ...] = ("run_command",)
+EXPLICIT_CHILD_TOOLS: tuple[str, ...] = ("run_command", "submit_job")
 
 CHILD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_CHILD_NAME = 63

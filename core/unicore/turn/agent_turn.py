@@ -261,6 +261,8 @@ class AgentTurn:
             cancel=self.cancel,
             explain_unavailable=self.mcp.explain,
             telemetry=self.telemetry,  # tool_calls_total / tool_call_duration_seconds, counted by run_tool_call
+            lease=lambda: self.lease.held,
+            max_job_gpus=record.limits.max_job_gpus,
             **command_fields(record, tools, self.settings, workspace,
                              deadline=self.started_at + record.limits.turn_timeout_seconds),
         )

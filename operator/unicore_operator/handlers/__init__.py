@@ -1,4 +1,4 @@
 """Kopf handlers, one module per concern; importing this package registers them all."""
 
 from unicore_operator import indexes  # noqa: F401  (registers the indexes)
-from unicore_operator.handlers import agents, agenttasks, jobs, lifecycle  # noqa: F401
+from unicore_operator.handlers import agents, agenttasks, command_jobs, jobs, lifecycle  # noqa: F401

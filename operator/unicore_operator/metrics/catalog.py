@@ -61,8 +61,8 @@ JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate
 REAP_REASONS = ("orphan_job", "deadline_exceeded", "pending_timeout", "admission_timeout", "heartbeat_stale",
                 "lease_holder_gone", "running_without_job", "workbench_failed")  # watchdog.scan.ReapReason
 APPROVAL_DECISIONS = ("approved", "denied", "expired")  # unicore_operator.approval_waits.DECISIONS
-TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "Waiting", "Idle", "Suspended",
-               "Failed", "Archived")  # unicore_operator.phases.Phase
+TASK_PHASES = ("Pending", "Running", "WaitingForApproval", "WaitingForInput", "WaitingForJobs", "Waiting", "Idle",
+               "Suspended", "Failed", "Archived")  # unicore_operator.phases.Phase
 
 CATALOG: tuple[MetricSpec, ...] = (
     # --- measured by turn Jobs, exported from Redis

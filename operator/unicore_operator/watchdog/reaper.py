@@ -103,7 +103,8 @@ class Reaper:
                 held = bool((job.get("spec") or {}).get("suspend"))
                 return held and (not action.job_uid or (job.get("metadata") or {}).get("uid") == action.job_uid)
             if action.reason is ReapReason.RUNNING_WITHOUT_JOB:
-                jobs = self.ctx.kube.list_jobs(namespace, f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY}")
+                jobs = self.ctx.kube.list_jobs(namespace, f"{contract.MANAGED_BY_LABEL}={contract.MANAGED_BY},"
+                                                          f"!{contract.COMMAND_JOB_LABEL}")
                 for job in jobs:
                     annotations = (job.get("metadata") or {}).get("annotations") or {}
                     status = job.get("status") or {}
