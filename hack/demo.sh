@@ -109,7 +109,11 @@ real_demo() {
   kubectl label --overwrite namespace "$NS" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/warn=restricted pod-security.kubernetes.io/audit=restricted >/dev/null
   say "helm upgrade --install unicore helm/unicore -n $NS (operator and Redis as pods; waits until they are Ready)"
-  helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" --wait --timeout 300s >/dev/null
+  # a workspace claim (the node's local-path provisioner): a tree's files outlive its pods, and command Jobs' outputs
+  # reach the next turn (examples/gpu-job.yaml)
+  helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" \
+    --set agent.workspace.claimName=unicore-workspace --set agent.workspace.create.enabled=true \
+    --wait --timeout 300s >/dev/null
   run_tree
   echo
   say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"

@@ -1,6 +1,7 @@
 """A task's command Jobs (``submit_job``, issue 29) on the operator's side: one step of each task's reconcile.
 
-For each request still outstanding (``unicore.store.command_jobs``): not created yet -> check it against the task's
+For each request still outstanding (``unicore.store.command_jobs``): the task suspended (or stopped) -> delete its
+Job and deliver "cancelled"; not created yet -> check it against the task's
 GPU limit as the API server has it (never Redis's copy) and create the Job (``command_job_builder``; a 409 is the
 same Job) and note it created; created -> when the Job ended (its index, or one API read when the index has no Job:
 it may lag a create, or the Job was deleted), read how its pod ended and the end of its log and deliver the result
@@ -49,6 +50,12 @@ async def step(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], snap: T
     for state in outstanding:
         request = state.request
         job_name = command_job_name(name, request.n, namespace=namespace)
+        if own.suspend:  # suspend and stop cancel the task's jobs (a Job not made yet is not made)
+            if state.created is not None:
+                await asyncio.to_thread(ctx.kube.delete_job, namespace, job_name)
+            outcome = JobOutcome("cancelled", reason="the task was suspended or stopped")
+            delivered |= await _deliver(ctx, body, key, job_name, request, outcome)
+            continue
         if state.created is None:
             if request.gpus > limit:
                 outcome = JobOutcome("refused", reason=f"it asked for {request.gpus} GPUs; the task's limit "
