@@ -10,6 +10,7 @@ report, in the same states. tests/integration/test_scheduling_needs_turn.py read
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from unicore import scheduling
 from unicore.scheduling import NextAction, Observation, Reason
 from unicore.store import approvals
 from unicore.store.approval_records import waiting_from_counters
+from unicore.store.command_jobs import outstanding_count, states_of
 from unicore.store.operator_state import LastTurn, TaskSnapshot
 from unicore.store.scheduling_reads import observation_from
 from unicore_operator import phases, reconcile
@@ -38,6 +40,7 @@ PHASE_OF = {
     Reason.UNFINISHED_TURN: Phase.PENDING,
     Reason.WAITING_FOR_APPROVAL: Phase.WAITING_FOR_APPROVAL,
     Reason.WAITING_FOR_INPUT: Phase.WAITING_FOR_INPUT,
+    Reason.WAITING_FOR_JOBS: Phase.WAITING_FOR_JOBS,
     Reason.NOTHING: Phase.IDLE,
 }
 
@@ -55,6 +58,15 @@ class StoredTask:
     inbox: tuple[str, ...] = ()  # the queued messages' types
     approvals_pending: int = 0  # the counters of what it waits for from people
     questions_pending: int = 0
+    jobs: tuple[bool, ...] = ()  # its command Jobs (submit_job): whether each one's result came already
+
+    def job_hashes(self) -> tuple[dict[str, str], dict[str, str]]:
+        """``uc:{T}:cmdjobs`` and ``uc:{T}:opcmdjobs`` as HGETALL returns them."""
+        requests = {str(n): json.dumps({"n": n, "command": "true"}) for n in range(1, len(self.jobs) + 1)}
+        if self.jobs:
+            requests["#next"] = str(len(self.jobs))
+        done = {f"ended:{n}": "{}" for n, ended in enumerate(self.jobs, 1) if ended}
+        return requests, done
 
     def record(self) -> dict[str, str | None]:
         return {"status": self.status, "turns": str(self.turns), "report_id": self.report_id,
@@ -76,14 +88,17 @@ stored_tasks = st.builds(
     inbox=st.lists(st.sampled_from(INBOX_TYPES), max_size=3).map(tuple),
     approvals_pending=st.integers(0, 2),
     questions_pending=st.integers(0, 2),
+    jobs=st.lists(st.booleans(), max_size=2).map(tuple),
 )
 
 
 def local_observation(task: StoredTask) -> Observation:
     """As ``TaskStore.next_action`` observes the task (``scheduling_reads.read_observation``'s reads)."""
+    requests, done = task.job_hashes()
     return observation_from(task.record(), queued=len(task.inbox), lease_held=task.lease_held,
                             waiting_counters=task.counters(), inbox_types=task.inbox,
-                            last_turn_ended=task.last_turn_ended if task.turns else None)
+                            last_turn_ended=task.last_turn_ended if task.turns else None,
+                            jobs_outstanding=outstanding_count(list(requests), list(done)))
 
 
 def local_action(task: StoredTask) -> NextAction:
@@ -99,6 +114,7 @@ def operator_snapshot(task: StoredTask) -> TaskSnapshot:
         exists=True, record=record, pending=len(task.inbox), lease_held=task.lease_held, turns=task.turns,
         last_turn=last if task.turns else None, waiting_for=waiting,
         inbox_wakes=approvals.wakes(waiting, task.inbox) if waiting is not None and task.inbox else True,
+        command_jobs=tuple(states_of(*task.job_hashes())),
     )
 
 
