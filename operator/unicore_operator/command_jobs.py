@@ -20,7 +20,7 @@ from unicore.store import command_jobs
 from unicore.store.command_jobs import JobOutcome, JobRequest, JobState
 from unicore.store.operator_state import TaskSnapshot
 
-from unicore_operator import events, names
+from unicore_operator import events, metrics, names
 from unicore_operator.command_job_builder import build_command_job_spec, command_job_name, max_job_gpus
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import TaskKey
@@ -110,8 +110,9 @@ def _outcome_of(ctx: OperatorContext, namespace: str, job_name: str, view: JobVi
                     reason = f"{reason}; {end}" if reason else end
         log_tail = ctx.kube.core.read_log(namespace, str(pod["metadata"]["name"]), LOG_TAIL_BYTES) or log_tail
     duration = finished - started if started is not None and finished is not None else None
+    queued = started - view.created_at if started is not None and view.created_at else None
     return JobOutcome("succeeded" if view.outcome == "succeeded" else "failed", exit_code=exit_code, reason=reason,
-                      duration_seconds=duration, log_tail=log_tail)
+                      duration_seconds=duration, log_tail=log_tail, queued_seconds=queued)
 
 
 async def _deliver(ctx: OperatorContext, body: dict[str, Any], key: TaskKey, job_name: str, request: JobRequest,
@@ -119,6 +120,7 @@ async def _deliver(ctx: OperatorContext, body: dict[str, Any], key: TaskKey, job
     queued = await asyncio.to_thread(command_jobs.deliver_result, ctx.store, names.task_id(*key), job_name, request,
                                      outcome)
     if queued:
+        metrics.command_job_ended(outcome.state, request.gpus, outcome.duration_seconds, outcome.queued_seconds)
         kind = events.NORMAL if outcome.state == "succeeded" else events.WARNING
         code = f", exit code {outcome.exit_code}" if outcome.exit_code is not None else ""
         events.post(ctx, body, kind, events.JOB_ENDED, f"command Job {job_name} {outcome.state}{code}"

@@ -77,6 +77,7 @@ class JobOutcome:
     reason: str = ""
     duration_seconds: float | None = None
     log_tail: str = ""
+    queued_seconds: float | None = None  # from the Job's creation to its start, where known (metrics only)
 
     def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "exit_code": self.exit_code, "reason": self.reason,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from unicore_operator.metrics.operator_metrics import (
     REGISTRY,
     approval_decided,
+    command_job_ended,
     job_created,
     job_failed,
     job_reaped,
@@ -21,6 +22,6 @@ from unicore_operator.metrics.operator_metrics import (
     observe_watchdog_scan,
 )
 
-__all__ = ["REGISTRY", "approval_decided", "job_created", "job_failed", "job_reaped", "observe_activation",
-           "observe_activation_latency", "observe_watchdog_scan"]
+__all__ = ["REGISTRY", "approval_decided", "command_job_ended", "job_created", "job_failed", "job_reaped",
+           "observe_activation", "observe_activation_latency", "observe_watchdog_scan"]
 

@@ -55,6 +55,7 @@ TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.out
 MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.providers.calling
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
+COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")  # unicore.store.command_jobs.JobOutcome
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
@@ -133,6 +134,16 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Tool calls waiting for a user's approval, over the tasks the operator watches (from their status).",
                "operator"),
     MetricSpec("unicore_jobs_created_total", "counter", "Turn Jobs created by the operator.", "operator"),
+    MetricSpec("unicore_command_jobs_total", "counter",
+               "Command Jobs (submit_job) whose result was delivered, by outcome: succeeded, failed, cancelled "
+               "(the task was suspended or stopped), refused (over limits.maxJobGPUs).", "operator",
+               ("outcome",), known=(("outcome", COMMAND_JOB_OUTCOMES),)),
+    MetricSpec("unicore_command_job_gpu_seconds_total", "counter",
+               "GPU-seconds command Jobs used: the GPUs each asked for times how long its container ran.",
+               "operator"),
+    MetricSpec("unicore_command_job_queued_seconds", "histogram",
+               "How long command Jobs waited from creation to their start (Kueue's admission, scheduling).",
+               "operator"),
     MetricSpec("unicore_jobs_failed_total", "counter", "Turn Jobs that failed, by reason.", "operator",
                ("reason",), known=(("reason", JOB_FAILURE_REASONS),)),
     MetricSpec("unicore_jobs_reaped_total", "counter", "Stuck turn work reaped by the watchdog, by reason.",

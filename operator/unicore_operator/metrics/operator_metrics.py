@@ -38,6 +38,11 @@ WATCHDOG_SCAN = Histogram("unicore_watchdog_scan_duration_seconds",
 WATCHDOG_LAST_SCAN = Gauge("unicore_watchdog_last_scan_timestamp_seconds",
                            _help("unicore_watchdog_last_scan_timestamp_seconds"), registry=REGISTRY)
 APPROVALS = Counter("unicore_approvals", _help("unicore_approvals_total"), ["decision"], registry=REGISTRY)
+COMMAND_JOBS = Counter("unicore_command_jobs", _help("unicore_command_jobs_total"), ["outcome"], registry=REGISTRY)
+COMMAND_JOB_GPU_SECONDS = Counter("unicore_command_job_gpu_seconds", _help("unicore_command_job_gpu_seconds_total"),
+                                  registry=REGISTRY)
+COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unicore_command_job_queued_seconds"),
+                               buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
 BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
 
 
@@ -53,6 +58,7 @@ def declare_known(metric: Counter, spec: MetricSpec) -> None:
 declare_known(JOBS_FAILED, BY_NAME["unicore_jobs_failed_total"])
 declare_known(JOBS_REAPED, BY_NAME["unicore_jobs_reaped_total"])
 declare_known(APPROVALS, BY_NAME["unicore_approvals_total"])
+declare_known(COMMAND_JOBS, BY_NAME["unicore_command_jobs_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -80,6 +86,15 @@ def job_failed(reason: str) -> None:
 
 def job_reaped(reason: str) -> None:
     JOBS_REAPED.labels(reason=reason).inc()
+
+
+def command_job_ended(outcome: str, gpus: int, ran_seconds: float | None, queued_seconds: float | None) -> None:
+    """Call once per command Job whose result was delivered."""
+    COMMAND_JOBS.labels(outcome=outcome).inc()
+    if ran_seconds is not None and gpus > 0:
+        COMMAND_JOB_GPU_SECONDS.inc(gpus * max(0.0, ran_seconds))
+    if queued_seconds is not None:
+        COMMAND_JOB_QUEUED.observe(max(0.0, queued_seconds))
 
 
 def approval_decided(decision: str, count: int = 1) -> None:
