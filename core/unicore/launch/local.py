@@ -6,8 +6,9 @@ the decision the operator takes too: pending inbox or an unfinished turn whose p
 no process of ours runs already, or that still owes its parent a report (its turn ended, its process died before
 delivering it: the next turn process delivers it first; for a suspended task, which runs none, the supervisor
 delivers it itself, as the operator does). Children run in parallel. It returns when every task of the tree is
-idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a waiting task runs no process) and no
-process is left. Approvals that waited past their task's timeout are denied
+idle with an empty inbox (or waits for a person, ``state.approvals.blocked``: a waiting task runs no process), no
+process is left and no command Job (``submit_job``) of the tree is outstanding: the supervisor runs those itself, in
+threads, and delivers their results (``launch.local_jobs``). Approvals that waited past their task's timeout are denied
 here, as the operator's timer does on Kubernetes.
 
 Batching of child completions: a parent whose inbox holds only child completions is held
@@ -39,6 +40,7 @@ import redis
 
 from unicore.api import pod_env
 from unicore.errors import TaskNotFound
+from unicore.launch.local_jobs import LocalJobs
 from unicore.log import get_logger
 from unicore.scheduling import Reason
 from unicore.store import approvals
@@ -137,6 +139,7 @@ class LocalSupervisor:
         self.stopping: dict[str, float] = {}  # task id -> when its turn was told to stop (the task was suspended)
         self.activations = ActivationConsumer(client, CONSUMER_GROUP, self.consumer)
         self.activations.ensure_group()
+        self.jobs = LocalJobs(self.store, self.env, self.on_event)  # the tree's command Jobs (submit_job)
 
     # ---- scope
 
@@ -326,14 +329,16 @@ class LocalSupervisor:
                 if now >= next_scan or not self.running:
                     self._stop_suspended(list(self.running))
                     tree = self.tree_ids(root_id)
+                    jobs_outstanding = self.jobs.step(root_id, tree)
                     for task_id in tree:
                         started |= self._maybe_start(task_id, report)
                     next_scan = now + self.scan_seconds
-                    if not self.running and not started:
+                    if not self.running and not started and not jobs_outstanding:
                         if not any(self._busy(t) for t in tree if t not in self.failed):
                             report.settled = True
                             return report
                 if deadline is not None and time.monotonic() > deadline:
+                    self.jobs.stop_all()  # none outlives the run: delivered as failed (ended before it did)
                     return report
                 tree_set = set(self.tree_ids(root_id))
                 activated = self._read_activations(int(self.poll_seconds * 1000))
@@ -342,6 +347,7 @@ class LocalSupervisor:
                     if task_id in tree_set:
                         self._maybe_start(task_id, report)
         except KeyboardInterrupt:
-            self.on_event("interrupted: stopping running turns")
+            self.on_event("interrupted: stopping running turns and jobs")
             self.stop_all()
+            self.jobs.stop_all()
             raise
