@@ -32,9 +32,7 @@ from unicore.errors import ToolError
 from unicore.log import get_logger
 from unicore.settings import RuntimeSettings
 from unicore.store import command_jobs
-from unicore.store.codec import text, text_hash
 from unicore.store.command_jobs import JobOutcome, JobRequest
-from unicore.store.keys import TaskKeys
 from unicore.store.tasks import TaskStore
 
 log = get_logger("launch.local_jobs")
@@ -123,26 +121,11 @@ class LocalJobs:
         self.marker = process_marker()
         self.jobs: dict[tuple[str, int], _Job] = {}  # this supervisor's, until delivered
 
-    def _read(self, task_ids: list[str]) -> list[tuple[str, list[command_jobs.JobState], bool]]:
-        pipe = self.store.redis.pipeline(transaction=False)
-        for task_id in task_ids:
-            keys = TaskKeys(task_id)
-            pipe.hgetall(keys.command_jobs)
-            pipe.hgetall(keys.operator_command_jobs)
-            pipe.hget(keys.task, "suspended")
-        replies = pipe.execute()
-        read = []
-        for index, task_id in enumerate(task_ids):
-            requests, done, suspended = replies[3 * index: 3 * index + 3]
-            states = command_jobs.states_of(text_hash(requests), text_hash(done))
-            read.append((task_id, command_jobs.outstanding(states), suspended is not None and text(suspended) == "1"))
-        return read
-
     def step(self, root_id: str, task_ids: list[str]) -> int:
         """Start, cancel and collect the jobs of ``task_ids`` (the tree of ``root_id``); how many are outstanding."""
         self._deliver_finished()
         count = 0
-        for task_id, outstanding, suspended in self._read(task_ids) if task_ids else []:
+        for task_id, outstanding, suspended in command_jobs.tree_job_states(self.store, task_ids) if task_ids else []:
             for state in outstanding:
                 count += 1
                 key = (task_id, state.request.n)
@@ -165,8 +148,7 @@ class LocalJobs:
         return count
 
     def _start(self, root_id: str, task_id: str, name: str, request: JobRequest) -> None:
-        keys = TaskKeys(task_id)
-        if not self.store.redis.hsetnx(keys.operator_command_jobs, f"created:{request.n}", self.marker):
+        if not command_jobs.claim(self.store, task_id, request.n, self.marker):
             return  # another supervisor claimed it since the read: the next scan sees whose it is
         job = _Job(task_id, name, request)
         with _started_lock:

@@ -25,7 +25,7 @@ from typing import Any
 
 from unicore.api.schema import InboxMessage, job_result_message_id
 from unicore.store.client import RedisClient
-from unicore.store.codec import text_hash
+from unicore.store.codec import text, text_hash
 from unicore.store.keys import TaskKeys
 from unicore.store.lua import LEASE_LOST
 
@@ -158,6 +158,31 @@ def outstanding(states: list[JobState]) -> list[JobState]:
     return [state for state in states if state.ended is None]
 
 
+def tree_job_states(store: Any, task_ids: list[str]) -> list[tuple[str, list[JobState], bool]]:
+    """For each of ``task_ids``: its outstanding jobs and whether it is suspended (local mode's supervisor; one
+    pipelined round trip)."""
+    client: RedisClient = store.redis
+    pipe = client.pipeline(transaction=False)
+    for task_id in task_ids:
+        keys = TaskKeys(task_id)
+        pipe.hgetall(keys.command_jobs)
+        pipe.hgetall(keys.operator_command_jobs)
+        pipe.hget(keys.task, "suspended")
+    replies = pipe.execute()
+    read = []
+    for index, task_id in enumerate(task_ids):
+        requests, done, suspended = replies[3 * index: 3 * index + 3]
+        states = states_of(text_hash(requests), text_hash(done))
+        read.append((task_id, outstanding(states), suspended is not None and text(suspended) == "1"))
+    return read
+
+
+def claim(store: Any, task_id: str, n: int, marker: str) -> bool:
+    """Mark request ``n`` created by ``marker`` unless someone did already (HSETNX): True when this caller runs it."""
+    client: RedisClient = store.redis
+    return bool(client.hsetnx(TaskKeys(task_id).operator_command_jobs, f"created:{n}", marker))
+
+
 def mark_created(store: Any, task_id: str, n: int, uid: str) -> None:
     store.redis.hset(TaskKeys(task_id).operator_command_jobs, f"created:{n}", uid)
 
@@ -188,5 +213,6 @@ def deliver_result(store: Any, task_id: str, name: str, request: JobRequest, out
     return queued
 
 
-__all__ = ["JobOutcome", "JobRequest", "JobState", "deliver_result", "job_name", "job_states", "mark_created",
-           "outstanding", "outstanding_count", "request_job", "result_text", "states_of"]
+__all__ = ["JobOutcome", "JobRequest", "JobState", "claim", "deliver_result", "job_name", "job_states",
+           "mark_created", "outstanding", "outstanding_count", "request_job", "result_text", "states_of",
+           "tree_job_states"]
