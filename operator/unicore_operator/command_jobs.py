@@ -128,8 +128,37 @@ async def _deliver(ctx: OperatorContext, body: dict[str, Any], key: TaskKey, job
     return queued
 
 
+STATUS_JOBS = 10  # the newest command Jobs a task's status lists
+
+
+def status_of(ctx: OperatorContext, key: TaskKey, snap: TaskSnapshot) -> list[dict[str, Any]]:
+    """``status.jobs``: the task's newest command Jobs, each with its state (Requested, Queued: held by its queue,
+    Running, or how it ended), its GPUs, its command (clipped) and, once ended, its exit code."""
+    if not snap.command_jobs:
+        return []
+    views = indexed_jobs(ctx, key)
+    shown = []
+    for state in list(snap.command_jobs)[-STATUS_JOBS:]:
+        request = state.request
+        entry: dict[str, Any] = {"name": command_job_name(key[1], request.n, namespace=key[0]),
+                                 "gpus": request.gpus, "command": request.command[:200]}
+        view = views.get(request.n)
+        if state.ended is not None:
+            entry["state"] = str(state.ended.get("state") or "ended").capitalize()
+            if state.ended.get("exit_code") is not None:
+                entry["exitCode"] = int(state.ended["exit_code"])
+        elif state.created is None:
+            entry["state"] = "Requested"
+        elif view is not None and view.queued:
+            entry["state"] = "Queued"
+        else:
+            entry["state"] = "Running"
+        shown.append(entry)
+    return shown
+
+
 def outstanding_of(snap: TaskSnapshot) -> list[JobState]:
     return command_jobs.outstanding(list(snap.command_jobs))
 
 
-__all__ = ["indexed_jobs", "outstanding_of", "step"]
+__all__ = ["indexed_jobs", "outstanding_of", "status_of", "step"]

@@ -309,6 +309,7 @@ def build_status(
     now: str,
     reason: str | None = None,
     human: HumanWait | None = None,
+    jobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields);
     ``waitingFor`` says what a task in a human phase waits for (absent otherwise)."""
@@ -329,6 +330,10 @@ def build_status(
         "children": children,
         "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now, reason)],
     }
+    if jobs:
+        status["jobs"] = jobs
+    elif (previous or {}).get("jobs"):
+        status["jobs"] = None
     if human is not None and phase in HUMAN_PHASES:
         status["waitingFor"] = human.status()
     elif (previous or {}).get("waitingFor"):

@@ -320,6 +320,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         phase=phase, message=message, record=snap.view, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs), human=obs.human,
+        jobs=command_jobs.status_of(ctx, key, snap),
     )
     changed = status_changed(previous, status)
     if phase is Phase.FAILED and snap.parent and changed:

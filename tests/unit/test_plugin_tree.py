@@ -175,3 +175,18 @@ def test_humanize() -> None:
     ]
     assert one_line("a\n b   c", 10) == "a b c"
     assert one_line("abcdefghijkl", 6) == "abcde…" and one_line("abcdefghijkl", 6, utf8=False) == "abc..."
+
+
+def test_a_tasks_command_jobs_are_listed_under_it_before_its_children() -> None:
+    root = task("train", phase="WaitingForJobs")
+    root["status"]["jobs"] = [
+        {"name": "train-j1", "state": "Succeeded", "gpus": 1, "command": "python prep.py", "exitCode": 0},
+        {"name": "train-j2", "state": "Queued", "gpus": 2, "command": "python train.py\x1b[31m"},
+    ]
+    text = render_tree([root, task("train-eval", "train")], NOW, utf8=False)
+    lines = text.splitlines()
+    assert lines[1].startswith(". train ") and "WaitingForJobs" in lines[1]
+    assert lines[2].startswith("|-job train-j1 (1 GPU)") and "Succeeded" in lines[2]
+    assert "exit 0: python prep.py" in lines[2]
+    assert lines[3].startswith("|-job train-j2 (2 GPU)") and "Queued" in lines[3] and "\\x1b[31m" in lines[3]
+    assert lines[4].startswith("`-") and "train-eval" in lines[4]

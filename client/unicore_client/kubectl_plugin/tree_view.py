@@ -29,6 +29,7 @@ PHASE_ICONS_UTF8: dict[str, str] = {
     "Waiting": "…",
     "WaitingForApproval": "?",
     "WaitingForInput": "?",
+    "WaitingForJobs": "…",
     "Archived": "▫",
 }
 PHASE_ICONS_ASCII: dict[str, str] = {
@@ -40,6 +41,7 @@ PHASE_ICONS_ASCII: dict[str, str] = {
     "Waiting": ".",
     "WaitingForApproval": "?",
     "WaitingForInput": "?",
+    "WaitingForJobs": ".",
     "Archived": "-",
 }
 UNKNOWN_ICON = {True: "◌", False: "?"}
@@ -131,6 +133,18 @@ def _message(obj: Mapping[str, Any]) -> str:
     return str(status.get("lastResponse") or "")
 
 
+def job_row(job: Mapping[str, Any], prefix: str, all_namespaces: bool, namespace: str) -> list[str]:
+    """A command Job of a task (``status.jobs``) as a row under it: its name, state, and command (exit code)."""
+    gpus = int(job.get("gpus") or 0)
+    what = str(job.get("command") or "")
+    if job.get("exitCode") is not None:
+        what = f"exit {job.get('exitCode')}: {what}"
+    row = [f"{prefix}job {job.get('name') or '?'}" + (f" ({gpus} GPU)" if gpus else ""), str(job.get("state") or "-"),
+           "-", "-", "-", "-", what]
+    row = [printable(cell) for cell in row]
+    return [printable(namespace), *row] if all_namespaces else row
+
+
 def render_tree(
     tasks: Iterable[Mapping[str, Any]],
     now: datetime.datetime,
@@ -177,6 +191,10 @@ def render_tree(
             "" if connector == "" else prefix + (glyphs.pipe if connector == glyphs.branch else glyphs.blank)
         )
         children = forest.children_of(node.id)
+        jobs = [job for job in status.get("jobs") or [] if isinstance(job, Mapping)]
+        for index, job in enumerate(jobs):  # its command Jobs (submit_job), before its children
+            connector_of_job = glyphs.last if index == len(jobs) - 1 and not children else glyphs.branch
+            rows.append(job_row(job, below + connector_of_job, all_namespaces, namespace_of(node)))
         for index, child in enumerate(children):
             visit(child, below, glyphs.last if index == len(children) - 1 else glyphs.branch)
 
