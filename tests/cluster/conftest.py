@@ -18,6 +18,7 @@ import pytest
 import redis
 from kubernetes import client
 
+from tests.cluster.kueue_fixture import kueue, kueue_session  # noqa: F401 - fixtures: Kueue on the real node
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, install_crd
 from tests.cluster.real_node import NodeRedis
 from tests.waiting import wait_for
