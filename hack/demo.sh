@@ -110,10 +110,16 @@ real_demo() {
     pod-security.kubernetes.io/warn=restricted pod-security.kubernetes.io/audit=restricted >/dev/null
   say "helm upgrade --install unicore helm/unicore -n $NS (operator and Redis as pods; waits until they are Ready)"
   # a workspace claim (the node's local-path provisioner): a tree's files outlive its pods, and command Jobs' outputs
-  # reach the next turn (examples/gpu-job.yaml)
+  # reach the next turn (examples/gpu-job.yaml). Made here, not by the chart: local-path binds a claim only when its
+  # first pod is scheduled (WaitForFirstConsumer), and `helm --wait` would wait for that forever.
+  kubectl apply -n "$NS" -f - >/dev/null <<'PVC'
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: unicore-workspace}
+spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}
+PVC
   helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" \
-    --set agent.workspace.claimName=unicore-workspace --set agent.workspace.create.enabled=true \
-    --wait --timeout 300s >/dev/null
+    --set agent.workspace.claimName=unicore-workspace --wait --timeout 300s >/dev/null
   run_tree
   echo
   say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"
