@@ -20,8 +20,10 @@ MAX_ROOTS = 200  # as the local UI: roots shown (newest first) ...
 MAX_NODES = 1000  # ... and tasks in all
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# AgentTask phase -> the page's phase (``backend_protocol.PHASES``); Waiting = its children still work
-PHASE_OF = {"Pending": "queued", "Running": "running", "Waiting": "running", "WaitingForApproval": "waiting",
+# AgentTask phase -> the page's phase (``backend_protocol.PHASES``); Waiting = its children still work, WaitingForJobs
+# = its command Jobs (submit_job) still run
+PHASE_OF = {"Pending": "queued", "Running": "running", "Waiting": "running", "WaitingForJobs": "running",
+            "WaitingForApproval": "waiting",
             "WaitingForInput": "waiting", "Suspended": "suspended", "Idle": "done", "Archived": "done",
             "Failed": "failed"}
 WAITING_OF = {"WaitingForApproval": "approval", "WaitingForInput": "input"}
