@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from unicore.api import contract
 
 from unicore_devcluster.launcher import free_port
 from unicore_devcluster.log import logger
@@ -69,12 +70,12 @@ WEBHOOK_SECRET = "kueue-webhook-server-cert"  # noqa: S105 - a Secret's name
 MUTATING = "kueue-mutating-webhook-configuration"
 VALIDATING = "kueue-validating-webhook-configuration"
 PLACEHOLDER = "kueue-controller-manager-host"
-HOST_PROCESS_GATE = "unicore.dev/host-process"  # as the operator's placeholder (core/unicore/api/contract.py)
+HOST_PROCESS_GATE = contract.HOST_PROCESS_GATE  # as the operator's placeholder
 
 GROUP = "kueue.x-k8s.io"
 API_VERSION = "v1beta2"
 QUEUE_LABEL = f"{GROUP}/queue-name"
-MANAGED_LABEL = "unicore.dev/kueue"  # namespaces whose Jobs this Kueue manages (ensure_queues sets it)
+MANAGED_LABEL = contract.KUEUE_MANAGED_LABEL  # namespaces whose Jobs this Kueue manages (ensure_queues sets it)
 MANAGED_VALUE = "enabled"
 GPU = "nvidia.com/gpu"
 FLAVOR = "default-flavor"
@@ -86,7 +87,7 @@ SERVED_GROUPS = {"batch", GROUP}
 # and whose caBundle Kueue's rotator injects (pkg/util/cert/cert.go)
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 SECRET_FILES = ("ca.crt", "tls.key", "tls.crt")  # tls.crt last: the manager waits for it
-LABELS = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/component": "unicore-devcluster-host-process"}
+LABELS = {contract.NAME_LABEL: "kueue", contract.COMPONENT_LABEL: "unicore-devcluster-host-process"}
 
 
 class KueueError(RuntimeError):

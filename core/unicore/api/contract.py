@@ -35,6 +35,7 @@ NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev clus
 HOST_PROCESS_GATE = f"{GROUP}/host-process"  # readiness gate of the demo's host-process operator endpoint
 LOCAL_PATH_PROVISIONER = f"{GROUP}/local-path"  # the dev cluster's real node: its volume provisioner's name
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_MANAGED_LABEL = f"{GROUP}/kueue"  # the dev cluster's Kueue manages the Jobs of namespaces with this label
 TASK_ID_ANNOTATION = f"{GROUP}/task-id"
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"
