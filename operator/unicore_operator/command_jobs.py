@@ -137,24 +137,13 @@ def status_of(ctx: OperatorContext, key: TaskKey, snap: TaskSnapshot) -> list[di
     if not snap.command_jobs:
         return []
     views = indexed_jobs(ctx, key)
-    shown = []
+    entries = []
     for state in list(snap.command_jobs)[-STATUS_JOBS:]:
-        request = state.request
-        entry: dict[str, Any] = {"name": command_job_name(key[1], request.n, namespace=key[0]),
-                                 "gpus": request.gpus, "command": request.command[:200]}
-        view = views.get(request.n)
-        if state.ended is not None:
-            entry["state"] = str(state.ended.get("state") or "ended").capitalize()
-            if state.ended.get("exit_code") is not None:
-                entry["exitCode"] = int(state.ended["exit_code"])
-        elif state.created is None:
-            entry["state"] = "Requested"
-        elif view is not None and view.queued:
-            entry["state"] = "Queued"
-        else:
-            entry["state"] = "Running"
-        shown.append(entry)
-    return shown
+        view = views.get(state.request.n)
+        entry = command_jobs.shown(key[1], state, queued=view is not None and view.queued)
+        entry["name"] = command_job_name(key[1], state.request.n, namespace=key[0])  # as the Job is named
+        entries.append(entry)
+    return entries
 
 
 def outstanding_of(snap: TaskSnapshot) -> list[JobState]:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 from unicore.api.schema import TaskSpec
+from unicore.store import command_jobs
+from unicore.store.command_jobs import JobOutcome
 from unicore.store.tasks import TaskStore, connect
 from unicore.store.token_stream import StreamSettings, publish
 
@@ -178,3 +180,23 @@ def test_a_running_commands_output_streams_in_as_a_command_and_markup_stays_text
     expect(command.locator(".text.output")).to_have_text("$ make train\n<b>epoch 1</b> loss 0.5\n")
     assert page.locator("#live b").count() == 0
     screenshot(page, "ui-command.png", tmp_path)
+
+
+def test_a_tasks_command_jobs_are_listed_with_their_state_as_text(page, ui, redis_url):
+    store = TaskStore(connect(redis_url))
+    store.create_task(TaskSpec(id="trainer", prompt="Train.", model="scripted"))  # not activated: idle
+    lease = store.acquire_lease("trainer")
+    for command in ("python prep.py", "python train.py <b>--epochs 3</b>"):
+        command_jobs.request_job(store, lease, {"command": command, "gpus": 1, "timeout_seconds": 60})
+    store.release_lease(lease)
+    first = command_jobs.job_states(store, "trainer")[0]
+    command_jobs.mark_created(store, "trainer", 1, "local")
+    command_jobs.deliver_result(store, "trainer", "trainer-j1", first.request, JobOutcome("succeeded", exit_code=0))
+    page.goto(ui.url)
+    page.goto(f"{ui.base}/#/task/trainer")
+    jobs = page.locator("#task-jobs li")
+    expect(jobs).to_have_count(2)
+    expect(jobs.nth(0)).to_have_text("Job trainer-j1 \u00b7 Succeeded \u00b7 1 GPU \u00b7 exit 0 \u00b7 python prep.py")
+    expect(jobs.nth(1)).to_have_text(
+        "Job trainer-j2 \u00b7 Requested \u00b7 1 GPU \u00b7 python train.py <b>--epochs 3</b>")
+    assert page.locator("#task-jobs b").count() == 0

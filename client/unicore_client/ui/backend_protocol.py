@@ -11,7 +11,8 @@ JSON shapes (what ``static/app.js`` reads):
   created_at, updated_at, last, error}``; ``phase`` is one of ``PHASES`` (``waiting``: for a person, ``waiting``
   names what: ``"approval"`` or ``"input"``); times are epoch seconds;
 - ``task(id)``: a node plus ``children`` (ids), ``messages`` (stored messages) and ``pending_calls``
-  (``[{call_id, tool, input}]``);
+  (``[{call_id, tool, input}]``) and ``jobs`` (its command Jobs, submit_job: ``[{name, state, gpus, command,
+  exitCode once ended}]``);
 - a message: ``{seq, role, turn_number (from 0), content: [blocks]}``, blocks ``{"text"}``, ``{"toolUse": {toolUseId,
   name, input}}``, ``{"toolResult": {toolUseId, status, content: [{"text"} | {"json"}]}}``;
 - ``events(id)``: ``[{time, type, reason, message}]``, oldest first.

@@ -146,6 +146,7 @@ class ClusterBackend:
         state = self._stream(namespace, name, None, 0).get("state") or {}
         node["messages"] = int(state.get("messages") or 0)
         node["busy"] = bool(state.get("busy"))
+        node["jobs"] = [job for job in status.get("jobs") or [] if isinstance(job, dict)]  # status.jobs as it is
         node["pending_calls"] = []
         if node["waiting"] == "approval":
             listed = self._task_api(lambda: self.api.get(task_path(namespace, name, "approvals")))

@@ -37,7 +37,7 @@ from unicore.api.schema import (
     validate_task_id,
 )
 from unicore.launch.embedded_redis import unicore_home
-from unicore.store import suspension
+from unicore.store import command_jobs, suspension
 from unicore.store.client import RedisClient
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
@@ -133,6 +133,7 @@ class LocalBackend:
             {"call_id": c.call_id, "tool": c.tool, "input": c.input}
             for c in self.store.pending_calls(task_id)
         ]
+        node["jobs"] = [command_jobs.shown(task_id, state) for state in command_jobs.job_states(self.store, task_id)]
         return node
 
     def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]:

@@ -148,6 +148,25 @@ def states_of(requests: dict[str, str], done: dict[str, str]) -> list[JobState]:
     return sorted(states, key=lambda state: state.request.n)
 
 
+def shown_state(state: JobState, *, queued: bool = False) -> str:
+    """How a job is shown (``status.jobs``, the tree, the web UI): Requested (not created yet), Queued (held by its
+    queue: ``queued``), Running, or how it ended (Succeeded, Failed, Cancelled, Refused)."""
+    if state.ended is not None:
+        return str(state.ended.get("state") or "ended").capitalize()
+    if state.created is None:
+        return "Requested"
+    return "Queued" if queued else "Running"
+
+
+def shown(task_name: str, state: JobState, *, queued: bool = False) -> dict[str, Any]:
+    """One job for people: name, state (``shown_state``), GPUs, its command (clipped) and, once ended, its exit code."""
+    entry: dict[str, Any] = {"name": job_name(task_name, state.request.n), "state": shown_state(state, queued=queued),
+                             "gpus": state.request.gpus, "command": state.request.command[:200]}
+    if state.ended is not None and state.ended.get("exit_code") is not None:
+        entry["exitCode"] = int(state.ended["exit_code"])
+    return entry
+
+
 def outstanding_count(request_fields: list[str], done_fields: list[str]) -> int:
     """How many requests have no ``ended:<n>`` yet, from the two hashes' field names (pure)."""
     ended = {field.split(":", 1)[1] for field in done_fields if field.startswith("ended:")}
@@ -214,5 +233,6 @@ def deliver_result(store: Any, task_id: str, name: str, request: JobRequest, out
 
 
 __all__ = ["JobOutcome", "JobRequest", "JobState", "claim", "deliver_result", "job_name", "job_states",
-           "mark_created", "outstanding", "outstanding_count", "request_job", "result_text", "states_of",
+           "mark_created", "outstanding", "outstanding_count", "request_job", "result_text", "shown", "shown_state",
+           "states_of",
            "tree_job_states"]

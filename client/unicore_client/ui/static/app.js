@@ -223,11 +223,18 @@ function onToken(entry) {
   if (entry.kind === "text" || entry.kind === "output") live.node.lastChild.textContent += entry.text;
 }
 
+function renderJobs(jobs) {  // the task's command Jobs (submit_job): text only, like all model-made text
+  document.getElementById("task-jobs").replaceChildren(...jobs.map((job) => el("li", {
+    text: `Job ${job.name} \u00b7 ${job.state}` + (job.gpus ? ` \u00b7 ${job.gpus} GPU` : "")
+      + (job.exitCode !== undefined ? ` \u00b7 exit ${job.exitCode}` : "") + ` \u00b7 ${job.command}` })));
+}
+
 function onTask(node) {
   document.getElementById("task-status").textContent =
     `${ICONS[node.phase] || ""} ${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 model ${node.model}`;
   document.getElementById("task-status").dataset.phase = node.phase;
   document.getElementById("task-error").textContent = node.error || "";
+  if (node.jobs) renderJobs(node.jobs);
   document.getElementById("suspend").disabled = Boolean(node.suspended);
   document.getElementById("resume").disabled = !node.suspended;
 }
