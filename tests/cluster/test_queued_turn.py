@@ -1,15 +1,13 @@
-"""A turn Job held suspended by a queue controller (issue 12 #3), on the real local control plane with the real node:
-the released turn runs as a real container.
+"""A turn Job held by its queue (issue 12 #3), now by Kueue v0.17's real manager (issue 29 #5;
+tests/cluster/kueue_fixture.py), on the real local control plane with the real node: the released turn runs as a
+real container.
 
-Kueue cannot be built here (the module proxy refuses ``sigs.k8s.io/kueue``), so the test does what Kueue does to a
-Job: a MutatingAdmissionPolicy (GA in Kubernetes 1.36, CEL in the API server, no webhook server) sets
-``spec.suspend: true`` on every Job created with the label ``kueue.x-k8s.io/queue-name`` in the test's namespace,
-as Kueue's mutating webhook does, and the test releases the Job by setting ``spec.suspend: false``, as Kueue does
-when the LocalQueue admits the workload. The operator itself creates the Job not suspended and never touches
-``spec.suspend``.
+The task asks for 1 GPU in LocalQueue ``gpu-queue`` while its ClusterQueue has a quota of 0 GPUs: Kueue's webhook
+suspends the turn Job at creation (the operator creates it not suspended and never touches ``spec.suspend``) and
+Kueue holds its Workload; raising the quota to 1 GPU makes Kueue admit it and release the Job.
 
 - held for longer than the Pending threshold (several watchdog scans past it): not reaped; the task is Pending with
-  Ready reason ``Queued`` naming the Job and the queue; once released, the turn runs once;
+  Ready reason ``Queued`` naming the Job and the queue; once admitted, the turn runs once;
 - with ``UNICORE_ADMISSION_TIMEOUT_SECONDS``: a Job held longer is reaped as ``admission_timeout`` (a failed
   attempt) and the task's next Job is held again.
 """
@@ -24,15 +22,15 @@ from typing import Any
 
 import pytest
 import redis
-from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
+from unicore_devcluster import kueue as kq
 
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory, stored_messages, task_events
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
-QUEUE = "team-a"
+QUEUE = kq.LOCAL_QUEUE
 PENDING = 6.0  # the watchdog's Pending threshold here: a held Job outlives it several times over
 WATCHDOG_ENV = {
     "UNICORE_WATCHDOG_INTERVAL_SECONDS": "1",
@@ -52,59 +50,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def kueue_webhook(crd: Any, k8s_namespace: str) -> Iterator[None]:
-    """What Kueue's mutating webhook does to a Job with a queue label: suspend it at creation (this namespace only)."""
-    api = crd.api_client()
-    custom = client.CustomObjectsApi(api)
-    group, version = "admissionregistration.k8s.io", "v1"
-    name = f"kueue-suspend-{k8s_namespace}"
-    policy = {
-        "apiVersion": f"{group}/{version}", "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
-        "spec": {
-            "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                                                    "operations": ["CREATE"], "resources": ["jobs"]}]},
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "mutations": [{"patchType": "ApplyConfiguration",
-                           "applyConfiguration": {"expression": "Object{spec: Object.spec{suspend: true}}"}}],
-        },
-    }
-    binding = {
-        "apiVersion": f"{group}/{version}", "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
-        "spec": {"policyName": name, "matchResources": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": k8s_namespace}},
-            "objectSelector": {"matchExpressions": [{"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}]},
-        }},
-    }
-    custom.create_cluster_custom_object(group, version, "mutatingadmissionpolicies", policy)
-    custom.create_cluster_custom_object(group, version, "mutatingadmissionpolicybindings", binding)
-    batch = client.BatchV1Api(api)
-    probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "probe-",
-                                                                    "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-             "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                            "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}}
-
-    def suspends() -> bool:  # the API server's policy cache catches up within a second or so
-        created = batch.create_namespaced_job(k8s_namespace, probe, dry_run="All")
-        return bool(created.spec.suspend)
-
-    wait_for(suspends, timeout=30, interval=0.2, what="the policy to suspend a labelled Job at creation")
-    try:
-        yield
-    finally:
-        custom.delete_cluster_custom_object(group, version, "mutatingadmissionpolicybindings", name)
-        custom.delete_cluster_custom_object(group, version, "mutatingadmissionpolicies", name)
-        api.close()
-
-
-@pytest.fixture
 def port() -> int:
     return free_port()
 
 
 @pytest.fixture
-def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path, port: int, kueue_webhook: None,
-                   ) -> Iterator[StartOperator]:
+def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path, port: int,
+                   kueue: kq.KueueManager) -> Iterator[StartOperator]:
+    kueue.ensure_queues(k8s_namespace, gpus=0)  # no GPU quota: a 1-GPU turn Job waits in the queue
     env = {"UNICORE_HTTP_PORT": str(port), **WATCHDOG_ENV}
     with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=env, pod_logs=True) as start:
         yield start
@@ -132,12 +85,13 @@ def queued_status(tasks: Tasks, name: str) -> dict[str, Any] | None:
 
 def test_a_turn_job_held_by_its_queue_past_the_pending_threshold_is_not_reaped_and_runs_once_released(
     start_operator: StartOperator, tasks: Tasks, port: int, redis_client: redis.Redis, k8s_namespace: str,
+    kueue: kq.KueueManager,
 ) -> None:
     start_operator()
-    tasks.create("patient", {"prompt": "go", "model": "scripted", "queueName": QUEUE,
+    tasks.create("patient", {"prompt": "go", "model": "scripted", "queueName": QUEUE, "gpus": 1,
                              "script": {"tasks": {"patient": [{"text": ANSWER}]}}})
     [job] = wait_for(lambda: tasks.jobs(), timeout=60, what="the turn Job")
-    assert job.metadata.name == "patient-t1" and job.spec.suspend is True  # held as Kueue holds it
+    assert job.metadata.name == "patient-t1" and job.spec.suspend is True  # suspended by Kueue's webhook
     assert job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
 
     status = wait_for(lambda: queued_status(tasks, "patient"), timeout=30, what="phase Pending, Ready reason Queued")
@@ -155,8 +109,8 @@ def test_a_turn_job_held_by_its_queue_past_the_pending_threshold_is_not_reaped_a
     assert queued_status(tasks, "patient") is not None
     assert not task_events(tasks, "patient", "PodReaped")
 
-    # Kueue admits the workload: it sets spec.suspend false; the Job controller starts the pod, the turn runs
-    tasks.batch.patch_namespaced_job("patient-t1", k8s_namespace, {"spec": {"suspend": False}})
+    # the quota grows to 1 GPU: Kueue admits the workload and sets spec.suspend false; the turn runs
+    kueue.ensure_queues(k8s_namespace, gpus=1)
 
     def settled() -> dict[str, Any] | None:
         current = (tasks.get("patient") or {}).get("status") or {}
@@ -177,7 +131,7 @@ def test_a_turn_job_held_past_the_admission_timeout_is_reaped_as_a_failed_attemp
     start_operator: StartOperator, tasks: Tasks, k8s_namespace: str,
 ) -> None:
     start_operator(UNICORE_ADMISSION_TIMEOUT_SECONDS="4")
-    tasks.create("impatient", {"prompt": "go", "model": "scripted", "queueName": QUEUE,
+    tasks.create("impatient", {"prompt": "go", "model": "scripted", "queueName": QUEUE, "gpus": 1,
                                "script": {"tasks": {"impatient": [{"text": ANSWER}]}}})
     [event] = wait_for(lambda: task_events(tasks, "impatient", "PodReaped"), timeout=60,
                        what="the held Job to be reaped for its admission timeout")
