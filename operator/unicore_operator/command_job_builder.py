@@ -2,7 +2,8 @@
 
 The command runs as its own Job in the task's namespace, owned by the AgentTask (deleting the task deletes it), with
 the task's labels and its number (``unicore.dev/command-job``; turn Jobs have no such label, so the turn Job index
-and handlers never see it), in the task's Kueue queue (``spec.queueName``: held suspended until Kueue admits it),
+and handlers never see it), in the task's Kueue queue (``spec.queueName``: created not suspended, as turn Jobs are:
+Kueue's webhook suspends it at creation and Kueue releases it when its queue admits it; docs/operator.md),
 with the tree's workspace at ``/workspace`` (the claim's subPath, as turn pods have it), the GPUs it asked for and the
 workbench's image, variables and resources. Like the workbench it gets nothing of UniCore: no ServiceAccount token,
 none of the runtime's variables. Same request, same Job, same name: a repeated create answers 409 and does nothing.
@@ -106,8 +107,6 @@ def build_command_job_spec(task: dict[str, Any], spec: AgentTaskSpec, request: J
         "ttlSecondsAfterFinished": max(settings.job_ttl_seconds, 3600),  # its log is read when it ends
         "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},
     }
-    if spec.queue_name:
-        job_spec["suspend"] = True  # Kueue releases it when its queue admits it (its webhook would set this too)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

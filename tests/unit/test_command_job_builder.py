@@ -28,7 +28,8 @@ def test_the_job_runs_the_command_with_its_gpus_in_the_queue_and_the_workspace()
     meta, spec = job["metadata"], job["spec"]
     assert meta["name"] == "train-j3"
     assert meta["labels"]["unicore.dev/command-job"] == "3" and "unicore.dev/turn" not in meta["labels"]
-    assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue" and spec["suspend"] is True
+    assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert "suspend" not in spec  # as turn Jobs: Kueue's webhook suspends it (without Kueue it just runs)
     assert meta["ownerReferences"][0]["uid"] == "uid-1"
     assert spec["activeDeadlineSeconds"] == 7200 and spec["backoffLimit"] == 0
     pod = spec["template"]["spec"]
