@@ -66,6 +66,19 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def describe(pids: list[int]) -> str:
+    """``pid state parent`` of each of ``pids`` (what a failed wait leaves behind, for the report)."""
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            found.append(f"{pid} {fields[0]} ppid {fields[1]}")
+        except OSError:
+            found.append(f"{pid} gone")
+    return ", ".join(found) or "none"
+
+
 def running(pid: int) -> bool:
     """``pid`` is a process that has not exited (a zombie has: this machine's pid 1 may be slow to reap one that
     lost its parent)."""
@@ -167,7 +180,10 @@ def test_a_job_of_a_killed_run_is_delivered_failed_by_the_next_run_not_run_twice
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    wait_for(lambda: not processes_with(marker), timeout=30, what="the sandbox to die with its run")
+    # bwrap --die-with-parent: the sandbox goes with its run; on a loaded machine (a cold CI run at load 5-6 took more
+    # than 30 s once) its teardown can be slow, so the deadline is generous and a miss names what is left
+    wait_for(lambda: not processes_with(marker), timeout=120,
+             what=f"the sandbox to die with its run (right after the kill: {describe(processes_with(marker))})")
     store = TaskStore(connect(redis_url))
     wait_for(lambda: store.get_task("k").turns == 1 and store.get_task("k").status != "running", timeout=60,
              what="the first turn to end")
