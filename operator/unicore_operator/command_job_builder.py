@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from unicore.api.schema import Limits
 from unicore.api.spec import AgentTaskSpec
 from unicore.store.command_jobs import JobRequest, job_name
 
@@ -26,10 +27,10 @@ from unicore_operator.job_builder import (
     task_labels,
 )
 from unicore_operator.settings import OperatorSettings
-from unicore_operator.workbench_pod import WORKBENCH_HOME, workbench_image
+from unicore_operator.workbench_pod import workbench_env, workbench_image, workbench_resources
 
 JOB_CONTAINER = "job"
-DEFAULT_MAX_JOB_GPUS = 1  # unicore.api.schema.Limits.max_job_gpus
+DEFAULT_MAX_JOB_GPUS: int = Limits.model_fields["max_job_gpus"].default
 
 
 def command_job_name(task_name: str, n: int, *, namespace: str) -> str:
@@ -64,11 +65,8 @@ def build_command_job_spec(task: dict[str, Any], spec: AgentTaskSpec, request: J
     annotations = {names.TASK_ID_ANNOTATION: names.task_id(namespace, meta["name"])}
     volume, mount = build_workspace_volume(task, spec, settings)
     own = spec.workbench
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": WORKBENCH_HOME}]
-    if own is not None and own.env:
-        env = [var for var in env if var["name"] not in {v.get("name") for v in own.env}] + copy.deepcopy(own.env)
-    resources: dict[str, Any] = own.resources.model_dump(exclude_none=True) if own and own.resources else {}
-    if request.gpus > 0:
+    resources = workbench_resources(spec, {})
+    if request.gpus > 0:  # what the job asked for (within its limit) wins over spec.workbench's
         resources["limits"] = {**(resources.get("limits") or {}), settings.gpu_resource: str(request.gpus)}
     container: dict[str, Any] = {
         "name": JOB_CONTAINER,
@@ -76,7 +74,7 @@ def build_command_job_spec(task: dict[str, Any], spec: AgentTaskSpec, request: J
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", request.command],
         "workingDir": mount["mountPath"],
-        "env": env,
+        "env": workbench_env(spec),
         "resources": resources,
         "securityContext": restricted_container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",

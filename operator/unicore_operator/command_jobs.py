@@ -17,7 +17,7 @@ from typing import Any
 
 from unicore.api.spec import agent_spec_of, task_spec_of
 from unicore.store import command_jobs
-from unicore.store.command_jobs import JobOutcome, JobRequest, JobState
+from unicore.store.command_jobs import JobOutcome, JobRequest
 from unicore.store.operator_state import TaskSnapshot
 
 from unicore_operator import events, metrics, names
@@ -146,8 +146,4 @@ def status_of(ctx: OperatorContext, key: TaskKey, snap: TaskSnapshot) -> list[di
     return entries
 
 
-def outstanding_of(snap: TaskSnapshot) -> list[JobState]:
-    return command_jobs.outstanding(list(snap.command_jobs))
-
-
-__all__ = ["indexed_jobs", "outstanding_of", "status_of", "step"]
+__all__ = ["indexed_jobs", "status_of", "step"]

@@ -59,6 +59,25 @@ def split_gpus(resources: dict[str, Any], gpu_resource: str) -> tuple[dict[str, 
     return turn, gpus
 
 
+def workbench_env(spec: AgentTaskSpec) -> list[dict[str, Any]]:
+    """The variables of what runs the task's code (the workbench, a command Job): ``HOME=/tmp`` and
+    ``spec.workbench.env`` (a name the user sets wins), nothing of the runtime."""
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": WORKBENCH_HOME}]
+    own = spec.workbench
+    if own is not None and own.env:
+        env = [var for var in env if var["name"] not in {v.get("name") for v in own.env}] + copy.deepcopy(own.env)
+    return env
+
+
+def workbench_resources(spec: AgentTaskSpec, gpus: dict[str, str]) -> dict[str, Any]:
+    """``spec.workbench.resources`` with the GPU limit ``gpus`` (the workbench's, or a command Job's) under them."""
+    own = spec.workbench
+    resources: dict[str, Any] = own.resources.model_dump(exclude_none=True) if own and own.resources else {}
+    if gpus:
+        resources["limits"] = {**gpus, **(resources.get("limits") or {})}
+    return resources
+
+
 def install_container(settings: OperatorSettings, security_context: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": INSTALL_CONTAINER,
@@ -75,14 +94,6 @@ def workbench_container(spec: AgentTaskSpec, settings: OperatorSettings, gpus: d
                         workspace_mount: dict[str, Any], security_context: dict[str, Any]) -> dict[str, Any]:
     """The native sidecar that runs the agent's commands (``gpus``: the GPU limit taken off the turn container)."""
     own = spec.workbench
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": WORKBENCH_HOME}]
-    if own is not None and own.env:
-        env = [var for var in env if var["name"] not in {v.get("name") for v in own.env}] + copy.deepcopy(own.env)
-    resources: dict[str, Any] = {}
-    if own is not None and own.resources is not None:
-        resources = own.resources.model_dump(exclude_none=True)
-    if gpus:
-        resources["limits"] = {**gpus, **(resources.get("limits") or {})}
     container: dict[str, Any] = {
         "name": WORKBENCH_CONTAINER,
         "image": workbench_image(spec, settings),
@@ -90,8 +101,8 @@ def workbench_container(spec: AgentTaskSpec, settings: OperatorSettings, gpus: d
         "restartPolicy": "Always",
         "command": [EXEC_SERVER, "serve", "--socket", EXEC_SOCKET, "--workdir", workspace_mount["mountPath"]],
         "workingDir": workspace_mount["mountPath"],
-        "env": env,
-        "resources": resources,
+        "env": workbench_env(spec),
+        "resources": workbench_resources(spec, gpus),
         "securityContext": copy.deepcopy(security_context),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
@@ -139,4 +150,4 @@ def add_workbench(pod_spec: dict[str, Any], turn: dict[str, Any], spec: AgentTas
 
 
 __all__ = ["EXEC_SOCKET", "RUN_COMMAND_TOOL", "WORKBENCH_CONTAINER", "add_workbench", "runs_commands",
-           "split_gpus", "workbench_image"]
+           "split_gpus", "workbench_env", "workbench_image", "workbench_resources"]

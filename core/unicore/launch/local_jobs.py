@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from unicore.api.schema import task_name
 from unicore.commands.result import CommandResult
 from unicore.errors import ToolError
 from unicore.log import get_logger
@@ -136,7 +137,7 @@ class LocalJobs:
                         self.on_event(f"job cancelling: {ours.name} ({task_id} is suspended)")
                         ours.cancel.set()
                     continue
-                name = command_jobs.job_name(task_id.rsplit("/", 1)[-1], state.request.n)
+                name = command_jobs.job_name(task_name(task_id), state.request.n)
                 if state.created is None:
                     if suspended:
                         self._deliver(_Job(task_id, name, state.request),

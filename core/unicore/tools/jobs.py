@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from unicore.api.schema import task_name
 from unicore.errors import LimitExceeded, ToolError
 from unicore.store import command_jobs
 from unicore.tools.base import Tool, ToolContext
@@ -55,7 +56,7 @@ class SubmitJob(Tool):
         request = {"command": args.command, "image": args.image, "gpus": args.gpus,
                    "timeout_seconds": args.timeout_seconds, "turn": ctx.turn_number}
         n = command_jobs.request_job(ctx.store, ctx.lease(), request)
-        name = command_jobs.job_name(ctx.task_id.rsplit("/", 1)[-1], n)
+        name = command_jobs.job_name(task_name(ctx.task_id), n)
         return {"job": name, "state": "requested",
                 "note": "End your turn to wait: the job's result comes as a message when it ends."}
 
@@ -67,8 +68,8 @@ class JobStatus(Tool):
 
     def run(self, ctx: ToolContext, args: BaseModel) -> str | dict[str, Any] | list[Any]:
         states = command_jobs.job_states(ctx.store, ctx.task_id)
-        task_name = ctx.task_id.rsplit("/", 1)[-1]
-        return [{"job": command_jobs.job_name(task_name, state.request.n), "command": state.request.command,
+        name = task_name(ctx.task_id)
+        return [{"job": command_jobs.job_name(name, state.request.n), "command": state.request.command,
                  "gpus": state.request.gpus,
                  "state": (state.ended or {}).get("state") or ("submitted" if state.created else "requested"),
                  **({"exit_code": state.ended.get("exit_code")} if state.ended else {})}
