@@ -66,19 +66,6 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-def describe(pids: list[int]) -> str:
-    """``pid state parent`` of each of ``pids`` (what a failed wait leaves behind, for the report)."""
-    found = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            found.append(f"{pid} {fields[0]} ppid {fields[1]}")
-        except OSError:
-            found.append(f"{pid} gone")
-    return ", ".join(found) or "none"
-
-
 def running(pid: int) -> bool:
     """``pid`` is a process that has not exited (a zombie has: this machine's pid 1 may be slow to reap one that
     lost its parent)."""
@@ -167,32 +154,59 @@ def test_unicore_stop_cancels_a_running_job_and_leaves_none_of_its_processes(env
     assert "ended: cancelled" in texts(store, "c", "assistant")[-1]
 
 
-def test_a_job_of_a_killed_run_is_delivered_failed_by_the_next_run_not_run_twice(env: dict[str, str],
-                                                                                redis_url: str,
-                                                                                tmp_path: Path) -> None:
-    marker = f"never-{uuid.uuid4().hex}"
+def killed_run(env: dict[str, str], tmp_path: Path, task: str, marker: str, *, when: str) -> Path:
+    """``unicore run`` of ``task`` whose job loops until a file named ``marker`` exists, SIGKILLed when ``when`` is
+    ``"running"`` (the job's shell wrote ``runs.txt``) or ``"starting"`` (its bwrap process just appeared, before
+    bwrap has bound itself to its parent); the workspace's ``runs.txt``."""
+    runs = Path(env["UNICORE_HOME"]) / "workspaces" / task / "runs.txt"
     steps = [submit(f"echo ran >> runs.txt; while [ ! -e {marker} ]; do sleep 0.05; done"), {"text": "Waiting."},
              {"echo": True}]
     process, log = background_run(env, tmp_path, "--tool", "submit_job",
-                                  "--script", str(script_file(tmp_path, "k", steps)), "--name", "k", "go")
+                                  "--script", str(script_file(tmp_path, task, steps)), "--name", task, "go")
     try:
-        wait_for(lambda: processes_with(marker), timeout=60, what="the job's processes")
+        if when == "running":
+            wait_for(lambda: runs.exists() and runs.read_text() == "ran\n", timeout=60, what="the job to start",
+                     interval=0.01)
+        else:
+            wait_for(lambda: processes_with(marker), timeout=60, what="the job's sandbox", interval=0.002)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    # bwrap --die-with-parent: the sandbox goes with its run; on a loaded machine (a cold CI run at load 5-6 took more
-    # than 30 s once) its teardown can be slow, so the deadline is generous and a miss names what is left
-    wait_for(lambda: not processes_with(marker), timeout=120,
-             what=f"the sandbox to die with its run (right after the kill: {describe(processes_with(marker))})")
+    return runs
+
+
+def resume_delivers_failed(env: dict[str, str], redis_url: str, task: str) -> None:
+    """The killed run's job is outstanding; ``unicore resume`` delivers it once as failed, ``ENDED_BEFORE``."""
     store = TaskStore(connect(redis_url))
-    wait_for(lambda: store.get_task("k").turns == 1 and store.get_task("k").status != "running", timeout=60,
+    wait_for(lambda: store.get_task(task).turns == 1 and store.get_task(task).status != "running", timeout=60,
              what="the first turn to end")
-    (state,) = command_jobs.job_states(store, "k")
+    (state,) = command_jobs.job_states(store, task)
     assert state.created is not None and state.ended is None  # what the killed run left
 
-    again = unicore("resume", "k", env=env)  # not suspended: it runs the tree until it settles
-    assert again.returncode == 0, again.stderr + log.read_text()
-    (result,) = job_results(store, "k", "k-j1")
+    again = unicore("resume", task, env=env)  # not suspended: it runs the tree until it settles
+    assert again.returncode == 0, again.stderr
+    (result,) = job_results(store, task, f"{task}-j1")
     assert "ended: failed" in result and ENDED_BEFORE in result, result
-    assert (Path(env["UNICORE_HOME"]) / "workspaces" / "k" / "runs.txt").read_text() == "ran\n"  # it ran once
+
+
+def test_a_job_of_a_killed_run_dies_with_it_and_the_next_run_delivers_it_failed_not_run_twice(
+        env: dict[str, str], redis_url: str, tmp_path: Path) -> None:
+    marker = f"never-{uuid.uuid4().hex}"
+    runs = killed_run(env, tmp_path, "k", marker, when="running")
+    # bwrap --die-with-parent: the sandbox goes with its run, on its own (no later run needed)
+    wait_for(lambda: not processes_with(marker), timeout=60, what="the sandbox to die with its run")
+    resume_delivers_failed(env, redis_url, "k")
+    assert runs.read_text() == "ran\n"  # it ran once
     assert processes_with(marker) == []
+
+
+def test_a_sandbox_left_by_a_run_killed_while_it_started_is_killed_by_the_next_run(env: dict[str, str],
+                                                                                      redis_url: str,
+                                                                                      tmp_path: Path) -> None:
+    # killed the moment bwrap was exec'd: the parent-death signal set before the exec takes the sandbox down, and a
+    # sandbox that got past it anyway (its outer bwrap gone before the inner one bound itself) is found by its tag
+    marker = f"never-{uuid.uuid4().hex}"
+    runs = killed_run(env, tmp_path, "s", marker, when="starting")
+    resume_delivers_failed(env, redis_url, "s")
+    wait_for(lambda: not processes_with(marker), timeout=30, what="nothing of the job left after the next run")
+    assert not runs.exists() or runs.read_text() == "ran\n"  # at most once, never again

@@ -5,8 +5,11 @@ workspace read-write at its own path, a tmpfs over /tmp, over $HOME and over the
 ``UNICORE_HOME``) so nothing of them is seen unless it is the workspace itself (a workspace inside them is bound alone).
 The environment is cleared but for PATH, HOME (that tmpfs), LANG and TERM; its own PID namespace and session
 (``--unshare-pid --new-session --die-with-parent``: when the shell exits or UniCore dies, every process of the command
-dies with it). The network is shared, so ``pip install`` and downloads work: the sandbox keeps the user's files and the
-runtime's secrets from the code, not the code from the network. GPU devices (/dev/nvidia*, /dev/dri) are passed in.
+dies with it; bwrap itself gets the parent-death signal before it is exec'd, since its own comes a few steps late). A
+sandbox started with a ``tag`` carries it in its arguments (``--setenv SANDBOX_ID <tag>``), so a later process can find
+and kill one whose starter died in the milliseconds before bwrap bound itself to it (:func:`kill_tagged_sandboxes`). The
+network is shared, so ``pip install`` and downloads work: the sandbox keeps the user's files and the runtime's secrets
+from the code, not the code from the network. GPU devices (/dev/nvidia*, /dev/dri) are passed in.
 
 ``sandbox=False`` (``unicore run --no-sandbox``, ``UNICORE_COMMAND_SANDBOX=0``): a plain ``/bin/sh -c`` in its own
 session with the parent's environment minus the runtime's (:func:`scrubbed_environment`); it sees all the user sees.
@@ -15,6 +18,7 @@ Either way the command's processes do not outlive it: the group is killed once t
 from __future__ import annotations
 
 import codecs
+import ctypes
 import json
 import os
 import selectors
@@ -23,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from unicore.commands.result import STDERR, STDOUT, CommandResult, OutputSink, OutputTail
@@ -40,6 +44,9 @@ _RUNTIME_NAMES = frozenset({"REDIS_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"})
 _NO_SANDBOX_HINT = ("run it with `unicore run --no-sandbox` or UNICORE_COMMAND_SANDBOX=0 to run commands without a "
                     "sandbox (they then see your files)")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+_SANDBOX_ID = "SANDBOX_ID"
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 _probe_lock = threading.Lock()
 _probes: dict[str, str | None] = {}  # bwrap's path -> None (it works) or why it does not
 
@@ -112,20 +119,24 @@ class LocalRunner:
         return args
 
     def run(self, command: str, *, workdir: str, timeout_seconds: float, cancel: threading.Event,
-            on_output: OutputSink | None = None) -> CommandResult:
+            on_output: OutputSink | None = None, tag: str | None = None) -> CommandResult:
+        """Run ``command``; ``tag``: a sandbox's id for :func:`kill_tagged_sandboxes` (unique to this run of it)."""
         cwd = self._workdir(workdir)
         env = scrubbed_environment(os.environ, self.drop_env)
         info_r = info_w = -1
         argv = ["/bin/sh", "-c", command]
         if self.sandbox:
             sandbox_args = self._sandbox_args(self._bwrap_path(), env, cwd)
+            if tag is not None:
+                sandbox_args += ["--setenv", _SANDBOX_ID, tag]
             info_r, info_w = os.pipe()  # bwrap writes the sandbox's pid 1 and PID namespace there
             argv = [*sandbox_args, "--info-fd", str(info_w), "--", *argv]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True,
-                                    pass_fds=(info_w,) if self.sandbox else ())
+                                    pass_fds=(info_w,) if self.sandbox else (),
+                                    preexec_fn=_dies_with(os.getpid()))
         except OSError as exc:
             if info_r >= 0:
                 os.close(info_r)
@@ -140,6 +151,39 @@ class LocalRunner:
                 proc.stdout.close()
             if proc.stderr is not None:
                 proc.stderr.close()
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: SIGKILL it when its parent dies (PR_SET_PDEATHSIG, kept across the
+    exec), and exit at once when the parent is gone already. bwrap's ``--die-with-parent`` does the same but only after
+    its start-up; a run killed in between would leave the sandbox behind."""
+    prctl, sigkill = _libc.prctl, int(signal.SIGKILL)
+
+    def bind() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(125)
+
+    return bind
+
+
+def kill_tagged_sandboxes(tag: str) -> int:
+    """SIGKILL the bwrap processes of this host started with ``tag`` (their sandboxes' processes die with their pid 1,
+    bwrap's own); how many there were. For a sandbox whose starter died before bwrap bound itself to it."""
+    needle = b"\0".join([b"--setenv", _SANDBOX_ID.encode(), tag.encode()]) + b"\0"
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if needle not in cmdline.read():
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+        except OSError:
+            continue
+    return killed
 
 
 def _outermost(paths: list[Path]) -> list[Path]:
@@ -333,4 +377,4 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-__all__ = ["LocalRunner", "scrubbed_environment"]
+__all__ = ["kill_tagged_sandboxes", "LocalRunner", "scrubbed_environment"]

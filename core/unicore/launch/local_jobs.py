@@ -12,7 +12,9 @@ Each scan of the tree (``LocalJobs.step``, one pipelined read for the whole tree
   stop|suspend``) is cancelled, its result "cancelled" delivered like the others.
 - created by a live supervisor process of this host: left to it (it still counts as outstanding).
 - created by anything else (an earlier ``unicore run`` that was killed): delivered as failed, "the local run that
-  ran it ended before it did", rather than run twice.
+  ran it ended before it did", rather than run twice. Its sandbox normally died with that run; one left behind (the run
+  killed in the milliseconds before bwrap bound itself to it) is killed first, found by its tag
+  (``<created>/<task id>/<n>``, ``kill_tagged_sandboxes``).
 
 ``step`` returns how many requests of the tree are outstanding: the tree does not settle while any is. A run that
 ends unsettled (its timeout, Ctrl-C) ends its jobs with ``stop_all``: they are killed and delivered as failed with the
@@ -93,6 +95,18 @@ def outcome_of(result: CommandResult, request: JobRequest, *, interrupted: bool)
                       duration_seconds=duration, log_tail=tail)
 
 
+def sandbox_tag(created: str, task_id: str, n: int) -> str:
+    """The tag of the sandbox that ran request ``n`` of ``task_id`` for the process ``created`` names."""
+    return f"{created}/{task_id}/{n}"
+
+
+def _kill_left_behind(tag: str) -> None:
+    from unicore.commands.local_runner import kill_tagged_sandboxes
+
+    if kill_tagged_sandboxes(tag):
+        log.warning("killed the sandbox %s left behind by a run that ended", tag)
+
+
 @dataclass
 class _Job:
     task_id: str
@@ -145,6 +159,7 @@ class LocalJobs:
                     else:
                         self._start(root_id, task_id, name, state.request)
                 elif not held_by_live_process(state.created):
+                    _kill_left_behind(sandbox_tag(state.created, task_id, state.request.n))
                     self._deliver(_Job(task_id, name, state.request), JobOutcome("failed", reason=ENDED_BEFORE))
         return count
 
@@ -182,7 +197,7 @@ class LocalJobs:
                              drop_env=endpoint_key_variables())
         try:
             result = runner.run(job.request.command, workdir=".", timeout_seconds=float(job.request.timeout_seconds),
-                                cancel=job.cancel)
+                                cancel=job.cancel, tag=sandbox_tag(self.marker, job.task_id, job.request.n))
         except ToolError as exc:
             return JobOutcome("failed", reason=f"it could not start: {exc}")
         return outcome_of(result, job.request, interrupted=job.interrupted)
