@@ -36,8 +36,8 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   log "node/npm not found; installing Debian's nodejs and npm packages"
   SUDO=""
   [[ "$(id -u)" = 0 ]] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+  $SUDO apt-get update -qq -o DPkg::Lock::Timeout=600  # make test's other chain may be installing too
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 nodejs npm >/dev/null
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
 (( major >= 20 )) || fail "node $(node --version) is too old: the MCP test servers need node >= 20"
