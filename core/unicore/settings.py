@@ -164,6 +164,12 @@ class RuntimeSettings(EnvSettings):
     # fills it from MCPServer resources, the local supervisor from the tree's `unicore run --mcp-server` files).
     # Kept as text: parsed, with errors that never repeat header values, when a task uses MCP servers.
     mcp_servers: str = Field("", validation_alias=pod_env.MCP_SERVERS)
+    # A warm turn pod (``unicore-turn --warm``, set by the operator's warm Job builder): its pool, its template's
+    # hash, and how long it waits for a turn before it exits unused.
+    warm_pool: str | None = Field(None, validation_alias=pod_env.WARM_POOL)
+    warm_template: str = Field("", validation_alias=pod_env.WARM_TEMPLATE)
+    warm_max_wait_seconds: float = Field(1800.0, gt=0, allow_inf_nan=False,
+                                         validation_alias=pod_env.WARM_MAX_WAIT_SECONDS)
     # The log level of console entrypoints; None = the entrypoint's default (the CLI WARNING, others INFO).
     log_level: str | None = Field(None, validation_alias="UNICORE_LOG_LEVEL")
     # The live token stream of a task (unicore.store.token_stream): about this many entries are kept (0 = publish

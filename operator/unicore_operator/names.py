@@ -28,6 +28,8 @@ from unicore.api.contract import (
     TASK_LABEL,
     TURN_LABEL,
     VERSION,
+    WARM_POOL_LABEL,
+    WARM_TEMPLATE_LABEL,
     label_value,
     short_hash,
     task_id,
@@ -42,6 +44,7 @@ __all__ = [
     "ATTEMPT_LABEL", "COMMAND_JOB_LABEL",
     "COMPONENT_LABEL", "FINALIZER", "GROUP", "HOST_PROCESS_GATE", "JOB_NAME_MAX", "KIND", "KUEUE_QUEUE_LABEL",
     "LABEL_VALUE_MAX", "MANAGED_BY", "MANAGED_BY_LABEL", "NAME_LABEL", "OPERATOR_CONSUMER_GROUP", "PARENT_LABEL",
-    "PLURAL", "ROOT_LABEL", "TASK_ID_ANNOTATION", "TASK_LABEL", "TURN_LABEL", "VERSION", "label_value",
+    "PLURAL", "ROOT_LABEL", "TASK_ID_ANNOTATION", "TASK_LABEL", "TURN_LABEL", "VERSION", "WARM_POOL_LABEL",
+    "WARM_TEMPLATE_LABEL", "label_value",
     "short_hash", "task_id",
 ]

@@ -16,6 +16,7 @@ from unicore.providers.endpoints import parse_endpoints
 from unicore_operator.job_builder import build_turn_job_spec
 from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.settings import RESERVED_AGENT_ENV, OperatorSettings
+from unicore_operator.warm_pool import build_warm_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "core" / "unicore"
@@ -35,7 +36,8 @@ def constants() -> dict[str, str]:
 
 def full_env() -> list[dict[str, Any]]:
     """The turn container's env of a task that uses every optional part: a stall limit, the endpoint map with a key
-    for its model, an MCP server with a header from a Secret, run_command (the workbench's socket)."""
+    for its model, an MCP server with a header from a Secret, run_command (the workbench's socket); and the warm
+    pool's variables, which only a warm Job of such a task's pool has (``warm_pool``)."""
     settings = OperatorSettings(redis_url="redis://redis:6379/0", stall_seconds=120,
                                 openai_endpoints=json.dumps(ENDPOINTS))
     task = {"metadata": {"name": "demo", "namespace": "team-a", "uid": "uid-1", "labels": {}},
@@ -44,7 +46,8 @@ def full_env() -> list[dict[str, Any]]:
     mcp_env = turn_mcp_env({("team-a", "search"): [SEARCH]}, "team-a", task_spec_of(task))
     job = build_turn_job_spec(task, 1, settings, mcp_env=mcp_env)
     env: list[dict[str, Any]] = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    return env
+    warm = build_warm_job_spec(job, "demo", {}, max_wait_seconds=60)["spec"]["template"]["spec"]["containers"][0]
+    return env + [item for item in warm["env"] if item["name"].startswith("UNICORE_WARM_")]
 
 
 def test_the_module_lists_every_constant_it_declares() -> None:

@@ -69,8 +69,20 @@ EXEC_SOCKET = "UNICORE_EXEC_SOCKET"
 exec server socket, ``/unicore-exec/exec.sock``). Read by ``RuntimeSettings.exec_socket``: ``run_command`` runs
 commands there (``unicore.commands.exec_client``) instead of in a local sandbox."""
 
+WARM_POOL = "UNICORE_WARM_POOL"
+"""Set by the warm Job builder (``unicore_operator.warm_pool``): the pool a warm turn pod waits in. Read by
+``RuntimeSettings.warm_pool`` (``unicore.turn.warm``, ``unicore-turn --warm``)."""
+
+WARM_TEMPLATE = "UNICORE_WARM_TEMPLATE"
+"""Set by the warm Job builder: the hash of the pod template the warm pod was built from. Read by
+``RuntimeSettings.warm_template``; the pod writes it into its record (``unicore.store.warm_pods``)."""
+
+WARM_MAX_WAIT_SECONDS = "UNICORE_WARM_MAX_WAIT_SECONDS"
+"""Set by the warm Job builder: how long a warm pod waits for a turn before it exits unused. Read by
+``RuntimeSettings.warm_max_wait_seconds``."""
+
 VARIABLES = (REDIS_URL, TASK_ID, SPAWNER, NAMESPACE, WORKSPACE, HOME, POD_NAME, STALL_SECONDS, OPENAI_ENDPOINTS,
-             MCP_SERVERS, EXEC_SOCKET)
+             MCP_SERVERS, EXEC_SOCKET, WARM_POOL, WARM_TEMPLATE, WARM_MAX_WAIT_SECONDS)
 """The variables of a turn pod by their full names."""
 
 PREFIXES = (OPENAI_KEY_PREFIX, MCP_HEADER_PREFIX)
@@ -78,4 +90,4 @@ PREFIXES = (OPENAI_KEY_PREFIX, MCP_HEADER_PREFIX)
 
 __all__ = ["EXEC_SOCKET", "HOME", "MCP_HEADER_PREFIX", "MCP_SERVERS", "NAMESPACE", "OPENAI_ENDPOINTS",
            "OPENAI_KEY_PREFIX", "POD_NAME", "PREFIXES", "REDIS_URL", "SPAWNER", "STALL_SECONDS", "TASK_ID",
-           "VARIABLES", "WORKSPACE"]
+           "VARIABLES", "WARM_MAX_WAIT_SECONDS", "WARM_POOL", "WARM_TEMPLATE", "WORKSPACE"]

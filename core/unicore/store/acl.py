@@ -18,6 +18,8 @@ operator gives each agent namespace a Redis user (``namespace_user``) whose rule
   GET/SET of the Bedrock model-name cache;
 - EXISTS of the scripted model's gates of its tasks (``uc:{<namespace>/*}:gate:*``, ``store.gates``), read only:
   a test opens them with the admin identity;
+- its warm turn pods' records (``uc:{<namespace>/}:warmpod:*``: HSET and PEXPIRE) and assignments
+  (``...:warmassign:*``: XREAD, read only), ``store.warm_pods``; never the operator's fence of them;
 - GET of the namespace's agent definitions (``uc:agent:{<namespace>/*}``, ``state.agents``): a turn reads its
   task's agent and spawns by agent name, and never writes one (only the operator stores what the Agents say);
 - nothing else: no ``uc:tasks`` (only the operator and local mode index tasks), no SCAN/KEYS/INFO/MONITOR/CLIENT/
@@ -53,6 +55,8 @@ from unicore.store.keys import (
     namespace_activations_stream,
     namespace_changes_stream,
     task_key,
+    warm_assignment_stream,
+    warm_pod_key,
 )
 
 USER_PREFIX = "unicore-ns-"  # + the namespace: the Redis user of that namespace's turn pods
@@ -156,6 +160,10 @@ def namespace_rules(namespace: str) -> list[str]:
     escaped = glob_escape(namespace)
     rules.append(f"(+xadd ~{namespace_activations_stream(escaped)} ~{namespace_changes_stream(escaped)})")
     rules.append(f"(+get ~{agent_key(glob_escape(namespace) + '/*')})")  # its Agents' definitions: read only
+    # Its warm turn pods (store.warm_pods): a pod writes its own record and reads its assignment; the fence that says
+    # which pod runs which turn, and the assignments themselves, are the operator's to write
+    rules.append(f"(+hset +pexpire ~{warm_pod_key(escaped, '*')})")
+    rules.append(f"(+xread %R~{warm_assignment_stream(escaped, '*')})")
     # People's decisions on its tasks' calls: read only (``%R~``: no write command on them, even if one is added
     # above); no script of a turn may name them either (EVAL's keys count as written)
     rules.append("(" + " ".join([*(f"+{c}" for c in READ_ONLY_COMMANDS),

@@ -65,6 +65,23 @@ def namespace_changes_stream(namespace: str) -> str:
     return namespace_key(namespace, "changes")
 
 
+def warm_pod_key(namespace: str, pod: str) -> str:
+    """``uc:{<namespace>/}:warmpod:<pod>``: a warm turn pod's own record (``store.warm_pods``), written by the pod."""
+    return namespace_key(namespace, f"warmpod:{pod}")
+
+
+def warm_assignment_stream(namespace: str, pod: str) -> str:
+    """``uc:{<namespace>/}:warmassign:<pod>``: the stream a warm pod reads its assignment from (``store.warm_pods``);
+    written only by the operator."""
+    return namespace_key(namespace, f"warmassign:{pod}")
+
+
+def warm_fence_key(namespace: str) -> str:
+    """``uc:{<namespace>/}:warmfence``: the operator's record of which warm pod runs which turn Job's turn
+    (``store.warm_pods``); no namespace user may touch it."""
+    return namespace_key(namespace, "warmfence")
+
+
 def task_key(task_id: str, part: str) -> str:
     """``uc:{<task id>}:<part>``; the braces make Redis Cluster keep all of a task's keys in one slot."""
     return f"uc:{{{task_id}}}:{part}"

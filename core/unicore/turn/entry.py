@@ -1,4 +1,5 @@
-"""``unicore-turn TASK``: the turn process (a Job's container, or a local-mode child process).
+"""``unicore-turn TASK``: the turn process (a Job's container, or a local-mode child process). ``unicore-turn --warm``:
+a warm turn pod, which waits for the operator to assign it its one turn (``unicore.turn.warm``).
 
 Kept apart from the ``unicore`` CLI (``unicore_client.local.main``): a turn pays its start-up on every turn, so it
 imports only what a turn needs (not the CLI's script-file and argument checks). Exit codes: ``unicore.turn.outcome``.
@@ -7,6 +8,8 @@ imports only what a turn needs (not the CLI's script-file and argument checks). 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -22,7 +25,7 @@ from unicore.settings import RuntimeSettings
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 from unicore.turn.context_window import ContextSettings
-from unicore.turn.outcome import EXIT_FAILED, EXIT_USAGE
+from unicore.turn.outcome import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from unicore.turn.run import run_turn
 from unicore.turn.signals import install_cancel_handlers
 
@@ -63,23 +66,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     parser = _Parser(prog=PROG, description="Run one agent turn of a task, then exit.")
-    parser.add_argument("task", nargs="?", default=settings.task_id, help=f"task id (default: ${pod_env.TASK_ID})")
+    parser.add_argument("task", nargs="?", help=f"task id (default: ${pod_env.TASK_ID})")
+    parser.add_argument("--warm", action="store_true",
+                        help=f"wait in warm pool ${pod_env.WARM_POOL} until the operator assigns a turn, run it, exit")
     args = parser.parse_args(argv)
-    if not args.task:
+    if args.warm and args.task:
+        parser.error("--warm takes no task id: the operator assigns one")
+    if not args.warm and not (args.task or settings.task_id):
         parser.error(f"a task id is required (argument or ${pod_env.TASK_ID})")
     unicore_log.configure(settings.log_level)
     cancel = threading.Event()
     install_cancel_handlers(cancel)
+    task: str = args.task or settings.task_id or ""
     try:
         client = connect(redis_url(settings))
+        if args.warm:
+            from unicore.turn.warm import wait_for_turn
+
+            assignment = wait_for_turn(client, settings, os.environ.get(pod_env.POD_NAME) or socket.gethostname(),
+                                       cancel)
+            if assignment is None:
+                return EXIT_OK  # its wait ended unused (or SIGTERM): nothing ran
+            task = assignment.task_id
+            os.environ[pod_env.TASK_ID] = task
+            settings = settings.model_copy(update={"task_id": task})
         spawner = spawner_from_settings(client, settings)
-        outcome = run_turn(args.task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
+        outcome = run_turn(task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
                            context=context)
         code = outcome.exit_code
         if outcome.error:
             # one line, the process's last: on a cluster it is the container's termination message (the Job's
             # terminationMessagePolicy), which the AgentTask's status and TurnFailed Event show
-            print(f"{PROG}: {args.task}: {printable(outcome.error, multiline=False)}", file=sys.stderr)
+            print(f"{PROG}: {task}: {printable(outcome.error, multiline=False)}", file=sys.stderr)
     except (ConfigError, redis.RedisError) as exc:
         code = _fail(str(exc))
     return code

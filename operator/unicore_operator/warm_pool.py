@@ -1,0 +1,99 @@
+"""Pure construction of warm turn Jobs (issue 30): turn pods started before their task is known.
+
+A pool belongs to an Agent of a namespace. Its pods are built from a turn Job of a *template task* of that Agent (a
+task with only ``agentRef``: everything the Agent says, nothing a task adds), so a warm pod is a cold turn pod but
+for what is per task: the task id (the turn container's command and ``UNICORE_TASK_ID``), the task's labels and
+annotations. ``pod_template_hash`` hashes the rest; a task's turn may take a warm pod only when its own cold Job has
+the same hash, so a task whose spec changes the pod (image, resources, GPUs, placement, tools, workspace folder) never
+runs in a pod of another template: it takes the cold path.
+
+The warm Job's turn container runs ``unicore-turn --warm`` (``unicore.turn.warm``) and the pod's deadline covers its
+longest wait plus a turn. Nothing here talks to the API or Redis.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from unicore.api import pod_env
+
+from unicore_operator import names
+from unicore_operator.job_builder import TURN_CONTAINER
+
+WARM_NAME_INFIX = "-warm-"
+TEMPLATE_HASH_LENGTH = 16
+
+
+def template_task(agent: dict[str, Any]) -> dict[str, Any]:
+    """The template task of ``agent``'s pool (an Agent object): named after the Agent, with only ``agentRef``."""
+    meta = agent["metadata"]
+    return {"metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid", ""),
+                         "labels": {}},
+            "spec": {"agentRef": {"name": meta["name"]}, "prompt": "(warm pool template)"}}
+
+
+def _turn_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod_spec["containers"] if c["name"] == TURN_CONTAINER)
+
+
+def pod_template(job: dict[str, Any]) -> dict[str, Any]:
+    """What makes the pod of turn Job ``job``, without what is per task (see the module doc): its pod spec without
+    the turn container's command and task id, and its Kueue queue."""
+    pod = copy.deepcopy(job["spec"]["template"]["spec"])
+    turn = _turn_container(pod)
+    turn.pop("command", None)
+    turn["env"] = [item for item in turn.get("env", []) if item["name"] != pod_env.TASK_ID]
+    queue = (job["metadata"].get("labels") or {}).get(names.KUEUE_QUEUE_LABEL)
+    return {"pod": pod, "queue": queue}
+
+
+def pod_template_hash(job: dict[str, Any]) -> str:
+    """The hash of ``pod_template(job)``: equal for two turn Jobs exactly when their pods would be the same."""
+    canonical = json.dumps(pod_template(job), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:TEMPLATE_HASH_LENGTH]
+
+
+def warm_job_prefix(pool: str) -> str:
+    """The ``generateName`` of the pool's warm Jobs (the API server adds 5 characters)."""
+    head = pool[: names.JOB_NAME_MAX - len(WARM_NAME_INFIX) - 5].rstrip("-.")
+    return f"{head}{WARM_NAME_INFIX}"
+
+
+def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str, Any], *,
+                        max_wait_seconds: int) -> dict[str, Any]:
+    """A warm Job of ``pool`` from ``template_job`` (the turn Job of the pool's template task, ``job_builder``),
+    owned by ``owner`` (an owner reference: the Agent). Its pod is the template's but the turn container waits for
+    an assignment (``unicore-turn --warm`` with the pool, template hash and longest wait) and has no task id; it is
+    labelled with the pool and the hash, not with any task (the operator adds the task's labels when it assigns one).
+    Its deadlines cover the longest wait plus the template's own (a turn)."""
+    template_hash = pod_template_hash(template_job)
+    job = copy.deepcopy(template_job)
+    meta = job["metadata"]
+    labels = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.WARM_POOL_LABEL: names.label_value(pool),
+              names.WARM_TEMPLATE_LABEL: template_hash}
+    queue = (meta.get("labels") or {}).get(names.KUEUE_QUEUE_LABEL)
+    if queue:
+        labels[names.KUEUE_QUEUE_LABEL] = queue
+    job["metadata"] = {"generateName": warm_job_prefix(pool), "namespace": meta["namespace"], "labels": labels,
+                       "ownerReferences": [owner]}
+    spec = job["spec"]
+    spec["activeDeadlineSeconds"] = int(spec.get("activeDeadlineSeconds") or 0) + max_wait_seconds
+    template = spec["template"]
+    template["metadata"] = {"labels": dict(labels)}
+    pod = template["spec"]
+    pod["activeDeadlineSeconds"] = int(pod.get("activeDeadlineSeconds") or 0) + max_wait_seconds
+    turn = _turn_container(pod)
+    turn["command"] = ["unicore-turn", "--warm"]
+    turn["env"] = [item for item in turn.get("env", []) if item["name"] != pod_env.TASK_ID] + [
+        {"name": pod_env.WARM_POOL, "value": pool},
+        {"name": pod_env.WARM_TEMPLATE, "value": template_hash},
+        {"name": pod_env.WARM_MAX_WAIT_SECONDS, "value": str(max_wait_seconds)},
+    ]
+    return job
+
+
+__all__ = ["WARM_NAME_INFIX", "build_warm_job_spec", "pod_template", "pod_template_hash", "template_task",
+           "warm_job_prefix"]

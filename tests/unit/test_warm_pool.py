@@ -1,0 +1,113 @@
+"""The warm Job builder is pure (issue 30): a warm pod is its Agent's cold turn pod but for the task id, and the pod
+template hash tells which tasks may take one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicore.api import pod_env
+from unicore.api.spec import agent_spec_of, task_spec_of
+from unicore_operator import names
+from unicore_operator.job_builder import build_turn_job_spec, owner_reference, with_agent_defaults
+from unicore_operator.settings import OperatorSettings
+from unicore_operator.warm_pool import (
+    build_warm_job_spec,
+    pod_template,
+    pod_template_hash,
+    template_task,
+    warm_job_prefix,
+)
+
+SETTINGS = OperatorSettings(redis_url="redis://redis:6379/0", agent_image="example/agent:1")
+AGENT = {"apiVersion": "unicore.dev/v1alpha1", "kind": "Agent",
+         "metadata": {"name": "writer", "namespace": "team-a", "uid": "agent-uid"},
+         "spec": {"model": "scripted", "tools": ["read_file", "run_command"], "gpus": 1,
+                  "nodeSelector": {"pool": "gpu"}}}
+
+
+def task(name: str, *, parent: str = "", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}", "labels": {}},
+                            "spec": {"prompt": "hi", "agentRef": {"name": "writer"}, **spec}}
+    if parent:
+        body["spec"]["parentRef"] = {"name": parent}
+        body["metadata"]["labels"] = {names.ROOT_LABEL: parent}
+    return body
+
+
+def turn_job(body: dict[str, Any], settings: OperatorSettings = SETTINGS, turn: int = 1) -> dict[str, Any]:
+    spec = with_agent_defaults(task_spec_of(body), agent_spec_of(AGENT))
+    return build_turn_job_spec(body, turn, settings, spec=spec)
+
+
+def warm_job(settings: OperatorSettings = SETTINGS) -> dict[str, Any]:
+    return build_warm_job_spec(turn_job(template_task(AGENT), settings), "writer", owner_reference(AGENT),
+                               max_wait_seconds=1800)
+
+
+def turn_of(job: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "turn")
+
+
+def env_names(job: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in turn_of(job)["env"]}
+
+
+def test_the_agents_tasks_roots_and_children_any_turn_have_the_pools_template() -> None:
+    pool = pod_template_hash(turn_job(template_task(AGENT)))
+    assert pod_template_hash(turn_job(task("a"))) == pool
+    assert pod_template_hash(turn_job(task("b", parent="a"), turn=7)) == pool
+    assert warm_job()["metadata"]["labels"][names.WARM_TEMPLATE_LABEL] == pool
+
+
+def test_a_task_that_changes_its_pod_has_another_template() -> None:
+    pool = pod_template_hash(turn_job(template_task(AGENT)))
+    for change in ({"gpus": 2}, {"image": "python:3.12"}, {"nodeSelector": {"pool": "cpu"}},
+                   {"tools": ["read_file"]}, {"resources": {"limits": {"memory": "8Gi"}}}, {"queueName": "other"}):
+        assert pod_template_hash(turn_job(task("c", **change))) != pool, change
+    # the model is read from the task's record by the turn: without an endpoint map it does not change the pod
+    assert pod_template_hash(turn_job(task("d", model="openai:gpt-4o"))) == pool
+
+
+def test_with_a_workspace_claim_each_tree_has_its_own_template() -> None:
+    # its pods mount the tree's folder of the claim (subPath): a pool pod cannot serve another tree yet
+    settings = SETTINGS.model_copy(update={"workspace_claim": "work"})
+    assert pod_template_hash(turn_job(task("a"), settings)) != pod_template_hash(turn_job(task("b"), settings))
+    assert pod_template_hash(turn_job(task("b", parent="a"), settings)) == pod_template_hash(
+        turn_job(task("a"), settings))
+
+
+def test_a_warm_job_is_the_template_pod_waiting_for_a_task() -> None:
+    template, job = turn_job(template_task(AGENT)), warm_job()
+    meta = job["metadata"]
+    assert "name" not in meta and meta["generateName"] == "writer-warm-"
+    assert meta["labels"] == {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.WARM_POOL_LABEL: "writer",
+                              names.WARM_TEMPLATE_LABEL: pod_template_hash(template)}
+    assert names.TASK_LABEL not in job["spec"]["template"]["metadata"]["labels"]
+    assert meta["ownerReferences"][0]["uid"] == "agent-uid"
+    assert turn_of(job)["command"] == ["unicore-turn", "--warm"]
+    env = env_names(job)
+    assert pod_env.TASK_ID not in env
+    assert (env[pod_env.WARM_POOL], env[pod_env.WARM_TEMPLATE], env[pod_env.WARM_MAX_WAIT_SECONDS]) == (
+        "writer", pod_template_hash(template), "1800")
+    pod, template_pod = job["spec"]["template"]["spec"], template["spec"]["template"]["spec"]
+    assert pod["activeDeadlineSeconds"] == template_pod["activeDeadlineSeconds"] + 1800
+    assert job["spec"]["activeDeadlineSeconds"] == template["spec"]["activeDeadlineSeconds"] + 1800
+    # the rest of the pod is the template's: its GPUs (in the workbench), placement, sidecar, security context
+    warm_parts, template_parts = pod_template(job), pod_template(template)
+    for parts in (warm_parts, template_parts):
+        parts["pod"].pop("activeDeadlineSeconds")
+        turn_of({"spec": {"template": {"spec": parts["pod"]}}})["env"] = [
+            item for item in turn_of({"spec": {"template": {"spec": parts["pod"]}}})["env"]
+            if not item["name"].startswith("UNICORE_WARM_")]
+    assert warm_parts == template_parts
+
+
+def test_a_long_pool_name_keeps_the_generated_job_name_within_the_cap() -> None:
+    assert len(warm_job_prefix("p" * 80)) + 5 <= names.JOB_NAME_MAX
+
+
+def test_a_warm_job_of_a_queued_template_is_in_its_queue() -> None:
+    queued = template_task(AGENT)
+    queued["spec"]["queueName"] = "team-a"
+    job = build_warm_job_spec(turn_job(queued), "writer", owner_reference(AGENT), max_wait_seconds=60)
+    assert job["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a"  # admitted by Kueue before it waits
