@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
 -include hack/ship.mk
 
-.PHONY: help bootstrap k8s-bins node-bins kueue-bins images-local model-bins mcp-servers model-up model-down test test-prereqs test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+.PHONY: help bootstrap k8s-bins node-bins kueue-bins images-local model-bins mcp-servers model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -65,17 +65,8 @@ model-down: ## stop the real model server
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-test: test-prereqs ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
+test: bootstrap k8s-bins node-bins kueue-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
 	@$(WITH_K8S) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
-
-# make test's prerequisites in two chains at once: the Go builds one after the other (they share the Go build cache,
-# and a Go build leaves a core idle much of the time) and the rest (images, MCP servers, then llama-server's niced
-# compile, which takes that idle core). Each chain runs its targets in order (-j1), whatever -j make test got.
-test-prereqs: bootstrap
-	@$(MAKE) --no-print-directory -j1 k8s-bins node-bins kueue-bins & go_chain=$$!; \
-	$(MAKE) --no-print-directory -j1 images-local mcp-servers model-bins; rest=$$?; \
-	wait $$go_chain; go=$$?; \
-	if [ $$rest != 0 ] || [ $$go != 0 ]; then echo "make test: a prerequisite failed (its error is above)" >&2; exit 1; fi
 
 test-fast: bootstrap mcp-servers ## unit + integration tests only (no control plane, no containers, no real model)
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)
