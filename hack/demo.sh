@@ -55,6 +55,23 @@ run_example() {  # EXAMPLE: apply it afresh, wait for its AgentTasks to settle, 
 print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentTask"))' "$EXAMPLE")
   say "applying $EXAMPLE (deleting what an earlier run left of it first)"
   kubectl delete -n "$NS" -f "$EXAMPLE" --ignore-not-found --wait=true --timeout=90s >/dev/null
+  local pools
+  pools=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1]))
+               if d and d.get("kind") == "Agent" and ((d.get("spec") or {}).get("warmPool") or {}).get("size")))' "$EXAMPLE")
+  if [[ -n $pools ]]; then  # warm pools (docs/warm-pods.md): the Agents first, their pods ready, then the tasks
+    "$BIN/python" -c 'import sys, yaml
+yaml.safe_dump_all([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "Agent"], sys.stdout)' \
+      "$EXAMPLE" | kubectl apply -n "$NS" -f - >/dev/null
+    for pool in $pools; do
+      say "waiting for the warm pods of $pool (kubectl get pods -l unicore.dev/warm-pool=$pool)"
+      for _ in $(seq 900); do  # one of its pods says (its log) that it waits for a turn
+        kubectl logs -n "$NS" -l "unicore.dev/warm-pool=$pool" --tail=20 2>/dev/null | grep -q "waits in pool" && break
+        sleep 0.2
+      done
+    done
+    kubectl get pods -n "$NS" -l unicore.dev/warm-pool -o wide
+  fi
   kubectl apply -n "$NS" -f "$EXAMPLE" >/dev/null
   for name in $tasks; do
     for _ in $(seq 900); do

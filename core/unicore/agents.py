@@ -61,9 +61,9 @@ MAX_AGENT_NAME = 253
 DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
     "read_file", "write_file", "list_files", "spawn_task", "message_task", "task_status",
 )
-# Spec keys of an Agent that only the operator's Job builder reads (scheduling and resource defaults), as the spec
-# models' alias generator spells them.
-KUBERNETES_ONLY = tuple(to_camel(field) for field in SCHEDULING_FIELDS)
+# Spec keys of an Agent that only the operator reads (its Job builder's scheduling and resource defaults, its warm
+# pool), as the spec models' alias generator spells them.
+KUBERNETES_ONLY = (*(to_camel(field) for field in SCHEDULING_FIELDS), "warmPool")  # warmPool: the operator's pools
 # The TaskSpec fields a task that uses an agent may set to narrow it (what ``own_settings`` keeps).
 NARROWABLE = ("model", "system_prompt", "tools", "child_tools", "limits", "approval", "mcp_servers")
 

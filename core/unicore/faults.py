@@ -88,4 +88,8 @@ def fault_point(step: str) -> None:
 # A turn whose answer calls a gated tool or ask_user, right after it recorded the calls (``approvals_turn``).
 APPROVAL_STEPS = ("after pending calls",)
 
-__all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "STEPS", "fault_point", "set_scope"]
+# The operator's (``kill:<point>`` in its own environment): right after a warm pod was assigned a turn, before its Job
+# and pod got the task's labels (``unicore_operator.warm_pools``).
+OPERATOR_STEPS = ("after warm assign",)
+
+__all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "OPERATOR_STEPS", "STEPS", "fault_point", "set_scope"]

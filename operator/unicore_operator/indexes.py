@@ -27,9 +27,11 @@ from typing import Any
 import kopf
 
 from unicore_operator import mcp_servers, names
+from unicore_operator.warm_pool import WarmJob, WarmPod, warm_job_view, warm_pod_view
 from unicore_operator.watchdog.views import JobView, PodView, job_outcome, job_view, pod_view
 
-__all__ = ["COMMAND_JOB_SELECTOR", "JOB_SELECTOR", "TaskKey", "commandjob_index",
+__all__ = ["COMMAND_JOB_SELECTOR", "JOB_SELECTOR", "WARM_SELECTOR", "TaskKey", "commandjob_index", "warmjob_index",
+           "warmpod_index",
            "active_job", "agent_index", "agenttask_index", "compact_agent", "compact_task",
            "first",
            "job_outcome", "job_task_key", "job_view", "mcpserver_index", "turnjob_index", "turnpod_index"]
@@ -39,6 +41,9 @@ __all__ = ["COMMAND_JOB_SELECTOR", "JOB_SELECTOR", "TaskKey", "commandjob_index"
 JOB_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.COMMAND_JOB_LABEL: kopf.ABSENT}
 COMMAND_JOB_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY,
                                         names.COMMAND_JOB_LABEL: kopf.PRESENT}
+
+# Warm turn Jobs and their pods (issue 30), by pool; an assigned one is in the turn Job and pod indexes too.
+WARM_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.WARM_POOL_LABEL: kopf.PRESENT}
 
 TaskKey = tuple[str, str]
 
@@ -107,6 +112,18 @@ async def turnpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, PodView] | N
     if task_key is None:
         return None
     return {task_key: pod_view(body)}
+
+
+@kopf.index("batch", "v1", "jobs", labels=WARM_SELECTOR)
+async def warmjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, WarmJob] | None:
+    view = warm_job_view(body)
+    return {(view.namespace, view.pool): view} if view.namespace and view.pool else None
+
+
+@kopf.index("", "v1", "pods", labels=WARM_SELECTOR)
+async def warmpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, WarmPod] | None:
+    view = warm_pod_view(body)
+    return {(view.namespace, view.pool): view} if view.namespace and view.pool else None
 
 
 @kopf.index(names.GROUP, names.VERSION, mcp_servers.PLURAL)

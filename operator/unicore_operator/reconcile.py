@@ -17,7 +17,7 @@ from unicore.store.operator_state import TaskSnapshot
 from unicore.turn.reports import deliver_report, report_failure
 
 from unicore_operator import approval_waits as approvals
-from unicore_operator import command_jobs, events, metrics, names
+from unicore_operator import command_jobs, events, metrics, names, warm_pools
 from unicore_operator.context import OperatorContext, WrittenStatus
 from unicore_operator.indexes import TaskKey, active_job, first, job_task_key, job_view
 from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
@@ -230,9 +230,16 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
             job = build_turn_job_spec(body, snap.next_turn(), ctx.settings, snap.next_attempt(),
                                       mcp_env=turn_mcp_env(ctx.mcpservers, key[0], job_spec), spec=job_spec)
             job_name = job["metadata"]["name"]
+            warm = await warm_pools.take_turn(ctx, key, body, job, snap.next_turn(), snap.next_attempt())
             loop = asyncio.get_running_loop()
-            was_created = await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job)
-            if was_created:
+            if warm is not None:  # a warm pod of its Agent's pool runs the turn (warm_pools): no cold Job
+                ctx.inflight_jobs[key] = warm
+                created = warm
+                logger.info("turn %d of %s runs in warm Job %s/%s (%s)", snap.next_turn(), tid, key[0], warm, reason)
+                _post(ctx, body, events.NORMAL, events.TURN_STARTED,
+                      f"turn {snap.next_turn()} started in warm Job {warm} ({reason})")
+                obs = observe(ctx, body, snap, warm, children)
+            elif await loop.run_in_executor(ctx.job_executor, ctx.kube.create_job, job):
                 ctx.inflight_jobs[key] = job_name
                 created = job_name
                 metrics.job_created()

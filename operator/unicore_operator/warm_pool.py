@@ -16,12 +16,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from unicore.api import pod_env
 
 from unicore_operator import names
 from unicore_operator.job_builder import TURN_CONTAINER
+from unicore_operator.watchdog.views import job_outcome, parse_time, pod_view
 
 WARM_NAME_INFIX = "-warm-"
 TEMPLATE_HASH_LENGTH = 16
@@ -95,5 +98,76 @@ def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str
     return job
 
 
-__all__ = ["WARM_NAME_INFIX", "build_warm_job_spec", "pod_template", "pod_template_hash", "template_task",
-           "warm_job_prefix"]
+@dataclass(frozen=True)
+class WarmJob:
+    """A warm Job of a pool (label ``unicore.dev/warm-pool``); ``assigned``: it has a task (its task-id annotation,
+    added when the operator gave its pod a turn)."""
+
+    namespace: str
+    name: str
+    pool: str
+    template: str
+    uid: str = ""
+    finished: bool = False
+    deleting: bool = False
+    assigned: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Counts toward its pool's size: not assigned, not ended, not being deleted."""
+        return not (self.assigned or self.finished or self.deleting)
+
+
+@dataclass(frozen=True)
+class WarmPod:
+    """The pod of a warm Job; ``running``: its containers run (the turn container is up and may be waiting)."""
+
+    namespace: str
+    name: str
+    job: str
+    pool: str
+    template: str
+    running: bool = False
+    deleting: bool = False
+    assigned: bool = False
+    created_at: float = 0.0
+    start_time: float | None = None
+
+
+def _labels(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (body.get("metadata") or {}).get("labels") or {}
+
+
+def _assigned(body: Mapping[str, Any]) -> bool:
+    return bool(((body.get("metadata") or {}).get("annotations") or {}).get(names.TASK_ID_ANNOTATION))
+
+
+def warm_job_view(body: Mapping[str, Any]) -> WarmJob:
+    meta, labels = body.get("metadata") or {}, _labels(body)
+    outcome, _ = job_outcome(body.get("status"))
+    return WarmJob(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                   pool=str(labels.get(names.WARM_POOL_LABEL) or ""),
+                   template=str(labels.get(names.WARM_TEMPLATE_LABEL) or ""), uid=str(meta.get("uid") or ""),
+                   finished=outcome != "running", deleting=bool(meta.get("deletionTimestamp")),
+                   assigned=_assigned(body))
+
+
+def warm_pod_view(body: Mapping[str, Any]) -> WarmPod:
+    meta, labels, pod = body.get("metadata") or {}, _labels(body), pod_view(body)
+    return WarmPod(namespace=pod.namespace, name=pod.name, job=pod.job_name,
+                   pool=str(labels.get(names.WARM_POOL_LABEL) or ""),
+                   template=str(labels.get(names.WARM_TEMPLATE_LABEL) or ""), running=pod.phase == "Running",
+                   deleting=pod.deleting, assigned=_assigned(body),
+                   created_at=parse_time(meta.get("creationTimestamp")) or 0.0, start_time=pod.start_time)
+
+
+def assignment_patch(turn_job: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata a warm Job and its pod get when their pod takes turn Job ``turn_job``'s turn: that Job's labels
+    (the task's, turn, attempt) and annotations (the task id), so the operator's Job and pod paths and the watchdog
+    see it as the turn's Job from then on."""
+    meta = turn_job["metadata"]
+    return {"metadata": {"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})}}
+
+
+__all__ = ["WARM_NAME_INFIX", "WarmJob", "WarmPod", "assignment_patch", "build_warm_job_spec", "pod_template",
+           "pod_template_hash", "template_task", "warm_job_prefix", "warm_job_view", "warm_pod_view"]

@@ -74,7 +74,8 @@ def test_a_warm_process_waits_then_runs_exactly_the_turn_it_is_assigned(redis_cl
     done = store.get_task(task)
     assert done.turns == 1 and done.status == "idle"
     assert [m for m in store.messages(task) if m.role == "assistant"][-1].content[0]["text"] == "Hello from a warm pod."
-    assert warm_pods.assignment_of(redis_client, NS, "warm-1") == (task, "greeter-t1")
+    assert warm_pods.assignment_of(redis_client, NS, "warm-1") == Assignment(task, "greeter-t1", turn=1)
+    assert warm_pods.holder(redis_client, NS, "greeter-t1") == "warm-1"
 
 
 def test_one_turn_gets_one_pod_and_one_pod_one_turn(redis_client: redis.Redis) -> None:

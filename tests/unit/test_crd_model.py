@@ -18,6 +18,7 @@ from unicore.api.spec import (
     LimitsSpec,
     ParentRef,
     SpecInvalid,
+    WarmPoolSpec,
     WorkbenchSpec,
     agent_spec_of,
     parse_spec,
@@ -52,7 +53,8 @@ def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[s
 
 @pytest.mark.parametrize(
     ("model", "path"),
-    [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",)), (WorkbenchSpec, ("workbench",))],
+    [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",)), (WorkbenchSpec, ("workbench",)),
+     (WarmPoolSpec, ("warmPool",))],
 )
 def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
     schema = crd_spec_schema("agent.yaml")
@@ -64,7 +66,8 @@ def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], p
 def test_scheduling_fields_are_fields_of_both_specs() -> None:
     for field in SCHEDULING_FIELDS:
         assert field in AgentTaskSpec.model_fields and field in AgentSpec.model_fields
-    assert KUBERNETES_ONLY == tuple(spec_key(AgentSpec, field) for field in SCHEDULING_FIELDS)
+    assert KUBERNETES_ONLY == (*(spec_key(AgentSpec, field) for field in SCHEDULING_FIELDS),
+                               spec_key(AgentSpec, "warm_pool"))
     assert spec_key(AgentTaskSpec, "priority_class_name") == "priorityClassName"
     assert spec_key(LimitsSpec, "turn_timeout_seconds") == "turnTimeoutSeconds"
 

@@ -111,3 +111,30 @@ def test_a_warm_job_of_a_queued_template_is_in_its_queue() -> None:
     queued["spec"]["queueName"] = "team-a"
     job = build_warm_job_spec(turn_job(queued), "writer", owner_reference(AGENT), max_wait_seconds=60)
     assert job["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a"  # admitted by Kueue before it waits
+
+
+def test_only_an_agent_asking_for_warm_pods_has_a_pool() -> None:
+    from unicore_operator.warm_pools import pool_spec
+
+    assert pool_spec(None) is None
+    assert pool_spec(AGENT) is None  # no warmPool
+    sized = {**AGENT, "spec": {**AGENT["spec"], "warmPool": {"size": 2, "maxWaitSeconds": 600}}}
+    found = pool_spec(sized)
+    assert found is not None and (found.size, found.max_wait_seconds) == (2, 600)
+    assert pool_spec({**sized, "spec": {**sized["spec"], "warmPool": {"size": 0}}}) is None
+    assert pool_spec({**sized, "metadata": {**sized["metadata"], "deletionTimestamp": "2026-11-28T10:00:00Z"}}) is None
+
+
+def test_a_warm_pod_given_a_turn_gets_the_turns_own_deadline_from_now() -> None:
+    import time
+
+    from unicore_operator.warm_pool import WarmPod
+    from unicore_operator.warm_pools import _turn_deadline, agent_owner
+
+    job = turn_job(task("a"))
+    timeout = job["spec"]["template"]["spec"]["activeDeadlineSeconds"]
+    waited = WarmPod("team-a", "p", "j", "writer", "t", running=True, start_time=time.time() - 100.2)
+    assert _turn_deadline(waited, job) in (101 + timeout, 102 + timeout)  # what it waited, rounded up, plus a turn
+    assert _turn_deadline(WarmPod("team-a", "p", "j", "writer", "t"), job) is None  # not started: left as it is
+    owner = agent_owner(AGENT)
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Agent", "agent-uid", True)

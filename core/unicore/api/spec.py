@@ -148,6 +148,13 @@ class AgentTaskSpec(SchedulingSpec):
     queue_name: str | None = None
 
 
+class WarmPoolSpec(CamelModel):
+    """``spec.warmPool`` of an Agent: ready turn pods kept waiting for its tasks' turns (docs/warm-pods.md)."""
+
+    size: int = Field(0, ge=0, le=64)
+    max_wait_seconds: int | None = Field(default=None, ge=60, le=86_400)
+
+
 class AgentSpec(SchedulingSpec):
     """``spec`` of an Agent as it is read (``agent_spec_of``). The runtime's part is checked and used as
     ``unicore.agents.AgentDefinition``; the scheduling fields are defaults of its tasks' turn pods (``job_builder``)."""
@@ -159,6 +166,7 @@ class AgentSpec(SchedulingSpec):
     limits: LimitsSpec = Field(default_factory=lambda: LimitsSpec())
     approval: ApprovalSpec | None = None
     mcp_servers: list[MCPServerRef] | None = None
+    warm_pool: WarmPoolSpec | None = None
 
 
 Spec = TypeVar("Spec", bound=CamelModel)

@@ -9,7 +9,7 @@ Keys (one namespace's, hash tag ``{<namespace>/}``, so the assignment script tou
 - ``uc:{NS/}:warmassign:<pod>`` (``keys.warm_assignment_stream``): the pod's assignment, one entry, XADDed by the
   operator; the pod reads it with a blocking XREAD (read only for the namespace's user).
 - ``uc:{NS/}:warmfence`` (``keys.warm_fence_key``), the operator's alone: ``job:<turn Job name>`` -> the pod that
-  runs that (task, turn, attempt), and ``pod:<pod>`` -> ``<task id> <turn Job name>``. The assignment script
+  runs that (task, turn, attempt), and ``pod:<pod>`` -> the assignment (JSON). The assignment script
   (``ASSIGN``) gives a pod at most one turn and a turn at most one pod: a repeated activation of the same turn (the
   cold path's 409 on the Job's deterministic name) finds the turn taken and does nothing.
 
@@ -46,7 +46,7 @@ end
 if redis.call('HEXISTS', KEYS[2], 'pod:' .. ARGV[1]) == 1 then
   return {0, 'pod-assigned'}
 end
-redis.call('HSET', KEYS[2], 'job:' .. ARGV[3], ARGV[1], 'pod:' .. ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+redis.call('HSET', KEYS[2], 'job:' .. ARGV[3], ARGV[1], 'pod:' .. ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[1], 'state', 'assigned')
 redis.call('XADD', KEYS[3], '*', 'assignment', ARGV[4])
 return {1, ARGV[1]}
@@ -144,13 +144,16 @@ def assign(client: RedisClient, namespace: str, pod: str, assignment: Assignment
     return AssignResult(False, reason)
 
 
-def assignment_of(client: RedisClient, namespace: str, pod: str) -> tuple[str, str] | None:
-    """(task id, turn Job name) that ``pod`` was given, from the fence; None if none."""
+def assignment_of(client: RedisClient, namespace: str, pod: str) -> Assignment | None:
+    """The turn ``pod`` was given, from the fence; None if none."""
     raw = client.hget(warm_fence_key(namespace), f"pod:{pod}")
-    if raw is None:
-        return None
-    task_id, _, job = text(raw).partition(" ")
-    return task_id, job
+    return Assignment.of(text(raw)) if raw is not None else None
+
+
+def holder(client: RedisClient, namespace: str, job: str) -> str | None:
+    """The warm pod that was given turn Job ``job``'s turn, from the fence; None if none."""
+    raw = client.hget(warm_fence_key(namespace), f"job:{job}")
+    return text(raw) if raw is not None else None
 
 
 def forget(client: RedisClient, namespace: str, pod: str) -> None:
@@ -159,9 +162,9 @@ def forget(client: RedisClient, namespace: str, pod: str) -> None:
     held = assignment_of(client, namespace, pod)
     pipe = client.pipeline(transaction=False)
     pipe.delete(warm_pod_key(namespace, pod), warm_assignment_stream(namespace, pod))
-    pipe.hdel(fence, f"pod:{pod}", *([f"job:{held[1]}"] if held else []))
+    pipe.hdel(fence, f"pod:{pod}", *([f"job:{held.job}"] if held else []))
     pipe.execute()
 
 
-__all__ = ["ASSIGN", "AssignResult", "Assignment", "WAITING", "assign", "assignment_of", "forget",
+__all__ = ["ASSIGN", "AssignResult", "Assignment", "WAITING", "assign", "assignment_of", "forget", "holder",
            "register_waiting", "wait_for_assignment", "waiting"]

@@ -1,4 +1,11 @@
 """Kopf handlers, one module per concern; importing this package registers them all."""
 
 from unicore_operator import indexes  # noqa: F401  (registers the indexes)
-from unicore_operator.handlers import agents, agenttasks, command_jobs, jobs, lifecycle  # noqa: F401
+from unicore_operator.handlers import (  # noqa: F401
+    agents,
+    agenttasks,
+    command_jobs,
+    jobs,
+    lifecycle,
+    warm_pools,
+)

@@ -20,8 +20,10 @@ from unicore_operator.metrics.operator_metrics import (
     observe_activation,
     observe_activation_latency,
     observe_watchdog_scan,
+    warm_pod_created,
+    warm_turn,
 )
 
 __all__ = ["REGISTRY", "approval_decided", "command_job_ended", "job_created", "job_failed", "job_reaped",
-           "observe_activation", "observe_activation_latency", "observe_watchdog_scan"]
+           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "warm_pod_created", "warm_turn"]
 

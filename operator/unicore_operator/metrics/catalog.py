@@ -55,7 +55,8 @@ TURN_FAILURE_REASONS = ("failed", "lease_lost", "cancelled")  # unicore.turn.out
 MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.providers.calling
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
-COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")  # unicore.store.command_jobs.JobOutcome
+COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")
+WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools  # unicore.store.command_jobs.JobOutcome
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
@@ -134,6 +135,12 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Tool calls waiting for a user's approval, over the tasks the operator watches (from their status).",
                "operator"),
     MetricSpec("unicore_jobs_created_total", "counter", "Turn Jobs created by the operator.", "operator"),
+    MetricSpec("unicore_warm_turns_total", "counter",
+               "Turns of tasks whose Agent has a warm pool, by how they started: assigned (a waiting warm pod took "
+               "the turn) or missed (no waiting pod of the task's template: a cold Job).", "operator", ("outcome",),
+               known=(("outcome", WARM_TURN_OUTCOMES),)),
+    MetricSpec("unicore_warm_pods_created_total", "counter", "Warm turn Jobs the operator created for pools.",
+               "operator"),
     MetricSpec("unicore_command_jobs_total", "counter",
                "Command Jobs (submit_job) whose result was delivered, by outcome: succeeded, failed, cancelled "
                "(the task was suspended or stopped), refused (over limits.maxJobGPUs).", "operator",

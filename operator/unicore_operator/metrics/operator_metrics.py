@@ -43,6 +43,8 @@ COMMAND_JOB_GPU_SECONDS = Counter("unicore_command_job_gpu_seconds", _help("unic
                                   registry=REGISTRY)
 COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unicore_command_job_queued_seconds"),
                                buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
+WARM_TURNS = Counter("unicore_warm_turns", _help("unicore_warm_turns_total"), ["outcome"], registry=REGISTRY)
+WARM_PODS_CREATED = Counter("unicore_warm_pods_created", _help("unicore_warm_pods_created_total"), registry=REGISTRY)
 BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
 
 
@@ -59,6 +61,7 @@ declare_known(JOBS_FAILED, BY_NAME["unicore_jobs_failed_total"])
 declare_known(JOBS_REAPED, BY_NAME["unicore_jobs_reaped_total"])
 declare_known(APPROVALS, BY_NAME["unicore_approvals_total"])
 declare_known(COMMAND_JOBS, BY_NAME["unicore_command_jobs_total"])
+declare_known(WARM_TURNS, BY_NAME["unicore_warm_turns_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -86,6 +89,15 @@ def job_failed(reason: str) -> None:
 
 def job_reaped(reason: str) -> None:
     JOBS_REAPED.labels(reason=reason).inc()
+
+
+def warm_turn(outcome: str) -> None:
+    """Call once per turn of a task whose Agent has a warm pool: ``assigned`` or ``missed``."""
+    WARM_TURNS.labels(outcome=outcome).inc()
+
+
+def warm_pod_created() -> None:
+    WARM_PODS_CREATED.inc()
 
 
 def command_job_ended(outcome: str, gpus: int, ran_seconds: float | None, queued_seconds: float | None) -> None:

@@ -1,0 +1,229 @@
+"""Warm pools (issue 30): each Agent with ``spec.warmPool.size`` keeps that many warm turn pods of its template
+waiting in its namespace, and a turn of one of its tasks takes a waiting one instead of starting a pod.
+
+- ``keep_pool`` (a Kopf timer on every Agent, ``WARM_POOL_CHECK_SECONDS``): creates the missing warm Jobs
+  (``warm_pool.build_warm_job_spec``), deletes idle ones of an old template (the Agent or the operator's settings
+  changed) or beyond the size, and ended ones nobody assigned; and finishes an assignment an operator crash left
+  half done (the fence names a task, the Job does not yet).
+- ``take_turn`` (from ``reconcile``, under the task's lock, instead of creating the turn Job): when the task's cold Job
+  would have its pool's template, a running warm pod whose record says it waits is given the turn (``store.warm_pods
+  .assign``: one pod per turn, one turn per pod), then its Job and pod get the cold Job's labels and annotations
+  (``warm_pool.assignment_patch``) and the pod the turn's own deadline, so every path that follows a task's turn Job
+  (its end, the watchdog, the status) follows this one. A turn that a warm pod took already (a repeat, or an operator
+  restarted between the assignment and the labels) is not given a cold Job as well.
+- a warm pod deleted: what Redis keeps of it goes (``forget``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from unicore.api.spec import WarmPoolSpec, agent_spec_of, task_spec_of
+from unicore.faults import fault_point
+from unicore.store import warm_pods
+from unicore.store.warm_pods import Assignment
+
+from unicore_operator import metrics, names
+from unicore_operator.context import OperatorContext
+from unicore_operator.indexes import TaskKey
+from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
+from unicore_operator.kube import job_path
+from unicore_operator.log import logger
+from unicore_operator.mcp_servers import turn_mcp_env
+from unicore_operator.warm_pool import (
+    WarmJob,
+    WarmPod,
+    assignment_patch,
+    build_warm_job_spec,
+    pod_template_hash,
+    template_task,
+)
+
+WARM_POOL_CHECK_SECONDS = 2.0
+DEFAULT_MAX_WAIT_SECONDS = 1800
+PENDING_SECONDS = 30.0  # a warm Job this process created counts toward its pool this long, or until the index has it
+
+
+@dataclass
+class PoolState:
+    """What this process created for one pool that the index may not show yet: Job name -> when."""
+
+    pending: dict[str, float] = field(default_factory=dict)
+
+
+_pools: dict[TaskKey, PoolState] = {}
+
+
+def pool_spec(agent: dict[str, Any] | None) -> WarmPoolSpec | None:
+    """The Agent's warm pool, when it asks for one (size above 0) and is not being deleted."""
+    if agent is None or (agent.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    spec = agent_spec_of(agent).warm_pool
+    return spec if spec is not None and spec.size > 0 else None
+
+
+def agent_owner(agent: dict[str, Any]) -> dict[str, Any]:
+    """The owner reference of a pool's warm Jobs: their Agent (deleting it deletes them)."""
+    meta = agent["metadata"]
+    return {"apiVersion": names.API_VERSION, "kind": names.AGENT_KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": False}
+
+
+def template_job(ctx: OperatorContext, agent: dict[str, Any]) -> dict[str, Any]:
+    """The cold turn Job of the pool's template task (``warm_pool.template_task``)."""
+    body = template_task(agent)
+    spec = with_agent_defaults(task_spec_of(body), agent_spec_of(agent))
+    mcp_env = turn_mcp_env(ctx.mcpservers, agent["metadata"]["namespace"], spec)
+    return build_turn_job_spec(body, 1, ctx.settings, mcp_env=mcp_env, spec=spec)
+
+
+def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[WarmJob]:
+    return list(ctx.warmjobs.get(key) or ()) if ctx.warmjobs is not None else []
+
+
+def pods_of(ctx: OperatorContext, key: TaskKey) -> list[WarmPod]:
+    return list(ctx.warmpods.get(key) or ()) if ctx.warmpods is not None else []
+
+
+def _patch(ctx: OperatorContext, namespace: str, job: str, pod: str, patch: dict[str, Any],
+           deadline: int | None) -> None:
+    ctx.kube.core.merge_patch(job_path(namespace, job), patch)
+    pod_patch: dict[str, Any] = dict(patch)
+    if deadline is not None:
+        pod_patch["spec"] = {"activeDeadlineSeconds": deadline}
+    ctx.kube.core.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{pod}", pod_patch)
+
+
+async def keep_pool(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """Bring the pool of Agent ``namespace/name`` to its size (see the module doc)."""
+    key = (namespace, name)
+    agent = ctx.indexed_agent(namespace, name)
+    spec = pool_spec(agent)
+    await _finish_assignments(ctx, key)
+    jobs = jobs_of(ctx, key)
+    if spec is None and not jobs:
+        _pools.pop(key, None)
+        return
+    state = _pools.setdefault(key, PoolState())
+    now = time.monotonic()
+    seen = {job.name for job in jobs}
+    state.pending = {job: at for job, at in state.pending.items() if job not in seen and now - at < PENDING_SECONDS}
+    template = template_job(ctx, agent) if spec is not None and agent is not None else None
+    wanted = pod_template_hash(template) if template is not None else ""
+    idle = [job for job in jobs if job.idle]
+    current = [job for job in idle if job.template == wanted]
+    size = spec.size if spec is not None else 0
+    doomed = [job for job in idle if job.template != wanted] + current[size:]
+    doomed += [job for job in jobs if job.finished and not job.assigned and not job.deleting
+               and not await _ran_a_turn(ctx, key, job)]
+    for job in doomed:
+        await asyncio.to_thread(ctx.kube.delete_job, namespace, job.name, "Background", job.uid)
+    missing = size - len(current[:size]) - len(state.pending)
+    if template is None or agent is None or spec is None or missing <= 0:
+        return
+    max_wait = spec.max_wait_seconds or DEFAULT_MAX_WAIT_SECONDS
+    warm = build_warm_job_spec(template, name, agent_owner(agent), max_wait_seconds=max_wait)
+    for _ in range(missing):
+        created = await asyncio.to_thread(ctx.kube.core.create, job_path(namespace), warm)
+        job_name = str((created.get("metadata") or {}).get("name") or "")
+        state.pending[job_name] = time.monotonic()
+        metrics.warm_pod_created()
+        logger.info("created warm turn Job %s/%s for pool %s", namespace, job_name, name)
+
+
+async def _finish_assignments(ctx: OperatorContext, key: TaskKey) -> None:
+    """Label the Jobs and pods of the pool whose pod the fence says was assigned a turn but which carry no task yet
+    (the operator stopped between the assignment and the labels)."""
+    for pod in pods_of(ctx, key):
+        if pod.assigned or pod.deleting:
+            continue
+        held = await asyncio.to_thread(warm_pods.assignment_of, ctx.redis.sync, key[0], pod.name)
+        if held is None:
+            continue
+        turn_job = _turn_job_of(ctx, held)
+        if turn_job is None:
+            continue
+        await asyncio.to_thread(_patch, ctx, key[0], pod.job, pod.name, assignment_patch(turn_job), None)
+        logger.info("labelled warm pod %s/%s, assigned %s before a restart", key[0], pod.name, held.task_id)
+
+
+async def _ran_a_turn(ctx: OperatorContext, key: TaskKey, job: WarmJob) -> bool:
+    """Whether a pod of warm Job ``job`` was given a turn (the fence says so), though the Job has no task yet."""
+    for pod in pods_of(ctx, key):
+        if pod.job != job.name:
+            continue
+        if await asyncio.to_thread(warm_pods.assignment_of, ctx.redis.sync, key[0], pod.name) is not None:
+            return True
+    return False
+
+
+def _turn_job_of(ctx: OperatorContext, held: Assignment) -> dict[str, Any] | None:
+    """The cold turn Job of assignment ``held`` as the builder makes it (for its labels), from the index."""
+    namespace, _, name = held.task_id.partition("/")
+    body = ctx.indexed_task(namespace, name)
+    if body is None:
+        return None
+    job = build_turn_job_spec(body, held.turn, ctx.settings, held.attempt)
+    return job if job["metadata"]["name"] == held.job else None
+
+
+async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], job: dict[str, Any],
+                    turn: int, attempt: int) -> str | None:
+    """Give the turn of cold Job ``job`` (turn ``turn``, attempt ``attempt`` of task ``key``) to a waiting warm pod
+    of its Agent's pool; the warm Job's name, or None: no pool, no waiting pod of the same template (create the
+    cold Job). A turn already taken by a warm pod answers that pod's Job."""
+    ref = task_spec_of(body).agent_ref
+    if ref is None or ctx.warmpods is None:
+        return None
+    namespace, pool = key[0], ref.name
+    pods = pods_of(ctx, (namespace, pool))
+    has_pool = pool_spec(ctx.indexed_agent(namespace, pool)) is not None
+    if not pods and not has_pool:
+        return None
+    job_name = job["metadata"]["name"]
+    taken = await asyncio.to_thread(warm_pods.holder, ctx.redis.sync, namespace, job_name)
+    if taken is not None:
+        held = next((pod for pod in pods if pod.name == taken), None)
+        if held is not None and not held.assigned:
+            await asyncio.to_thread(_patch, ctx, namespace, held.job, held.name, assignment_patch(job), None)
+        return held.job if held is not None else None
+    template = pod_template_hash(job)
+    candidates = sorted((pod for pod in pods if pod.running and not pod.assigned and not pod.deleting
+                         and pod.template == template), key=lambda pod: pod.created_at)
+    waiting = await asyncio.to_thread(warm_pods.waiting, ctx.redis.sync, namespace,
+                                      [pod.name for pod in candidates]) if candidates else {}
+    assignment = Assignment(names.task_id(*key), job_name, turn=turn, attempt=attempt)
+    for pod in candidates:
+        if pod.name not in waiting:
+            continue
+        result = await asyncio.to_thread(warm_pods.assign, ctx.redis.sync, namespace, pod.name, assignment)
+        if not result.assigned:
+            continue
+        fault_point("after warm assign")  # the crash tests' kill point (unicore.faults.OPERATOR_STEPS)
+        deadline = _turn_deadline(pod, job)
+        await asyncio.to_thread(_patch, ctx, namespace, pod.job, pod.name, assignment_patch(job), deadline)
+        metrics.warm_turn("assigned")
+        return pod.job
+    metrics.warm_turn("missed")
+    return None
+
+
+def _turn_deadline(pod: WarmPod, job: dict[str, Any]) -> int | None:
+    """The pod's new activeDeadlineSeconds: the time it waited plus the turn's own (the cold pod's), so the turn
+    gets exactly its timeout from now on (a pod's deadline may only go down; the warm one covers the longest
+    wait)."""
+    turn_timeout = job["spec"]["template"]["spec"].get("activeDeadlineSeconds")
+    if turn_timeout is None or pod.start_time is None:
+        return None
+    return math.ceil(max(0.0, time.time() - pod.start_time)) + int(turn_timeout)
+
+
+async def forget_pod(ctx: OperatorContext, namespace: str, pod: str) -> None:
+    await asyncio.to_thread(warm_pods.forget, ctx.redis.sync, namespace, pod)
+
+
+__all__ = ["WARM_POOL_CHECK_SECONDS", "forget_pod", "keep_pool", "pool_spec", "take_turn", "template_job"]

@@ -1,0 +1,112 @@
+"""Warm turn pods on the real node (issue 30): an Agent with ``warmPool: {size: 2}`` keeps two turn pods running and
+waiting (their Redis records say so); three tasks of it created at once: two turns run in pods that existed before
+the tasks did, the third in a cold Job, each task answers once, and the pool refills with new pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kubernetes import client
+from unicore.store import warm_pods
+
+from tests.cluster.operator_harness import GROUP, VERSION, StartOperator, Tasks, operator_factory, stored_messages
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
+
+POOL_LABEL, TASK_LABEL = "unicore.dev/warm-pool", "unicore.dev/task"
+
+
+@pytest.fixture
+def start_operator(crd: Any, k8s_namespace: str, redis_url: str, tmp_path: Path) -> Iterator[StartOperator]:
+    env = {"UNICORE_DEFAULT_GPUS": "0", "UNICORE_WATCHDOG_INTERVAL_SECONDS": "1"}
+    with operator_factory(crd, k8s_namespace, redis_url, tmp_path, env=env, pod_logs=True) as start:
+        yield start
+
+
+def idle_warm_pods(tasks: Tasks, redis_client: redis.Redis) -> list[Any]:
+    """The namespace's warm pods that run, have no task and whose record says they wait."""
+    pods = [pod for pod in tasks.pods() if (pod.metadata.labels or {}).get(POOL_LABEL)
+            and not (pod.metadata.labels or {}).get(TASK_LABEL) and pod.status.phase == "Running"
+            and not pod.metadata.deletion_timestamp]
+    waiting = warm_pods.waiting(redis_client, tasks.namespace, [pod.metadata.name for pod in pods])
+    return [pod for pod in pods if pod.metadata.name in waiting]
+
+
+def phase(tasks: Tasks, name: str) -> str:
+    return str(((tasks.get(name) or {}).get("status") or {}).get("phase") or "")
+
+
+def test_turns_take_waiting_warm_pods_a_third_goes_cold_and_the_pool_refills(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    start_operator()
+    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 2}}}
+    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
+                                                                              "agents", agent)
+    first = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
+                     timeout=180, interval=0.2, what="two warm pods running and waiting")
+    before = {pod.metadata.name for pod in first}
+
+    names = ("a", "b", "c")
+    for name in names:
+        tasks.create(name, {"prompt": "Say hello.", "agentRef": {"name": "greeter"},
+                            "script": {"default": f"Hello from {name}."}})
+    wait_for(lambda: all(phase(tasks, name) == "Idle" for name in names), timeout=180, interval=0.2,
+             what="the three tasks answered")
+
+    runs: dict[str, list[Any]] = {name: [] for name in names}
+    for job in tasks.jobs():
+        task = (job.metadata.labels or {}).get(TASK_LABEL)
+        if task in runs:
+            runs[task].append(job)
+    assert all(len(jobs) == 1 for jobs in runs.values()), {k: [j.metadata.name for j in v] for k, v in runs.items()}
+    warm = {name: jobs[0] for name, jobs in runs.items() if (jobs[0].metadata.labels or {}).get(POOL_LABEL)}
+    assert len(warm) == 2, sorted(warm)
+    (cold,) = set(names) - set(warm)
+    assert runs[cold][0].metadata.name == f"{cold}-t1"  # the cold path's deterministic Job
+    pods_by_job = {(p.metadata.labels or {}).get("job-name"): p for p in tasks.pods()}
+    for name, job in warm.items():
+        pod = pods_by_job[job.metadata.name]
+        assert pod.metadata.name in before  # the turn ran in a pod that was waiting before the task existed
+        created = (tasks.get(name) or {})["metadata"]["creationTimestamp"]
+        assert pod.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ") <= created
+        assert (pod.metadata.labels or {}).get("unicore.dev/turn") == "1"
+
+    for name in names:  # each answered once
+        answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/{name}") if m["role"] == "assistant"]
+        assert [a["content"][0]["text"] for a in answers] == [f"Hello from {name}."], answers
+
+    refilled = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
+                        timeout=180, interval=0.2, what="the pool refilled")
+    assert not {pod.metadata.name for pod in refilled} & before  # new pods: each warm pod runs one turn
+
+
+def test_an_operator_killed_between_the_assignment_and_the_labels_still_runs_the_turn_once_in_the_warm_pod(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    first = start_operator(UNICORE_FAULTS="kill:after warm assign")
+    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
+    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
+                                                                              "agents", agent)
+    (pod,) = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and found, timeout=180, interval=0.2,
+                      what="a warm pod running and waiting")
+    tasks.create("k", {"prompt": "Say hello.", "agentRef": {"name": "greeter"}, "script": {"default": "Hello."}})
+    assert first.proc is not None
+    wait_for(lambda: first.proc is not None and first.proc.poll() is not None, timeout=120,
+             what="the operator to die right after the assignment")
+    assert warm_pods.holder(redis_client, k8s_namespace, "k-t1") == pod.metadata.name
+
+    start_operator()  # the next operator finishes the assignment; it makes no cold Job for the turn
+    wait_for(lambda: phase(tasks, "k") == "Idle", timeout=180, interval=0.2, what="the task answered")
+    ran = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "k"]
+    assert [(job.metadata.labels or {}).get(POOL_LABEL) for job in ran] == ["greeter"], ran
+    assert "k-t1" not in {job.metadata.name for job in tasks.jobs()}
+    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/k") if m["role"] == "assistant"]
+    assert [a["content"][0]["text"] for a in answers] == ["Hello."]
