@@ -86,6 +86,11 @@ yaml.safe_dump_all([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.
     say "transcript of $NS/$name with its tool calls (kubectl agenttask logs $name --tools)"
     PATH=$BIN:$PATH kubectl agenttask logs "$name" -n "$NS" --tools
   done
+  if [[ -n $pools ]]; then
+    echo
+    say "the warm pods: the one whose TASK is set ran that task's turn; the pool started another (docs/warm-pods.md)"
+    kubectl get pods -n "$NS" -l unicore.dev/warm-pool -L unicore.dev/warm-pool,unicore.dev/task,unicore.dev/turn
+  fi
 }
 
 run_tree() {  # kubectl agenttask reaches the operator's task API through the API server (APIService tasks.unicore.dev)

@@ -26,6 +26,8 @@ from unicore_operator import names
 from unicore_operator.job_builder import TURN_CONTAINER
 from unicore_operator.watchdog.views import job_outcome, parse_time, pod_view
 
+WORKSPACE_VOLUME = "workspace"  # job_builder.build_workspace_volume's volume
+
 WARM_NAME_INFIX = "-warm-"
 TEMPLATE_HASH_LENGTH = 16
 
@@ -42,13 +44,34 @@ def _turn_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in pod_spec["containers"] if c["name"] == TURN_CONTAINER)
 
 
+def _workspace_mount(container: dict[str, Any]) -> dict[str, Any] | None:
+    return next((m for m in container.get("volumeMounts", []) if m.get("name") == WORKSPACE_VOLUME), None)
+
+
+def shared_workspace(pod: dict[str, Any]) -> bool:
+    """Whether a warm pod built from ``pod`` may mount the workspace claim whole and serve any tree: only the turn
+    container mounts it (UniCore's own file tools then keep to the tree's folder). A pod with a workbench runs the
+    agent's code next to the workspace: it keeps its tree's folder (``subPath``), so its tasks take the cold path."""
+    mounting = [c for c in (*pod.get("initContainers", []), *pod["containers"]) if _workspace_mount(c) is not None]
+    return [c["name"] for c in mounting] == [TURN_CONTAINER]
+
+
+def workspace_folder_of(job: dict[str, Any]) -> str:
+    """The tree's folder of the workspace claim that turn Job ``job`` mounts (its ``subPath``), "" when none."""
+    mount = _workspace_mount(_turn_container(job["spec"]["template"]["spec"]))
+    return str((mount or {}).get("subPath") or "")
+
+
 def pod_template(job: dict[str, Any]) -> dict[str, Any]:
     """What makes the pod of turn Job ``job``, without what is per task (see the module doc): its pod spec without
-    the turn container's command and task id, and its Kueue queue."""
+    the turn container's command and task id (nor its tree's folder of the workspace claim, when the warm pod can
+    mount the claim whole: ``shared_workspace``), and its Kueue queue."""
     pod = copy.deepcopy(job["spec"]["template"]["spec"])
     turn = _turn_container(pod)
     turn.pop("command", None)
     turn["env"] = [item for item in turn.get("env", []) if item["name"] != pod_env.TASK_ID]
+    if shared_workspace(pod):
+        (_workspace_mount(turn) or {}).pop("subPath", None)
     queue = (job["metadata"].get("labels") or {}).get(names.KUEUE_QUEUE_LABEL)
     return {"pod": pod, "queue": queue}
 
@@ -89,6 +112,8 @@ def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str
     pod = template["spec"]
     pod["activeDeadlineSeconds"] = int(pod.get("activeDeadlineSeconds") or 0) + max_wait_seconds
     turn = _turn_container(pod)
+    if shared_workspace(pod):  # the claim whole: the assignment names the tree's folder (``workspace_folder_of``)
+        (_workspace_mount(turn) or {}).pop("subPath", None)
     turn["command"] = ["unicore-turn", "--warm"]
     turn["env"] = [item for item in turn.get("env", []) if item["name"] != pod_env.TASK_ID] + [
         {"name": pod_env.WARM_POOL, "value": pool},
@@ -170,4 +195,5 @@ def assignment_patch(turn_job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["WARM_NAME_INFIX", "WarmJob", "WarmPod", "assignment_patch", "build_warm_job_spec", "pod_template",
-           "pod_template_hash", "template_task", "warm_job_prefix", "warm_job_view", "warm_pod_view"]
+           "pod_template_hash", "shared_workspace", "template_task", "warm_job_prefix", "warm_job_view",
+           "warm_pod_view", "workspace_folder_of"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from unicore_operator.warm_pool import (
     build_warm_job_spec,
     pod_template_hash,
     template_task,
+    workspace_folder_of,
 )
 
 WARM_POOL_CHECK_SECONDS = 2.0
@@ -53,6 +55,7 @@ class PoolState:
     """What this process created for one pool that the index may not show yet: Job name -> when."""
 
     pending: dict[str, float] = field(default_factory=dict)
+    problem: str = ""  # why the pool cannot grow, as last logged (logged again only when it changes)
 
 
 _pools: dict[TaskKey, PoolState] = {}
@@ -98,8 +101,10 @@ def _patch(ctx: OperatorContext, namespace: str, job: str, pod: str, patch: dict
     ctx.kube.core.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{pod}", pod_patch)
 
 
-async def keep_pool(ctx: OperatorContext, namespace: str, name: str) -> None:
-    """Bring the pool of Agent ``namespace/name`` to its size (see the module doc)."""
+async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
+                    prepare: Callable[[], Awaitable[str | None]] | None = None) -> None:
+    """Bring the pool of Agent ``namespace/name`` to its size (see the module doc). ``prepare``: what the namespace
+    needs before a warm pod can start there (its agent RBAC and Redis identity), answering why not when it cannot."""
     key = (namespace, name)
     agent = ctx.indexed_agent(namespace, name)
     spec = pool_spec(agent)
@@ -124,6 +129,13 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str) -> None:
         await asyncio.to_thread(ctx.kube.delete_job, namespace, job.name, "Background", job.uid)
     missing = size - len(current[:size]) - len(state.pending)
     if template is None or agent is None or spec is None or missing <= 0:
+        return
+    problem = (await prepare() if prepare is not None else None) or ""
+    if problem != state.problem:
+        state.problem = problem
+        if problem:
+            logger.warning("warm pool %s/%s cannot grow: %s", namespace, name, problem)
+    if problem:
         return
     max_wait = spec.max_wait_seconds or DEFAULT_MAX_WAIT_SECONDS
     warm = build_warm_job_spec(template, name, agent_owner(agent), max_wait_seconds=max_wait)
@@ -196,7 +208,8 @@ async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], jo
                          and pod.template == template), key=lambda pod: pod.created_at)
     waiting = await asyncio.to_thread(warm_pods.waiting, ctx.redis.sync, namespace,
                                       [pod.name for pod in candidates]) if candidates else {}
-    assignment = Assignment(names.task_id(*key), job_name, turn=turn, attempt=attempt)
+    assignment = Assignment(names.task_id(*key), job_name, turn=turn, attempt=attempt,
+                            workspace=workspace_folder_of(job))
     for pod in candidates:
         if pod.name not in waiting:
             continue

@@ -134,3 +134,25 @@ def test_a_namespace_user_registers_and_reads_its_assignment_but_writes_neither_
             warm_pods.register_waiting(tenant, "team-other", "warm-t", pool="p", template="t", max_wait_seconds=60)
     finally:
         tenant.close()
+
+
+def test_a_warm_pod_on_the_whole_claim_works_in_its_assigned_trees_folder(redis_client: redis.Redis,
+                                                                          tenant_url: str, tmp_path: Path) -> None:
+    store = TaskStore(redis_client)
+    task = f"{NS}/writer"
+    script = {"tasks": {task: [{"tool_use": [{"name": "write_file", "input": {"path": "note.txt", "content": "hi"}}]},
+                               {"text": "Written."}]}}
+    assert store.create_task(TaskSpec(id=task, prompt="Write a note.", script=script, tools=["write_file"]))
+    (tmp_path / "ws").mkdir()  # the claim, mounted whole at UNICORE_WORKSPACE
+    process = warm_process(tenant_url, tmp_path, "warm-ws")
+    try:
+        wait_for(lambda: waits(redis_client, "warm-ws"), timeout=60, what="the warm pod to say it waits")
+        assert warm_pods.assign(redis_client, NS, "warm-ws", Assignment(task, "writer-t1", turn=1,
+                                                                        workspace="tree-a")).assigned
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert (tmp_path / "ws" / "tree-a" / "note.txt").read_text() == "hi"  # the tree's folder, made for its turn
+    assert not (tmp_path / "ws" / "note.txt").exists()

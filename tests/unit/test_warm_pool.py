@@ -16,6 +16,7 @@ from unicore_operator.warm_pool import (
     pod_template_hash,
     template_task,
     warm_job_prefix,
+    workspace_folder_of,
 )
 
 SETTINGS = OperatorSettings(redis_url="redis://redis:6379/0", agent_image="example/agent:1")
@@ -68,12 +69,23 @@ def test_a_task_that_changes_its_pod_has_another_template() -> None:
     assert pod_template_hash(turn_job(task("d", model="openai:gpt-4o"))) == pool
 
 
-def test_with_a_workspace_claim_each_tree_has_its_own_template() -> None:
-    # its pods mount the tree's folder of the claim (subPath): a pool pod cannot serve another tree yet
+def test_with_a_workspace_claim_a_pool_serves_every_tree_unless_its_pods_run_the_agents_code() -> None:
     settings = SETTINGS.model_copy(update={"workspace_claim": "work"})
+    plain = {"tools": ["read_file", "write_file"]}  # no run_command: only the turn container mounts the claim
+    pool = pod_template_hash(turn_job(template_task(AGENT) | {"spec": {"agentRef": {"name": "writer"}, **plain}},
+                                      settings))
+    assert pod_template_hash(turn_job(task("a", **plain), settings)) == pool
+    assert pod_template_hash(turn_job(task("b", **plain), settings)) == pool
+    assert workspace_folder_of(turn_job(task("b", parent="a", **plain), settings)) == "a"  # the assignment says it
+    # a workbench runs the agent's code beside the workspace: it keeps its tree's folder, a template per tree
     assert pod_template_hash(turn_job(task("a"), settings)) != pod_template_hash(turn_job(task("b"), settings))
     assert pod_template_hash(turn_job(task("b", parent="a"), settings)) == pod_template_hash(
         turn_job(task("a"), settings))
+    template = turn_job(task("t", **plain), settings)
+    warm = build_warm_job_spec(template, "writer", owner_reference(AGENT), max_wait_seconds=60)
+    mount = next(m for m in turn_of(warm)["volumeMounts"] if m["name"] == "workspace")
+    assert mount == {"name": "workspace", "mountPath": "/workspace"}  # the claim whole
+    assert next(m for m in turn_of(template)["volumeMounts"] if m["name"] == "workspace")["subPath"] == "t"
 
 
 def test_a_warm_job_is_the_template_pod_waiting_for_a_task() -> None:

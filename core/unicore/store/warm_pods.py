@@ -55,23 +55,25 @@ return {1, ARGV[1]}
 
 @dataclass(frozen=True)
 class Assignment:
-    """The turn a warm pod runs: its task and the name of the turn Job it stands for (``job_builder.turn_job_name``
-    of the turn and attempt)."""
+    """The turn a warm pod runs: its task, the name of the turn Job it stands for (``job_builder.turn_job_name`` of
+    the turn and attempt) and its tree's folder of the workspace claim."""
 
     task_id: str
     job: str
     turn: int = 0
     attempt: int = 0
+    workspace: str = ""  # the tree's folder of the workspace claim, when the pod mounts the claim whole
 
     def to_json(self) -> str:
-        return json.dumps({"task_id": self.task_id, "job": self.job, "turn": self.turn, "attempt": self.attempt})
+        return json.dumps({"task_id": self.task_id, "job": self.job, "turn": self.turn, "attempt": self.attempt,
+                           "workspace": self.workspace})
 
     @classmethod
     def of(cls, raw: str) -> Assignment | None:
         try:
             data: dict[str, Any] = json.loads(raw)
             return cls(task_id=str(data["task_id"]), job=str(data["job"]), turn=int(data.get("turn") or 0),
-                       attempt=int(data.get("attempt") or 0))
+                       attempt=int(data.get("attempt") or 0), workspace=str(data.get("workspace") or ""))
         except (ValueError, TypeError, KeyError):
             return None
 

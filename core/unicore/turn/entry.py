@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = connect(redis_url(settings))
         if args.warm:
-            from unicore.turn.warm import wait_for_turn
+            from unicore.turn.warm import tree_workspace, wait_for_turn
 
             assignment = wait_for_turn(client, settings, os.environ.get(pod_env.POD_NAME) or socket.gethostname(),
                                        cancel)
@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_OK  # its wait ended unused (or SIGTERM): nothing ran
             task = assignment.task_id
             os.environ[pod_env.TASK_ID] = task
-            settings = settings.model_copy(update={"task_id": task})
+            settings = settings.model_copy(update={"task_id": task, "workspace": tree_workspace(settings,
+                                                                                               assignment)})
         spawner = spawner_from_settings(client, settings)
         outcome = run_turn(task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
                            context=context)

@@ -8,9 +8,12 @@ replaces it; a pod is never kept long enough to run stale credentials or images)
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
+from pathlib import Path
 
+from unicore.api import pod_env
 from unicore.errors import ConfigError
 from unicore.log import get_logger
 from unicore.settings import RuntimeSettings
@@ -52,4 +55,20 @@ def wait_for_turn(client: RedisClient, settings: RuntimeSettings, pod: str,
     return found
 
 
-__all__ = ["PRELOADED", "preload", "wait_for_turn"]
+def tree_workspace(settings: RuntimeSettings, assignment: Assignment) -> Path | None:
+    """The turn's workspace: the tree's folder of the claim when the pod mounts the claim whole (the assignment names
+    it; made when it is the tree's first turn), else the pod's own (``UNICORE_WORKSPACE``)."""
+    if not assignment.workspace or settings.workspace is None:
+        return settings.workspace
+    if "/" in assignment.workspace or assignment.workspace in ("", ".", ".."):
+        raise ConfigError(f"not a workspace folder: {assignment.workspace!r}")
+    folder = settings.workspace / assignment.workspace
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot make the tree's workspace folder {folder}: {exc.strerror or exc}") from None
+    os.environ[pod_env.WORKSPACE] = str(folder)
+    return folder
+
+
+__all__ = ["PRELOADED", "preload", "tree_workspace", "wait_for_turn"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from unicore_operator import names
+from unicore_operator import agent_rbac, names, redis_identities
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import WARM_SELECTOR
 from unicore_operator.warm_pools import WARM_POOL_CHECK_SECONDS, forget_pod, keep_pool
@@ -18,12 +18,29 @@ def _ctx(memo: kopf.Memo) -> OperatorContext | None:
     return ctx if ctx is not None and ctx.ready.is_set() else None
 
 
+async def namespace_ready(ctx: OperatorContext, memo: kopf.Memo, namespace: str) -> str | None:
+    """The namespace's agent ServiceAccount and RBAC and its own Redis user and Secret, as its first AgentTask's
+    creation makes them (a warm pod may come before any task): None when they are in place, else why not."""
+    provisioner = memo.get(agent_rbac.MEMO_KEY)
+    if provisioner is None:
+        provisioner = memo[agent_rbac.MEMO_KEY] = agent_rbac.AgentRbacProvisioner(ctx.kube.core, ctx.settings)
+    try:
+        problem: str | None = await provisioner.ensure(namespace)
+        if problem is None and ctx.settings.redis_identities:
+            identities = ctx.redis_identities
+            problem = "Redis identities are still starting" if identities is None else await identities.ensure(
+                namespace)
+    except (agent_rbac.TransientFailure, redis_identities.TransientFailure) as exc:
+        problem = str(exc)
+    return problem
+
+
 @kopf.timer(names.GROUP, names.VERSION, names.AGENT_PLURAL, interval=WARM_POOL_CHECK_SECONDS, id="warm-pool")
 async def keep_warm_pool(*, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     ctx = _ctx(memo)
     if ctx is None or namespace is None or not ctx.watches(namespace):
         return  # not started yet: the next tick
-    await keep_pool(ctx, namespace, name)
+    await keep_pool(ctx, namespace, name, prepare=lambda: namespace_ready(ctx, memo, namespace))
 
 
 @kopf.on.event("", "v1", "pods", labels=WARM_SELECTOR)
