@@ -325,8 +325,8 @@ def test_the_user_is_idempotent_and_a_new_password_replaces_the_old(
     rules = redis_client.acl_getuser(acl.namespace_user("team-a"))
     assert rules["enabled"] and len(rules["passwords"]) == 1
     # + its own streams' XADD, + the GET of its namespace's agent definitions, + the reads of its tasks' decisions,
-    # + the EXISTS of its tasks' scripted-model gates
-    assert len(rules["selectors"]) == len(acl.SHARED_SELECTORS) + 4
+    # + the EXISTS of its tasks' scripted-model gates, + its warm pods' records and their assignments' reads
+    assert len(rules["selectors"]) == len(acl.SHARED_SELECTORS) + 6
     second = identities.password("team-a")  # rotation: the next apply with a new password
     with pytest.raises(AuthenticationError):
         build_client(acl.identity_url(redis_url, acl.namespace_user("team-a"), first), retry_for=0).ping()
