@@ -64,20 +64,22 @@ def test_bad_arguments_are_one_line_exit_2(
     assert store.list_tasks() == []
 
 
-@pytest.mark.parametrize(
-    ("content", "needle"),
-    [
-        (b"tasks:\n  x:\n    - text: caf\xe9\n", "is not UTF-8 text (bad byte at offset 27)"),
-        (b"tasks: &loop {x: [{text: hi}], y: *loop}\n", "YAML aliases (*loop) are not allowed"),
-        (LAUGHS.encode(), "YAML aliases (*a0) are not allowed"),
-        (b"tasks: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested more than 64 levels deep"),
-        (b"tasks: {x: [{text: 'unclosed}\n", "is not valid YAML/JSON"),
-        (b"- just\n- a list\n", "a script is a mapping"),
-        (b"tasks: {x: [{tool_use: [{name: a, input: {day: 2020-01-01}}]}]}\n", "not plain JSON"),
-        (b"tasks: {x: [{txt: typo}]}\n", "invalid script: tasks.x.0.txt"),
-        (b"#" * (MAX_SCRIPT_BYTES + 1), "is larger than 4 MiB"),
-    ],
-)
+# The ids are the needles: a test id carrying the 4 MiB script became PYTEST_CURRENT_TEST, and every process the
+# test's set-up started (the session's redis-server, when this test came first in a worker) failed with E2BIG.
+BAD_SCRIPTS = [
+    (b"tasks:\n  x:\n    - text: caf\xe9\n", "is not UTF-8 text (bad byte at offset 27)"),
+    (b"tasks: &loop {x: [{text: hi}], y: *loop}\n", "YAML aliases (*loop) are not allowed"),
+    (LAUGHS.encode(), "YAML aliases (*a0) are not allowed"),
+    (b"tasks: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested more than 64 levels deep"),
+    (b"tasks: {x: [{text: 'unclosed}\n", "is not valid YAML/JSON"),
+    (b"- just\n- a list\n", "a script is a mapping"),
+    (b"tasks: {x: [{tool_use: [{name: a, input: {day: 2020-01-01}}]}]}\n", "not plain JSON"),
+    (b"tasks: {x: [{txt: typo}]}\n", "invalid script: tasks.x.0.txt"),
+    (b"#" * (MAX_SCRIPT_BYTES + 1), "is larger than 4 MiB"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), BAD_SCRIPTS, ids=[needle for _, needle in BAD_SCRIPTS])
 def test_bad_script_files_are_one_line_exit_2(
     cli_env: Path, store: TaskStore, capsys: pytest.CaptureFixture[str], content: bytes, needle: str
 ) -> None:
