@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     task: str = args.task or settings.task_id or ""
     try:
         client = connect(redis_url(settings))
+        spawner = spawner_from_settings(client, settings) if args.warm else None  # a warm pod: before it waits
         if args.warm:
             from unicore.turn.warm import tree_workspace, wait_for_turn
 
@@ -91,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[pod_env.TASK_ID] = task
             settings = settings.model_copy(update={"task_id": task, "workspace": tree_workspace(settings,
                                                                                                assignment)})
-        spawner = spawner_from_settings(client, settings)
+        if not args.warm:
+            spawner = spawner_from_settings(client, settings)
         outcome = run_turn(task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
                            context=context)
         code = outcome.exit_code
