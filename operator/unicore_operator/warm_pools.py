@@ -55,10 +55,18 @@ class PoolState:
     """What this process created for one pool that the index may not show yet: Job name -> when."""
 
     pending: dict[str, float] = field(default_factory=dict)
+    checked: float | None = None  # when the pool was last checked (monotonic): its idle pod-seconds count from then
     problem: str = ""  # why the pool cannot grow, as last logged (logged again only when it changes)
 
 
 _pools: dict[TaskKey, PoolState] = {}
+
+
+def idle_pod_seconds(state: PoolState, idle: int, now: float) -> float:
+    """The pod-seconds ``idle`` warm pods idled since the pool's last check (0 at its first), and mark this one."""
+    spent = idle * (now - state.checked) if state.checked is not None else 0.0
+    state.checked = now
+    return max(0.0, spent)
 
 
 def pool_spec(agent: dict[str, Any] | None) -> WarmPoolSpec | None:
@@ -111,7 +119,8 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
     await _finish_assignments(ctx, key)
     jobs = jobs_of(ctx, key)
     if spec is None and not jobs:
-        _pools.pop(key, None)
+        if _pools.pop(key, None) is not None:
+            metrics.warm_pool_gone(namespace, name)
         return
     state = _pools.setdefault(key, PoolState())
     now = time.monotonic()
@@ -122,6 +131,7 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
     idle = [job for job in jobs if job.idle]
     current = [job for job in idle if job.template == wanted]
     size = spec.size if spec is not None else 0
+    metrics.warm_pool_checked(namespace, name, len(current[:size]), idle_pod_seconds(state, len(idle), now))
     doomed = [job for job in idle if job.template != wanted] + current[size:]
     doomed += [job for job in jobs if job.finished and not job.assigned and not job.deleting
                and not await _ran_a_turn(ctx, key, job)]

@@ -150,3 +150,21 @@ def test_a_warm_pod_given_a_turn_gets_the_turns_own_deadline_from_now() -> None:
     assert _turn_deadline(WarmPod("team-a", "p", "j", "writer", "t"), job) is None  # not started: left as it is
     owner = agent_owner(AGENT)
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("Agent", "agent-uid", True)
+
+
+def test_a_pools_idle_pod_seconds_count_from_its_last_check_and_its_gauge_says_its_idle_pods() -> None:
+    from unicore_operator import metrics
+    from unicore_operator.warm_pools import PoolState, idle_pod_seconds
+
+    state = PoolState()
+    assert idle_pod_seconds(state, 2, 100.0) == 0.0  # the first check: nothing counted yet
+    assert idle_pod_seconds(state, 2, 103.5) == 7.0  # two pods idle for 3.5 s
+    assert idle_pod_seconds(state, 0, 110.0) == 0.0
+    before = metrics.REGISTRY.get_sample_value("unicore_warm_pool_idle_pod_seconds_total") or 0.0
+    metrics.warm_pool_checked("team-a", "writer", 2, 7.0)
+    assert metrics.REGISTRY.get_sample_value("unicore_warm_pool_idle_pods",
+                                             {"namespace": "team-a", "pool": "writer"}) == 2
+    assert metrics.REGISTRY.get_sample_value("unicore_warm_pool_idle_pod_seconds_total") == before + 7.0
+    metrics.warm_pool_gone("team-a", "writer")
+    assert metrics.REGISTRY.get_sample_value("unicore_warm_pool_idle_pods",
+                                             {"namespace": "team-a", "pool": "writer"}) is None

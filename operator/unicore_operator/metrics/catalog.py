@@ -141,6 +141,12 @@ CATALOG: tuple[MetricSpec, ...] = (
                known=(("outcome", WARM_TURN_OUTCOMES),)),
     MetricSpec("unicore_warm_pods_created_total", "counter", "Warm turn Jobs the operator created for pools.",
                "operator"),
+    MetricSpec("unicore_warm_pool_idle_pods", "gauge",
+               "Idle warm turn Jobs of each Agent's pool (of its current template, not yet given a turn), at the "
+               "pool's last check.", "operator", ("namespace", "pool")),
+    MetricSpec("unicore_warm_pool_idle_pod_seconds_total", "counter",
+               "Pod-seconds warm pods spent idle (what a pool costs: each holds its requests and GPUs meanwhile), "
+               "counted at each pool check.", "operator"),
     MetricSpec("unicore_command_jobs_total", "counter",
                "Command Jobs (submit_job) whose result was delivered, by outcome: succeeded, failed, cancelled "
                "(the task was suspended or stopped), refused (over limits.maxJobGPUs).", "operator",

@@ -45,6 +45,10 @@ COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unic
                                buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
 WARM_TURNS = Counter("unicore_warm_turns", _help("unicore_warm_turns_total"), ["outcome"], registry=REGISTRY)
 WARM_PODS_CREATED = Counter("unicore_warm_pods_created", _help("unicore_warm_pods_created_total"), registry=REGISTRY)
+WARM_POOL_IDLE = Gauge("unicore_warm_pool_idle_pods", _help("unicore_warm_pool_idle_pods"), ["namespace", "pool"],
+                       registry=REGISTRY)
+WARM_IDLE_SECONDS = Counter("unicore_warm_pool_idle_pod_seconds", _help("unicore_warm_pool_idle_pod_seconds_total"),
+                            registry=REGISTRY)
 BUILD = Info("unicore_build", _help("unicore_build"), registry=REGISTRY)
 
 
@@ -98,6 +102,20 @@ def warm_turn(outcome: str) -> None:
 
 def warm_pod_created() -> None:
     WARM_PODS_CREATED.inc()
+
+
+def warm_pool_checked(namespace: str, pool: str, idle: int, idle_pod_seconds: float) -> None:
+    """Call at each check of a pool: its idle warm Jobs now, and the pod-seconds they idled since the last check."""
+    WARM_POOL_IDLE.labels(namespace=namespace, pool=pool).set(idle)
+    if idle_pod_seconds > 0:
+        WARM_IDLE_SECONDS.inc(idle_pod_seconds)
+
+
+def warm_pool_gone(namespace: str, pool: str) -> None:
+    try:
+        WARM_POOL_IDLE.remove(namespace, pool)
+    except KeyError:
+        pass
 
 
 def command_job_ended(outcome: str, gpus: int, ran_seconds: float | None, queued_seconds: float | None) -> None:
