@@ -1,6 +1,7 @@
 """Warm turn pods on the real node (issue 30): an Agent with ``warmPool: {size: 2}`` keeps two turn pods running and
 waiting (their Redis records say so); three tasks of it created at once: two turns run in pods that existed before
-the tasks did, the third in a cold Job, each task answers once, and the pool refills with new pods."""
+the tasks did, the third in a cold Job, each task answers once, and the pool refills with new pods; a task whose own
+spec changes its pod goes cold while warm pods wait."""
 
 from __future__ import annotations
 
@@ -85,6 +86,16 @@ def test_turns_take_waiting_warm_pods_a_third_goes_cold_and_the_pool_refills(
     refilled = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
                         timeout=180, interval=0.2, what="the pool refilled")
     assert not {pod.metadata.name for pod in refilled} & before  # new pods: each warm pod runs one turn
+
+    # a task whose spec changes its pod (its own memory limit) never takes a pod of the pool's template, waiting as
+    # they are
+    tasks.create("d", {"prompt": "Say hello.", "agentRef": {"name": "greeter"},
+                       "resources": {"limits": {"memory": "700Mi"}}, "script": {"default": "Hello from d."}})
+    wait_for(lambda: phase(tasks, "d") == "Idle", timeout=180, interval=0.2, what="task d answered")
+    ran = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "d"]
+    assert [job.metadata.name for job in ran] == ["d-t1"], ran  # the cold path
+    assert {pod.metadata.name for pod in idle_warm_pods(tasks, redis_client)} == {
+        pod.metadata.name for pod in refilled}
 
 
 def test_an_operator_killed_between_the_assignment_and_the_labels_still_runs_the_turn_once_in_the_warm_pod(
