@@ -121,3 +121,32 @@ def test_an_operator_killed_between_the_assignment_and_the_labels_still_runs_the
     assert "k-t1" not in {job.metadata.name for job in tasks.jobs()}
     answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/k") if m["role"] == "assistant"]
     assert [a["content"][0]["text"] for a in answers] == ["Hello."]
+
+
+def test_a_warm_pod_killed_during_its_turn_is_a_failed_attempt_and_the_turn_runs_again_once(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    from unicore.store.gates import open_gate
+
+    start_operator()
+    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
+    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
+                                                                              "agents", agent)
+    wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2, what="a warm pod that waits")
+    # the turn holds its model call at a gate until the test opens it
+    tasks.create("g", {"prompt": "Say hello.", "agentRef": {"name": "greeter"},
+                       "script": {"tasks": {"g": [{"gate": "go", "timeout": 240, "text": "Hello from g."}]}}})
+    pod = wait_for(lambda: next((p for p in tasks.pods() if (p.metadata.labels or {}).get(TASK_LABEL) == "g"
+                                 and (p.metadata.labels or {}).get(POOL_LABEL)), None),
+                   timeout=120, interval=0.2, what="the warm pod that took g's turn")
+    tasks.core.delete_namespaced_pod(pod.metadata.name, k8s_namespace, grace_period_seconds=0)
+    wait_for(lambda: int(((tasks.get("g") or {}).get("status") or {}).get("failedAttempts") or 0) >= 1,
+             timeout=120, interval=0.2, what="the killed turn counted as a failed attempt")
+    open_gate(redis_client, f"{k8s_namespace}/g", "go")
+    wait_for(lambda: phase(tasks, "g") == "Idle", timeout=180, interval=0.2, what="g answered after the retry")
+    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/g") if m["role"] == "assistant"]
+    assert [a["content"][0]["text"] for a in answers] == ["Hello from g."]  # once
+    ran = {job.metadata.name: job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "g"}
+    assert len(ran) == 2, sorted(ran)  # the killed warm Job and the retry (attempt 1: a warm pod or g-t1-r1)
+    assert sorted((job.metadata.labels or {}).get("unicore.dev/attempt") for job in ran.values()) == ["0", "1"]
