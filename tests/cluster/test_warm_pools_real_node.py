@@ -150,3 +150,30 @@ def test_a_warm_pod_killed_during_its_turn_is_a_failed_attempt_and_the_turn_runs
     ran = {job.metadata.name: job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "g"}
     assert len(ran) == 2, sorted(ran)  # the killed warm Job and the retry (attempt 1: a warm pod or g-t1-r1)
     assert sorted((job.metadata.labels or {}).get("unicore.dev/attempt") for job in ran.values()) == ["0", "1"]
+
+
+def test_a_warm_pod_killed_while_it_waits_is_replaced_and_forgotten(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    from unicore.store.keys import warm_pod_key
+
+    start_operator()
+    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
+    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
+                                                                              "agents", agent)
+    (killed,) = wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2,
+                         what="a warm pod that waits")
+    tasks.core.delete_namespaced_pod(killed.metadata.name, k8s_namespace, grace_period_seconds=0)
+    fresh = wait_for(lambda: [p for p in idle_warm_pods(tasks, redis_client)
+                              if p.metadata.name != killed.metadata.name], timeout=180, interval=0.2,
+                     what="the pool's new warm pod")
+    wait_for(lambda: not redis_client.exists(warm_pod_key(k8s_namespace, killed.metadata.name)), timeout=60,
+             what="the killed pod's record forgotten")
+    tasks.create("h", {"prompt": "Say hello.", "agentRef": {"name": "greeter"}, "script": {"default": "Hello."}})
+    wait_for(lambda: phase(tasks, "h") == "Idle", timeout=180, interval=0.2, what="h answered")
+    (job,) = [j for j in tasks.jobs() if (j.metadata.labels or {}).get(TASK_LABEL) == "h"]
+    assert (job.metadata.labels or {}).get(POOL_LABEL) == "greeter"  # the new warm pod took it
+    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/h") if m["role"] == "assistant"]
+    assert [a["content"][0]["text"] for a in answers] == ["Hello."]
+    assert killed.metadata.name not in {pod.metadata.name for pod in fresh}
