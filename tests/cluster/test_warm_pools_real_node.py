@@ -38,6 +38,19 @@ def idle_warm_pods(tasks: Tasks, redis_client: redis.Redis) -> list[Any]:
     return [pod for pod in pods if pod.metadata.name in waiting]
 
 
+def create_greeter(crd: Any, namespace: str, *, pool: int) -> None:
+    """The Agent ``greeter`` (scripted model, no GPU) with a warm pool of ``pool`` pods."""
+    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": pool}}}
+    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, namespace, "agents",
+                                                                              agent)
+
+
+def answers(redis_client: redis.Redis, task_id: str) -> list[str]:
+    """The texts of the task's stored assistant messages."""
+    return [m["content"][0]["text"] for m in stored_messages(redis_client, task_id) if m["role"] == "assistant"]
+
+
 def phase(tasks: Tasks, name: str) -> str:
     return str(((tasks.get(name) or {}).get("status") or {}).get("phase") or "")
 
@@ -46,10 +59,7 @@ def test_turns_take_waiting_warm_pods_a_third_goes_cold_and_the_pool_refills(
     start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     start_operator()
-    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
-             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 2}}}
-    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
-                                                                              "agents", agent)
+    create_greeter(crd, k8s_namespace, pool=2)
     first = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
                      timeout=180, interval=0.2, what="two warm pods running and waiting")
     before = {pod.metadata.name for pod in first}
@@ -80,8 +90,7 @@ def test_turns_take_waiting_warm_pods_a_third_goes_cold_and_the_pool_refills(
         assert (pod.metadata.labels or {}).get("unicore.dev/turn") == "1"
 
     for name in names:  # each answered once
-        answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/{name}") if m["role"] == "assistant"]
-        assert [a["content"][0]["text"] for a in answers] == [f"Hello from {name}."], answers
+        assert answers(redis_client, f"{k8s_namespace}/{name}") == [f"Hello from {name}."]
 
     refilled = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
                         timeout=180, interval=0.2, what="the pool refilled")
@@ -102,10 +111,7 @@ def test_an_operator_killed_between_the_assignment_and_the_labels_still_runs_the
     start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
 ) -> None:
     first = start_operator(UNICORE_FAULTS="kill:after warm assign")
-    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
-             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
-    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
-                                                                              "agents", agent)
+    create_greeter(crd, k8s_namespace, pool=1)
     (pod,) = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and found, timeout=180, interval=0.2,
                       what="a warm pod running and waiting")
     tasks.create("k", {"prompt": "Say hello.", "agentRef": {"name": "greeter"}, "script": {"default": "Hello."}})
@@ -119,8 +125,7 @@ def test_an_operator_killed_between_the_assignment_and_the_labels_still_runs_the
     ran = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "k"]
     assert [(job.metadata.labels or {}).get(POOL_LABEL) for job in ran] == ["greeter"], ran
     assert "k-t1" not in {job.metadata.name for job in tasks.jobs()}
-    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/k") if m["role"] == "assistant"]
-    assert [a["content"][0]["text"] for a in answers] == ["Hello."]
+    assert answers(redis_client, f"{k8s_namespace}/k") == ["Hello."]
 
 
 def test_a_warm_pod_killed_during_its_turn_is_a_failed_attempt_and_the_turn_runs_again_once(
@@ -129,10 +134,7 @@ def test_a_warm_pod_killed_during_its_turn_is_a_failed_attempt_and_the_turn_runs
     from unicore.store.gates import open_gate
 
     start_operator()
-    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
-             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
-    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
-                                                                              "agents", agent)
+    create_greeter(crd, k8s_namespace, pool=1)
     wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2, what="a warm pod that waits")
     # the turn holds its model call at a gate until the test opens it
     tasks.create("g", {"prompt": "Say hello.", "agentRef": {"name": "greeter"},
@@ -145,8 +147,7 @@ def test_a_warm_pod_killed_during_its_turn_is_a_failed_attempt_and_the_turn_runs
              timeout=120, interval=0.2, what="the killed turn counted as a failed attempt")
     open_gate(redis_client, f"{k8s_namespace}/g", "go")
     wait_for(lambda: phase(tasks, "g") == "Idle", timeout=180, interval=0.2, what="g answered after the retry")
-    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/g") if m["role"] == "assistant"]
-    assert [a["content"][0]["text"] for a in answers] == ["Hello from g."]  # once
+    assert answers(redis_client, f"{k8s_namespace}/g") == ["Hello from g."]  # once
     ran = {job.metadata.name: job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "g"}
     assert len(ran) == 2, sorted(ran)  # the killed warm Job and the retry (attempt 1: a warm pod or g-t1-r1)
     assert sorted((job.metadata.labels or {}).get("unicore.dev/attempt") for job in ran.values()) == ["0", "1"]
@@ -158,10 +159,7 @@ def test_a_warm_pod_killed_while_it_waits_is_replaced_and_forgotten(
     from unicore.store.keys import warm_pod_key
 
     start_operator()
-    agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
-             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": 1}}}
-    client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, k8s_namespace,
-                                                                              "agents", agent)
+    create_greeter(crd, k8s_namespace, pool=1)
     (killed,) = wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2,
                          what="a warm pod that waits")
     tasks.core.delete_namespaced_pod(killed.metadata.name, k8s_namespace, grace_period_seconds=0)
@@ -174,6 +172,5 @@ def test_a_warm_pod_killed_while_it_waits_is_replaced_and_forgotten(
     wait_for(lambda: phase(tasks, "h") == "Idle", timeout=180, interval=0.2, what="h answered")
     (job,) = [j for j in tasks.jobs() if (j.metadata.labels or {}).get(TASK_LABEL) == "h"]
     assert (job.metadata.labels or {}).get(POOL_LABEL) == "greeter"  # the new warm pod took it
-    answers = [m for m in stored_messages(redis_client, f"{k8s_namespace}/h") if m["role"] == "assistant"]
-    assert [a["content"][0]["text"] for a in answers] == ["Hello."]
+    assert answers(redis_client, f"{k8s_namespace}/h") == ["Hello."]
     assert killed.metadata.name not in {pod.metadata.name for pod in fresh}
