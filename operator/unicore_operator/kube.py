@@ -25,6 +25,11 @@ def job_path(namespace: str, name: str = "") -> str:
     return f"{collection}/{quote(name, safe='')}" if name else collection
 
 
+def pod_path(namespace: str, name: str) -> str:
+    """Pod ``name`` of ``namespace``."""
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
 def agenttask_path(namespace: str, name: str) -> str:
     return (f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}/{names.PLURAL}/"
             f"{quote(name, safe='')}")

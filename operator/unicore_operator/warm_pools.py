@@ -32,7 +32,7 @@ from unicore_operator import metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.indexes import TaskKey
 from unicore_operator.job_builder import build_turn_job_spec, with_agent_defaults
-from unicore_operator.kube import job_path
+from unicore_operator.kube import job_path, pod_path
 from unicore_operator.log import logger
 from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.warm_pool import (
@@ -106,7 +106,7 @@ def _patch(ctx: OperatorContext, namespace: str, job: str, pod: str, patch: dict
     pod_patch: dict[str, Any] = dict(patch)
     if deadline is not None:
         pod_patch["spec"] = {"activeDeadlineSeconds": deadline}
-    ctx.kube.core.merge_patch(f"/api/v1/namespaces/{namespace}/pods/{pod}", pod_patch)
+    ctx.kube.core.merge_patch(pod_path(namespace, pod), pod_patch)
 
 
 async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
