@@ -14,6 +14,7 @@ longest wait plus a turn. Nothing here talks to the API or Redis.
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import json
 from collections.abc import Mapping
@@ -186,12 +187,15 @@ def warm_pod_view(body: Mapping[str, Any]) -> WarmPod:
                    created_at=parse_time(meta.get("creationTimestamp")) or 0.0, start_time=pod.start_time)
 
 
-def assignment_patch(turn_job: Mapping[str, Any]) -> dict[str, Any]:
-    """The metadata a warm Job and its pod get when their pod takes turn Job ``turn_job``'s turn: that Job's labels
-    (the task's, turn, attempt) and annotations (the task id), so the operator's Job and pod paths and the watchdog
-    see it as the turn's Job from then on."""
+def assignment_patch(turn_job: Mapping[str, Any], assigned_at: float) -> dict[str, Any]:
+    """The metadata a warm Job and its pod get when their pod takes turn Job ``turn_job``'s turn at ``assigned_at``
+    (unix time): that Job's labels (the task's, turn, attempt) and annotations (the task id), so the operator's Job
+    and pod paths and the watchdog see it as the turn's Job from then on, and when the turn started (the watchdog
+    counts a silent turn from then, not from the pod's start: ``names.ASSIGNED_AT_ANNOTATION``)."""
     meta = turn_job["metadata"]
-    return {"metadata": {"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})}}
+    stamp = datetime.datetime.fromtimestamp(assigned_at, datetime.UTC).isoformat(timespec="milliseconds")
+    annotations = {**dict(meta.get("annotations") or {}), names.ASSIGNED_AT_ANNOTATION: stamp}
+    return {"metadata": {"labels": dict(meta.get("labels") or {}), "annotations": annotations}}
 
 
 __all__ = ["WARM_NAME_INFIX", "WarmJob", "WarmPod", "assignment_patch", "build_warm_job_spec", "pod_template",

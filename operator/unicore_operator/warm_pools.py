@@ -169,7 +169,8 @@ async def _finish_assignments(ctx: OperatorContext, key: TaskKey) -> None:
         turn_job = _turn_job_of(ctx, held)
         if turn_job is None:
             continue
-        await asyncio.to_thread(_patch, ctx, key[0], pod.job, pod.name, assignment_patch(turn_job), None)
+        patch = assignment_patch(turn_job, held.at or time.time())
+        await asyncio.to_thread(_patch, ctx, key[0], pod.job, pod.name, patch, None)
         logger.info("labelled warm pod %s/%s, assigned %s before a restart", key[0], pod.name, held.task_id)
 
 
@@ -211,7 +212,9 @@ async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], jo
     if taken is not None:
         held = next((pod for pod in pods if pod.name == taken), None)
         if held is not None and not held.assigned:
-            await asyncio.to_thread(_patch, ctx, namespace, held.job, held.name, assignment_patch(job), None)
+            given = await asyncio.to_thread(warm_pods.assignment_of, ctx.redis.sync, namespace, held.name)
+            patch = assignment_patch(job, (given.at if given is not None else 0.0) or time.time())
+            await asyncio.to_thread(_patch, ctx, namespace, held.job, held.name, patch, None)
         return held.job if held is not None else None
     template = pod_template_hash(job)
     candidates = sorted((pod for pod in pods if pod.running and not pod.assigned and not pod.deleting
@@ -219,7 +222,7 @@ async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], jo
     waiting = await asyncio.to_thread(warm_pods.waiting, ctx.redis.sync, namespace,
                                       [pod.name for pod in candidates]) if candidates else {}
     assignment = Assignment(names.task_id(*key), job_name, turn=turn, attempt=attempt,
-                            workspace=workspace_folder_of(job))
+                            workspace=workspace_folder_of(job), at=time.time())
     for pod in candidates:
         if pod.name not in waiting:
             continue
@@ -228,7 +231,8 @@ async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], jo
             continue
         fault_point("after warm assign")  # the crash tests' kill point (unicore.faults.OPERATOR_STEPS)
         deadline = _turn_deadline(pod, job)
-        await asyncio.to_thread(_patch, ctx, namespace, pod.job, pod.name, assignment_patch(job), deadline)
+        patch = assignment_patch(job, assignment.at)
+        await asyncio.to_thread(_patch, ctx, namespace, pod.job, pod.name, patch, deadline)
         metrics.warm_turn("assigned")
         return pod.job
     metrics.warm_turn("missed")

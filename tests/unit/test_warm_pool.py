@@ -168,3 +168,16 @@ def test_a_pools_idle_pod_seconds_count_from_its_last_check_and_its_gauge_says_i
     metrics.warm_pool_gone("team-a", "writer")
     assert metrics.REGISTRY.get_sample_value("unicore_warm_pool_idle_pods",
                                              {"namespace": "team-a", "pool": "writer"}) is None
+
+
+def test_the_assignment_patch_gives_the_turn_jobs_labels_task_id_and_when_the_turn_started() -> None:
+    from unicore_operator.warm_pool import assignment_patch
+    from unicore_operator.watchdog.views import pod_view
+
+    job = turn_job(task("a"))
+    patch = assignment_patch(job, 1_700_000_000.25)
+    assert patch["metadata"]["labels"] == job["metadata"]["labels"]
+    annotations = patch["metadata"]["annotations"]
+    assert annotations[names.TASK_ID_ANNOTATION] == job["metadata"]["annotations"][names.TASK_ID_ANNOTATION]
+    warm_pod = {"metadata": {"name": "p", "namespace": "team-a", **patch["metadata"]}, "status": {"phase": "Running"}}
+    assert pod_view(warm_pod).assigned_at == 1_700_000_000.25

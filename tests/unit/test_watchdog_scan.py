@@ -114,6 +114,26 @@ def test_a_release_before_the_pod_started_is_an_earlier_turns_and_does_not_count
     assert "no heartbeat since the pod started 200s ago" in action.message
 
 
+def test_a_warm_pod_given_a_turn_is_judged_from_its_assignment_not_its_start() -> None:
+    # a warm pod started 600 s ago, waited, and was given turn 2 a second ago; the task's turn 1 released the lease
+    # 300 s ago (after this pod started) and turn 2 has not taken it yet: neither hung nor lingering
+    warm = pod(start_time=NOW - 600, assigned_at=NOW - 1)
+    assert scan(snap([task()], [job()], [warm], {f"{NS}/demo": released(300)}), NOW, T) == []
+    assert scan(snap([task()], [job()], [warm], {f"{NS}/demo": running(heartbeat_age=None)}), NOW, T) == []
+    # the same pod silent for longer than the threshold since its assignment is hung
+    late = pod(start_time=NOW - 600, assigned_at=NOW - 121)
+    [action] = scan(snap([task()], [job()], [late], {f"{NS}/demo": running(heartbeat_age=None)}), NOW, T)
+    assert action.reason is ReapReason.HEARTBEAT_STALE and "121s ago" in action.message
+
+
+def test_a_pods_assignment_time_is_read_from_its_annotation() -> None:
+    body = {"metadata": {"name": "greeter-warm-x1", "namespace": NS, "labels": {"job-name": "greeter-warm-x"},
+                         "annotations": {"unicore.dev/assigned-at": "1970-01-12T13:46:40.500+00:00"}},
+            "status": {"phase": "Running", "startTime": "1970-01-12T13:36:40Z"}}
+    view = pod_view(body)
+    assert (view.assigned_at, view.start_time) == (NOW + 0.5, NOW - 600)
+
+
 def test_activity_after_the_pod_started_is_not_a_release() -> None:
     # a message bumped updated_at, but no turn of this pod ever took (and released) the lease
     s = snap([task()], [job()], [pod(start_time=NOW - 200)], {f"{NS}/demo": RedisTaskState(status="idle",

@@ -39,6 +39,8 @@ LOCAL_PATH_PROVISIONER = f"{GROUP}/local-path"  # the dev cluster's real node: i
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_MANAGED_LABEL = f"{GROUP}/kueue"  # the dev cluster's Kueue manages the Jobs of namespaces with this label
 TASK_ID_ANNOTATION = f"{GROUP}/task-id"
+# when a warm turn pod was given its turn (RFC 3339): its turn started then, not at the pod's start (issue 30)
+ASSIGNED_AT_ANNOTATION = f"{GROUP}/assigned-at"
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"
 

@@ -63,17 +63,19 @@ class Assignment:
     turn: int = 0
     attempt: int = 0
     workspace: str = ""  # the tree's folder of the workspace claim, when the pod mounts the claim whole
+    at: float = 0.0  # when the operator gave it (unix time; 0: unknown)
 
     def to_json(self) -> str:
         return json.dumps({"task_id": self.task_id, "job": self.job, "turn": self.turn, "attempt": self.attempt,
-                           "workspace": self.workspace})
+                           "workspace": self.workspace, "at": self.at})
 
     @classmethod
     def of(cls, raw: str) -> Assignment | None:
         try:
             data: dict[str, Any] = json.loads(raw)
             return cls(task_id=str(data["task_id"]), job=str(data["job"]), turn=int(data.get("turn") or 0),
-                       attempt=int(data.get("attempt") or 0), workspace=str(data.get("workspace") or ""))
+                       attempt=int(data.get("attempt") or 0), workspace=str(data.get("workspace") or ""),
+                       at=float(data.get("at") or 0.0))
         except (ValueError, TypeError, KeyError):
             return None
 

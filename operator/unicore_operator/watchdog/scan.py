@@ -163,7 +163,9 @@ def _overdue(job: JobView, now: float) -> float | None:
 
 
 def _pod_started(pod: PodView) -> float:
-    return pod.start_time or pod.created_at
+    """When the pod's turn started: its start, or for a warm pod the moment it was given the turn (it waited, alive
+    but turnless, since its start)."""
+    return pod.assigned_at or pod.start_time or pod.created_at
 
 
 def _pod_overdue(pod: PodView, now: float) -> float | None:

@@ -123,6 +123,7 @@ class PodView:
     active_deadline_seconds: int | None = None  # the turn timeout, counted from the pod's start (start_time)
     ended: str = ""  # how a container of it ended when it failed (``container_end``), e.g. OOMKilled
     workbench_failed: str = ""  # how its workbench (the run_command sidecar) last failed: its one line, else ""
+    assigned_at: float | None = None  # a warm pod's: when it was given its turn (the turn started then, not with it)
 
     @property
     def key(self) -> str:
@@ -325,4 +326,5 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         active_deadline_seconds=int(deadline) if deadline is not None else None,
         ended=ended,
         workbench_failed=workbench,
+        assigned_at=parse_time((meta.get("annotations") or {}).get(contract.ASSIGNED_AT_ANNOTATION)),
     )
