@@ -1,7 +1,9 @@
 """Warm turn pods on the real node (issue 30): an Agent with ``warmPool: {size: 2}`` keeps two turn pods running and
 waiting (their Redis records say so); three tasks of it created at once: two turns run in pods that existed before
 the tasks did, the third in a cold Job, each task answers once, and the pool refills with new pods; a task whose own
-spec changes its pod goes cold while warm pods wait."""
+spec changes its pod goes cold while warm pods wait. Crashes: the operator between an assignment and its labels, a
+warm pod during its turn and while it waits. Under Kueue (an Agent with a ``queueName``): warm Jobs are admitted
+before they wait and hold the queue's quota while they do."""
 
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ def idle_warm_pods(tasks: Tasks, redis_client: redis.Redis) -> list[Any]:
     return [pod for pod in pods if pod.metadata.name in waiting]
 
 
-def create_greeter(crd: Any, namespace: str, *, pool: int) -> None:
-    """The Agent ``greeter`` (scripted model, no GPU) with a warm pool of ``pool`` pods."""
+def create_greeter(crd: Any, namespace: str, *, pool: int, **spec: Any) -> None:
+    """The Agent ``greeter`` (scripted model, no GPU unless ``spec`` says) with a warm pool of ``pool`` pods."""
     agent = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Agent", "metadata": {"name": "greeter"},
-             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": pool}}}
+             "spec": {"model": "scripted", "tools": ["read_file"], "gpus": 0, "warmPool": {"size": pool}, **spec}}
     client.CustomObjectsApi(crd.api_client()).create_namespaced_custom_object(GROUP, VERSION, namespace, "agents",
                                                                               agent)
 
@@ -174,3 +176,41 @@ def test_a_warm_pod_killed_while_it_waits_is_replaced_and_forgotten(
     assert (job.metadata.labels or {}).get(POOL_LABEL) == "greeter"  # the new warm pod took it
     assert answers(redis_client, f"{k8s_namespace}/h") == ["Hello."]
     assert killed.metadata.name not in {pod.metadata.name for pod in fresh}
+
+
+def test_a_queued_agents_warm_jobs_are_admitted_by_kueue_before_they_wait_and_hold_its_quota(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+    kueue: Any,
+) -> None:
+    from unicore_devcluster import kueue as kq
+
+    kueue.ensure_queues(k8s_namespace, gpus=1)
+    start_operator()
+    create_greeter(crd, k8s_namespace, pool=2, gpus=1, queueName=kq.LOCAL_QUEUE)
+
+    def warm_jobs() -> list[Any]:
+        return [job for job in tasks.jobs() if (job.metadata.labels or {}).get(POOL_LABEL)
+                and not (job.metadata.labels or {}).get(TASK_LABEL)]
+
+    def one_waits_one_queued() -> list[Any] | None:
+        jobs, waiting = warm_jobs(), idle_warm_pods(tasks, redis_client)
+        held = [job for job in jobs if job.spec.suspend]
+        return waiting if len(jobs) == 2 and len(held) == 1 and len(waiting) == 1 else None
+
+    (waiting,) = wait_for(one_waits_one_queued, timeout=180, interval=0.2,
+                          what="one warm pod admitted and waiting, the other warm Job held by the 1-GPU queue")
+    (held,) = [job.metadata.name for job in warm_jobs() if job.spec.suspend]
+    assert all((job.metadata.labels or {}).get("kueue.x-k8s.io/queue-name") == kq.LOCAL_QUEUE for job in warm_jobs())
+
+    tasks.create("q", {"prompt": "Say hello.", "agentRef": {"name": "greeter"}, "script": {"default": "Hello."}})
+    wait_for(lambda: phase(tasks, "q") == "Idle", timeout=180, interval=0.2, what="q answered")
+    (ran,) = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "q"]
+    assert ran.metadata.name == (waiting.metadata.labels or {}).get("job-name")  # the admitted warm pod took it
+    assert answers(redis_client, f"{k8s_namespace}/q") == ["Hello."]
+
+    # the turn's end frees the GPU: the held warm Job is admitted and its pod waits; the refill is held in turn
+    (next_pod,) = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and found, timeout=180,
+                           interval=0.2, what="the held warm Job admitted and its pod waiting")
+    assert (next_pod.metadata.labels or {}).get("job-name") == held
+    wait_for(lambda: [job.metadata.name for job in warm_jobs() if job.spec.suspend and job.metadata.name != held],
+             timeout=120, interval=0.2, what="the pool's new warm Job held by the queue")

@@ -40,6 +40,10 @@ def turn_job(body: dict[str, Any], settings: OperatorSettings = SETTINGS, turn: 
     return build_turn_job_spec(body, turn, settings, spec=spec)
 
 
+def build_turn_job(body: dict[str, Any], agent: dict[str, Any]) -> dict[str, Any]:
+    return build_turn_job_spec(body, 1, SETTINGS, spec=with_agent_defaults(task_spec_of(body), agent_spec_of(agent)))
+
+
 def warm_job(settings: OperatorSettings = SETTINGS) -> dict[str, Any]:
     return build_warm_job_spec(turn_job(template_task(AGENT), settings), "writer", owner_reference(AGENT),
                                max_wait_seconds=1800)
@@ -118,11 +122,17 @@ def test_a_long_pool_name_keeps_the_generated_job_name_within_the_cap() -> None:
     assert len(warm_job_prefix("p" * 80)) + 5 <= names.JOB_NAME_MAX
 
 
-def test_a_warm_job_of_a_queued_template_is_in_its_queue() -> None:
-    queued = template_task(AGENT)
-    queued["spec"]["queueName"] = "team-a"
-    job = build_warm_job_spec(turn_job(queued), "writer", owner_reference(AGENT), max_wait_seconds=60)
-    assert job["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a"  # admitted by Kueue before it waits
+def test_an_agents_queue_is_its_tasks_and_its_warm_jobs_queue_unless_a_task_names_its_own() -> None:
+    queued_agent = {**AGENT, "spec": {**AGENT["spec"], "queueName": "team-a-gpus"}}
+    template = build_turn_job(template_task(queued_agent), queued_agent)
+    job = build_warm_job_spec(template, "writer", owner_reference(queued_agent), max_wait_seconds=60)
+    assert job["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a-gpus"  # admitted by Kueue before it waits
+    own_task = build_turn_job(task("a"), queued_agent)
+    assert own_task["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a-gpus"
+    assert pod_template_hash(own_task) == pod_template_hash(template)  # its tasks take the queued warm pods
+    elsewhere = build_turn_job(task("b", queueName="team-a-cpus"), queued_agent)
+    assert elsewhere["metadata"]["labels"][names.KUEUE_QUEUE_LABEL] == "team-a-cpus"
+    assert pod_template_hash(elsewhere) != pod_template_hash(template)  # another queue's quota: the cold path
 
 
 def test_only_an_agent_asking_for_warm_pods_has_a_pool() -> None:

@@ -171,7 +171,7 @@ class Limits(BaseModel):
 # Where and how turn pods run: fields of both an AgentTask's spec and an Agent's (``unicore.api.spec``), which only
 # the operator's Job builder reads (a task's own, else its Agent's); no runtime shape here has them.
 SCHEDULING_FIELDS = ("gpus", "resources", "node_selector", "tolerations", "priority_class_name", "runtime_class_name",
-                     "image", "workbench")
+                     "image", "workbench", "queue_name")
 
 APPROVE_ALL = "*"
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 3600

@@ -128,6 +128,7 @@ class SchedulingSpec(CamelModel):
     runtime_class_name: str | None = None
     image: str | None = Field(None, min_length=1, max_length=512)
     workbench: WorkbenchSpec | None = None
+    queue_name: str | None = None  # Kueue LocalQueue of its turn and command Jobs
 
 
 class AgentTaskSpec(SchedulingSpec):
@@ -145,7 +146,6 @@ class AgentTaskSpec(SchedulingSpec):
     parent_ref: ParentRef | None = None
     agent_ref: AgentRef | None = None
     suspend: bool = False
-    queue_name: str | None = None
 
 
 class WarmPoolSpec(CamelModel):

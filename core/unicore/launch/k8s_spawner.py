@@ -54,9 +54,6 @@ log = get_logger("launch.kubernetes")
 # How long a resume waits for the operator to initialise a child whose AgentTask exists but whose record does not.
 CHILD_RECORD_WAIT_SECONDS = 30.0
 
-# Fields copied from the parent's spec so the child's turns schedule like the parent's.
-INHERITED_SCHEDULING = (*SCHEDULING_FIELDS, "queue_name")
-
 
 def load_custom_objects_api() -> Any:
     """CustomObjectsApi with the turn's credentials (``unicore.kube_config``; a ConfigError if there are none)."""
@@ -95,7 +92,8 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
         fields["tools"] = list(tools or ())
         if parent_view.child_tools is not None:
             fields["child_tools"] = [t for t in parent_view.child_tools if t in (tools or ())]
-    for field in INHERITED_SCHEDULING:  # a child of an agent schedules as that agent says (its queue aside)
+    for field in SCHEDULING_FIELDS:  # a child schedules like its parent; a child of an agent as that agent says
+        # (but for the parent's own queue: a tenant's quota choice reaches its whole tree)
         value = getattr(parent_spec, field)
         if value is not None and (agent is None or field == "queue_name"):
             fields[field] = value
