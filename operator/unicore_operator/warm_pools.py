@@ -57,6 +57,8 @@ class PoolState:
     pending: dict[str, float] = field(default_factory=dict)
     checked: float | None = None  # when the pool was last checked (monotonic): its idle pod-seconds count from then
     problem: str = ""  # why the pool cannot grow, as last logged (logged again only when it changes)
+    silent: dict[str, float] = field(default_factory=dict)  # running idle pod -> since when (monotonic) it has had
+    # no record in Redis (``store.warm_pods``: a waiting pod renews it every few seconds)
 
 
 _pools: dict[TaskKey, PoolState] = {}
@@ -132,11 +134,20 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
     current = [job for job in idle if job.template == wanted]
     size = spec.size if spec is not None else 0
     metrics.warm_pool_checked(namespace, name, len(current[:size]), idle_pod_seconds(state, len(idle), now))
-    doomed = [job for job in idle if job.template != wanted] + current[size:]
-    doomed += [job for job in jobs if job.finished and not job.assigned and not job.deleting
-               and not await _ran_a_turn(ctx, key, job)]
-    for job in doomed:
+    doomed = {job.name: (job, "template") for job in idle if job.template != wanted}
+    doomed.update((job.name, (job, "surplus")) for job in current[size:] if job.name not in doomed)
+    silent = await _silent_jobs(ctx, key, state, now)
+    doomed.update((job.name, (job, "silent")) for job in idle if job.name in silent and job.name not in doomed)
+    for job in jobs:
+        if job.finished and not job.assigned and not job.deleting and not await _ran_a_turn(ctx, key, job):
+            doomed[job.name] = (job, "ended")
+    for job, reason in doomed.values():
         await asyncio.to_thread(ctx.kube.delete_job, namespace, job.name, "Background", job.uid)
+        metrics.warm_pod_replaced(reason)
+        if reason == "silent":
+            logger.warning("warm pod of Job %s/%s has had no record in Redis for %.0f s (it never connected, or "
+                           "hangs): replaced", namespace, job.name, silent[job.name])
+    current = [job for job in current if job.name not in doomed]
     missing = size - len(current[:size]) - len(state.pending)
     if template is None or agent is None or spec is None or missing <= 0:
         return
@@ -155,6 +166,25 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
         state.pending[job_name] = time.monotonic()
         metrics.warm_pod_created()
         logger.info("created warm turn Job %s/%s for pool %s", namespace, job_name, name)
+
+
+async def _silent_jobs(ctx: OperatorContext, key: TaskKey, state: PoolState, now: float) -> dict[str, float]:
+    """The warm Jobs of the pool whose running, unassigned pod has had no record in Redis for longer than the
+    heartbeat timeout (it never connected, or it hangs: a waiting pod renews its record every few seconds), with
+    how long; the fence's word wins (a pod given a turn before an operator restart is not silent)."""
+    idle = [pod for pod in pods_of(ctx, key) if pod.running and not pod.assigned and not pod.deleting]
+    alive = await asyncio.to_thread(warm_pods.waiting, ctx.redis.sync, key[0], [pod.name for pod in idle])
+    state.silent = {name: since for name, since in state.silent.items()
+                    if name in {pod.name for pod in idle} and name not in alive}
+    found: dict[str, float] = {}
+    for pod in idle:
+        if pod.name in alive:
+            continue
+        since = state.silent.setdefault(pod.name, now)
+        if now - since > ctx.settings.heartbeat_timeout_seconds and await asyncio.to_thread(
+                warm_pods.assignment_of, ctx.redis.sync, key[0], pod.name) is None:
+            found[pod.job] = now - since
+    return found
 
 
 async def _finish_assignments(ctx: OperatorContext, key: TaskKey) -> None:

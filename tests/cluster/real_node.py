@@ -18,9 +18,10 @@ from tests.waiting import wait_for
 
 class NodeRedis:
     """A private redis-server on the node IP (so turn pods reach it as the host operator does), with a password
-    (the address is on the machine's network)."""
+    (the address is on the machine's network). With ``appendfsync`` it keeps an AOF (``everysec``, ``always``), and
+    ``crash`` then ``start`` bring it back from that AOF alone on the same address."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, *, appendfsync: str | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not on PATH; run hack/bootstrap.sh (it installs Debian's package)")
@@ -29,13 +30,20 @@ class NodeRedis:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
         password = secrets.token_hex(16)
-        self.proc = subprocess.Popen(
-            [binary, "--bind", host, "--port", str(port), "--requirepass", password, "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        persistence = ["--appendonly", "yes", "--appendfsync", appendfsync] if appendfsync else ["--appendonly", "no"]
+        self.argv = [binary, "--bind", host, "--port", str(port), "--requirepass", password, "--dir", str(self.dir),
+                     "--save", "", *persistence]
         self.url = f"redis://:{password}@{host}:{port}/0"
-        wait_for(self._ping, timeout=20, what=f"redis-server on {host}:{port} to answer PING")
+        self.proc: subprocess.Popen[bytes]
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self._ping, timeout=20, what=f"redis-server at {self.argv[2]}:{self.argv[4]} to answer PING")
+
+    def crash(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
 
     def _ping(self) -> bool:
         if self.proc.poll() is not None:

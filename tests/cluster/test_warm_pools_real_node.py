@@ -214,3 +214,87 @@ def test_a_queued_agents_warm_jobs_are_admitted_by_kueue_before_they_wait_and_ho
     assert (next_pod.metadata.labels or {}).get("job-name") == held
     wait_for(lambda: [job.metadata.name for job in warm_jobs() if job.spec.suspend and job.metadata.name != held],
              timeout=120, interval=0.2, what="the pool's new warm Job held by the queue")
+
+
+def test_a_warm_pod_that_hangs_is_offered_no_turn_and_is_replaced(
+    start_operator: StartOperator, tasks: Tasks, crd: Any, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    from unicore.store.keys import warm_pod_key
+
+    from tests.cluster.real_node import kill_pod_container
+
+    start_operator(UNICORE_HEARTBEAT_TIMEOUT_SECONDS="5")
+    create_greeter(crd, k8s_namespace, pool=1)
+    (hung,) = wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2,
+                       what="a warm pod that waits")
+    kill_pod_container(crd, tasks.core, k8s_namespace, hung.metadata.name, "SIGSTOP")  # frozen, still Running
+    wait_for(lambda: not redis_client.exists(warm_pod_key(k8s_namespace, hung.metadata.name)), timeout=60,
+             what="the frozen pod's record to expire (it renews it no more)")
+    tasks.create("s", {"prompt": "Say hello.", "agentRef": {"name": "greeter"}, "script": {"default": "Hello."}})
+    wait_for(lambda: phase(tasks, "s") == "Idle", timeout=180, interval=0.2, what="s answered")
+    assert answers(redis_client, f"{k8s_namespace}/s") == ["Hello."]
+    status = (tasks.get("s") or {}).get("status") or {}
+    assert not status.get("failedAttempts"), status  # the frozen pod never got the turn
+    hung_job = (hung.metadata.labels or {}).get("job-name")
+    (ran,) = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "s"]
+    assert ran.metadata.name != hung_job
+    wait_for(lambda: hung_job not in {job.metadata.name for job in tasks.jobs()
+                                      if not job.metadata.deletion_timestamp},
+             timeout=60, what="the frozen pod's warm Job replaced")
+    wait_for(lambda: [p for p in idle_warm_pods(tasks, redis_client) if p.metadata.name != hung.metadata.name],
+             timeout=180, interval=0.2, what="a new warm pod waiting in its place")
+
+
+def test_redis_restarted_while_a_warm_pod_waits_and_while_one_runs_a_turn_loses_and_repeats_nothing(
+    crd: Any, tasks: Tasks, k8s_namespace: str, tmp_path: Path,
+) -> None:
+    from unicore.store.gates import open_gate
+    from unicore_devcluster.node_host import node_ip
+
+    from tests.cluster.real_node import NodeRedis
+
+    host = node_ip()
+    assert host is not None
+    server = NodeRedis(host, appendfsync="always")  # Redis as the chart runs it: from its AOF after a crash
+    store = redis.Redis.from_url(server.url, decode_responses=True)
+    env = {"UNICORE_DEFAULT_GPUS": "0", "UNICORE_WATCHDOG_INTERVAL_SECONDS": "1"}
+
+    def restart_once_noticed(pod: str) -> None:
+        run_id = store.info("server")["run_id"]
+        server.crash()
+        try:
+            wait_for(lambda: "Redis unavailable" in tasks.core.read_namespaced_pod_log(pod, k8s_namespace),
+                     timeout=30, interval=0.2, what=f"pod {pod} to find Redis down")
+        finally:
+            server.start()
+        assert store.info("server")["run_id"] != run_id
+
+    try:
+        with operator_factory(crd, k8s_namespace, server.url, tmp_path, env=env, pod_logs=True) as start:
+            start()
+            create_greeter(crd, k8s_namespace, pool=1)
+            (waiting,) = wait_for(lambda: idle_warm_pods(tasks, store), timeout=180, interval=0.2,
+                                  what="a warm pod that waits")
+            restart_once_noticed(waiting.metadata.name)
+            # it rides out the outage (its namespace's Redis user, dropped with the restart, is applied again)
+            wait_for(lambda: [p.metadata.name for p in idle_warm_pods(tasks, store)] == [waiting.metadata.name],
+                     timeout=60, interval=0.2, what="the same warm pod waiting again")
+
+            tasks.create("g", {"prompt": "Say hello.", "agentRef": {"name": "greeter"},
+                               "script": {"tasks": {"g": [{"gate": "go", "timeout": 240, "text": "Hello from g."}]}}})
+            wait_for(lambda: store.exists(f"uc:{{{k8s_namespace}/g}}:lease"), timeout=120, interval=0.2,
+                     what="g's turn running in the warm pod")
+            restart_once_noticed(waiting.metadata.name)  # mid-turn: its model call waits at the gate
+            open_gate(store, f"{k8s_namespace}/g", "go")
+            wait_for(lambda: phase(tasks, "g") == "Idle", timeout=180, interval=0.2, what="g answered")
+
+            assert answers(store, f"{k8s_namespace}/g") == ["Hello from g."]  # once
+            status = (tasks.get("g") or {}).get("status") or {}
+            assert not status.get("failedAttempts"), status  # the turn outlived both outages
+            (ran,) = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "g"]
+            assert ran.metadata.name == (waiting.metadata.labels or {}).get("job-name")  # the pod that waited
+            pod = tasks.core.read_namespaced_pod(waiting.metadata.name, k8s_namespace)
+            assert pod.status.container_statuses[0].restart_count == 0
+    finally:
+        store.close()
+        server.stop()

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_a_warm_process_waits_then_runs_exactly_the_turn_it_is_assigned(redis_cl
 
 def test_one_turn_gets_one_pod_and_one_pod_one_turn(redis_client: redis.Redis) -> None:
     for pod in ("warm-a", "warm-b"):
-        warm_pods.register_waiting(redis_client, NS, pod, pool="writer", template="t", max_wait_seconds=60)
+        warm_pods.register_waiting(redis_client, NS, pod, pool="writer", template="t")
     turn = Assignment(f"{NS}/t", "t-t1", turn=1)
     assert warm_pods.assign(redis_client, NS, "warm-a", turn).assigned
     again = warm_pods.assign(redis_client, NS, "warm-b", turn)  # a duplicate activation of the same turn
@@ -95,6 +96,32 @@ def test_one_turn_gets_one_pod_and_one_pod_one_turn(redis_client: redis.Redis) -
     assert warm_pods.assignment_of(redis_client, NS, "warm-a") is None
     assert redis_client.hgetall(warm_fence_key(NS)) == {}
     assert not redis_client.exists(warm_pod_key(NS, "warm-a"), warm_assignment_stream(NS, "warm-a"))
+
+
+def test_a_waiting_pod_renews_its_short_lived_record_and_writes_it_again_when_redis_lost_it(
+        redis_client: redis.Redis, tenant_url: str) -> None:
+    tenant = build_client(tenant_url, decode_responses=True, retry_for=0)
+    key = warm_pod_key(NS, "warm-r")
+    cancel = threading.Event()
+
+    def register() -> None:
+        warm_pods.register_waiting(tenant, NS, "warm-r", pool="writer", template="t", since=1234.5)
+
+    register()
+    waiter = threading.Thread(target=warm_pods.wait_for_assignment, args=(tenant, NS, "warm-r"),
+                              kwargs={"deadline": time.monotonic() + 60, "cancel": cancel, "renew": register,
+                                      "renew_every": 0.2}, daemon=True)
+    waiter.start()
+    try:
+        assert 0 < redis_client.pttl(key) <= warm_pods.RECORD_TTL_SECONDS * 1000  # a sign of life, not a lease
+        redis_client.delete(key)  # as a Redis restarted without its data would have it
+        wait_for(lambda: waits(redis_client, "warm-r"), timeout=10, interval=0.05, what="the record written again")
+        assert redis_client.hget(key, "since") == "1234.500"  # the pod's own start of waiting, kept
+    finally:
+        cancel.set()
+        waiter.join(10)
+        tenant.close()
+    assert not waiter.is_alive()  # cancelled: it renews no more
 
 
 def test_a_warm_process_nobody_assigns_exits_unused_at_its_longest_wait(redis_client: redis.Redis, tenant_url: str,
@@ -122,7 +149,7 @@ def test_a_namespace_user_registers_and_reads_its_assignment_but_writes_neither_
         redis_client: redis.Redis, tenant_url: str) -> None:
     tenant = build_client(tenant_url, decode_responses=True, retry_for=0)
     try:
-        warm_pods.register_waiting(tenant, NS, "warm-t", pool="writer", template="t", max_wait_seconds=60)
+        warm_pods.register_waiting(tenant, NS, "warm-t", pool="writer", template="t")
         assert warm_pods.assign(redis_client, NS, "warm-t", Assignment(f"{NS}/x", "x-t1")).assigned
         assert warm_pods.wait_for_assignment(tenant, NS, "warm-t", deadline=time.monotonic() + 30) == Assignment(
             f"{NS}/x", "x-t1")
@@ -131,7 +158,7 @@ def test_a_namespace_user_registers_and_reads_its_assignment_but_writes_neither_
         with pytest.raises(NoPermissionError):
             tenant.hset(warm_fence_key(NS), "job:y-t1", "warm-t")
         with pytest.raises(NoPermissionError):
-            warm_pods.register_waiting(tenant, "team-other", "warm-t", pool="p", template="t", max_wait_seconds=60)
+            warm_pods.register_waiting(tenant, "team-other", "warm-t", pool="p", template="t")
     finally:
         tenant.close()
 

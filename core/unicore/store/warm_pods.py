@@ -5,7 +5,9 @@ Keys (one namespace's, hash tag ``{<namespace>/}``, so the assignment script tou
 
 - ``uc:{NS/}:warmpod:<pod>`` (``keys.warm_pod_key``), written by the pod (its namespace's Redis user may HSET and
   PEXPIRE it): ``state`` (``waiting``), ``pool``, ``template`` (the pod template's hash), ``since`` (unix time). It
-  expires on its own a while after the pod's longest wait.
+  lives ``RECORD_TTL_SECONDS`` and the waiting pod writes it again every ``RENEW_SECONDS``: a record is the pod's
+  sign of life (one that hangs, or lost Redis for good, stops being offered turns at once; one whose record a Redis
+  restart lost writes it again within seconds).
 - ``uc:{NS/}:warmassign:<pod>`` (``keys.warm_assignment_stream``): the pod's assignment, one entry, XADDed by the
   operator; the pod reads it with a blocking XREAD (read only for the namespace's user).
 - ``uc:{NS/}:warmfence`` (``keys.warm_fence_key``), the operator's alone: ``job:<turn Job name>`` -> the pod that
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +33,8 @@ from unicore.store.codec import text, text_hash
 from unicore.store.keys import warm_assignment_stream, warm_fence_key, warm_pod_key
 
 WAITING = "waiting"
-RECORD_GRACE_SECONDS = 60  # a record outlives the pod's longest wait by this much, then expires
+RECORD_TTL_SECONDS = 30  # a waiting pod's record expires this long after its last renewal
+RENEW_SECONDS = 10  # how often a waiting pod writes its record again
 READ_BLOCK_MS = 1000  # one blocking read: how soon a cancel (SIGTERM) is seen; below the socket timeout
 
 # KEYS: the pod's record, the namespace's fence, the pod's assignment stream
@@ -94,24 +98,37 @@ class AssignResult:
 
 
 def register_waiting(client: RedisClient, namespace: str, pod: str, *, pool: str, template: str,
-                     max_wait_seconds: float) -> None:
-    """Say that ``pod`` waits for a turn (its record; it expires a while after the longest wait)."""
+                     since: float | None = None) -> None:
+    """Say that ``pod`` waits for a turn since ``since`` (unix time; default now): its record, for
+    ``RECORD_TTL_SECONDS``. Written again while it waits (``wait_for_assignment``'s ``renew``); once assigned, the
+    record may say ``waiting`` again without harm: ``ASSIGN`` refuses a pod the fence says has a turn."""
     key = warm_pod_key(namespace, pod)
-    client.hset(key, mapping={"state": WAITING, "pool": pool, "template": template, "since": f"{time.time():.3f}"})
-    client.pexpire(key, int((max_wait_seconds + RECORD_GRACE_SECONDS) * 1000))
+    stamp = time.time() if since is None else since
+    client.hset(key, mapping={"state": WAITING, "pool": pool, "template": template, "since": f"{stamp:.3f}"})
+    client.pexpire(key, RECORD_TTL_SECONDS * 1000)
 
 
 def wait_for_assignment(client: RedisClient, namespace: str, pod: str, *, deadline: float,
-                        cancel: threading.Event | None = None) -> Assignment | None:
+                        cancel: threading.Event | None = None,
+                        renew: Callable[[], None] | None = None,
+                        renew_every: float = RENEW_SECONDS) -> Assignment | None:
     """The pod's assignment once the operator wrote it; None at ``deadline`` (``time.monotonic``) or on ``cancel``.
-    A malformed entry is skipped."""
+    A malformed entry is skipped. ``renew`` (the pod's ``register_waiting``) is called every ``renew_every``
+    seconds while nothing came."""
     stream = warm_assignment_stream(namespace, pod)
     last = "0"
+    renew_at = time.monotonic() + renew_every
     while not (cancel is not None and cancel.is_set()):
-        left_ms = int((deadline - time.monotonic()) * 1000)
+        now = time.monotonic()
+        left_ms = int((deadline - now) * 1000)
         if left_ms <= 0:
             return None
-        reply = client.xread({stream: last}, count=1, block=max(1, min(READ_BLOCK_MS, left_ms)))
+        if renew is not None and now >= renew_at:
+            renew()
+            renew_at = now + renew_every
+        block_ms = min(READ_BLOCK_MS, left_ms, int(renew_every * 1000)) if renew is not None else min(
+            READ_BLOCK_MS, left_ms)
+        reply = client.xread({stream: last}, count=1, block=max(1, block_ms))
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
                 last = text(entry_id)

@@ -40,16 +40,21 @@ def preload() -> None:
 def wait_for_turn(client: RedisClient, settings: RuntimeSettings, pod: str,
                   cancel: threading.Event) -> Assignment | None:
     """Register ``pod`` as waiting in its pool and block until it is assigned a turn (None: its wait ended)."""
-    if not settings.namespace:
+    namespace, pool = settings.namespace, settings.warm_pool
+    if not namespace:
         raise ConfigError("a warm turn pod needs UNICORE_NAMESPACE")
-    if not settings.warm_pool:
+    if not pool:
         raise ConfigError("a warm turn pod needs UNICORE_WARM_POOL")
     preload()
     deadline = time.monotonic() + settings.warm_max_wait_seconds
-    register_waiting(client, settings.namespace, pod, pool=settings.warm_pool, template=settings.warm_template,
-                     max_wait_seconds=settings.warm_max_wait_seconds)
+    since = time.time()
+
+    def register() -> None:
+        register_waiting(client, namespace, pod, pool=pool, template=settings.warm_template, since=since)
+
+    register()
     log.info("warm pod %s waits in pool %s", pod, settings.warm_pool)
-    found = wait_for_assignment(client, settings.namespace, pod, deadline=deadline, cancel=cancel)
+    found = wait_for_assignment(client, namespace, pod, deadline=deadline, cancel=cancel, renew=register)
     if found is not None:
         log.info("warm pod %s runs %s (turn Job %s)", pod, found.task_id, found.job)
     return found

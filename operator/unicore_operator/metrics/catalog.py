@@ -56,7 +56,10 @@ MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.pro
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
 COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")
-WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools  # unicore.store.command_jobs.JobOutcome
+WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools
+# why a pool deleted an idle warm Job (unicore_operator.warm_pools.keep_pool): an old template, beyond the size, its
+# pod silent (no record in Redis), or it ended unused (its longest wait, or it failed)
+WARM_REPLACED_REASONS = ("template", "surplus", "silent", "ended")  # unicore.store.command_jobs.JobOutcome
 # The Job conditions' reasons a turn Job fails with (backoffLimit 0, activeDeadlineSeconds), and FailedCreate: the
 # attempt the operator gives up when the Job controller cannot create its pod (turn_ends.give_up_pod_creation).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedCreate")
@@ -141,6 +144,11 @@ CATALOG: tuple[MetricSpec, ...] = (
                known=(("outcome", WARM_TURN_OUTCOMES),)),
     MetricSpec("unicore_warm_pods_created_total", "counter", "Warm turn Jobs the operator created for pools.",
                "operator"),
+    MetricSpec("unicore_warm_pods_replaced_total", "counter",
+               "Idle warm turn Jobs a pool deleted, by why: template (the Agent or the operator's settings changed "
+               "its pods), surplus (above its size), silent (its pod had no record in Redis for the heartbeat "
+               "timeout: it never connected, or hangs), ended (it exited unused at its longest wait, or failed).",
+               "operator", ("reason",), known=(("reason", WARM_REPLACED_REASONS),)),
     MetricSpec("unicore_warm_pool_idle_pods", "gauge",
                "Idle warm turn Jobs of each Agent's pool (of its current template, not yet given a turn), at the "
                "pool's last check.", "operator", ("namespace", "pool")),

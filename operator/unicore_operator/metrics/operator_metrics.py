@@ -45,6 +45,8 @@ COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unic
                                buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
 WARM_TURNS = Counter("unicore_warm_turns", _help("unicore_warm_turns_total"), ["outcome"], registry=REGISTRY)
 WARM_PODS_CREATED = Counter("unicore_warm_pods_created", _help("unicore_warm_pods_created_total"), registry=REGISTRY)
+WARM_PODS_REPLACED = Counter("unicore_warm_pods_replaced", _help("unicore_warm_pods_replaced_total"), ["reason"],
+                             registry=REGISTRY)
 WARM_POOL_IDLE = Gauge("unicore_warm_pool_idle_pods", _help("unicore_warm_pool_idle_pods"), ["namespace", "pool"],
                        registry=REGISTRY)
 WARM_IDLE_SECONDS = Counter("unicore_warm_pool_idle_pod_seconds", _help("unicore_warm_pool_idle_pod_seconds_total"),
@@ -66,6 +68,7 @@ declare_known(JOBS_REAPED, BY_NAME["unicore_jobs_reaped_total"])
 declare_known(APPROVALS, BY_NAME["unicore_approvals_total"])
 declare_known(COMMAND_JOBS, BY_NAME["unicore_command_jobs_total"])
 declare_known(WARM_TURNS, BY_NAME["unicore_warm_turns_total"])
+declare_known(WARM_PODS_REPLACED, BY_NAME["unicore_warm_pods_replaced_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -102,6 +105,11 @@ def warm_turn(outcome: str) -> None:
 
 def warm_pod_created() -> None:
     WARM_PODS_CREATED.inc()
+
+
+def warm_pod_replaced(reason: str) -> None:
+    """Call once per idle warm Job a pool deleted: ``catalog.WARM_REPLACED_REASONS``."""
+    WARM_PODS_REPLACED.labels(reason=reason).inc()
 
 
 def warm_pool_checked(namespace: str, pool: str, idle: int, idle_pod_seconds: float) -> None:
