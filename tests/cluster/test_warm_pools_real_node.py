@@ -93,6 +93,11 @@ def test_turns_take_waiting_warm_pods_a_third_goes_cold_and_the_pool_refills(
 
     for name in names:  # each answered once
         assert answers(redis_client, f"{k8s_namespace}/{name}") == [f"Hello from {name}."]
+    from unicore.store.keys import METRICS_HISTOGRAMS
+
+    started = redis_client.hgetall(METRICS_HISTOGRAMS)  # the turns' own measure of their start, by kind
+    assert (started["turn_start_seconds|start=warm|count"], started["turn_start_seconds|start=cold|count"]) == (
+        "2", "1")
 
     refilled = wait_for(lambda: (found := idle_warm_pods(tasks, redis_client)) and len(found) == 2 and found,
                         timeout=180, interval=0.2, what="the pool refilled")

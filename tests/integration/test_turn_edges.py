@@ -4,11 +4,12 @@ unknown tools, model errors, max_iterations, SIGTERM-style cancellation, turn su
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, Limits, TaskSpec
 from unicore.errors import MessageTooLarge, ModelError
-from unicore.store.keys import METRICS_COUNTERS
+from unicore.store.keys import METRICS_COUNTERS, METRICS_HISTOGRAMS
 from unicore.turn.history import CANCELLED_TEXT
 from unicore.turn.outcome import EXIT_CANCELLED, EXIT_FAILED
 from unicore_client.local import main as cli
@@ -178,6 +179,17 @@ def test_turn_summary_usage_and_telemetry(store, turn, redis_client):
     assert float(counters["turns_started_total|"]) >= 1
     assert float(counters["turns_finished_total|"]) >= 1
     assert any(k.startswith("model_tokens_total|kind=output") for k in counters)
+
+
+def test_a_turn_records_the_time_from_its_oldest_message_being_queued_to_its_start(store, turn, redis_client):
+    store.create_task(TaskSpec(id="late", prompt="go", script={"default": "done"}))
+    queued = time.time() - 3.0  # a message that waited 3 s (the prompt came later)
+    assert store.queue_message("late", InboxMessage(type="user", content="and this", timestamp=queued))
+    assert turn("late").exit_code == 0
+    hist = redis_client.hgetall(METRICS_HISTOGRAMS)
+    assert float(hist["turn_start_seconds|start=local|count"]) == 1
+    assert 3.0 <= float(hist["turn_start_seconds|start=local|sum"]) < 60
+    assert "turn_start_seconds|start=local|le=2.5" not in hist and hist["turn_start_seconds|start=local|le=5"] == "1"
 
 
 class EmptyOnceModel:

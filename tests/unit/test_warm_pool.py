@@ -191,3 +191,18 @@ def test_the_assignment_patch_gives_the_turn_jobs_labels_task_id_and_when_the_tu
     assert annotations[names.TASK_ID_ANNOTATION] == job["metadata"]["annotations"][names.TASK_ID_ANNOTATION]
     warm_pod = {"metadata": {"name": "p", "namespace": "team-a", **patch["metadata"]}, "status": {"phase": "Running"}}
     assert pod_view(warm_pod).assigned_at == 1_700_000_000.25
+
+
+def test_a_turns_start_is_timed_from_its_oldest_queued_entry_and_named_by_how_its_process_started() -> None:
+    from unicore.settings import RuntimeSettings
+    from unicore.store.inbox import oldest_queued
+    from unicore.turn.defaults import start_kind
+
+    entries = ['{"type": "user", "content": "a", "timestamp": 20.5}', '{"type": "user", "timestamp": 10.25}',
+               '{"type": "user", "timestamp": true}', "not json", '{"type": "user"}']
+    assert oldest_queued(entries) == 10.25
+    assert oldest_queued(entries[2:]) is None and oldest_queued([]) is None
+    assert start_kind(RuntimeSettings.model_validate({})) == "local"
+    assert start_kind(RuntimeSettings.model_validate({"UNICORE_NAMESPACE": "team-a"})) == "cold"
+    warm = RuntimeSettings.model_validate({"UNICORE_NAMESPACE": "team-a", "UNICORE_WARM_POOL": "w"})
+    assert start_kind(warm) == "warm"

@@ -31,6 +31,20 @@ def inbox_entry_to_content(entry: dict[str, Any]) -> tuple[str, Any]:
     return "text", content if isinstance(content, str) else codec.dumps(content)
 
 
+def oldest_queued(raw_entries: Sequence[str]) -> float | None:
+    """When the oldest of ``raw_entries`` (inbox entries as stored) was queued: the earliest ``timestamp`` they
+    carry; None when none carries one."""
+    stamps: list[float] = []
+    for raw in raw_entries:
+        try:
+            stamp = json.loads(raw).get("timestamp")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+            stamps.append(float(stamp))
+    return min(stamps) if stamps else None
+
+
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
     """All tool results first, in ONE user message; then one user message per text entry."""
     return [content for content, _ids in build_drain_batch(raw_entries)]

@@ -159,6 +159,7 @@ class DrainResult:
     messages: list[Message] = field(default_factory=list)  # user messages appended
     turn_number: int | None = None
     new_turn: bool = False
+    oldest: float | None = None  # when the oldest drained entry was queued (unix time; None: none says)
 
     @property
     def empty(self) -> bool:

@@ -12,7 +12,7 @@ from unicore.api.schema import ContentBlock, Message, Role, Usage
 from unicore.errors import UniCoreError
 from unicore.log import get_logger
 from unicore.store import changes, codec, lua
-from unicore.store.inbox import build_drain_batch
+from unicore.store.inbox import build_drain_batch, oldest_queued
 from unicore.store.records import DrainResult, Lease
 from unicore.store.task_store_base import TaskStoreBase, write_time
 
@@ -78,6 +78,7 @@ class TurnWrites(TaskStoreBase):
                 messages=messages,
                 turn_number=int(turn_number),
                 new_turn=bool(int(new_turn)),
+                oldest=oldest_queued(raw_entries),
             )
         raise UniCoreError(f"inbox of {lease.task_id} kept changing under the drain")
 

@@ -41,7 +41,14 @@ from unicore.turn.checkpoints import Checkpoints
 from unicore.turn.commands import command_fields, live_output
 from unicore.turn.compaction import Compactor, HistoryView, answer_tool_ids
 from unicore.turn.context_window import ContextSettings
-from unicore.turn.defaults import ModelFactory, NoSpawner, SystemPromptBuilder, ToolsetFactory, default_workspace
+from unicore.turn.defaults import (
+    ModelFactory,
+    NoSpawner,
+    SystemPromptBuilder,
+    ToolsetFactory,
+    default_workspace,
+    start_kind,
+)
 from unicore.turn.ending import TurnEnding
 from unicore.turn.history import message_text
 from unicore.turn.lease import TurnLease
@@ -229,6 +236,9 @@ class AgentTurn:
             self._settle_answered(kit.model, record, current)
             return
         self.telemetry.incr("turns_started_total")
+        if drained.oldest is not None:  # from the oldest message it drained being queued to now
+            self.telemetry.observe("turn_start_seconds", max(0.0, time.time() - drained.oldest),
+                                   {"start": start_kind(self.settings)})
         log.info(
             "task %s: turn %d (%s, %d new messages)",
             self.task_id,

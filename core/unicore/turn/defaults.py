@@ -59,3 +59,11 @@ class NoSpawner:
     def spawn(self, parent_id: str, name: str, prompt: str, tools: list[str] | None,
               agent: str | None = None) -> tuple[str, bool]:
         raise ToolError("spawning is not available in this process")
+
+
+def start_kind(settings: RuntimeSettings) -> str:
+    """How this turn's process started, for ``turn_start_seconds``: ``warm`` (a warm pod given the turn), ``cold`` (a
+    turn pod started for it) or ``local`` (a local-mode process)."""
+    if settings.warm_pool:
+        return "warm"
+    return "cold" if settings.namespace else "local"

@@ -56,6 +56,7 @@ MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.pro
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
 COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")
+TURN_STARTS = ("warm", "cold", "local")  # unicore.turn.defaults.start_kind
 WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools
 # why a pool deleted an idle warm Job (unicore_operator.warm_pools.keep_pool): an old template, beyond the size, its
 # pod silent (no record in Redis), or it ended unused (its longest wait, or it failed)
@@ -76,6 +77,11 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("unicore_turns_failed_total", "counter", "Turns that ended with an error, by reason.", "runtime",
                ("reason",), known=(("reason", TURN_FAILURE_REASONS),)),
     MetricSpec("unicore_turn_duration_seconds", "histogram", "Wall time of one turn.", "runtime"),
+    MetricSpec("unicore_turn_start_seconds", "histogram",
+               "From the oldest message a turn drained being queued (a prompt, a reply, a child's report) to the "
+               "turn's start, by how its process started: warm (a warm pod was given the turn), cold (a turn pod "
+               "started for it), local (a local-mode process).", "runtime", ("start",),
+               known=(("start", TURN_STARTS),)),
     MetricSpec("unicore_compactions_total", "counter",
                "Compaction records written: a request passed UNICORE_COMPACT_AT of the model's context window and "
                "the history before a cut was summarized.", "runtime"),

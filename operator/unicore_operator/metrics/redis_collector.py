@@ -24,7 +24,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from unicore.store.codec import text
-from unicore.store.telemetry import DEFAULT_BUCKETS, parse_labels, read_telemetry
+from unicore.store.telemetry import BUCKETS, DEFAULT_BUCKETS, parse_labels, read_telemetry
 from unicore.tools.call_metrics import builtin_label_sets
 
 from unicore_operator.log import logger
@@ -75,13 +75,13 @@ def known_label_sets(spec: MetricSpec, seen: Iterable[Mapping[str, str]]) -> lis
 
 def _add_resting_series(fam: Metric, spec: MetricSpec, labels: dict[str, str]) -> None:
     """The samples of a series nothing has written yet: a counter or gauge at ``spec.initial``, a histogram with
-    every bucket (the runtime's ``DEFAULT_BUCKETS``), its count and its sum at 0."""
+    every bucket (the runtime's ``BUCKETS`` of it, else ``DEFAULT_BUCKETS``), its count and its sum at 0."""
     if spec.kind == "counter":
         fam.add_sample(fam.name + "_total", labels, spec.initial)
     elif spec.kind == "gauge":
         fam.add_sample(fam.name, labels, spec.initial)
     elif spec.kind == "histogram":
-        for bound in (*DEFAULT_BUCKETS, math.inf):
+        for bound in (*BUCKETS.get(spec.name.removeprefix("unicore_"), DEFAULT_BUCKETS), math.inf):
             fam.add_sample(fam.name + "_bucket", {**labels, "le": floatToGoString(bound)}, 0.0)
         fam.add_sample(fam.name + "_count", labels, 0.0)
         fam.add_sample(fam.name + "_sum", labels, 0.0)
