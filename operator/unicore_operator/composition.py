@@ -8,6 +8,7 @@ registry when imported, and only this module imports them for that purpose), the
 - the watchdog: its start-up hook, which starts the scan loop with the operator's context;
 - per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them);
 - retention: its start-up hook, which starts the loop that archives and removes idle trees (when a TTL is set);
+- warm pools of tasks without an Agent: their start-up hook (the loop that keeps them, ``UNICORE_WARM_POOLS``);
 - ``kopf_patches``: Kopf's index pre-fill without its n^2 wake-ups.
 
 Nothing registers itself at import time, no module is optional (a missing one is an error, not a silent no-op), and
@@ -21,6 +22,7 @@ from typing import Any
 from unicore_operator import handlers, http_server, kopf_patches, redis_identities
 from unicore_operator.admission import start_webhook
 from unicore_operator.handlers import lifecycle
+from unicore_operator.handlers.warm_pools import start_agentless_pools
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
 from unicore_operator.retention_daemon import start_retention
 from unicore_operator.task_api.server import start_task_api
@@ -42,7 +44,8 @@ def compose() -> None:
     (kopf_patches); calling it again changes nothing."""
     kopf_patches.apply()
     http_server.add_routes(metrics_routes)
-    for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog, start_task_api, start_retention):
+    for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog, start_task_api, start_retention,
+                 start_agentless_pools):
         if hook not in lifecycle.startup_hooks:
             lifecycle.startup_hooks.append(hook)
     if start_webhook not in lifecycle.startup_hooks:  # the admission webhook (admission.py), when configured

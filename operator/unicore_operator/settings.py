@@ -43,6 +43,7 @@ ANNOTATION_KEY_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 # A PersistentVolumeClaim name: a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.', at most 253 characters).
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label
 DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -151,6 +152,11 @@ class OperatorSettings(KeywordOnlySettings):
     # Turn pods get the map and, for their task's model, its endpoint's key as a secretKeyRef (optional) to the
     # Secret in the task's namespace; the operator copies no Secret between namespaces. Empty = OPENAI_BASE_URL alone.
     openai_endpoints: Annotated[EndpointMap, NoDecode] = Field(default_factory=EndpointMap)
+    # Warm turn pods for the tasks without an Agent (docs/warm-pods.md; an Agent asks for its own with
+    # spec.warmPool): a JSON object namespace -> pool size (0 to 64), e.g. {"team-a": 2}. Idle warm pods hold their
+    # requests (and GPUs: UNICORE_DEFAULT_GPUS). Empty = none. Their longest wait: warm_pool_max_wait_seconds.
+    warm_pools: Annotated[dict[str, int], NoDecode] = Field(default_factory=dict)
+    warm_pool_max_wait_seconds: int = Field(1800, ge=60, le=86_400)
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -225,6 +231,19 @@ class OperatorSettings(KeywordOnlySettings):
         bad = sorted(str(key) for key in value if not ANNOTATION_KEY_RE.match(str(key)))
         if bad:
             raise ValueError(f"invalid annotation keys {bad}")
+        return value
+
+    @field_validator("warm_pools", mode="before")
+    @classmethod
+    def _parse_warm_pools(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = _json_object(value) if value.strip() else {}
+        if not isinstance(value, dict) or not all(
+                isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= 64 for size in value.values()):
+            raise ValueError('must be a JSON object of namespace -> pool size (0 to 64), e.g. {"team-a": 2}')
+        bad = sorted(str(name) for name in value if not NAMESPACE_RE.match(str(name)))
+        if bad:
+            raise ValueError(f"not namespace names: {bad}")
         return value
 
     @field_validator("agent_extra_env", mode="before")

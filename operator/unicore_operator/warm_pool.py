@@ -33,6 +33,17 @@ WARM_NAME_INFIX = "-warm-"
 TEMPLATE_HASH_LENGTH = 16
 
 
+# The pool of a namespace's tasks without an Agent (the operator's UNICORE_WARM_POOLS): a label value no Agent can be
+# named (an underscore), so it never meets an Agent's pool
+AGENTLESS_POOL = "no_agent"
+
+
+def agentless_template_task(namespace: str) -> dict[str, Any]:
+    """The template task of ``namespace``'s pool of tasks without an Agent: a task with nothing but a prompt."""
+    return {"metadata": {"name": "warm-template", "namespace": namespace, "uid": "", "labels": {}},
+            "spec": {"prompt": "(warm pool template)"}}
+
+
 def template_task(agent: dict[str, Any]) -> dict[str, Any]:
     """The template task of ``agent``'s pool (an Agent object): named after the Agent, with only ``agentRef``."""
     meta = agent["metadata"]
@@ -85,17 +96,17 @@ def pod_template_hash(job: dict[str, Any]) -> str:
 
 def warm_job_prefix(pool: str) -> str:
     """The ``generateName`` of the pool's warm Jobs (the API server adds 5 characters)."""
-    head = pool[: names.JOB_NAME_MAX - len(WARM_NAME_INFIX) - 5].rstrip("-.")
+    head = pool.replace("_", "-")[: names.JOB_NAME_MAX - len(WARM_NAME_INFIX) - 5].rstrip("-.")
     return f"{head}{WARM_NAME_INFIX}"
 
 
-def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str, Any], *,
+def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str, Any] | None, *,
                         max_wait_seconds: int) -> dict[str, Any]:
     """A warm Job of ``pool`` from ``template_job`` (the turn Job of the pool's template task, ``job_builder``),
-    owned by ``owner`` (an owner reference: the Agent). Its pod is the template's but the turn container waits for
-    an assignment (``unicore-turn --warm`` with the pool, template hash and longest wait) and has no task id; it is
-    labelled with the pool and the hash, not with any task (the operator adds the task's labels when it assigns one).
-    Its deadlines cover the longest wait plus the template's own (a turn)."""
+    owned by ``owner`` (an owner reference: the Agent; None: no owner). Its pod is the template's but the turn
+    container waits for an assignment (``unicore-turn --warm`` with the pool, template hash and longest wait) and has
+    no task id; it is labelled with the pool and the hash, not with any task (the operator adds the task's labels
+    when it assigns one). Its deadlines cover the longest wait plus the template's own (a turn)."""
     template_hash = pod_template_hash(template_job)
     job = copy.deepcopy(template_job)
     meta = job["metadata"]
@@ -105,7 +116,7 @@ def build_warm_job_spec(template_job: dict[str, Any], pool: str, owner: dict[str
     if queue:
         labels[names.KUEUE_QUEUE_LABEL] = queue
     job["metadata"] = {"generateName": warm_job_prefix(pool), "namespace": meta["namespace"], "labels": labels,
-                       "ownerReferences": [owner]}
+                       **({"ownerReferences": [owner]} if owner is not None else {})}
     spec = job["spec"]
     spec["activeDeadlineSeconds"] = int(spec.get("activeDeadlineSeconds") or 0) + max_wait_seconds
     template = spec["template"]
@@ -198,6 +209,6 @@ def assignment_patch(turn_job: Mapping[str, Any], assigned_at: float) -> dict[st
     return {"metadata": {"labels": dict(meta.get("labels") or {}), "annotations": annotations}}
 
 
-__all__ = ["WARM_NAME_INFIX", "WarmJob", "WarmPod", "assignment_patch", "build_warm_job_spec", "pod_template",
-           "pod_template_hash", "shared_workspace", "template_task", "warm_job_prefix", "warm_job_view",
-           "warm_pod_view", "workspace_folder_of"]
+__all__ = ["AGENTLESS_POOL", "WARM_NAME_INFIX", "WarmJob", "WarmPod", "agentless_template_task", "assignment_patch",
+           "build_warm_job_spec", "pod_template", "pod_template_hash", "shared_workspace", "template_task",
+           "warm_job_prefix", "warm_job_view", "warm_pod_view", "workspace_folder_of"]

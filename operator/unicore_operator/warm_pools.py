@@ -36,8 +36,10 @@ from unicore_operator.kube import job_path, pod_path
 from unicore_operator.log import logger
 from unicore_operator.mcp_servers import turn_mcp_env
 from unicore_operator.warm_pool import (
+    AGENTLESS_POOL,
     WarmJob,
     WarmPod,
+    agentless_template_task,
     assignment_patch,
     build_warm_job_spec,
     pod_template_hash,
@@ -94,6 +96,35 @@ def template_job(ctx: OperatorContext, agent: dict[str, Any]) -> dict[str, Any]:
     return build_turn_job_spec(body, 1, ctx.settings, mcp_env=mcp_env, spec=spec)
 
 
+@dataclass(frozen=True)
+class WantedPool:
+    """What a pool should be: its size, its pods' longest wait, the turn Job its warm Jobs are built from, and their
+    owner (an Agent; None for the pool of tasks without one)."""
+
+    size: int
+    max_wait_seconds: int
+    template: dict[str, Any]
+    owner: dict[str, Any] | None
+
+
+def agent_pool(ctx: OperatorContext, agent: dict[str, Any] | None) -> WantedPool | None:
+    """The pool Agent ``agent`` asks for (``spec.warmPool``), None when none."""
+    spec = pool_spec(agent)
+    if spec is None or agent is None:
+        return None
+    return WantedPool(spec.size, spec.max_wait_seconds or DEFAULT_MAX_WAIT_SECONDS, template_job(ctx, agent),
+                      agent_owner(agent))
+
+
+def agentless_pool(ctx: OperatorContext, namespace: str) -> WantedPool | None:
+    """The pool of ``namespace``'s tasks without an Agent (``UNICORE_WARM_POOLS``), None when none."""
+    size = ctx.settings.warm_pools.get(namespace, 0)
+    if size <= 0 or not ctx.watches(namespace):
+        return None
+    template = build_turn_job_spec(agentless_template_task(namespace), 1, ctx.settings)
+    return WantedPool(size, ctx.settings.warm_pool_max_wait_seconds, template, None)
+
+
 def jobs_of(ctx: OperatorContext, key: TaskKey) -> list[WarmJob]:
     return list(ctx.warmjobs.get(key) or ()) if ctx.warmjobs is not None else []
 
@@ -111,16 +142,15 @@ def _patch(ctx: OperatorContext, namespace: str, job: str, pod: str, patch: dict
     ctx.kube.core.merge_patch(pod_path(namespace, pod), pod_patch)
 
 
-async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
+async def keep_pool(ctx: OperatorContext, namespace: str, name: str, wanted: WantedPool | None,
                     prepare: Callable[[], Awaitable[str | None]] | None = None) -> None:
-    """Bring the pool of Agent ``namespace/name`` to its size (see the module doc). ``prepare``: what the namespace
-    needs before a warm pod can start there (its agent RBAC and Redis identity), answering why not when it cannot."""
+    """Bring pool ``name`` of ``namespace`` (an Agent's, or ``AGENTLESS_POOL``) to ``wanted`` (None: no pool; its
+    Jobs go) (see the module doc). ``prepare``: what the namespace needs before a warm pod can start there (its agent
+    RBAC and Redis identity), answering why not when it cannot."""
     key = (namespace, name)
-    agent = ctx.indexed_agent(namespace, name)
-    spec = pool_spec(agent)
     await _finish_assignments(ctx, key)
     jobs = jobs_of(ctx, key)
-    if spec is None and not jobs:
+    if wanted is None and not jobs:
         if _pools.pop(key, None) is not None:
             metrics.warm_pool_gone(namespace, name)
         return
@@ -128,13 +158,12 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
     now = time.monotonic()
     seen = {job.name for job in jobs}
     state.pending = {job: at for job, at in state.pending.items() if job not in seen and now - at < PENDING_SECONDS}
-    template = template_job(ctx, agent) if spec is not None and agent is not None else None
-    wanted = pod_template_hash(template) if template is not None else ""
+    wanted_hash = pod_template_hash(wanted.template) if wanted is not None else ""
     idle = [job for job in jobs if job.idle]
-    current = [job for job in idle if job.template == wanted]
-    size = spec.size if spec is not None else 0
+    current = [job for job in idle if job.template == wanted_hash]
+    size = wanted.size if wanted is not None else 0
     metrics.warm_pool_checked(namespace, name, len(current[:size]), idle_pod_seconds(state, len(idle), now))
-    doomed = {job.name: (job, "template") for job in idle if job.template != wanted}
+    doomed = {job.name: (job, "template") for job in idle if job.template != wanted_hash}
     doomed.update((job.name, (job, "surplus")) for job in current[size:] if job.name not in doomed)
     silent = await _silent_jobs(ctx, key, state, now)
     doomed.update((job.name, (job, "silent")) for job in idle if job.name in silent and job.name not in doomed)
@@ -149,7 +178,7 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
                            "hangs): replaced", namespace, job.name, silent[job.name])
     current = [job for job in current if job.name not in doomed]
     missing = size - len(current[:size]) - len(state.pending)
-    if template is None or agent is None or spec is None or missing <= 0:
+    if wanted is None or missing <= 0:
         return
     problem = (await prepare() if prepare is not None else None) or ""
     if problem != state.problem:
@@ -158,14 +187,24 @@ async def keep_pool(ctx: OperatorContext, namespace: str, name: str,
             logger.warning("warm pool %s/%s cannot grow: %s", namespace, name, problem)
     if problem:
         return
-    max_wait = spec.max_wait_seconds or DEFAULT_MAX_WAIT_SECONDS
-    warm = build_warm_job_spec(template, name, agent_owner(agent), max_wait_seconds=max_wait)
+    warm = build_warm_job_spec(wanted.template, name, wanted.owner, max_wait_seconds=wanted.max_wait_seconds)
     for _ in range(missing):
         created = await asyncio.to_thread(ctx.kube.core.create, job_path(namespace), warm)
         job_name = str((created.get("metadata") or {}).get("name") or "")
         state.pending[job_name] = time.monotonic()
         metrics.warm_pod_created()
         logger.info("created warm turn Job %s/%s for pool %s", namespace, job_name, name)
+
+
+async def keep_agentless_pools(ctx: OperatorContext,
+                               prepare: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+    """One check of the pools of tasks without an Agent: those ``UNICORE_WARM_POOLS`` asks for, and those with Jobs
+    left (the setting changed: they go)."""
+    namespaces = {namespace for namespace, size in ctx.settings.warm_pools.items() if size > 0}
+    namespaces |= {namespace for namespace, pool in (ctx.warmjobs or {}) if pool == AGENTLESS_POOL}
+    for namespace in sorted(namespaces):
+        ready = (lambda ns=namespace: prepare(ns)) if prepare is not None else None
+        await keep_pool(ctx, namespace, AGENTLESS_POOL, agentless_pool(ctx, namespace), prepare=ready)
 
 
 async def _silent_jobs(ctx: OperatorContext, key: TaskKey, state: PoolState, now: float) -> dict[str, float]:
@@ -230,11 +269,13 @@ async def take_turn(ctx: OperatorContext, key: TaskKey, body: dict[str, Any], jo
     of its Agent's pool; the warm Job's name, or None: no pool, no waiting pod of the same template (create the
     cold Job). A turn already taken by a warm pod answers that pod's Job."""
     ref = task_spec_of(body).agent_ref
-    if ref is None or ctx.warmpods is None:
+    if ctx.warmpods is None:
         return None
-    namespace, pool = key[0], ref.name
+    namespace = key[0]
+    pool = ref.name if ref is not None else AGENTLESS_POOL
     pods = pods_of(ctx, (namespace, pool))
-    has_pool = pool_spec(ctx.indexed_agent(namespace, pool)) is not None
+    has_pool = (pool_spec(ctx.indexed_agent(namespace, pool)) is not None if ref is not None
+                else ctx.settings.warm_pools.get(namespace, 0) > 0)
     if not pods and not has_pool:
         return None
     job_name = job["metadata"]["name"]
@@ -283,4 +324,5 @@ async def forget_pod(ctx: OperatorContext, namespace: str, pod: str) -> None:
     await asyncio.to_thread(warm_pods.forget, ctx.redis.sync, namespace, pod)
 
 
-__all__ = ["WARM_POOL_CHECK_SECONDS", "forget_pod", "keep_pool", "pool_spec", "take_turn", "template_job"]
+__all__ = ["WARM_POOL_CHECK_SECONDS", "WantedPool", "agent_pool", "agentless_pool", "forget_pod",
+           "keep_agentless_pools", "keep_pool", "pool_spec", "take_turn", "template_job"]

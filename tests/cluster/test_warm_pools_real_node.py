@@ -303,3 +303,26 @@ def test_redis_restarted_while_a_warm_pod_waits_and_while_one_runs_a_turn_loses_
     finally:
         store.close()
         server.stop()
+
+
+def test_the_operators_pool_serves_tasks_without_an_agent_and_empties_when_the_setting_drops_it(
+    start_operator: StartOperator, tasks: Tasks, redis_client: redis.Redis, k8s_namespace: str,
+) -> None:
+    import json
+
+    first = start_operator(UNICORE_WARM_POOLS=json.dumps({k8s_namespace: 1}))
+    (waiting,) = wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2,
+                          what="the namespace's warm pod for tasks without an Agent")
+    assert (waiting.metadata.labels or {}).get(POOL_LABEL) == "no_agent"
+    tasks.create("p", {"prompt": "Say hello.", "model": "scripted", "gpus": 0, "script": {"default": "Hello."}})
+    wait_for(lambda: phase(tasks, "p") == "Idle", timeout=180, interval=0.2, what="p answered")
+    (ran,) = [job for job in tasks.jobs() if (job.metadata.labels or {}).get(TASK_LABEL) == "p"]
+    assert ran.metadata.name == (waiting.metadata.labels or {}).get("job-name")  # it waited before p existed
+    assert answers(redis_client, f"{k8s_namespace}/p") == ["Hello."]
+    wait_for(lambda: idle_warm_pods(tasks, redis_client), timeout=180, interval=0.2, what="the pool refilled")
+
+    first.stop()
+    start_operator()  # the setting no longer names the namespace: its idle warm Jobs go
+    wait_for(lambda: not [job for job in tasks.jobs() if (job.metadata.labels or {}).get(POOL_LABEL)
+                          and not (job.metadata.labels or {}).get(TASK_LABEL) and not job.metadata.deletion_timestamp],
+             timeout=60, interval=0.2, what="the idle warm Jobs deleted")

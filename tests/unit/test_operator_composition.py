@@ -22,11 +22,12 @@ from unicore_operator.task_api.server import start_task_api
 from unicore_operator.watchdog.adapter import start_watchdog
 from unicore_operator.admission import start_webhook
 from unicore_operator import redis_identities
+from unicore_operator.handlers.warm_pools import start_agentless_pools
 from unicore_operator.retention_daemon import start_retention
 compose(); compose()
 assert http_server._installers == [metrics_routes], http_server._installers
 assert lifecycle.startup_hooks == [redis_identities.start, start_metrics, start_watchdog, start_task_api,
-                                   start_retention, start_webhook], \
+                                   start_retention, start_agentless_pools, start_webhook], \
     lifecycle.startup_hooks
 """
 

@@ -67,6 +67,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
                                 "agent_resources",
                                 {"requests": {"cpu": "250m"}, "limits": {"cpu": "2", "memory": "2Gi"}}),
     "UNICORE_PROVISION_AGENT_RBAC": ("false", "provision_agent_rbac", False),
+    "UNICORE_WARM_POOLS": ('{"team-a": 2, "team-b": 0}', "warm_pools", {"team-a": 2, "team-b": 0}),
+    "UNICORE_WARM_POOL_MAX_WAIT_SECONDS": ("600", "warm_pool_max_wait_seconds", 600),
     "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": ('{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}',
                                                   "agent_service_account_annotations",
                                                   {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}),
@@ -238,3 +240,6 @@ def test_bad_service_account_annotations_are_refused() -> None:
         load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": '{"bad key": "x"}'})
     with pytest.raises(ConfigError, match="must be a JSON object of string values"):
         load_settings({"REDIS_URL": "redis://r", "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": '{"a": 1}'})
+    for bad in ('{"team-a": 65}', '{"team-a": "2"}', '{"Team_A": 1}', '[1]', '{"team-a": true}'):
+        with pytest.raises(ConfigError, match="UNICORE_WARM_POOLS"):
+            load_settings({"REDIS_URL": "redis://r", "UNICORE_WARM_POOLS": bad})

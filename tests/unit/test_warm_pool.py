@@ -206,3 +206,16 @@ def test_a_turns_start_is_timed_from_its_oldest_queued_entry_and_named_by_how_it
     assert start_kind(RuntimeSettings.model_validate({"UNICORE_NAMESPACE": "team-a"})) == "cold"
     warm = RuntimeSettings.model_validate({"UNICORE_NAMESPACE": "team-a", "UNICORE_WARM_POOL": "w"})
     assert start_kind(warm) == "warm"
+
+
+def test_the_pool_of_tasks_without_an_agent_serves_plain_tasks_and_is_owned_by_nobody() -> None:
+    from unicore_operator.warm_pool import AGENTLESS_POOL, agentless_template_task
+
+    template = build_turn_job_spec(agentless_template_task("team-a"), 1, SETTINGS)
+    job = build_warm_job_spec(template, AGENTLESS_POOL, None, max_wait_seconds=600)
+    assert job["metadata"]["generateName"] == "no-agent-warm-" and "ownerReferences" not in job["metadata"]
+    assert job["metadata"]["labels"][names.WARM_POOL_LABEL] == AGENTLESS_POOL
+    plain = {"metadata": {"name": "q", "namespace": "team-a", "uid": "u", "labels": {}}, "spec": {"prompt": "hi"}}
+    assert pod_template_hash(build_turn_job_spec(plain, 3, SETTINGS)) == pod_template_hash(template)
+    plain["spec"]["gpus"] = 2  # its own pod: the cold path
+    assert pod_template_hash(build_turn_job_spec(plain, 1, SETTINGS)) != pod_template_hash(template)

@@ -154,6 +154,8 @@ seccompProfile:
   "UNICORE_JOB_TTL_SECONDS" (toString $v.agent.jobTTLSeconds)
   "UNICORE_MAX_TURN_RETRIES" (toString $v.agent.maxTurnRetries)
   "UNICORE_TURN_RETRY_BACKOFF_SECONDS" (toString $v.agent.turnRetryBackoffSeconds)
+  "UNICORE_WARM_POOLS" (toJson $v.agent.warmPools)
+  "UNICORE_WARM_POOL_MAX_WAIT_SECONDS" (toString $v.agent.warmPoolMaxWaitSeconds)
   "UNICORE_DEFAULT_TURN_TIMEOUT_SECONDS" (toString $v.agent.defaultTurnTimeoutSeconds)
   "UNICORE_STALL_SECONDS" (toString $v.agent.stallSeconds)
   "UNICORE_WORKSPACE_CLAIM" (dig "workspace" "claimName" "" $v.agent)
