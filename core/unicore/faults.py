@@ -89,7 +89,8 @@ def fault_point(step: str) -> None:
 APPROVAL_STEPS = ("after pending calls",)
 
 # The operator's (``kill:<point>`` in its own environment): right after a warm pod was assigned a turn, before its Job
-# and pod got the task's labels (``unicore_operator.warm_pools``).
-OPERATOR_STEPS = ("after warm assign",)
+# and pod got the task's labels (``unicore_operator.warm_pools``); right after a schedule created a run's AgentTask,
+# before its status recorded the run (``unicore_operator.schedules``).
+OPERATOR_STEPS = ("after warm assign", "after scheduled task created")
 
 __all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "OPERATOR_STEPS", "STEPS", "fault_point", "set_scope"]

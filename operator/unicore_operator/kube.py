@@ -30,9 +30,10 @@ def pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
 
-def agenttask_path(namespace: str, name: str) -> str:
-    return (f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}/{names.PLURAL}/"
-            f"{quote(name, safe='')}")
+def agenttask_path(namespace: str, name: str = "") -> str:
+    """The AgentTasks collection of ``namespace``, or AgentTask ``name`` in it."""
+    collection = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}/{names.PLURAL}"
+    return f"{collection}/{quote(name, safe='')}" if name else collection
 
 
 def agent_path(namespace: str, name: str) -> str:
@@ -82,7 +83,8 @@ class KubeClients:
         self.core.merge_patch(agent_path(namespace, name) + "/status", {"status": status})
 
     def post_event(self, task: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the AgentTask (best effort: never fails the caller)."""
+        """A core/v1 Event on the AgentTask ``task`` (or the object of another kind its ``kind`` names: an
+        AgentSchedule), best effort: never fails the caller."""
         meta = task["metadata"]
         now = _now()
         body = {
@@ -90,8 +92,8 @@ class KubeClients:
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name'][:200]}.", "namespace": meta["namespace"]},
             "involvedObject": {
-                "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
+                "apiVersion": task.get("apiVersion") or names.API_VERSION,
+                "kind": task.get("kind") or names.KIND,
                 "name": meta["name"],
                 "namespace": meta["namespace"],
                 "uid": meta.get("uid"),

@@ -38,7 +38,7 @@ def install_crd(kubeconfig: Path | str) -> None:
     if result.returncode:
         raise RuntimeError(f"kubectl apply crds/ failed: {result.stderr}")
     kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd/agenttasks.unicore.dev",
-            "crd/agents.unicore.dev")
+            "crd/agents.unicore.dev", "crd/agentschedules.unicore.dev")
 
 
 def agent_rbac(namespace: str) -> list[dict[str, Any]]:

@@ -16,6 +16,8 @@ KIND = "AgentTask"
 PLURAL = "agenttasks"
 AGENT_KIND = "Agent"  # reusable agent definitions (crds/agent.yaml, unicore.agents)
 AGENT_PLURAL = "agents"
+SCHEDULE_KIND = "AgentSchedule"  # AgentTasks started on a cron schedule (crds/agentschedule.yaml, docs/schedules.md)
+SCHEDULE_PLURAL = "agentschedules"
 MCP_SERVER_KIND = "MCPServer"  # MCP tool servers (unicore.mcp_config: local-mode documents, later a CRD)
 
 FINALIZER = f"{GROUP}/cleanup"
@@ -31,6 +33,7 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 COMMAND_JOB_LABEL = f"{GROUP}/command-job"  # a task's command Job (submit_job): its number; turn Jobs have none
 WARM_POOL_LABEL = f"{GROUP}/warm-pool"  # a warm turn Job's pool (issue 30); it has no task label until assigned
 WARM_TEMPLATE_LABEL = f"{GROUP}/warm-template"  # the hash of the pod template a warm Job was built from
+SCHEDULE_LABEL = f"{GROUP}/schedule"  # the AgentSchedule that started a task (unicore.schedules.schedule_label)
 PARENT_LABEL = f"{GROUP}/parent"
 ROOT_LABEL = f"{GROUP}/root"
 NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config
@@ -41,6 +44,7 @@ KUEUE_MANAGED_LABEL = f"{GROUP}/kueue"  # the dev cluster's Kueue manages the Jo
 TASK_ID_ANNOTATION = f"{GROUP}/task-id"
 # when a warm turn pod was given its turn (RFC 3339): its turn started then, not at the pod's start (issue 30)
 ASSIGNED_AT_ANNOTATION = f"{GROUP}/assigned-at"
+SCHEDULED_AT_ANNOTATION = f"{GROUP}/scheduled-at"  # a scheduled task's run: its scheduled time (RFC 3339)
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"
 

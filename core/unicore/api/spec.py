@@ -16,7 +16,7 @@ spawner) parses it once, where the object comes in, and reads attributes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -167,6 +167,31 @@ class AgentSpec(SchedulingSpec):
     approval: ApprovalSpec | None = None
     mcp_servers: list[MCPServerRef] | None = None
     warm_pool: WarmPoolSpec | None = None
+
+
+class TemplateMetadata(CamelModel):
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TaskTemplateSpec(CamelModel):
+    """``spec.taskTemplate`` of an AgentSchedule: the metadata and spec of each AgentTask it starts."""
+
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
+    spec: dict[str, Any] = Field(default_factory=dict)  # an AgentTask spec (the CRD checks it; ``task_spec_of``)
+
+
+class ScheduleSpec(CamelModel):
+    """``spec`` of an AgentSchedule (crds/agentschedule.yaml, docs/schedules.md)."""
+
+    schedule: str = Field(min_length=1, max_length=200)
+    time_zone: str | None = Field(default=None, max_length=64)
+    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = "Allow"
+    starting_deadline_seconds: int | None = Field(default=None, ge=0)
+    suspend: bool = False
+    successful_tasks_history_limit: int = Field(3, ge=0, le=100)
+    failed_tasks_history_limit: int = Field(1, ge=0, le=100)
+    task_template: TaskTemplateSpec
 
 
 Spec = TypeVar("Spec", bound=CamelModel)

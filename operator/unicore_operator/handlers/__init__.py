@@ -7,5 +7,6 @@ from unicore_operator.handlers import (  # noqa: F401
     command_jobs,
     jobs,
     lifecycle,
+    schedules,
     warm_pools,
 )
