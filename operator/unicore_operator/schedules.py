@@ -95,20 +95,20 @@ async def check(ctx: OperatorContext, body: dict[str, Any], patch_status: dict[s
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = readable(ScheduleSpec, body.get("spec")) if body.get("spec") else None
+    now = now or datetime.datetime.now(datetime.UTC)
+    runs = runs_of(ctx.agenttasks, namespace, name)
+    active = sorted(run.name for run in runs if run.active)
     try:
         if spec is None:
             raise CronError("spec.schedule and spec.taskTemplate are required")
-        cron, tz = Cron.parse(spec.schedule), zone(spec.time_zone)
+        decision = decide(spec, Cron.parse(spec.schedule), zone(spec.time_zone), now=now, since=_since(body),
+                          active=active)
     except CronError as exc:
         if (body.get("status") or {}).get("lastError") != str(exc):
             events.post(ctx, body, events.WARNING, "InvalidSchedule", str(exc))
             logger.warning("AgentSchedule %s/%s: %s", namespace, name, exc)
         patch_status.update(lastError=str(exc)[:1024], nextScheduleTime=None)
         return
-    now = now or datetime.datetime.now(datetime.UTC)
-    runs = runs_of(ctx.agenttasks, namespace, name)
-    active = sorted(run.name for run in runs if run.active)
-    decision = decide(spec, cron, tz, now=now, since=_since(body), active=active)
     started = await _act(ctx, body, spec, decision, active)
     if started:
         active = sorted({*active, started} - set(decision.replace))
