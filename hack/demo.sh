@@ -73,6 +73,20 @@ yaml.safe_dump_all([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.
     kubectl get pods -n "$NS" -l unicore.dev/warm-pool -o wide
   fi
   kubectl apply -n "$NS" -f "$EXAMPLE" >/dev/null
+  local schedules
+  schedules=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentSchedule"))' "$EXAMPLE")
+  for schedule in $schedules; do  # AgentSchedules (docs/schedules.md): their first run, at the next minute or so
+    say "waiting for the first run of AgentSchedule $schedule (kubectl get agentschedules)"
+    kubectl get agentschedule "$schedule" -n "$NS"
+    local started=""
+    for _ in $(seq 900); do
+      started=$(kubectl get agentschedule "$schedule" -n "$NS" -o jsonpath='{.status.lastStartedTask}' 2>/dev/null || true)
+      [[ -n $started ]] && break; sleep 0.2
+    done
+    [[ -n $started ]] || { echo "demo: AgentSchedule $schedule started no task within 180 s" >&2; exit 1; }
+    tasks="$tasks $started"
+  done
   for name in $tasks; do
     for _ in $(seq 900); do
       phase=$(kubectl get agenttask "$name" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
@@ -86,6 +100,15 @@ yaml.safe_dump_all([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.
     say "transcript of $NS/$name with its tool calls (kubectl agenttask logs $name --tools)"
     PATH=$BIN:$PATH kubectl agenttask logs "$name" -n "$NS" --tools
   done
+  if [[ -n $schedules ]]; then
+    echo
+    say "the schedules: last run, next run, active tasks; their Events (kubectl describe agentschedule)"
+    kubectl get agentschedules -n "$NS" -o wide
+    for schedule in $schedules; do
+      kubectl get events -n "$NS" --field-selector "involvedObject.name=$schedule" \
+        -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message
+    done
+  fi
   if [[ -n $pools ]]; then
     echo
     say "the warm pods: the one whose TASK is set ran that task's turn; the pool started another (docs/warm-pods.md)"
