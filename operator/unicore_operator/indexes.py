@@ -47,6 +47,9 @@ WARM_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names
 
 TaskKey = tuple[str, str]
 
+# The annotations of an AgentTask the index keeps (the rest, e.g. kubectl's last-applied configuration, may be large)
+INDEXED_ANNOTATIONS = frozenset({names.SCHEDULED_AT_ANNOTATION})
+
 
 def compact_task(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata", {})
@@ -59,6 +62,8 @@ def compact_task(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "generation": meta.get("generation"),
             "labels": dict(meta.get("labels") or {}),
+            "annotations": {key: value for key, value in (meta.get("annotations") or {}).items()
+                            if key in INDEXED_ANNOTATIONS},
             "creationTimestamp": meta.get("creationTimestamp"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },

@@ -45,6 +45,7 @@ from unicore.api.turn_numbers import shown_turn
 from unicore.store.operator_state import LastTurn
 from unicore.store.task_views import TaskView
 
+from unicore_operator import names
 from unicore_operator.watchdog.views import PodView
 
 LAST_RESPONSE_MAX = 1024
@@ -293,6 +294,20 @@ def ready_condition(phase: Phase, message: str, generation: int | None, previous
     return condition
 
 
+def origin_of(body: dict[str, Any]) -> dict[str, str] | None:
+    """What started AgentTask ``body`` when it was neither a person nor its parent: an AgentSchedule (its label and
+    scheduled-time annotation, ``unicore_operator.schedules``); None otherwise."""
+    meta = body.get("metadata") or {}
+    schedule = (meta.get("labels") or {}).get(names.SCHEDULE_LABEL)
+    if not schedule:
+        return None
+    origin = {"kind": names.SCHEDULE_KIND, "name": str(schedule)}
+    at = (meta.get("annotations") or {}).get(names.SCHEDULED_AT_ANNOTATION)
+    if at:
+        origin["at"] = str(at)
+    return origin
+
+
 def build_status(
     *,
     phase: Phase,
@@ -310,6 +325,7 @@ def build_status(
     reason: str | None = None,
     human: HumanWait | None = None,
     jobs: list[dict[str, Any]] | None = None,
+    origin: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields);
     ``waitingFor`` says what a task in a human phase waits for (absent otherwise)."""
@@ -330,6 +346,8 @@ def build_status(
         "children": children,
         "conditions": [ready_condition(phase, message, generation, (previous or {}).get("conditions"), now, reason)],
     }
+    if origin:
+        status["origin"] = origin
     if jobs:
         status["jobs"] = jobs
     elif (previous or {}).get("jobs"):

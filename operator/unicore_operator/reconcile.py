@@ -30,6 +30,7 @@ from unicore_operator.phases import (
     build_status,
     decide_phase,
     delivers_owed_report,
+    origin_of,
     ready_reason,
     scheduling_wait,
     status_changed,
@@ -327,7 +328,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         phase=phase, message=message, record=snap.view, last_turn=snap.last_turn, active_job=obs.active_job,
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs), human=obs.human,
-        jobs=command_jobs.status_of(ctx, key, snap),
+        jobs=command_jobs.status_of(ctx, key, snap), origin=origin_of(body),
     )
     changed = status_changed(previous, status)
     if phase is Phase.FAILED and snap.parent and changed:

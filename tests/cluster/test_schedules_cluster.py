@@ -85,7 +85,10 @@ def test_a_minutely_forbid_schedule_runs_once_per_minute_across_an_operator_kill
     open_gate(redis_client, f"{k8s_namespace}/{name_1}", "go")
     later = wait_for(lambda: (found := runs(tasks)) and len(found) == 2 and found, timeout=90, interval=0.2,
                      what="the held run to start once the first one is Idle")
-    assert phase(next(task for task in later if task["metadata"]["name"] == name_1)) == "Idle"
+    done = next(task for task in later if task["metadata"]["name"] == name_1)
+    assert phase(done) == "Idle"
+    assert done["status"]["origin"] == {"kind": "AgentSchedule", "name": "minutely",
+                                        "at": scheduled_1.strftime("%Y-%m-%dT%H:%M:%SZ")}
     name_2 = later[1]["metadata"]["name"]
     assert int(name_2.rsplit("-", 1)[1]) == int(name_1.rsplit("-", 1)[1]) + 1  # the next minute's run, late
     assert (later[1]["metadata"]["ownerReferences"][0]["kind"], later[1]["metadata"]["annotations"][

@@ -133,3 +133,16 @@ def test_the_crd_is_what_the_generator_writes_and_its_template_is_an_agenttask_s
 def test_the_model_refuses_what_the_crd_refuses(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         spec(**bad)
+
+
+def test_a_scheduled_tasks_status_says_which_schedule_started_it_and_for_when() -> None:
+    from unicore_operator.indexes import compact_task
+    from unicore_operator.phases import origin_of
+
+    when = datetime.datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
+    task = build_scheduled_task(SCHEDULE, ScheduleSpec.model_validate(SCHEDULE["spec"]), when)
+    task["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "x" * 10_000
+    indexed = compact_task(task)
+    assert indexed["metadata"]["annotations"] == {"unicore.dev/scheduled-at": "2026-11-28T02:00:00Z"}  # small
+    assert origin_of(indexed) == {"kind": "AgentSchedule", "name": "nightly", "at": "2026-11-28T02:00:00Z"}
+    assert origin_of({"metadata": {"name": "by-hand", "labels": {}}}) is None
