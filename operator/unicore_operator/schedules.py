@@ -19,6 +19,8 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import kopf
+from kubernetes.client.exceptions import ApiException
 from unicore.api.contract import (
     API_VERSION,
     KIND,
@@ -31,7 +33,7 @@ from unicore.cron import Cron, CronError, zone
 from unicore.faults import fault_point
 from unicore.schedules import Decision, Run, beyond_history, decide, run_name, schedule_label
 
-from unicore_operator import events
+from unicore_operator import events, metrics
 from unicore_operator.context import OperatorContext
 from unicore_operator.kube import agenttask_path
 from unicore_operator.log import logger
@@ -137,10 +139,12 @@ async def _act(ctx: OperatorContext, body: dict[str, Any], spec: ScheduleSpec, d
     key = (namespace, name)
     if at is None or decision.action == "none":
         return None
+    metrics.schedule_run("missed", decision.missed)
     if decision.missed:
         events.post(ctx, body, events.WARNING, "MissedSchedule",
                     f"{decision.missed} earlier run(s) before {_stamp(at)} were missed and are skipped")
     if decision.action == "skip":
+        metrics.schedule_run("skipped")
         events.post(ctx, body, events.WARNING, "MissedSchedule",
                     f"the run of {_stamp(at)} is skipped: not started within startingDeadlineSeconds="
                     f"{spec.starting_deadline_seconds}")
@@ -154,12 +158,20 @@ async def _act(ctx: OperatorContext, body: dict[str, Any], spec: ScheduleSpec, d
         return None
     for task in decision.replace:
         await asyncio.to_thread(ctx.kube.core.delete, agenttask_path(namespace, task))
+        metrics.schedule_run("replaced")
         events.post(ctx, body, events.NORMAL, "Replaced", f"deleted {task} (concurrencyPolicy Replace)")
     new_task = build_scheduled_task(body, spec, at)
-    created = await asyncio.to_thread(ctx.kube.core.create_quietly, agenttask_path(namespace), new_task)
+    try:
+        created = await asyncio.to_thread(ctx.kube.core.create_quietly, agenttask_path(namespace), new_task)
+    except ApiException as exc:  # refused (admission, a quota): the run is not started; the next check tries again
+        metrics.schedule_run("failed")
+        message = f"could not create AgentTask {new_task['metadata']['name']}: {exc.status} {exc.reason}"
+        events.post(ctx, body, events.WARNING, "FailedCreate", message)
+        raise kopf.TemporaryError(message, delay=10) from None
     task_name = str(new_task["metadata"]["name"])
     fault_point("after scheduled task created")  # the crash tests' kill point (unicore.faults.OPERATOR_STEPS)
     if created:
+        metrics.schedule_run("started")
         events.post(ctx, body, events.NORMAL, "Started", f"started AgentTask {task_name} for the run of {_stamp(at)}")
         logger.info("AgentSchedule %s/%s started %s", namespace, name, task_name)
     _waiting_noted.pop(key, None)

@@ -20,6 +20,7 @@ from unicore_operator.metrics.operator_metrics import (
     observe_activation,
     observe_activation_latency,
     observe_watchdog_scan,
+    schedule_run,
     warm_pod_created,
     warm_pod_replaced,
     warm_pool_checked,
@@ -28,5 +29,5 @@ from unicore_operator.metrics.operator_metrics import (
 )
 
 __all__ = ["REGISTRY", "approval_decided", "command_job_ended", "job_created", "job_failed", "job_reaped",
-           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "warm_pod_created",
-           "warm_pod_replaced", "warm_pool_checked", "warm_pool_gone", "warm_turn"]
+           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "schedule_run",
+           "warm_pod_created", "warm_pod_replaced", "warm_pool_checked", "warm_pool_gone", "warm_turn"]

@@ -56,7 +56,11 @@ MODEL_CALL_OUTCOMES = ("ok", "throttled", "unavailable", "error")  # unicore.pro
 TOOL_CALL_OUTCOMES = ("ok", "error", "refused", "cancelled")  # unicore.tools.call_metrics.OUTCOMES
 COMMAND_OUTCOMES = ("ok", "failed", "timed_out", "cancelled", "error")  # unicore.tools.run_command.OUTCOMES
 COMMAND_JOB_OUTCOMES = ("succeeded", "failed", "cancelled", "refused")
-TURN_STARTS = ("warm", "cold", "local")  # unicore.turn.defaults.start_kind
+TURN_STARTS = ("warm", "cold", "local")
+# what became of a schedule's due run (unicore_operator.schedules): started, missed (an older due time skipped for a
+# newer one), skipped (past its starting deadline), replaced (an active run deleted for it, Replace), failed (its
+# AgentTask could not be created)
+SCHEDULE_RUN_OUTCOMES = ("started", "missed", "skipped", "replaced", "failed")  # unicore.turn.defaults.start_kind
 WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools
 # why a pool deleted an idle warm Job (unicore_operator.warm_pools.keep_pool): an old template, beyond the size, its
 # pod silent (no record in Redis), or it ended unused (its longest wait, or it failed)
@@ -150,6 +154,11 @@ CATALOG: tuple[MetricSpec, ...] = (
                known=(("outcome", WARM_TURN_OUTCOMES),)),
     MetricSpec("unicore_warm_pods_created_total", "counter", "Warm turn Jobs the operator created for pools.",
                "operator"),
+    MetricSpec("unicore_schedule_runs_total", "counter",
+               "Due runs of AgentSchedules by what became of them: started (its AgentTask created), missed (an older "
+               "due time skipped for a newer one), skipped (past startingDeadlineSeconds), replaced (an active task "
+               "deleted for a new run, concurrencyPolicy Replace), failed (its AgentTask could not be created).",
+               "operator", ("outcome",), known=(("outcome", SCHEDULE_RUN_OUTCOMES),)),
     MetricSpec("unicore_warm_pods_replaced_total", "counter",
                "Idle warm turn Jobs a pool deleted, by why: template (the Agent or the operator's settings changed "
                "its pods), surplus (above its size), silent (its pod had no record in Redis for the heartbeat "
