@@ -17,7 +17,7 @@ The semantics are Kubernetes CronJob's:
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -58,8 +58,11 @@ def schedule_label(schedule: str) -> str:
 
 
 def decide(spec: ScheduleSpec, cron: Cron, tz: ZoneInfo, *, now: datetime.datetime, since: datetime.datetime,
-           active: Sequence[str]) -> Decision:
-    """What the schedule does at ``now``, its last handled time being ``since`` and ``active`` its active tasks."""
+           active: Sequence[str], name: str = "", started: Collection[str] = ()) -> Decision:
+    """What schedule ``name`` does at ``now``, its last handled time being ``since``, ``active`` its active tasks
+    and ``started`` the runs' tasks that exist. A due run whose task exists was started (by an operator that died
+    before recording it): ``start`` again (the create is a 409), whatever the concurrency policy; it is not
+    waiting for itself."""
     next_time = cron.next_after(now, tz)
     if spec.suspend:
         return Decision("none", next_time=next_time)
@@ -67,6 +70,8 @@ def decide(spec: ScheduleSpec, cron: Cron, tz: ZoneInfo, *, now: datetime.dateti
     if not times:
         return Decision("none", next_time=next_time)
     at, missed = times[-1], total - 1
+    if run_name(name, at) in started:
+        return Decision("start", at, missed, next_time=next_time)
     deadline = spec.starting_deadline_seconds
     if deadline is not None and (now - at).total_seconds() > deadline:
         return Decision("skip", at, missed, next_time=next_time)

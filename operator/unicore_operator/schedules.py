@@ -104,7 +104,7 @@ async def check(ctx: OperatorContext, body: dict[str, Any], patch_status: dict[s
         if spec is None:
             raise CronError("spec.schedule and spec.taskTemplate are required")
         decision = decide(spec, Cron.parse(spec.schedule), zone(spec.time_zone), now=now, since=_since(body),
-                          active=active)
+                          active=active, name=name, started={run.name for run in runs})
     except CronError as exc:
         if (body.get("status") or {}).get("lastError") != str(exc):
             events.post(ctx, body, events.WARNING, "InvalidSchedule", str(exc))

@@ -63,6 +63,18 @@ def test_concurrency_policies_with_a_task_still_active() -> None:
     assert (replaces.action, replaces.replace) == ("replace", ("r-1", "r-0"))
 
 
+def test_a_due_run_whose_task_exists_was_started_and_does_not_wait_for_itself() -> None:
+    # an operator created the run's task, then died before recording the run: under Forbid the task is active, but
+    # it is this run's own task: the run counts as started (its create again is a 409), it does not wait
+    own = run_name("r", at(2))
+    again = decide(spec(concurrencyPolicy="Forbid"), Cron.parse("* * * * *"), zone(None), now=at(2.1), since=at(1),
+                   active=[own], name="r", started={own})
+    assert (again.action, again.at) == ("start", at(2))
+    other = decide(spec(concurrencyPolicy="Forbid"), Cron.parse("* * * * *"), zone(None), now=at(2.1), since=at(1),
+                   active=["r-old"], name="r", started={"r-old"})
+    assert other.action == "wait"
+
+
 def test_a_suspended_schedule_starts_nothing_but_still_says_its_next_time() -> None:
     held = plan(spec(suspend=True), now=5.5, since=0)
     assert (held.action, held.next_time) == ("none", at(6))

@@ -128,7 +128,7 @@ class LocalScheduler:
         started: list[str] = []
         for schedule in self.schedules:
             decision = decide(schedule.spec, schedule.cron, schedule.zone, now=now, since=schedule.since,
-                              active=schedule.active())
+                              active=schedule.active(), name=schedule.name, started=schedule.threads.keys())
             at = decision.at
             if at is None or decision.action == "none":
                 continue
