@@ -9,6 +9,7 @@ registry when imported, and only this module imports them for that purpose), the
 - per-namespace Redis identities: their start-up hook (the ACL rights check, then the loop that keeps them);
 - retention: its start-up hook, which starts the loop that archives and removes idle trees (when a TTL is set);
 - warm pools of tasks without an Agent: their start-up hook (the loop that keeps them, ``UNICORE_WARM_POOLS``);
+- the trigger endpoint: its start-up hook (AgentTriggers' webhook deliveries, when UNICORE_TRIGGER_PORT is set);
 - ``kopf_patches``: Kopf's index pre-fill without its n^2 wake-ups.
 
 Nothing registers itself at import time, no module is optional (a missing one is an error, not a silent no-op), and
@@ -26,6 +27,7 @@ from unicore_operator.handlers.warm_pools import start_agentless_pools
 from unicore_operator.metrics.http import attach_collectors, metrics_handler
 from unicore_operator.retention_daemon import start_retention
 from unicore_operator.task_api.server import start_task_api
+from unicore_operator.trigger_server import start_triggers
 from unicore_operator.watchdog import adapter as watchdog
 
 __all__ = ["compose", "handlers"]
@@ -45,7 +47,7 @@ def compose() -> None:
     kopf_patches.apply()
     http_server.add_routes(metrics_routes)
     for hook in (redis_identities.start, start_metrics, watchdog.start_watchdog, start_task_api, start_retention,
-                 start_agentless_pools):
+                 start_agentless_pools, start_triggers):
         if hook not in lifecycle.startup_hooks:
             lifecycle.startup_hooks.append(hook)
     if start_webhook not in lifecycle.startup_hooks:  # the admission webhook (admission.py), when configured

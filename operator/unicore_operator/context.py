@@ -52,6 +52,7 @@ class OperatorContext:
     agents: Any = None  # Agents (indexes.agent_index)
     warmjobs: Any = None  # warm turn Jobs by (namespace, pool) (indexes.warmjob_index)
     warmpods: Any = None  # their pods (indexes.warmpod_index)
+    triggers: Any = None  # AgentTriggers (indexes.trigger_index)
     locks: dict[TaskKey, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     # Jobs created by this process that the watch has not shown yet (closes the create -> index gap).
     inflight_jobs: dict[TaskKey, str] = field(default_factory=dict)

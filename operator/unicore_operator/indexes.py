@@ -34,7 +34,8 @@ __all__ = ["COMMAND_JOB_SELECTOR", "JOB_SELECTOR", "WARM_SELECTOR", "TaskKey", "
            "warmpod_index",
            "active_job", "agent_index", "agenttask_index", "compact_agent", "compact_task",
            "first",
-           "job_outcome", "job_task_key", "job_view", "mcpserver_index", "turnjob_index", "turnpod_index"]
+           "job_outcome", "job_task_key", "job_view", "mcpserver_index", "trigger_index", "turnjob_index",
+           "turnpod_index"]
 
 # Turn Jobs and their pods: the operator's Jobs without a command Job number (a task's command Jobs, submit_job, have
 # their own index: COMMAND_JOB_SELECTOR).
@@ -129,6 +130,18 @@ async def warmjob_index(body: kopf.Body, **_: Any) -> dict[TaskKey, WarmJob] | N
 async def warmpod_index(body: kopf.Body, **_: Any) -> dict[TaskKey, WarmPod] | None:
     view = warm_pod_view(body)
     return {(view.namespace, view.pool): view} if view.namespace and view.pool else None
+
+
+@kopf.index(names.GROUP, names.VERSION, names.TRIGGER_PLURAL)
+async def trigger_index(*, body: kopf.Body, namespace: str | None, name: str,
+                        **_: Any) -> dict[TaskKey, dict[str, Any]] | None:
+    """AgentTriggers: what the trigger endpoint needs of one (its metadata for the tasks' owner, its spec)."""
+    if namespace is None:
+        return None
+    meta = body.get("metadata") or {}
+    return {(namespace, name): {"apiVersion": names.API_VERSION, "kind": names.TRIGGER_KIND,
+                                "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")},
+                                "spec": dict(body.get("spec") or {})}}
 
 
 @kopf.index(names.GROUP, names.VERSION, mcp_servers.PLURAL)

@@ -101,6 +101,11 @@ class OperatorSettings(KeywordOnlySettings):
     # (kube-system/extension-apiserver-authentication); every request is authorized with a SubjectAccessReview.
     task_api_port: int = Field(0, ge=0, le=65535)
     task_api_cert_dir: str = "/etc/unicore/webhook"
+    # The trigger endpoint (trigger_server.py, docs/triggers.md): webhook deliveries to AgentTriggers at
+    # /triggers/<namespace>/<name> on this port (0 = none); HTTPS with tls.crt and tls.key of trigger_cert_dir when
+    # set, else plain HTTP (TLS at an Ingress).
+    trigger_port: int = Field(0, ge=0, le=65535)
+    trigger_cert_dir: str = ""
     heartbeat_timeout_seconds: float = Field(120.0, gt=0)
     pending_timeout_seconds: float = Field(300.0, gt=0)
     # How long a turn Job may stay held suspended by its queue (Kueue keeps spec.suspend true until its LocalQueue

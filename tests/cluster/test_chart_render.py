@@ -46,6 +46,7 @@ MATRIX: dict[str, list[str]] = {
         "redis.external.existingSecret=my-redis",
     ],
     "no-gpu": ["--set", "agent.gpu.count=0", "--set", "agent.gpu.toleration=false"],
+    "triggers": ["--set", "triggers.enabled=true", "--set", "triggers.tls=true", "--set", "networkPolicy.enabled=true"],
     "cluster-wide": ["--set", "rbac.clusterWide=true", "--set", "agent.extraNamespaces={team-a,team-b}"],
     "service-monitor": [
         "--set",
@@ -190,6 +191,9 @@ IDENTITY_SECRET_RULES = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["unicore-redis-agent"], "verbs": ["get", "update"]},
 ]
+# ... and with triggers.enabled: read the one Secret name of the AgentTriggers' HMAC keys
+TRIGGER_SECRET_RULE = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["unicore-triggers"],
+                       "verbs": ["get"]}
 
 
 # --------------------------------------------------------------------------------------------------- lint
@@ -211,7 +215,8 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
     for where, rule in rules_of(objs):
         assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), where
         if "secrets" in rule.get("resources", []):  # only redis.identities: create, and read/rewrite one name
-            assert rule in IDENTITY_SECRET_RULES, f"{where} grants access to Secrets: {rule}"
+            allowed = IDENTITY_SECRET_RULES + ([TRIGGER_SECRET_RULE] if variant == "triggers" else [])
+            assert rule in allowed, f"{where} grants access to Secrets: {rule}"
         # the task API is an aggregated API now: nobody needs the operator's service proxy
         assert not any(r.startswith("services/proxy") for r in rule.get("resources", [])), where
     deployment = one(objs, "Deployment", "unicore-operator")
@@ -225,7 +230,8 @@ def test_every_variant_is_restricted_and_least_privilege(variant: str) -> None:
     http = {"name": "http", "containerPort": 8080, "protocol": "TCP"}
     webhook = {"name": "webhook", "containerPort": 8443, "protocol": "TCP"}
     task_api = {"name": "task-api", "containerPort": 9443, "protocol": "TCP"}
-    assert container["ports"] == ([http, task_api] if off else [http, webhook, task_api])
+    triggers = [{"name": "triggers", "containerPort": 8090, "protocol": "TCP"}] if variant == "triggers" else []
+    assert container["ports"] == ([http, task_api] if off else [http, webhook, *triggers, task_api])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     names = [e["name"] for e in container["env"]]
     assert len(names) == len(set(names)), "duplicate env names"
@@ -272,14 +278,38 @@ def assert_metadata_values_are_strings(objs: list[dict[str, Any]]) -> None:
                     assert isinstance(value, str), f"{where}.{field}[{key}] renders as {type(value).__name__}"
 
 
-def test_a_config_checksum_of_digits_only_still_renders_as_a_string() -> None:
-    # this URL happens to hash to a checksum of digits only; unquoted, YAML read it as a number and the API
-    # server refused the Deployment (CI: the bundled Redis' random password did the same about once in 800 installs)
-    objs = render("--set", "redis.enabled=false", "--set", "redis.external.url=redis://r.example:6379/0?n=572")
+def digits_only_checksum_url(tmp_path: Path) -> str:
+    """A Redis URL whose checksum/config is digits only with this chart as it is: the chart's own hash input (the URL,
+    the provider and operator env, as templates/operator-deployment.yaml joins them) read through a copy of the
+    chart with one more template, then ``?n=<N>`` searched until the SHA-256 starts with 16 digits (1 in 1800)."""
+    import hashlib
+
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-hash-input.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hash-input}\ndata:\n'
+        '  provider: {{ include "unicore.providerEnv" . | b64enc | quote }}\n'
+        '  operator: {{ include "unicore.operatorEnv" . | b64enc | quote }}\n')
+    out = helm("template", "uc", str(chart), "--namespace", "uc", "--kube-version", KUBE_VERSION, "--set",
+               "redis.enabled=false", "--set", "redis.external.url=redis://r.example:6379/0",
+               "--show-only", "templates/zz-hash-input.yaml").stdout
+    data = yaml.safe_load(out)["data"]
+    provider, operator_env = (base64.b64decode(data[key]).decode() for key in ("provider", "operator"))
+    for n in range(1_000_000):
+        url = f"redis://r.example:6379/0?n={n}"
+        if hashlib.sha256(f"{url}|{provider}|{operator_env}".encode()).hexdigest()[:16].isdigit():
+            return url
+    raise AssertionError("no URL with a digits-only checksum among a million")
+
+
+def test_a_config_checksum_of_digits_only_still_renders_as_a_string(tmp_path: Path) -> None:
+    # a URL whose checksum is digits only; unquoted, YAML read it as a number and the API server refused the
+    # Deployment (CI: the bundled Redis' random password did the same about once in 800 installs)
+    objs = render("--set", "redis.enabled=false", "--set", f"redis.external.url={digits_only_checksum_url(tmp_path)}")
     annotations = one(objs, "Deployment", "unicore-operator")["spec"]["template"]["metadata"]["annotations"]
     checksum = annotations["checksum/config"]
     assert isinstance(checksum, str), f"checksum/config renders as {type(checksum).__name__}: {checksum!r}"
-    assert checksum.isdigit(), f"the templates changed: find another URL whose checksum is all digits ({checksum})"
+    assert checksum.isdigit(), f"the search above computes the chart's checksum no more ({checksum})"
     assert_metadata_values_are_strings(objs)
 
 
@@ -347,6 +377,10 @@ def test_defaults() -> None:
         "events",
     }
     assert not provisioning_rules(role)
+    # AgentSchedules and AgentTriggers create tasks, and schedules delete those beyond their history
+    assert [r for r in role["rules"] if r["resources"] == ["agenttasks"]] == [
+        {"apiGroups": ["unicore.dev"], "resources": ["agenttasks"],
+         "verbs": ["get", "list", "watch", "patch", "update", "create", "delete"]}]
     assert not find(objs, "ClusterRole", "unicore-operator-agents")
     agent = one(objs, "Role", "unicore-agent", "agents")
     assert agent["rules"] == [
@@ -497,9 +531,9 @@ def test_redis_identities_are_on_with_the_bundled_redis_and_off_with_an_external
 
 
 def provisioning_rules(role: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rules that let the operator provision the agent ServiceAccount, Role and RoleBinding."""
-    return [r for r in role["rules"] if {"serviceaccounts", "roles", "rolebindings"} & set(r["resources"])
-            or ("agenttasks" in r["resources"] and "create" in r["verbs"])]
+    """The rules that let the operator provision the agent ServiceAccount, Role and RoleBinding (its right to
+    create agenttasks, which the agent Role grants, it holds anyway: schedules and triggers create tasks)."""
+    return [r for r in role["rules"] if {"serviceaccounts", "roles", "rolebindings"} & set(r["resources"])]
 
 
 def test_cluster_wide_the_operator_provisions_agent_rbac_in_new_namespaces() -> None:
@@ -521,8 +555,6 @@ def test_cluster_wide_the_operator_provisions_agent_rbac_in_new_namespaces() -> 
     # and exactly these rights for it: create only, no escalate or bind (it holds the agent Role's permissions)
     role = one(objs, "ClusterRole", "unicore-operator-unicore-system")
     assert provisioning_rules(role) == [
-        {"apiGroups": ["unicore.dev"], "resources": ["agenttasks"],
-         "verbs": ["get", "list", "watch", "patch", "update", "create"]},
         {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create"]},
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
     ]

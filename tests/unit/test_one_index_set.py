@@ -56,7 +56,7 @@ def test_one_index_per_object_kind() -> None:
     """No second index over AgentTasks: a task's children come from its Redis children set (``children_of``)."""
     found = _index_functions()
     assert set(found) == {"agenttask_index", "turnjob_index", "turnpod_index", "mcpserver_index", "agent_index",
-                          "commandjob_index", "warmjob_index", "warmpod_index"}
+                          "commandjob_index", "warmjob_index", "warmpod_index", "trigger_index"}
     kinds = Counter(found.values())
     # two over Jobs, of disjoint sets (label filters): turn Jobs, and command Jobs (submit_job)
     assert indexes.JOB_SELECTOR.keys() == indexes.COMMAND_JOB_SELECTOR.keys()
@@ -65,7 +65,8 @@ def test_one_index_per_object_kind() -> None:
     # and warm turn Jobs and pods by pool (issue 30): an assigned one is in the turn indexes too, by its task
     assert indexes.WARM_SELECTOR["unicore.dev/warm-pool"] is kopf.PRESENT
     assert kinds == {("unicore.dev", "agenttasks"): 1, ("batch", "jobs"): 3, ("", "pods"): 2,
-                     ("unicore.dev", "mcpservers"): 1, ("unicore.dev", "agents"): 1}
+                     ("unicore.dev", "mcpservers"): 1, ("unicore.dev", "agents"): 1,
+                     ("unicore.dev", "agenttriggers"): 1}
 
 
 def test_the_watchdog_views_from_the_index_values_equal_those_from_the_bodies() -> None:

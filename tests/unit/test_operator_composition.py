@@ -24,10 +24,12 @@ from unicore_operator.admission import start_webhook
 from unicore_operator import redis_identities
 from unicore_operator.handlers.warm_pools import start_agentless_pools
 from unicore_operator.retention_daemon import start_retention
+from unicore_operator.trigger_server import start_triggers
 compose(); compose()
 assert http_server._installers == [metrics_routes], http_server._installers
 assert lifecycle.startup_hooks == [redis_identities.start, start_metrics, start_watchdog, start_task_api,
-                                   start_retention, start_agentless_pools, start_webhook], \
+                                   start_retention, start_agentless_pools, start_triggers,
+                                   start_webhook], \
     lifecycle.startup_hooks
 """
 

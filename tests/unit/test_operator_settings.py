@@ -67,6 +67,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
                                 "agent_resources",
                                 {"requests": {"cpu": "250m"}, "limits": {"cpu": "2", "memory": "2Gi"}}),
     "UNICORE_PROVISION_AGENT_RBAC": ("false", "provision_agent_rbac", False),
+    "UNICORE_TRIGGER_PORT": ("8090", "trigger_port", 8090),
+    "UNICORE_TRIGGER_CERT_DIR": ("/etc/unicore/triggers", "trigger_cert_dir", "/etc/unicore/triggers"),
     "UNICORE_WARM_POOLS": ('{"team-a": 2, "team-b": 0}', "warm_pools", {"team-a": 2, "team-b": 0}),
     "UNICORE_WARM_POOL_MAX_WAIT_SECONDS": ("600", "warm_pool_max_wait_seconds", 600),
     "UNICORE_AGENT_SERVICE_ACCOUNT_ANNOTATIONS": ('{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}',

@@ -18,6 +18,10 @@ AGENT_KIND = "Agent"  # reusable agent definitions (crds/agent.yaml, unicore.age
 AGENT_PLURAL = "agents"
 SCHEDULE_KIND = "AgentSchedule"  # AgentTasks started on a cron schedule (crds/agentschedule.yaml, docs/schedules.md)
 SCHEDULE_PLURAL = "agentschedules"
+TRIGGER_KIND = "AgentTrigger"  # AgentTasks started (or messages sent) by webhook deliveries (docs/triggers.md)
+TRIGGER_PLURAL = "agenttriggers"
+# a namespace's Secret of its triggers' HMAC keys (one key per trigger): the one Secret name the operator reads
+TRIGGER_SECRET = "unicore-triggers"
 MCP_SERVER_KIND = "MCPServer"  # MCP tool servers (unicore.mcp_config: local-mode documents, later a CRD)
 
 FINALIZER = f"{GROUP}/cleanup"
@@ -34,6 +38,7 @@ COMMAND_JOB_LABEL = f"{GROUP}/command-job"  # a task's command Job (submit_job):
 WARM_POOL_LABEL = f"{GROUP}/warm-pool"  # a warm turn Job's pool (issue 30); it has no task label until assigned
 WARM_TEMPLATE_LABEL = f"{GROUP}/warm-template"  # the hash of the pod template a warm Job was built from
 SCHEDULE_LABEL = f"{GROUP}/schedule"  # the AgentSchedule that started a task (unicore.schedules.schedule_label)
+TRIGGER_LABEL = f"{GROUP}/trigger"  # the AgentTrigger that started a task
 PARENT_LABEL = f"{GROUP}/parent"
 ROOT_LABEL = f"{GROUP}/root"
 NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config
@@ -45,6 +50,7 @@ TASK_ID_ANNOTATION = f"{GROUP}/task-id"
 # when a warm turn pod was given its turn (RFC 3339): its turn started then, not at the pod's start (issue 30)
 ASSIGNED_AT_ANNOTATION = f"{GROUP}/assigned-at"
 SCHEDULED_AT_ANNOTATION = f"{GROUP}/scheduled-at"  # a scheduled task's run: its scheduled time (RFC 3339)
+EVENT_ID_ANNOTATION = f"{GROUP}/event-id"  # a triggered task's event: its id (the sender's delivery id)
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"
 

@@ -7,6 +7,7 @@ Content blocks follow the Bedrock Converse shape, kept as plain dicts so they ro
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import uuid
@@ -63,8 +64,10 @@ TOOL_RESULT_ID_PREFIX = "tr:"  # a tool call's result (also a person's decision 
 DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call a task waited for (store.approvals)
 REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
 JOB_RESULT_ID_PREFIX = "cmdjob:"  # a command Job's result (submit_job, store.command_jobs)
+TRIGGER_ID_PREFIX = "trigger:"  # a webhook event's message to an AgentTrigger's task (unicore_operator.triggers)
 RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, OBJECT_PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX,
-                               TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX, JOB_RESULT_ID_PREFIX)
+                               TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX, JOB_RESULT_ID_PREFIX,
+                               TRIGGER_ID_PREFIX)
 
 
 def prompt_message_id(task_id: str) -> str:
@@ -101,6 +104,13 @@ def reap_message_id(attempt: str) -> str:
 def job_result_message_id(task_id: str, n: int) -> str:
     """The id of the result of ``task_id``'s command Job number ``n`` in its inbox (delivered once)."""
     return f"{JOB_RESULT_ID_PREFIX}{task_id}:{n}"
+
+
+def trigger_message_id(namespace: str, trigger: str, source: str, event_id: str) -> str:
+    """The id of the message event ``event_id`` (from ``source``) sends through AgentTrigger ``namespace/trigger``:
+    the same for every delivery of that event, so it is queued once."""
+    digest = hashlib.sha256(f"{namespace}\0{trigger}\0{source}\0{event_id}".encode()).hexdigest()
+    return f"{TRIGGER_ID_PREFIX}{digest}"
 
 
 def user_message_id(message_id: str) -> str:

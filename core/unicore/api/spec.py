@@ -194,6 +194,25 @@ class ScheduleSpec(CamelModel):
     task_template: TaskTemplateSpec
 
 
+class TriggerTaskRef(CamelModel):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class TriggerSpec(CamelModel):
+    """``spec`` of an AgentTrigger (crds/agenttrigger.yaml, docs/triggers.md): each authenticated delivery starts a
+    task from ``task_template`` or sends ``message`` to ``task``."""
+
+    source: Literal["github", "cloudevents", "json"]
+    secret_key: str | None = Field(default=None, min_length=1, max_length=253)  # key of Secret unicore-triggers
+    events: list[str] | None = Field(default=None, max_length=64)  # accepted event types (globs); None: all
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=10_485_760)
+    rate_per_minute: int = Field(60, ge=1, le=6000)
+    suspend: bool = False
+    task_template: TaskTemplateSpec | None = None
+    task: TriggerTaskRef | None = None
+    message: str | None = Field(default=None, min_length=1, max_length=65_536)
+
+
 Spec = TypeVar("Spec", bound=CamelModel)
 
 

@@ -171,6 +171,8 @@ seccompProfile:
   "UNICORE_WEBHOOK_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_WEBHOOK_CLIENT_AUTH" $v.admission.webhook.clientAuth
   "UNICORE_TASK_API_PORT" (ternary "9443" "0" $v.taskApi.enabled)
+  "UNICORE_TRIGGER_PORT" (ternary (toString $v.triggers.port) "0" $v.triggers.enabled)
+  "UNICORE_TRIGGER_CERT_DIR" (ternary "/etc/unicore/webhook" "" (and $v.triggers.enabled $v.triggers.tls))
   "UNICORE_TASK_API_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
   "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
@@ -240,5 +242,5 @@ matchExpressions:
 
 {{/* "true" when the operator serves HTTPS (the webhook or the task API): their certificate Secret is mounted. */}}
 {{- define "unicore.servesTLS" -}}
-{{- if or .Values.admission.webhook.enabled .Values.taskApi.enabled }}true{{ end -}}
+{{- if or .Values.admission.webhook.enabled .Values.taskApi.enabled (and .Values.triggers.enabled .Values.triggers.tls) }}true{{ end -}}
 {{- end }}

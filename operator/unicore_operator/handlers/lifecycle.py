@@ -62,7 +62,7 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_index: kopf.Index,
                   turnjob_index: kopf.Index, turnpod_index: kopf.Index, mcpserver_index: kopf.Index,
                   agent_index: kopf.Index, commandjob_index: kopf.Index, warmjob_index: kopf.Index,
-                  warmpod_index: kopf.Index, **_: Any) -> None:
+                  warmpod_index: kopf.Index, trigger_index: kopf.Index, **_: Any) -> None:
     op = load_settings()
     tune_kopf(settings, op)
     state = RedisState(op.redis_url)
@@ -75,7 +75,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
     ctx = OperatorContext(settings=op, redis=state, kube=kube, store=TaskStore(state.sync),
                           agenttasks=agenttask_index, turnjobs=turnjob_index, turnpods=turnpod_index,
                           mcpservers=mcpserver_index, agents=agent_index, commandjobs=commandjob_index,
-                          warmjobs=warmjob_index, warmpods=warmpod_index)
+                          warmjobs=warmjob_index, warmpods=warmpod_index, triggers=trigger_index)
     memo["ctx"] = ctx
     loop = asyncio.get_running_loop()
     ctx.background.extend(ctx.reconciles.start(lambda key, reason: reconcile_task(ctx, *key, reason),

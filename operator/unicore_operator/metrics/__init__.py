@@ -21,6 +21,7 @@ from unicore_operator.metrics.operator_metrics import (
     observe_activation_latency,
     observe_watchdog_scan,
     schedule_run,
+    trigger_event,
     warm_pod_created,
     warm_pod_replaced,
     warm_pool_checked,
@@ -29,5 +30,5 @@ from unicore_operator.metrics.operator_metrics import (
 )
 
 __all__ = ["REGISTRY", "approval_decided", "command_job_ended", "job_created", "job_failed", "job_reaped",
-           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "schedule_run",
+           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "schedule_run", "trigger_event",
            "warm_pod_created", "warm_pod_replaced", "warm_pool_checked", "warm_pool_gone", "warm_turn"]

@@ -60,7 +60,11 @@ TURN_STARTS = ("warm", "cold", "local")
 # what became of a schedule's due run (unicore_operator.schedules): started, missed (an older due time skipped for a
 # newer one), skipped (past its starting deadline), replaced (an active run deleted for it, Replace), failed (its
 # AgentTask could not be created)
-SCHEDULE_RUN_OUTCOMES = ("started", "missed", "skipped", "replaced", "failed")  # unicore.turn.defaults.start_kind
+SCHEDULE_RUN_OUTCOMES = ("started", "missed", "skipped", "replaced", "failed")
+# what became of a webhook delivery to an AgentTrigger (unicore_operator.triggers): created (a task), duplicate (an
+# event id seen before: nothing new), message (sent to the trigger's task), refused (a 4xx/5xx answer: signature,
+# size, rate, content type...), failed (its task could not be created or does not exist)
+TRIGGER_OUTCOMES = ("created", "duplicate", "message", "refused", "failed")  # unicore.turn.defaults.start_kind
 WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools
 # why a pool deleted an idle warm Job (unicore_operator.warm_pools.keep_pool): an old template, beyond the size, its
 # pod silent (no record in Redis), or it ended unused (its longest wait, or it failed)
@@ -159,6 +163,11 @@ CATALOG: tuple[MetricSpec, ...] = (
                "due time skipped for a newer one), skipped (past startingDeadlineSeconds), replaced (an active task "
                "deleted for a new run, concurrencyPolicy Replace), failed (its AgentTask could not be created).",
                "operator", ("outcome",), known=(("outcome", SCHEDULE_RUN_OUTCOMES),)),
+    MetricSpec("unicore_trigger_events_total", "counter",
+               "Webhook deliveries to AgentTriggers by outcome: created (a new task), duplicate (an event id seen "
+               "before: nothing new), message (sent to the trigger's task), refused (answered 4xx/5xx: signature, "
+               "size, rate, content type, suspended), failed (the task could not be created or does not exist).",
+               "operator", ("outcome",), known=(("outcome", TRIGGER_OUTCOMES),)),
     MetricSpec("unicore_warm_pods_replaced_total", "counter",
                "Idle warm turn Jobs a pool deleted, by why: template (the Agent or the operator's settings changed "
                "its pods), surplus (above its size), silent (its pod had no record in Redis for the heartbeat "

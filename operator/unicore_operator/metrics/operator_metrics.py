@@ -45,6 +45,8 @@ COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unic
                                buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
 WARM_TURNS = Counter("unicore_warm_turns", _help("unicore_warm_turns_total"), ["outcome"], registry=REGISTRY)
 WARM_PODS_CREATED = Counter("unicore_warm_pods_created", _help("unicore_warm_pods_created_total"), registry=REGISTRY)
+TRIGGER_EVENTS = Counter("unicore_trigger_events", _help("unicore_trigger_events_total"), ["outcome"],
+                         registry=REGISTRY)
 SCHEDULE_RUNS = Counter("unicore_schedule_runs", _help("unicore_schedule_runs_total"), ["outcome"], registry=REGISTRY)
 WARM_PODS_REPLACED = Counter("unicore_warm_pods_replaced", _help("unicore_warm_pods_replaced_total"), ["reason"],
                              registry=REGISTRY)
@@ -71,6 +73,7 @@ declare_known(COMMAND_JOBS, BY_NAME["unicore_command_jobs_total"])
 declare_known(WARM_TURNS, BY_NAME["unicore_warm_turns_total"])
 declare_known(WARM_PODS_REPLACED, BY_NAME["unicore_warm_pods_replaced_total"])
 declare_known(SCHEDULE_RUNS, BY_NAME["unicore_schedule_runs_total"])
+declare_known(TRIGGER_EVENTS, BY_NAME["unicore_trigger_events_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -113,6 +116,11 @@ def schedule_run(outcome: str, count: int = 1) -> None:
     """Call once per due run of a schedule: ``catalog.SCHEDULE_RUN_OUTCOMES``."""
     if count > 0:
         SCHEDULE_RUNS.labels(outcome=outcome).inc(count)
+
+
+def trigger_event(outcome: str) -> None:
+    """Call once per delivery to the trigger endpoint: ``catalog.TRIGGER_OUTCOMES``."""
+    TRIGGER_EVENTS.labels(outcome=outcome).inc()
 
 
 def warm_pod_replaced(reason: str) -> None:
