@@ -87,6 +87,33 @@ print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1
     [[ -n $started ]] || { echo "demo: AgentSchedule $schedule started no task within 180 s" >&2; exit 1; }
     tasks="$tasks $started"
   done
+  local triggers
+  triggers=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentTrigger"))' "$EXAMPLE")
+  for trigger in $triggers; do  # AgentTriggers (docs/triggers.md): a signed CloudEvent posted with curl, twice
+    local key url body sig answer
+    key=$("$BIN/python" -c 'import sys, yaml
+print(next(d["stringData"][sys.argv[2]] for d in yaml.safe_load_all(open(sys.argv[1]))
+           if d and d.get("kind") == "Secret" and d["metadata"]["name"] == "unicore-triggers"))' "$EXAMPLE" "$trigger")
+    url="$(trigger_base)/triggers/$NS/$trigger"
+    body='{"summary": "disk 91% full on db-1"}'
+    sig="sha256=$(printf %s "$body" | "$BIN/python" -c 'import hashlib, hmac, sys
+print(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())' "$key")"
+    say "curl -X POST $url (a CloudEvent in binary mode, signed with the trigger's key; sent twice)"
+    for attempt in 1 2; do
+      for _ in $(seq 150); do  # the operator's index holds the trigger a moment after it was applied
+        answer=$(curl -sS -X POST "$url" -H "X-Signature-256: $sig" -H 'Content-Type: application/json' \
+          -H 'ce-specversion: 1.0' -H 'ce-id: alert-1' -H 'ce-type: com.example.alert.disk' \
+          -H 'ce-source: /monitoring/db-1' --data "$body" -w ' HTTP %{http_code}' 2>&1 || true)
+        [[ $answer != *"HTTP 404"* && $answer != *"HTTP 000"* && -n $answer ]] && break; sleep 0.2
+      done
+      echo "  delivery $attempt: $answer"
+    done
+    local started
+    started=$("$BIN/python" -c 'import json, sys; print(json.loads(sys.argv[1].rsplit(" HTTP", 1)[0])["task"])' \
+      "$answer") || { echo "demo: the trigger $trigger started no task: $answer" >&2; exit 1; }
+    tasks="$tasks $started"
+  done
   for name in $tasks; do
     for _ in $(seq 900); do
       phase=$(kubectl get agenttask "$name" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
@@ -114,6 +141,13 @@ print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1
     say "the warm pods: the one whose TASK is set ran that task's turn; the pool started another (docs/warm-pods.md)"
     kubectl get pods -n "$NS" -l unicore.dev/warm-pool -L unicore.dev/warm-pool,unicore.dev/task,unicore.dev/turn
   fi
+}
+
+trigger_base() {  # where the operator's trigger endpoint is reached from here
+  if [[ -n ${TRIGGER_BASE:-} ]]; then echo "$TRIGGER_BASE"; return; fi
+  local ip
+  ip=$(kubectl get pods -n "$NS" -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].status.podIP}')
+  echo "http://$ip:8090"
 }
 
 run_tree() {  # kubectl agenttask reaches the operator's task API through the API server (APIService tasks.unicore.dev)
@@ -164,7 +198,7 @@ metadata: {name: unicore-workspace}
 spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}
 PVC
   helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" \
-    --set agent.workspace.claimName=unicore-workspace --wait --timeout 300s >/dev/null
+    --set agent.workspace.claimName=unicore-workspace --set triggers.enabled=true --wait --timeout 300s >/dev/null
   run_tree
   echo
   say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"
@@ -231,11 +265,12 @@ PY
   else
     say "starting unicore-operator (log: $DEMO_DIR/operator.log)"
     UNICORE_NAMESPACES=$NS UNICORE_HTTP_PORT=${UNICORE_HTTP_PORT:-18080} UNICORE_RESYNC_SECONDS=10 \
+      UNICORE_TRIGGER_PORT=${UNICORE_TRIGGER_PORT:-18090} \
       UNICORE_TASK_API_PORT=${UNICORE_TASK_API_PORT:-18443} UNICORE_TASK_API_CERT_DIR=$cert_dir \
       setsid "$BIN/unicore-operator" >>"$DEMO_DIR/operator.log" 2>&1 < /dev/null &
     echo $! > "$op_pid_file"
   fi
-  run_tree
+  TRIGGER_BASE=http://127.0.0.1:${UNICORE_TRIGGER_PORT:-18090} run_tree
   cat <<MSG
 
 The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .venv/bin/kubectl-agenttask):

@@ -20,11 +20,27 @@ TRIGGERS_KEY: web.AppKey[Triggers] = web.AppKey("unicore_triggers", Triggers)
 PATH = "/triggers/{namespace}/{name}"
 
 
+DISCARD_MAX = 4 * ENDPOINT_CAP_BYTES  # an oversized body up to this is read and dropped, so its sender gets the 413
+
+
+async def _discard(request: web.Request) -> None:
+    """Read and drop what is left of the body (up to ``DISCARD_MAX``): a client still sending when the answer
+    comes sees a reset connection instead of the 413. Beyond that the connection is simply closed."""
+    dropped = 0
+    while dropped < DISCARD_MAX:
+        chunk = await request.content.readany()
+        if not chunk:
+            return
+        dropped += len(chunk)
+
+
 async def _read_capped(request: web.Request, cap: int) -> bytes:
     if request.content_length is not None and request.content_length > cap:
+        await _discard(request)
         raise Refused(413, f"the body ({request.content_length} bytes) is over the endpoint's cap of {cap} bytes")
     body = await request.content.read(cap + 1)
     if len(body) > cap:
+        await _discard(request)
         raise Refused(413, f"the body is over the endpoint's cap of {cap} bytes")
     return body
 
