@@ -65,6 +65,37 @@ def task_spec_schema() -> dict[str, Any]:
     return spec
 
 
+def crd_of(kind: str, short_name: str, description: str, spec: dict[str, Any], status: dict[str, Any],
+           columns: list[dict[str, Any]]) -> dict[str, Any]:
+    """The namespaced CustomResourceDefinition of ``kind`` in unicore.dev/v1alpha1 (plural: its name, lower case, plus
+    "s"), with a status subresource."""
+    singular = kind.lower()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{singular}s.unicore.dev",
+                     "labels": {"app.kubernetes.io/name": "unicore", "app.kubernetes.io/component": "crd"}},
+        "spec": {
+            "group": "unicore.dev",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": f"{singular}s", "singular": singular,
+                      "shortNames": [short_name], "categories": ["unicore"]},
+            "versions": [{
+                "name": "v1alpha1", "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": description,
+                    "required": ["spec"],
+                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                   "metadata": {"type": "object"}, "spec": spec, "status": status},
+                }},
+            }],
+        },
+    }
+
+
 def crd() -> dict[str, Any]:
     spec = {
         "type": "object",
@@ -116,40 +147,19 @@ def crd() -> dict[str, Any]:
             "observedGeneration": {"type": "integer", "format": "int64"},
         },
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "agentschedules.unicore.dev",
-                     "labels": {"app.kubernetes.io/name": "unicore", "app.kubernetes.io/component": "crd"}},
-        "spec": {
-            "group": "unicore.dev",
-            "scope": "Namespaced",
-            "names": {"kind": "AgentSchedule", "listKind": "AgentScheduleList", "plural": "agentschedules",
-                      "singular": "agentschedule", "shortNames": ["asched"], "categories": ["unicore"]},
-            "versions": [{
-                "name": "v1alpha1", "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
-                    {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
-                    {"name": "Active", "type": "integer", "jsonPath": ".status.activeCount"},
-                    {"name": "Last Run", "type": "date", "jsonPath": ".status.lastScheduleTime"},
-                    {"name": "Next Run", "type": "string", "jsonPath": ".status.nextScheduleTime"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    {"name": "Time Zone", "type": "string", "jsonPath": ".spec.timeZone", "priority": 1},
-                    {"name": "Last Task", "type": "string", "jsonPath": ".status.lastStartedTask", "priority": 1},
-                    {"name": "Last Error", "type": "string", "jsonPath": ".status.lastError", "priority": 1},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "AgentTasks started on a cron schedule, as a CronJob starts Jobs.",
-                    "required": ["spec"],
-                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                   "metadata": {"type": "object"}, "spec": spec, "status": status},
-                }},
-            }],
-        },
-    }
+    columns = [
+        {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+        {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+        {"name": "Active", "type": "integer", "jsonPath": ".status.activeCount"},
+        {"name": "Last Run", "type": "date", "jsonPath": ".status.lastScheduleTime"},
+        {"name": "Next Run", "type": "string", "jsonPath": ".status.nextScheduleTime"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Time Zone", "type": "string", "jsonPath": ".spec.timeZone", "priority": 1},
+        {"name": "Last Task", "type": "string", "jsonPath": ".status.lastStartedTask", "priority": 1},
+        {"name": "Last Error", "type": "string", "jsonPath": ".status.lastError", "priority": 1},
+    ]
+    return crd_of("AgentSchedule", "asched", "AgentTasks started on a cron schedule, as a CronJob starts Jobs.",
+                  spec, status, columns)
 
 
 TRIGGER_HEADER = """\
@@ -216,38 +226,17 @@ def trigger_crd() -> dict[str, Any]:
         "lastTask": {"type": "string", "description": "The task the newest event started or reached."},
         "observedGeneration": {"type": "integer", "format": "int64"},
     }}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "agenttriggers.unicore.dev",
-                     "labels": {"app.kubernetes.io/name": "unicore", "app.kubernetes.io/component": "crd"}},
-        "spec": {
-            "group": "unicore.dev",
-            "scope": "Namespaced",
-            "names": {"kind": "AgentTrigger", "listKind": "AgentTriggerList", "plural": "agenttriggers",
-                      "singular": "agenttrigger", "shortNames": ["atrig"], "categories": ["unicore"]},
-            "versions": [{
-                "name": "v1alpha1", "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Source", "type": "string", "jsonPath": ".spec.source"},
-                    {"name": "Task", "type": "string", "jsonPath": ".spec.task.name"},
-                    {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
-                    {"name": "Last Event", "type": "date", "jsonPath": ".status.lastEventTime"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
-                    {"name": "Last Task", "type": "string", "jsonPath": ".status.lastTask", "priority": 1},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "Webhook deliveries that start AgentTasks or send messages to one.",
-                    "required": ["spec"],
-                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                   "metadata": {"type": "object"}, "spec": spec, "status": status},
-                }},
-            }],
-        },
-    }
+    columns = [
+        {"name": "Source", "type": "string", "jsonPath": ".spec.source"},
+        {"name": "Task", "type": "string", "jsonPath": ".spec.task.name"},
+        {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+        {"name": "Last Event", "type": "date", "jsonPath": ".status.lastEventTime"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
+        {"name": "Last Task", "type": "string", "jsonPath": ".status.lastTask", "priority": 1},
+    ]
+    return crd_of("AgentTrigger", "atrig", "Webhook deliveries that start AgentTasks or send messages to one.",
+                  spec, status, columns)
 
 
 def render() -> str:
