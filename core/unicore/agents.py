@@ -63,7 +63,8 @@ DEFAULT_AGENT_TOOLS: tuple[str, ...] = (
 )
 # Spec keys of an Agent that only the operator reads (its Job builder's scheduling and resource defaults, its warm
 # pool), as the spec models' alias generator spells them.
-KUBERNETES_ONLY = (*(to_camel(field) for field in SCHEDULING_FIELDS), "warmPool")  # warmPool: the operator's pools
+# warmPool: the operator's pools; a2a: the operator's A2A endpoint
+KUBERNETES_ONLY = (*(to_camel(field) for field in SCHEDULING_FIELDS), "warmPool", "a2a")
 # The TaskSpec fields a task that uses an agent may set to narrow it (what ``own_settings`` keeps).
 NARROWABLE = ("model", "system_prompt", "tools", "child_tools", "limits", "approval", "mcp_servers")
 

@@ -106,6 +106,9 @@ class OperatorSettings(KeywordOnlySettings):
     # set, else plain HTTP (TLS at an Ingress).
     trigger_port: int = Field(0, ge=0, le=65535)
     trigger_cert_dir: str = ""
+    # The inbound endpoint's URL as its clients reach it (an Ingress: https://agents.example.com), for the URLs in
+    # A2A Agent Cards (a2a_server.py); empty: from each request's Host (and X-Forwarded-Proto/-Host).
+    public_url: str = ""
     heartbeat_timeout_seconds: float = Field(120.0, gt=0)
     pending_timeout_seconds: float = Field(300.0, gt=0)
     # How long a turn Job may stay held suspended by its queue (Kueue keeps spec.suspend true until its LocalQueue

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from unicore_operator import metrics
+from unicore_operator import a2a_server, metrics
 from unicore_operator.context import OperatorContext
 from unicore_operator.log import logger
 from unicore_operator.trigger_events import Refused
@@ -66,6 +66,7 @@ def build_app(ctx: OperatorContext) -> web.Application:
     app = web.Application(client_max_size=ENDPOINT_CAP_BYTES + 1)
     app[TRIGGERS_KEY] = Triggers(ctx)
     app.router.add_post(PATH, deliver)
+    a2a_server.add_routes(app, ctx)  # A2A agents beside the triggers (docs/a2a.md)
     return app
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from unicore.agents import KUBERNETES_ONLY
 from unicore.api.schema import SCHEDULING_FIELDS
 from unicore.api.spec import (
+    A2ASpec,
     AgentSpec,
     AgentTaskSpec,
     ApprovalSpec,
@@ -54,7 +55,7 @@ def test_model_keys_are_the_crd_properties(model: type[BaseModel], path: tuple[s
 @pytest.mark.parametrize(
     ("model", "path"),
     [(AgentSpec, ()), (LimitsSpec, ("limits",)), (ApprovalSpec, ("approval",)), (WorkbenchSpec, ("workbench",)),
-     (WarmPoolSpec, ("warmPool",))],
+     (WarmPoolSpec, ("warmPool",)), (A2ASpec, ("a2a",))],
 )
 def test_agent_model_keys_are_the_agent_crd_properties(model: type[BaseModel], path: tuple[str, ...]) -> None:
     schema = crd_spec_schema("agent.yaml")
@@ -67,7 +68,7 @@ def test_scheduling_fields_are_fields_of_both_specs() -> None:
     for field in SCHEDULING_FIELDS:
         assert field in AgentTaskSpec.model_fields and field in AgentSpec.model_fields
     assert KUBERNETES_ONLY == (*(spec_key(AgentSpec, field) for field in SCHEDULING_FIELDS),
-                               spec_key(AgentSpec, "warm_pool"))
+                               spec_key(AgentSpec, "warm_pool"), "a2a")
     assert spec_key(AgentTaskSpec, "priority_class_name") == "priorityClassName"
     assert spec_key(LimitsSpec, "turn_timeout_seconds") == "turnTimeoutSeconds"
 

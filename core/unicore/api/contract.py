@@ -39,6 +39,7 @@ WARM_POOL_LABEL = f"{GROUP}/warm-pool"  # a warm turn Job's pool (issue 30); it 
 WARM_TEMPLATE_LABEL = f"{GROUP}/warm-template"  # the hash of the pod template a warm Job was built from
 SCHEDULE_LABEL = f"{GROUP}/schedule"  # the AgentSchedule that started a task (unicore.schedules.schedule_label)
 TRIGGER_LABEL = f"{GROUP}/trigger"  # the AgentTrigger that started a task
+A2A_AGENT_LABEL = f"{GROUP}/a2a-agent"  # the Agent an A2A client started a task of (unicore_operator.a2a_server)
 PARENT_LABEL = f"{GROUP}/parent"
 ROOT_LABEL = f"{GROUP}/root"
 NODE_POOL_LABEL = f"{GROUP}/node-pool"  # the example node pools of the dev cluster and kind config
@@ -50,6 +51,7 @@ TASK_ID_ANNOTATION = f"{GROUP}/task-id"
 # when a warm turn pod was given its turn (RFC 3339): its turn started then, not at the pod's start (issue 30)
 ASSIGNED_AT_ANNOTATION = f"{GROUP}/assigned-at"
 SCHEDULED_AT_ANNOTATION = f"{GROUP}/scheduled-at"  # a scheduled task's run: its scheduled time (RFC 3339)
+A2A_CALLER_ANNOTATION = f"{GROUP}/a2a-caller"  # who started a task through A2A (the TokenReview's user name)
 EVENT_ID_ANNOTATION = f"{GROUP}/event-id"  # a triggered task's event: its id (the sender's delivery id)
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"

@@ -65,9 +65,10 @@ DECISION_ID_PREFIX = "decision:"  # the wake-up after people decided every call 
 REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
 JOB_RESULT_ID_PREFIX = "cmdjob:"  # a command Job's result (submit_job, store.command_jobs)
 TRIGGER_ID_PREFIX = "trigger:"  # a webhook event's message to an AgentTrigger's task (unicore_operator.triggers)
+A2A_ID_PREFIX = "a2a:"  # an A2A client's message to an agent's task (unicore_operator.a2a_server)
 RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, OBJECT_PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX,
                                TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX, JOB_RESULT_ID_PREFIX,
-                               TRIGGER_ID_PREFIX)
+                               TRIGGER_ID_PREFIX, A2A_ID_PREFIX)
 
 
 def prompt_message_id(task_id: str) -> str:
@@ -111,6 +112,12 @@ def trigger_message_id(namespace: str, trigger: str, source: str, event_id: str)
     the same for every delivery of that event, so it is queued once."""
     digest = hashlib.sha256(f"{namespace}\0{trigger}\0{source}\0{event_id}".encode()).hexdigest()
     return f"{TRIGGER_ID_PREFIX}{digest}"
+
+
+def a2a_message_id(message_id: str) -> str:
+    """The id of A2A message ``message_id`` (the client's ``messageId``) in a task's inbox: a retried send is
+    queued once."""
+    return f"{A2A_ID_PREFIX}{message_id}"
 
 
 def user_message_id(message_id: str) -> str:

@@ -155,6 +155,21 @@ class WarmPoolSpec(CamelModel):
     max_wait_seconds: int | None = Field(default=None, ge=60, le=86_400)
 
 
+class A2ASkillSpec(CamelModel):
+    id: str = Field(min_length=1, max_length=128)
+    name: str | None = Field(default=None, max_length=256)
+    description: str | None = Field(default=None, max_length=2048)
+    tags: list[str] = Field(default_factory=list, max_length=32)
+
+
+class A2ASpec(CamelModel):
+    """``spec.a2a`` of an Agent: serve it as an A2A agent (docs/a2a.md), with this card text."""
+
+    description: str | None = Field(default=None, max_length=2048)
+    skills: list[A2ASkillSpec] | None = Field(default=None, max_length=32)
+    script: dict[str, Any] | None = None  # the scripted model's script of the tasks it starts (demos, tests)
+
+
 class AgentSpec(SchedulingSpec):
     """``spec`` of an Agent as it is read (``agent_spec_of``). The runtime's part is checked and used as
     ``unicore.agents.AgentDefinition``; the scheduling fields are defaults of its tasks' turn pods (``job_builder``)."""
@@ -167,6 +182,7 @@ class AgentSpec(SchedulingSpec):
     approval: ApprovalSpec | None = None
     mcp_servers: list[MCPServerRef] | None = None
     warm_pool: WarmPoolSpec | None = None
+    a2a: A2ASpec | None = Field(default=None, alias="a2a")  # not the generator's "a2A"
 
 
 class TemplateMetadata(CamelModel):

@@ -173,6 +173,7 @@ seccompProfile:
   "UNICORE_TASK_API_PORT" (ternary "9443" "0" $v.taskApi.enabled)
   "UNICORE_TRIGGER_PORT" (ternary (toString $v.triggers.port) "0" $v.triggers.enabled)
   "UNICORE_TRIGGER_CERT_DIR" (ternary "/etc/unicore/webhook" "" (and $v.triggers.enabled $v.triggers.tls))
+  "UNICORE_PUBLIC_URL" $v.triggers.publicUrl
   "UNICORE_TASK_API_CERT_DIR" "/etc/unicore/webhook"
   "UNICORE_HEARTBEAT_TIMEOUT_SECONDS" (toString $v.watchdog.heartbeatTimeoutSeconds)
   "UNICORE_PENDING_TIMEOUT_SECONDS" (toString $v.watchdog.pendingTimeoutSeconds)
