@@ -114,6 +114,37 @@ print(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).he
       "$answer") || { echo "demo: the trigger $trigger started no task: $answer" >&2; exit 1; }
     tasks="$tasks $started"
   done
+  local a2a_agents
+  a2a_agents=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1]))
+               if d and d.get("kind") == "Agent" and "a2a" in (d.get("spec") or {})))' "$EXAMPLE")
+  if [[ -n $a2a_agents ]]; then  # A2A agents (docs/a2a.md): a ServiceAccount's token, the a2a-sdk client
+    kubectl create serviceaccount a2a-demo -n "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    kubectl apply -n "$NS" -f - >/dev/null <<'RBAC'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: a2a-demo}
+rules:
+  - {apiGroups: [unicore.dev], resources: [agenttasks], verbs: [create, get, patch]}
+  - {apiGroups: [tasks.unicore.dev], resources: [agenttasks/messages], verbs: [create]}
+  - {apiGroups: [tasks.unicore.dev], resources: [agenttasks/transcript], verbs: [get]}
+RBAC
+    kubectl create rolebinding a2a-demo -n "$NS" --role=a2a-demo --serviceaccount="$NS:a2a-demo" \
+      --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    local token
+    token=$(kubectl create token a2a-demo -n "$NS" --duration=1h)
+  fi
+  for agent in $a2a_agents; do
+    local base
+    base="$(trigger_base)/a2a/$NS/$agent"
+    for _ in $(seq 150); do  # the operator's index holds the Agent a moment after it was applied
+      curl -sf "$base/.well-known/agent-card.json" >/dev/null && break; sleep 0.2
+    done
+    say "hack/a2a-call.py $base (the a2a-sdk client: its card, then a streamed answer)"
+    "$BIN/python" hack/a2a-call.py "$base" "$token" "The disk of db-1 is 91% full. What should I check first?"
+    tasks="$tasks $(kubectl get agenttasks -n "$NS" -l "unicore.dev/a2a-agent=$agent" \
+      -o jsonpath='{.items[*].metadata.name}')"
+  done
   for name in $tasks; do
     for _ in $(seq 900); do
       phase=$(kubectl get agenttask "$name" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
