@@ -49,7 +49,8 @@ WARM_SELECTOR: dict[str, Any] = {names.MANAGED_BY_LABEL: names.MANAGED_BY, names
 TaskKey = tuple[str, str]
 
 # The annotations of an AgentTask the index keeps (the rest, e.g. kubectl's last-applied configuration, may be large)
-INDEXED_ANNOTATIONS = frozenset({names.SCHEDULED_AT_ANNOTATION})
+INDEXED_ANNOTATIONS = frozenset({names.SCHEDULED_AT_ANNOTATION, names.EVENT_ID_ANNOTATION,
+                                 names.A2A_CALLER_ANNOTATION})
 
 
 def compact_task(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -295,17 +295,22 @@ def ready_condition(phase: Phase, message: str, generation: int | None, previous
 
 
 def origin_of(body: dict[str, Any]) -> dict[str, str] | None:
-    """What started AgentTask ``body`` when it was neither a person nor its parent: an AgentSchedule (its label and
-    scheduled-time annotation, ``unicore_operator.schedules``); None otherwise."""
+    """What started AgentTask ``body`` when it was neither a person nor its parent (issue 31): an AgentSchedule (its
+    scheduled time), an AgentTrigger (the event's id) or an A2A caller (the Agent called, the caller); None
+    otherwise. From the labels and annotations their creators set."""
     meta = body.get("metadata") or {}
-    schedule = (meta.get("labels") or {}).get(names.SCHEDULE_LABEL)
-    if not schedule:
-        return None
-    origin = {"kind": names.SCHEDULE_KIND, "name": str(schedule)}
-    at = (meta.get("annotations") or {}).get(names.SCHEDULED_AT_ANNOTATION)
-    if at:
-        origin["at"] = str(at)
-    return origin
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    found: dict[str, str] = {}
+    if labels.get(names.SCHEDULE_LABEL):
+        found = {"kind": names.SCHEDULE_KIND, "name": str(labels[names.SCHEDULE_LABEL]),
+                 "at": str(annotations.get(names.SCHEDULED_AT_ANNOTATION) or "")}
+    elif labels.get(names.TRIGGER_LABEL):
+        found = {"kind": names.TRIGGER_KIND, "name": str(labels[names.TRIGGER_LABEL]),
+                 "id": str(annotations.get(names.EVENT_ID_ANNOTATION) or "")}
+    elif labels.get(names.A2A_AGENT_LABEL):
+        found = {"kind": "A2A", "name": str(labels[names.A2A_AGENT_LABEL]),
+                 "caller": str(annotations.get(names.A2A_CALLER_ANNOTATION) or "")}
+    return {key: value for key, value in found.items() if value} or None
 
 
 def build_status(

@@ -3,7 +3,8 @@ its inbound endpoint; the client is the A2A project's own (``a2a-sdk``), with Ku
 
 - the card is discovered; a message starts a task whose turn asks a question (``ask_user``): INPUT_REQUIRED with the
   question; the answer sent with its task id continues it to COMPLETED, the answer in its artifact;
-- a streamed message gives the Task, the answer's text in chunks as the model writes it, then COMPLETED;
+- a streamed message gives the Task, the answer's text from the live token stream as the model writes it, then
+  COMPLETED;
 - GetTask reads a task back with its history; CancelTask suspends a waiting one (CANCELED);
 - a caller whose RBAC does not allow it gets 403 and starts nothing; one without a token 401.
 """
@@ -109,7 +110,8 @@ async def scenario(base: str, token: str, stranger: str, tasks: Tasks) -> None:
                 text += "".join(part.text for part in event.artifact_update.artifact.parts)
             if kind == "status_update":
                 state = event.status_update.status.state
-        assert kinds[0] == "task" and kinds[-1] == "status_update" and kinds.count("artifact_update") > 1
+        # the text comes only from the task's live token stream (how many chunks depends on the sink's batching)
+        assert kinds[0] == "task" and kinds[-1] == "status_update" and kinds.count("artifact_update") >= 1
         assert text.split() == ANSWER.split() and state == TaskState.TASK_STATE_COMPLETED
 
     for headers, code in (({"Authorization": f"Bearer {stranger}"}, "403"), ({}, "401")):
@@ -137,3 +139,7 @@ def test_an_a2a_client_asks_answers_streams_reads_and_cancels_and_a_stranger_is_
     asyncio.run(scenario(base, token, stranger, tasks))
     started = [t for t in tasks.all() if (t["metadata"].get("labels") or {}).get("unicore.dev/a2a-agent")]
     assert len(started) == 3  # the stranger and the anonymous caller started nothing
+    caller = f"system:serviceaccount:{k8s_namespace}:caller"
+    wait_for(lambda: all((tasks.get(t["metadata"]["name"]) or {}).get("status", {}).get("origin") == {
+        "kind": "A2A", "name": t["spec"]["agentRef"]["name"], "caller": caller} for t in started), timeout=30,
+        what="each A2A task's status to say who called which agent")

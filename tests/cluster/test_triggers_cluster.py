@@ -117,6 +117,8 @@ def test_deliveries_start_tasks_and_message_one_once_per_event_and_bad_ones_crea
                if (t["metadata"].get("labels") or {}).get("unicore.dev/trigger") == "github-push"]
     assert started == [name]  # one task for the push; nothing for the refused and ignored deliveries
     assert user_texts(redis_client, f"{k8s_namespace}/{name}") == ["Review acme/app: Fix the build"]
+    assert (tasks.get(name) or {})["status"]["origin"] == {"kind": "AgentTrigger", "name": "github-push",
+                                                            "id": "delivery-1"}
 
     alert = json.dumps({"alert": "disk full"}).encode()
     binary = {"Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": "alert-1",

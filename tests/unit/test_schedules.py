@@ -158,3 +158,9 @@ def test_a_scheduled_tasks_status_says_which_schedule_started_it_and_for_when() 
     assert indexed["metadata"]["annotations"] == {"unicore.dev/scheduled-at": "2026-11-28T02:00:00Z"}  # small
     assert origin_of(indexed) == {"kind": "AgentSchedule", "name": "nightly", "at": "2026-11-28T02:00:00Z"}
     assert origin_of({"metadata": {"name": "by-hand", "labels": {}}}) is None
+    assert origin_of({"metadata": {"labels": {"unicore.dev/trigger": "alerts"},
+                                   "annotations": {"unicore.dev/event-id": "alert-1"}}}) == {
+        "kind": "AgentTrigger", "name": "alerts", "id": "alert-1"}
+    assert origin_of({"metadata": {"labels": {"unicore.dev/a2a-agent": "advisor"},
+                                   "annotations": {"unicore.dev/a2a-caller": "system:serviceaccount:t:c"}}}) == {
+        "kind": "A2A", "name": "advisor", "caller": "system:serviceaccount:t:c"}
