@@ -164,3 +164,13 @@ def test_describe_shows_the_limits_and_the_scheduling_fields_as_the_spec_spells_
     assert "  System Prompt:      Be brief" in lines and "  Tools:              read_file, task_status" in lines
     assert "  Suspend:            True" in lines and "  Model:              scripted" in lines
     assert "Parent:             <none>" in lines and "  Agent:              <none>" in lines
+
+
+def test_describe_says_what_started_a_task_with_the_origin_escaped() -> None:
+    now = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
+    obj = {"metadata": {"name": "alerts-1a2b", "namespace": "team-a"}, "spec": {"prompt": "go"},
+           "status": {"phase": "Idle", "origin": {"kind": "AgentTrigger", "name": "alerts", "id": "evt\x1b[31m-1"}}}
+    [line] = [line for line in render_describe(obj, [], [], now).splitlines() if "Started By" in line]
+    assert "AgentTrigger alerts (id evt" in line and "\x1b" not in line
+    plain = {"metadata": {"name": "by-hand", "namespace": "team-a"}, "spec": {"prompt": "go"}, "status": {}}
+    assert "Started By" not in render_describe(plain, [], [], now)

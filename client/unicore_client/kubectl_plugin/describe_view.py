@@ -87,6 +87,13 @@ def render_describe(
         _field("Active Job", status.get("activeJob") or "<none>", 2),
         _field("Depth", status.get("depth", 0), 2),
     ]
+    origin = status.get("origin") or {}
+    if origin:  # what started it (issue 31): a schedule's run, a webhook event, an A2A caller
+        detail = ", ".join(f"{key} {one_line(str(origin[key]), 120)}" for key in ("at", "id", "caller")
+                           if origin.get(key))
+        lines.append(_field("Started By", f"{one_line(str(origin.get('kind', '')), 40)} "
+                                          f"{one_line(str(origin.get('name', '')), 120)}"
+                                          + (f" ({detail})" if detail else ""), 2))
     if last_turn:
         lines.append(
             _field(
