@@ -33,7 +33,7 @@ from unicore.errors import TaskNotFound
 from unicore.store.token_stream import current_call, live_state, read_after
 from unicore.turn.history import message_text
 
-from unicore_operator import a2a, names
+from unicore_operator import a2a, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.kube import agenttask_path
 from unicore_operator.log import logger
@@ -236,7 +236,7 @@ async def card(request: web.Request) -> web.Response:
     return web.json_response(a2a.agent_card(namespace, body, _base_url(request, namespace, agent)))
 
 
-async def rpc(request: web.Request) -> web.StreamResponse:
+async def _rpc(request: web.Request, note: dict[str, str]) -> web.StreamResponse:
     service = request.app[A2A_KEY]
     namespace, agent = request.match_info["namespace"], request.match_info["agent"]
     request_id: Any = None
@@ -246,10 +246,13 @@ async def rpc(request: web.Request) -> web.StreamResponse:
         try:
             call = json.loads(await request.text())
         except ValueError:
+            note["outcome"] = "error"
             return web.json_response(a2a.error(None, a2a.PARSE_ERROR, "the body is not JSON"))
         if not isinstance(call, dict) or not isinstance(call.get("method"), str):
+            note["outcome"] = "error"
             return web.json_response(a2a.error(None, a2a.INVALID_REQUEST, "not a JSON-RPC request"))
         request_id, method, params = call.get("id"), call["method"], call.get("params") or {}
+        note["method"] = method
         deadline = time.monotonic() + SEND_WAIT_SECONDS
         if method == "SendMessage":
             task, before = await service.start(user, namespace, agent, params, agent_body)
@@ -277,10 +280,19 @@ async def rpc(request: web.Request) -> web.StreamResponse:
         raise RpcError(a2a.METHOD_NOT_FOUND, f"method {method!r} is not served (SendMessage, SendStreamingMessage, "
                                              "GetTask, CancelTask)")
     except Denied as exc:
+        note["outcome"] = "refused"
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return web.json_response({"error": exc.message}, status=exc.status, headers=headers)
     except RpcError as exc:
+        note["outcome"] = "error"
         return web.json_response(a2a.error(request_id, exc.code, exc.message))
+
+
+async def rpc(request: web.Request) -> web.StreamResponse:
+    note = {"method": "other", "outcome": "ok"}
+    response = await _rpc(request, note)
+    metrics.a2a_request(note["method"], note["outcome"])
+    return response
 
 
 def add_routes(app: web.Application, ctx: OperatorContext) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from unicore_operator.metrics.operator_metrics import (
     REGISTRY,
+    a2a_request,
     approval_decided,
     command_job_ended,
     job_created,
@@ -29,6 +30,7 @@ from unicore_operator.metrics.operator_metrics import (
     warm_turn,
 )
 
-__all__ = ["REGISTRY", "approval_decided", "command_job_ended", "job_created", "job_failed", "job_reaped",
-           "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "schedule_run", "trigger_event",
-           "warm_pod_created", "warm_pod_replaced", "warm_pool_checked", "warm_pool_gone", "warm_turn"]
+__all__ = ["REGISTRY", "a2a_request", "approval_decided", "command_job_ended", "job_created", "job_failed",
+           "job_reaped", "observe_activation", "observe_activation_latency", "observe_watchdog_scan", "schedule_run",
+           "trigger_event", "warm_pod_created", "warm_pod_replaced", "warm_pool_checked", "warm_pool_gone",
+           "warm_turn"]

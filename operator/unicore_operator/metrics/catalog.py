@@ -64,7 +64,11 @@ SCHEDULE_RUN_OUTCOMES = ("started", "missed", "skipped", "replaced", "failed")
 # what became of a webhook delivery to an AgentTrigger (unicore_operator.triggers): created (a task), duplicate (an
 # event id seen before: nothing new), message (sent to the trigger's task), refused (a 4xx/5xx answer: signature,
 # size, rate, content type...), failed (its task could not be created or does not exist)
-TRIGGER_OUTCOMES = ("created", "duplicate", "message", "refused", "failed")  # unicore.turn.defaults.start_kind
+TRIGGER_OUTCOMES = ("created", "duplicate", "message", "refused", "failed")
+# A2A calls (unicore_operator.a2a_server): the JSON-RPC method (other: one not served, or none readable) and how it
+# ended: ok, refused (401/403/404: no token, no right, no such agent), error (a JSON-RPC error answer)
+A2A_METHODS = ("SendMessage", "SendStreamingMessage", "GetTask", "CancelTask", "other")
+A2A_OUTCOMES = ("ok", "refused", "error")  # unicore.turn.defaults.start_kind
 WARM_TURN_OUTCOMES = ("assigned", "missed")  # unicore_operator.warm_pools
 # why a pool deleted an idle warm Job (unicore_operator.warm_pools.keep_pool): an old template, beyond the size, its
 # pod silent (no record in Redis), or it ended unused (its longest wait, or it failed)
@@ -168,6 +172,10 @@ CATALOG: tuple[MetricSpec, ...] = (
                "before: nothing new), message (sent to the trigger's task), refused (answered 4xx/5xx: signature, "
                "size, rate, content type, suspended), failed (the task could not be created or does not exist).",
                "operator", ("outcome",), known=(("outcome", TRIGGER_OUTCOMES),)),
+    MetricSpec("unicore_a2a_requests_total", "counter",
+               "A2A JSON-RPC calls to Agents with spec.a2a, by method and outcome: ok, refused (no token, no right, "
+               "no such agent: 401/403/404) or error (a JSON-RPC error: no such task, not cancelable, bad params).",
+               "operator", ("method", "outcome"), known=(("method", A2A_METHODS), ("outcome", A2A_OUTCOMES))),
     MetricSpec("unicore_warm_pods_replaced_total", "counter",
                "Idle warm turn Jobs a pool deleted, by why: template (the Agent or the operator's settings changed "
                "its pods), surplus (above its size), silent (its pod had no record in Redis for the heartbeat "

@@ -45,6 +45,8 @@ COMMAND_JOB_QUEUED = Histogram("unicore_command_job_queued_seconds", _help("unic
                                buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600), registry=REGISTRY)
 WARM_TURNS = Counter("unicore_warm_turns", _help("unicore_warm_turns_total"), ["outcome"], registry=REGISTRY)
 WARM_PODS_CREATED = Counter("unicore_warm_pods_created", _help("unicore_warm_pods_created_total"), registry=REGISTRY)
+A2A_REQUESTS = Counter("unicore_a2a_requests", _help("unicore_a2a_requests_total"), ["method", "outcome"],
+                       registry=REGISTRY)
 TRIGGER_EVENTS = Counter("unicore_trigger_events", _help("unicore_trigger_events_total"), ["outcome"],
                          registry=REGISTRY)
 SCHEDULE_RUNS = Counter("unicore_schedule_runs", _help("unicore_schedule_runs_total"), ["outcome"], registry=REGISTRY)
@@ -74,6 +76,7 @@ declare_known(WARM_TURNS, BY_NAME["unicore_warm_turns_total"])
 declare_known(WARM_PODS_REPLACED, BY_NAME["unicore_warm_pods_replaced_total"])
 declare_known(SCHEDULE_RUNS, BY_NAME["unicore_schedule_runs_total"])
 declare_known(TRIGGER_EVENTS, BY_NAME["unicore_trigger_events_total"])
+declare_known(A2A_REQUESTS, BY_NAME["unicore_a2a_requests_total"])
 
 FAILURE_REASON_MAX = 40
 
@@ -116,6 +119,13 @@ def schedule_run(outcome: str, count: int = 1) -> None:
     """Call once per due run of a schedule: ``catalog.SCHEDULE_RUN_OUTCOMES``."""
     if count > 0:
         SCHEDULE_RUNS.labels(outcome=outcome).inc(count)
+
+
+def a2a_request(method: str, outcome: str) -> None:
+    """Call once per A2A JSON-RPC call: ``catalog.A2A_METHODS`` (others counted as ``other``), ``A2A_OUTCOMES``."""
+    from unicore_operator.metrics.catalog import A2A_METHODS
+
+    A2A_REQUESTS.labels(method=method if method in A2A_METHODS else "other", outcome=outcome).inc()
 
 
 def trigger_event(outcome: str) -> None:
