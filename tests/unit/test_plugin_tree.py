@@ -190,3 +190,14 @@ def test_a_tasks_command_jobs_are_listed_under_it_before_its_children() -> None:
     assert "exit 0: python prep.py" in lines[2]
     assert lines[3].startswith("|-job train-j2 (2 GPU)") and "Queued" in lines[3] and "\\x1b[31m" in lines[3]
     assert lines[4].startswith("`-") and "train-eval" in lines[4]
+
+
+def test_a_root_started_by_a_schedule_trigger_or_a2a_caller_says_so() -> None:
+    scheduled, triggered, called = task("nightly-29931239"), task("alerts-83832c3ab5b3"), task("a2a-1")
+    scheduled["status"]["origin"] = {"kind": "AgentSchedule", "name": "nightly", "at": "2026-11-22T02:00:00Z"}
+    triggered["status"]["origin"] = {"kind": "AgentTrigger", "name": "alerts\x1b[2J", "id": "e-1"}
+    called["status"]["origin"] = {"kind": "A2A", "name": "advisor", "caller": "alice"}
+    text = render_tree([scheduled, triggered, called, task("by-hand")], NOW, utf8=False)
+    assert "nightly-29931239 [schedule nightly]" in text and "a2a-1 [a2a advisor]" in text
+    assert "alerts-83832c3ab5b3 [trigger alerts" in text and "\x1b" not in text
+    assert [line for line in text.splitlines() if "by-hand" in line][0].split()[1] == "by-hand"

@@ -175,8 +175,13 @@ def render_tree(
         status = node.item.get("status") or {}
         phase = str(status.get("phase") or "")
         icon = icons.get(phase, UNKNOWN_ICON[utf8])
+        origin = status.get("origin") or {}
+        started_by = ""  # what started a root (issue 31): a schedule, a webhook trigger, an A2A caller
+        if isinstance(origin, Mapping) and origin.get("kind"):
+            kind = {"AgentSchedule": "schedule", "AgentTrigger": "trigger"}.get(str(origin["kind"]), "a2a")
+            started_by = f" [{kind} {origin.get('name', '')}]"
         row = [
-            f"{prefix}{connector}{icon} {node.name}",
+            f"{prefix}{connector}{icon} {node.name}{started_by}",
             phase or "-",
             str(status.get("turns") or 0),
             human_count(status.get("tokens")),
