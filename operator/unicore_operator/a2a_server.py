@@ -33,7 +33,7 @@ from unicore.errors import TaskNotFound
 from unicore.store.token_stream import current_call, live_state, read_after
 from unicore.turn.history import message_text
 
-from unicore_operator import a2a, metrics, names
+from unicore_operator import a2a, events, metrics, names
 from unicore_operator.context import OperatorContext
 from unicore_operator.kube import agenttask_path
 from unicore_operator.log import logger
@@ -181,6 +181,9 @@ class A2AService:
                 "spec": spec}
         await asyncio.to_thread(self.ctx.kube.core.create, agenttask_path(namespace), body)
         logger.info("A2A: %s started %s/%s (agent %s)", user.name, namespace, name, agent)
+        agent_object = {"apiVersion": names.API_VERSION, "kind": names.AGENT_KIND, "metadata": agent_body["metadata"]}
+        events.post(self.ctx, agent_object, events.NORMAL, "Started",
+                    f"A2A caller {user.name[:200]} started AgentTask {name}")
         return name, 0
 
     async def wait(self, namespace: str, task: str, before: int, deadline: float) -> None:

@@ -140,6 +140,10 @@ def test_an_a2a_client_asks_answers_streams_reads_and_cancels_and_a_stranger_is_
     started = [t for t in tasks.all() if (t["metadata"].get("labels") or {}).get("unicore.dev/a2a-agent")]
     assert len(started) == 3  # the stranger and the anonymous caller started nothing
     caller = f"system:serviceaccount:{k8s_namespace}:caller"
+    started_events = wait_for(lambda: [e for e in tasks.core.list_namespaced_event(
+        k8s_namespace, field_selector="involvedObject.kind=Agent").items if e.reason == "Started"] or None,
+        timeout=30, what="the Agents' Started Events")
+    assert all(caller in event.message for event in started_events)
     wait_for(lambda: all((tasks.get(t["metadata"]["name"]) or {}).get("status", {}).get("origin") == {
         "kind": "A2A", "name": t["spec"]["agentRef"]["name"], "caller": caller} for t in started), timeout=30,
         what="each A2A task's status to say who called which agent")
