@@ -95,3 +95,11 @@ def test_limits_are_the_local_modes_field_names_written_as_the_specs_keys() -> N
         "maxChildren": 2, "turnTimeoutSeconds": 60, "recursion": False}
     with pytest.raises(ValueError, match="no such limit max_kids"):
         spec_limits({"max_kids": 1})
+
+
+def test_a_node_says_what_started_its_task() -> None:
+    scheduled = node_of(agenttask("r-1", "2026-01-01T00:00:00Z", phase="Idle",
+                                  origin={"kind": "AgentSchedule", "name": "reporter", "at": "2026-01-01T00:00:00Z"}))
+    called = node_of(agenttask("a2a-1", "2026-01-01T00:00:00Z", origin={"kind": "A2A", "name": "advisor"}))
+    assert (scheduled["origin"], called["origin"]) == ("schedule reporter", "a2a advisor")
+    assert node_of(agenttask("t", "2026-01-01T00:00:00Z"))["origin"] == ""

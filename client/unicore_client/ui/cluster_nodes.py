@@ -70,7 +70,16 @@ def node_of(obj: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
         "error": message[:500] if phase == "Failed" else "",
         "message": message[:500],  # what the phase waits for or why it failed (the AgentTask's status.message)
         "suspended": spec.suspend,
+        "origin": origin_text(status.get("origin")),  # what started it (issue 31); shown as text, never as HTML
     }
+
+
+def origin_text(origin: Any) -> str:
+    """``status.origin`` of an AgentTask in a few words (``schedule nightly``, ``trigger alerts``, ``a2a advisor``)."""
+    if not isinstance(origin, Mapping) or not origin.get("kind"):
+        return ""
+    kind = {"AgentSchedule": "schedule", "AgentTrigger": "trigger"}.get(str(origin["kind"]), "a2a")
+    return f"{kind} {str(origin.get('name') or '')[:100]}"
 
 
 def forest_of(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

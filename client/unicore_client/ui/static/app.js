@@ -87,7 +87,8 @@ function treeRow(node) {
   row.icon.setAttribute("aria-label", phaseLabel(node));
   setText(row.icon, ICONS[node.phase] || "?");
   setText(row.indent, "\u00a0\u00a0".repeat(node.depth));
-  setText(row.meta, `${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 ${seconds(node)}`);
+  setText(row.meta, `${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 ${seconds(node)}`
+    + (node.origin ? ` \u00b7 from ${node.origin}` : ""));
   return row.li;
 }
 
@@ -231,7 +232,8 @@ function renderJobs(jobs) {  // the task's command Jobs (submit_job): text only,
 
 function onTask(node) {
   document.getElementById("task-status").textContent =
-    `${ICONS[node.phase] || ""} ${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 model ${node.model}`;
+    `${ICONS[node.phase] || ""} ${phaseLabel(node)} \u00b7 turns ${node.turns} \u00b7 tokens ${node.tokens} \u00b7 model ${node.model}`
+    + (node.origin ? ` \u00b7 started by ${node.origin}` : "");
   document.getElementById("task-status").dataset.phase = node.phase;
   document.getElementById("task-error").textContent = node.error || "";
   if (node.jobs) renderJobs(node.jobs);
