@@ -9,6 +9,7 @@ import ssl
 from pathlib import Path
 
 from aiohttp import web
+from unicore.errors import ConfigError
 
 from unicore_operator import a2a_server, metrics
 from unicore_operator.context import OperatorContext
@@ -99,8 +100,6 @@ async def start_triggers(ctx: OperatorContext) -> None:
     try:
         _tls(ctx.settings.trigger_cert_dir)
     except (OSError, ssl.SSLError) as exc:
-        from unicore.errors import ConfigError
-
         raise ConfigError(f"the trigger endpoint has no usable certificate in UNICORE_TRIGGER_CERT_DIR="
                           f"{ctx.settings.trigger_cert_dir} (tls.crt, tls.key): {exc}") from exc
     ctx.background.append(asyncio.get_running_loop().create_task(serve(ctx, ctx.settings.trigger_port),

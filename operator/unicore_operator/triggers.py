@@ -128,7 +128,7 @@ class Triggers:
     def __init__(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
         self.buckets: dict[tuple[str, str], Bucket] = {}
-        self.keys: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}  # namespace -> (read at, its Secret)
+        self.keys: dict[str, tuple[float, dict[str, str]]] = {}  # namespace -> (read at, its unicore-triggers data)
 
     def trigger(self, namespace: str, name: str) -> dict[str, Any] | None:
         index = self.ctx.triggers
@@ -149,13 +149,13 @@ class Triggers:
 
     async def key(self, namespace: str, name: str, spec: TriggerSpec) -> bytes:
         wanted = spec.secret_key or name
-        cached = self.keys.get((namespace, names.TRIGGER_SECRET))
+        cached = self.keys.get(namespace)
         if cached is None or time.monotonic() - cached[0] > KEY_CACHE_SECONDS or wanted not in cached[1]:
             secret = await asyncio.to_thread(self.ctx.kube.core.read,
                                              f"/api/v1/namespaces/{namespace}/secrets/{names.TRIGGER_SECRET}")
             data = dict((secret or {}).get("data") or {})
             cached = (time.monotonic(), data)
-            self.keys[(namespace, names.TRIGGER_SECRET)] = cached
+            self.keys[namespace] = cached
         encoded = cached[1].get(wanted)
         if not encoded:
             raise Refused(503, f"this trigger has no key: add key {wanted!r} to Secret {names.TRIGGER_SECRET} of "

@@ -15,7 +15,7 @@ from itertools import product
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.process_collector import ProcessCollector
 
-from unicore_operator.metrics.catalog import BY_NAME, MetricSpec
+from unicore_operator.metrics.catalog import A2A_METHODS, BY_NAME, MetricSpec
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 ProcessCollector(registry=REGISTRY, namespace="unicore_operator")
@@ -123,8 +123,6 @@ def schedule_run(outcome: str, count: int = 1) -> None:
 
 def a2a_request(method: str, outcome: str) -> None:
     """Call once per A2A JSON-RPC call: ``catalog.A2A_METHODS`` (others counted as ``other``), ``A2A_OUTCOMES``."""
-    from unicore_operator.metrics.catalog import A2A_METHODS
-
     A2A_REQUESTS.labels(method=method if method in A2A_METHODS else "other", outcome=outcome).inc()
 
 
