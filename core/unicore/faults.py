@@ -10,6 +10,8 @@ A turn calls ``fault_point("after drain")`` etc. at every named step (``STEPS``)
   by a hash with ``<seed>`` (deterministic), so later steps of a turn are reached too. A tree run under
   ``kill-once`` therefore crashes every task at every (armed) step it reaches, once, and must still deliver every
   message and report exactly once (tests/integration/test_fault_injection.py).
+- ``kill-once@<task id>:<step>``: SIGKILL task ``<task id>``'s turn the first time it reaches ``<step>``, once per
+  turn over the whole run (claimed through Redis as ``kill-once``): one chosen crash, whose retry then runs through.
 
 The process dies with SIGKILL: no ``finally``, no lease release, exactly like an OOM kill or a node loss. A turn
 container's process is pid 1 of its PID namespace (the Job runs ``unicore-turn`` itself, no init), and the kernel
@@ -75,6 +77,11 @@ def fault_point(step: str) -> None:
         return
     if spec == f"kill:{step}":
         _die()
+    if spec.startswith("kill-once@") and _scope:
+        task, _, at = spec[len("kill-once@"):].rpartition(":")
+        if at == step and _scope.rpartition("#")[0] == task and claim_kill(_redis(), f"{_scope}:{step}"):
+            _die()
+        return
     if spec.startswith("kill-once") and _scope:
         point = f"{_scope}:{step}"
         _, percent, seed = (spec.split(":") + ["100", ""])[:3]

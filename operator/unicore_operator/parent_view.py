@@ -146,10 +146,11 @@ def broken(namespace: str, name: str, parent: str, exc: LineageBroken) -> str:
 
 
 def create_record(store: TaskStore, namespace: str, name: str, parsed: AgentTaskSpec,
-                  parent: TaskView | None) -> bool:
+                  parent: TaskView | None, trace_parent: str = "") -> bool:
     """Store AgentTask ``namespace/name``'s record (False: it existed and is kept): its settings from ``parsed`` over
-    ``parent`` (``effective_view``; None for a root), its depth and root from the chain."""
+    ``parent`` (``effective_view``; None for a root), its depth and root from the chain; ``trace_parent``: where its
+    turns hang in its tree's trace (``unicore.traces.anchors``)."""
     spec = to_task_spec(namespace, name, parsed, parent)
     if parent is None:
-        return store.create_task(spec)
-    return store.create_task(spec, root=parent.root_id, depth=parent.depth + 1)
+        return store.create_task(spec, trace_parent=trace_parent)
+    return store.create_task(spec, root=parent.root_id, depth=parent.depth + 1, trace_parent=trace_parent)

@@ -331,6 +331,7 @@ def build_status(
     human: HumanWait | None = None,
     jobs: list[dict[str, Any]] | None = None,
     origin: dict[str, str] | None = None,
+    trace: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of an AgentTask from its phase and the Redis task record (small, bounded fields);
     ``waitingFor`` says what a task in a human phase waits for (absent otherwise)."""
@@ -353,6 +354,8 @@ def build_status(
     }
     if origin:
         status["origin"] = origin
+    if trace:
+        status["trace"] = trace
     if jobs:
         status["jobs"] = jobs
     elif (previous or {}).get("jobs"):

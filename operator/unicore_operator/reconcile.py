@@ -15,6 +15,7 @@ from unicore.api import contract
 from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_spec_of, parse_spec, task_spec_of
 from unicore.store.operator_state import TaskSnapshot
 from unicore.turn.reports import deliver_report, report_failure
+from unicore.traces.links import trace_status
 
 from unicore_operator import approval_waits as approvals
 from unicore_operator import command_jobs, events, metrics, names, warm_pools
@@ -329,6 +330,7 @@ async def _mirror_status(ctx: OperatorContext, body: dict[str, Any], snap: TaskS
         children=children, depth=depth, tree_path=tree_path(ctx, body), failed_attempts=snap.failed_attempts,
         generation=meta.get("generation"), previous=previous, now=_now(), reason=ready_reason(obs), human=obs.human,
         jobs=command_jobs.status_of(ctx, key, snap), origin=origin_of(body),
+        trace=trace_status(snap.view.trace_id, ctx.settings.trace_url) if snap.view is not None else None,
     )
     changed = status_changed(previous, status)
     if phase is Phase.FAILED and snap.parent and changed:

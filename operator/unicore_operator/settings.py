@@ -109,6 +109,9 @@ class OperatorSettings(KeywordOnlySettings):
     # The inbound endpoint's URL as its clients reach it (an Ingress: https://agents.example.com), for the URLs in
     # A2A Agent Cards (a2a_server.py); empty: from each request's Host (and X-Forwarded-Proto/-Host).
     public_url: str = ""
+    # A trace's page in the tracing UI people use, with {trace_id} (e.g. https://jaeger.example.com/trace/{trace_id}):
+    # AgentTask status.trace.url, shown by `kubectl agenttask describe` and the web UI; empty: the id alone.
+    trace_url: str = ""
     heartbeat_timeout_seconds: float = Field(120.0, gt=0)
     pending_timeout_seconds: float = Field(300.0, gt=0)
     # How long a turn Job may stay held suspended by its queue (Kueue keeps spec.suspend true until its LocalQueue
@@ -252,6 +255,13 @@ class OperatorSettings(KeywordOnlySettings):
         bad = sorted(str(name) for name in value if not NAMESPACE_RE.match(str(name)))
         if bad:
             raise ValueError(f"not namespace names: {bad}")
+        return value
+
+    @field_validator("trace_url")
+    @classmethod
+    def _check_trace_url(cls, value: str) -> str:
+        if value and "{trace_id}" not in value:
+            raise ValueError("must contain {trace_id}, e.g. https://jaeger.example.com/trace/{trace_id}")
         return value
 
     @field_validator("agent_extra_env", mode="before")

@@ -69,6 +69,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "UNICORE_PROVISION_AGENT_RBAC": ("false", "provision_agent_rbac", False),
     "UNICORE_TRIGGER_PORT": ("8090", "trigger_port", 8090),
     "UNICORE_PUBLIC_URL": ("https://agents.example.com", "public_url", "https://agents.example.com"),
+    "UNICORE_TRACE_URL": ("https://jaeger.example.com/trace/{trace_id}", "trace_url",
+                          "https://jaeger.example.com/trace/{trace_id}"),
     "UNICORE_TRIGGER_CERT_DIR": ("/etc/unicore/triggers", "trigger_cert_dir", "/etc/unicore/triggers"),
     "UNICORE_WARM_POOLS": ('{"team-a": 2, "team-b": 0}', "warm_pools", {"team-a": 2, "team-b": 0}),
     "UNICORE_WARM_POOL_MAX_WAIT_SECONDS": ("600", "warm_pool_max_wait_seconds", 600),

@@ -47,6 +47,8 @@ from unicore.store.records import TaskRecord
 from unicore.store.retention import archived_note
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
+from unicore.traces import anchors
+from unicore.traces import setup as traces
 from unicore.turn.history import answer_to, message_text
 from unicore.turn.transcript import compaction_mark
 
@@ -153,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             added = (["ask_user"] if args.ask_user else []) + list(args.tool or ())
             spec.tools = list(dict.fromkeys([*DEFAULT_TOOLS, *added]))
     message_id = prompt_message_id(name)
-    if not store.create_task(spec):
+    if not store.create_task(spec, trace_parent=anchors.for_new_task(spec.id, name, parent=None)):
         message_id = uuid.uuid4().hex
         store.queue_text(name, args.prompt, message_id=message_id)
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message"
@@ -398,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), EXIT_USAGE)
     args = build_parser().parse_args(argv)
     unicore_log.configure(RuntimeSettings.from_env(only={"log_level"}).log_level or "WARNING")
+    traces.start("unicore")  # OTEL_* configure an exporter: the roots it creates start their trees' traces
     try:
         code = int(args.func(args))
     except (UsageError, RedisURLError) as exc:
@@ -412,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _fail("interrupted", 130)
     except OSError as exc:  # e.g. UNICORE_HOME not writable: say so in one line
         code = _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    finally:
+        traces.stop()
     return code
 
 

@@ -31,6 +31,7 @@ from unicore.schedules import decide, run_name
 from unicore.store.client import RedisClient
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
+from unicore.traces import anchors
 
 from unicore_client.arguments import UsageError, read_yaml_documents
 
@@ -143,7 +144,8 @@ class LocalScheduler:
                 self.say(f"schedule {schedule.name}: concurrencyPolicy Replace: local mode does not stop "
                          f"{', '.join(decision.replace)}; it runs on beside the new run")
             name = run_name(schedule.name, at)
-            if not self.store.create_task(local_task_spec(name, schedule.task)):
+            if not self.store.create_task(local_task_spec(name, schedule.task),
+                                          trace_parent=anchors.for_new_task(name, name, parent=None)):
                 continue  # another scheduler (or this one before a restart) started it
             self.store.activate(name, "schedule")
             thread = threading.Thread(target=self._settle, args=(name,), name=f"schedule-{name}", daemon=True)

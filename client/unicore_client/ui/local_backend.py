@@ -51,6 +51,7 @@ from unicore.store.token_stream import (
     read_after,
 )
 from unicore.store.ui_reads import read_all_rows, read_task_history
+from unicore.traces import anchors
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
 from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
@@ -182,7 +183,7 @@ class LocalBackend:
         check_model(spec.model, spec.script, self.client)
         if spec.approval is not None:
             _check_gated(spec.approval.tools)
-        if not self.store.create_task(spec):
+        if not self.store.create_task(spec, trace_parent=anchors.for_new_task(spec.id, spec.id, parent=None)):
             raise BadRequest(f"task {spec.id} exists")
         if suspended:
             suspension.suspend(self.store, spec.id)

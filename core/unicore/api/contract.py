@@ -53,6 +53,8 @@ ASSIGNED_AT_ANNOTATION = f"{GROUP}/assigned-at"
 SCHEDULED_AT_ANNOTATION = f"{GROUP}/scheduled-at"  # a scheduled task's run: its scheduled time (RFC 3339)
 A2A_CALLER_ANNOTATION = f"{GROUP}/a2a-caller"  # who started a task through A2A (the TokenReview's user name)
 EVENT_ID_ANNOTATION = f"{GROUP}/event-id"  # a triggered task's event: its id (the sender's delivery id)
+# where a task's turns hang in its tree's trace (a W3C traceparent: the spawn call that created it; unicore.traces)
+TRACEPARENT_ANNOTATION = f"{GROUP}/traceparent"
 
 AGENT_SERVICE_ACCOUNT = "unicore-agent"
 

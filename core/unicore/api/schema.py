@@ -317,6 +317,9 @@ class InboxMessage(BaseModel):
     # on a tool_result that carries a person's answer to ``ask_user``: the id of the message the answer came in (a
     # request: ``history.answer_to`` finds the answer to it); None otherwise
     answers: str | None = None
+    # the W3C traceparent of the span whose work it reports (a child's turn; ``unicore.traces``): the turn that drains
+    # it links to that span. None: no trace
+    trace_link: str | None = None
 
 
 class Usage(BaseModel):

@@ -35,6 +35,7 @@ from unicore.api.contract import (
     PARENT_LABEL,
     PLURAL,
     ROOT_LABEL,
+    TRACEPARENT_ANNOTATION,
     VERSION,
     label_value,
 )
@@ -48,6 +49,7 @@ from unicore.settings import RuntimeSettings
 from unicore.store.tasks import TaskStore
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
+from unicore.traces import spans
 
 log = get_logger("launch.kubernetes")
 
@@ -64,9 +66,10 @@ def load_custom_objects_api() -> Any:
 
 def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, tools: list[str] | None,
                     parent_view: storeview.TaskView, agent: str | None = None,
-                    agent_limits: Limits | None = None) -> dict[str, Any]:
+                    agent_limits: Limits | None = None, traceparent: str | None = None) -> dict[str, Any]:
     """The child AgentTask object (pure). ``agent``: the name of the Agent the child runs (``spec.agentRef``); it
-    takes model and tools from it (``tools`` None: all of the agent's), and only the parent's limits narrow it."""
+    takes model and tools from it (``tools`` None: all of the agent's), and only the parent's limits narrow it.
+    ``traceparent``: the spawn call's span, which the child's turns hang under (``unicore.traces.anchors``)."""
     meta = parent_obj["metadata"]
     parent_spec = task_spec_of(parent_obj)
     parent_labels = meta.get("labels") or {}
@@ -98,24 +101,22 @@ def child_agenttask(parent_obj: dict[str, Any], child_name: str, prompt: str, to
         if value is not None and (agent is None or field == "queue_name"):
             fields[field] = value
     spec = AgentTaskSpec.model_validate(fields).model_dump(by_alias=True, exclude_unset=True)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": child_name,
-            "namespace": meta["namespace"],
-            "labels": {
-                MANAGED_BY_LABEL: MANAGED_BY,
-                PARENT_LABEL: label_value(meta["name"]),
-                ROOT_LABEL: label_value(root),
-            },
-            "ownerReferences": [{
-                "apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
-                "controller": False, "blockOwnerDeletion": False,
-            }],
+    metadata: dict[str, Any] = {
+        "name": child_name,
+        "namespace": meta["namespace"],
+        "labels": {
+            MANAGED_BY_LABEL: MANAGED_BY,
+            PARENT_LABEL: label_value(meta["name"]),
+            ROOT_LABEL: label_value(root),
         },
-        "spec": spec,
+        "ownerReferences": [{
+            "apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": False, "blockOwnerDeletion": False,
+        }],
     }
+    if traceparent:
+        metadata["annotations"] = {TRACEPARENT_ANNOTATION: traceparent}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
 
 
 def refusal(exc: Any) -> str:
@@ -217,7 +218,8 @@ class KubernetesSpawner:
         parent_obj = self._get_agenttask(task_name(parent.id))
         if parent_obj is None:
             raise ToolError(f"parent AgentTask {parent.id} not found in the API server")
-        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent, agent, agent_limits)
+        body = child_agenttask(parent_obj, task_name(child_id), prompt, tools, parent, agent, agent_limits,
+                               traceparent=spans.current())
         try:
             self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as exc:

@@ -18,6 +18,7 @@ from unicore.store.tasks import TaskStore
 from unicore.tools import policy, storeview
 from unicore.tools.registry import known_tools
 from unicore.tools.storeview import TaskView
+from unicore.traces import anchors
 
 log = get_logger("launch.local")
 
@@ -123,7 +124,8 @@ class LocalSpawner:
                                   agent=(agent, chosen[1].tools) if agent is not None and chosen else None)
         slots = reserve_child_slots(self.store, parent, plan.child_id)
         try:
-            created = self.store.create_task(child_spec(parent, plan, prompt, chosen, tools))
+            created = self.store.create_task(child_spec(parent, plan, prompt, chosen, tools),
+                                             trace_parent=anchors.for_new_task(plan.child_id, name, parent=parent_id))
         except (MessageTooLarge, AgentNotFound) as exc:  # the agent deleted a moment ago
             slots.release(parent_id=parent_id, root_id=parent.root_id, child_id=plan.child_id)
             raise ToolError(str(exc)) from exc

@@ -29,6 +29,8 @@ from unicore.providers.base import ModelRequest, ModelResponse
 from unicore.providers.retry import RetryPolicy, Sleeper, Uniform, real_sleep
 from unicore.providers.throttle import ThrottleCoordinator
 from unicore.store.telemetry import Telemetry
+from unicore.traces import spans
+from unicore.traces.genai import ERROR_TYPE
 
 log = get_logger("providers")
 
@@ -156,6 +158,8 @@ class CallRunner:
                     delay,
                 )
                 self.delays.append(delay)
+                spans.current_event("retry", {"unicore.retry.attempt": attempt, "unicore.retry.delay_seconds": delay,
+                                              ERROR_TYPE: exc.code, "http.response.status_code": exc.status})
                 self.sleep(delay)
                 continue
             except BaseException:

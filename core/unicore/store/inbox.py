@@ -45,6 +45,19 @@ def oldest_queued(raw_entries: Sequence[str]) -> float | None:
     return min(stamps) if stamps else None
 
 
+def queued_trace_links(raw_entries: Sequence[str]) -> list[str]:
+    """The ``trace_link`` traceparents ``raw_entries`` (inbox entries as stored) carry, in order, each once."""
+    links: list[str] = []
+    for raw in raw_entries:
+        try:
+            link = json.loads(raw).get("trace_link")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(link, str) and link and link not in links:
+            links.append(link)
+    return links
+
+
 def build_drain_messages(raw_entries: Sequence[str]) -> list[list[ContentBlock]]:
     """All tool results first, in ONE user message; then one user message per text entry."""
     return [content for content, _ids in build_drain_batch(raw_entries)]

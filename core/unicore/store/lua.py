@@ -294,6 +294,15 @@ redis.call('HSET', KEYS[1], 'report_id', '', 'report', '')
 return 1
 """
 
+# KEYS: task   ARGV: field, value. Set the field of an existing record unless it holds a value; returns what it holds.
+SET_UNLESS_SET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return '' end
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held and held ~= '' then return held end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return ARGV[2]
+"""
+
 # KEYS: lease, task   ARGV: token, now, field, value, ...
 SET_FIELDS = (
     _FENCE

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from unicore.api.schema import SCHEMA_VERSION, Approval, Limits, MCPServerRef, Message, Usage
 from unicore.store import codec
+from unicore.traces.spans import parse as parse_traceparent
 
 TaskStatus = Literal["idle", "running"]
 
@@ -58,7 +59,19 @@ class TaskRecord(BaseModel):
     lease_holder: str = ""
     suspended: bool = False  # local mode's suspend (``state.suspension``); on Kubernetes spec.suspend is the truth
     suspended_at: float = 0.0  # when ``suspended`` last changed
+    # Its place in its tree's trace (``unicore.traces``; "" / 0: none): the W3C traceparent its turns hang under (the
+    # spawn call that created it, or its root ``task`` span), and its newest turn attempt's span with the time that
+    # attempt started (0 once it ended: a later attempt that finds it still set emits it as lost)
+    trace_parent: str = ""
+    trace_turn: str = ""
+    trace_turn_started: float = 0.0
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def trace_id(self) -> str:
+        """The id of its tree's trace ("" when it has none): the trace its turns are in."""
+        ref = parse_traceparent(self.trace_parent)
+        return ref.trace_id if ref is not None else ""
 
     @property
     def usage(self) -> Usage:
@@ -160,6 +173,7 @@ class DrainResult:
     turn_number: int | None = None
     new_turn: bool = False
     oldest: float | None = None  # when the oldest drained entry was queued (unix time; None: none says)
+    trace_links: list[str] = field(default_factory=list)  # the traceparents the drained entries carried
 
     @property
     def empty(self) -> bool:

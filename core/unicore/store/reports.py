@@ -16,14 +16,16 @@ class OwedReport:
     report_id: str  # the inbox message id (idempotent delivery)
     text: str
     parent: str  # "" when the task has no parent (nothing to deliver to)
+    trace_link: str = ""  # the traceparent of the turn that wrote it ("": none; the parent's next turn links to it)
 
 
 def owed_report(store: TaskStore, task_id: str) -> OwedReport | None:
     """The report ``task_id`` owes its parent, or None (one read)."""
-    parent, report_id, report = store.redis.hmget(TaskKeys(task_id).task, ["parent", "report_id", "report"])
+    parent, report_id, report, trace_turn = store.redis.hmget(
+        TaskKeys(task_id).task, ["parent", "report_id", "report", "trace_turn"])
     if not report_id:
         return None
-    return OwedReport(report_id=report_id, text=report or "", parent=parent or "")
+    return OwedReport(report_id=report_id, text=report or "", parent=parent or "", trace_link=trace_turn or "")
 
 
 def clear_report(store: TaskStore, task_id: str, report_id: str) -> bool:

@@ -43,6 +43,7 @@ class TaskView:
     last_response: str = ""
     agent: str | None = None  # the agent the task narrows (``unicore.agents``)
     agents: list[str] | None = None  # the agents it may spawn by name (its agent's, as of its last turn start)
+    trace_id: str = ""  # its tree's trace ("": none; ``unicore.traces``)
 
     @property
     def root_id(self) -> str:
@@ -59,6 +60,7 @@ class TaskView:
             output_tokens=record.output_tokens, total_tokens=record.total_tokens,
             tree_total_tokens=record.tree_total_tokens, created_at=record.created_at, updated_at=record.updated_at,
             last_response=record.last_response, agent=record.agent, agents=_copy(record.agents),
+            trace_id=record.trace_id,
         )
 
 

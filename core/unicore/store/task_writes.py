@@ -32,12 +32,14 @@ def inherited_approval(own: Approval | None, parent: Approval | None) -> Approva
 class TaskWrites(TaskReads):
     """Creating and deleting tasks (a create reads the parent's record and the agent's definition)."""
 
-    def create_task(self, spec: TaskSpec, *, root: str | None = None, depth: int | None = None) -> bool:
+    def create_task(self, spec: TaskSpec, *, root: str | None = None, depth: int | None = None,
+                    trace_parent: str = "") -> bool:
         """Create the task (and queue its prompt). Returns False, writing nothing, if the task already exists:
         an existing conversation is never overwritten (a create repeated after a crash must not lose it). ``root``
         and ``depth``: the task's place in its tree as the caller knows it from elsewhere (the operator: the AgentTask
         chain, since a namespace's Redis user may write its parent's record; ``unicore_operator.parent_view``);
-        default: from the parent's record."""
+        default: from the parent's record. ``trace_parent``: the traceparent its turns hang under
+        (``unicore.traces.anchors``; "": none yet)."""
         parent: TaskRecord | None = None
         if spec.parent:
             parent = self.get_task(spec.parent)
@@ -77,6 +79,7 @@ class TaskWrites(TaskReads):
             agents=agents,
             created_at=now,
             updated_at=now,
+            trace_parent=trace_parent,
             schema_version=SCHEMA_VERSION,
         )
         prompt_id, prompt_entry = "", ""

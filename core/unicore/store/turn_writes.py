@@ -12,7 +12,7 @@ from unicore.api.schema import ContentBlock, Message, Role, Usage
 from unicore.errors import UniCoreError
 from unicore.log import get_logger
 from unicore.store import changes, codec, lua
-from unicore.store.inbox import build_drain_batch, oldest_queued
+from unicore.store.inbox import build_drain_batch, oldest_queued, queued_trace_links
 from unicore.store.records import DrainResult, Lease
 from unicore.store.task_store_base import TaskStoreBase, write_time
 
@@ -79,6 +79,7 @@ class TurnWrites(TaskStoreBase):
                 turn_number=int(turn_number),
                 new_turn=bool(int(new_turn)),
                 oldest=oldest_queued(raw_entries),
+                trace_links=queued_trace_links(raw_entries),
             )
         raise UniCoreError(f"inbox of {lease.task_id} kept changing under the drain")
 

@@ -35,6 +35,7 @@ from unicore.tools.base import Tool, ToolContext
 from unicore.tools.builtin_tools import ALL_TOOLS
 from unicore.tools.mcp_toolbox import McpToolbox
 from unicore.tools.storeview import view_of
+from unicore.traces import calls as call_traces
 from unicore.turn.answers import MAX_ARGUMENT_DEPTH, UNPARSED
 
 log = get_logger("tools")
@@ -174,8 +175,12 @@ class _Done(NamedTuple):
 def run_tool_call(ctx: ToolContext, tools: Iterable[Tool], tool_use: Mapping[str, Any]) -> ContentBlock:
     """Run one ``toolUse`` block (or its inner dict) and return its ``toolResult`` block. Never raises.
 
-    The one place a tool call is counted and timed (``tools.call_metrics``, into ``ctx.telemetry``): once per call."""
-    done = _run(ctx, tools, tool_use.get("toolUse", tool_use))
+    The one place a tool call is counted and timed (``tools.call_metrics``, into ``ctx.telemetry``) and traced: once
+    per call."""
+    use = tool_use.get("toolUse", tool_use)
+    with call_traces.tool_call(use, tools) as span:  # its ``execute_tool`` span (unicore.traces.calls)
+        done = _run(ctx, tools, use)
+        call_traces.tool_result(span, done.result, done.outcome)
     call_metrics.record(ctx.telemetry, done.labels, done.outcome, done.seconds)
     return done.result
 

@@ -65,6 +65,7 @@ from unicore.turn.outcome import (
 )
 from unicore.turn.reports import deliver_report
 from unicore.turn.tool_calls import ToolCalls
+from unicore.turn.tracing import TurnTrace
 
 log = get_logger("turn")
 
@@ -124,6 +125,7 @@ class AgentTurn:
         self.view = HistoryView(None)  # the newest compaction and the messages after it (unicore.turn.compaction)
         self.compactor: Compactor | None = None
         self.mcp = McpToolbox()  # the MCP servers' tools of this turn (tools.mcp_toolbox), closed when it ends
+        self.trace = TurnTrace(self.store, task_id)  # its spans (unicore.turn.tracing)
 
     # ---- lifecycle: the lease around the turn, failures to exit codes
 
@@ -141,6 +143,7 @@ class AgentTurn:
         self.lease.start_heartbeat(self.checkpoints.making_progress)
         self.checkpoints.scope(record.turns)
         self.checkpoints.fault_point("after lease")
+        self.trace.begin(record)
         started = time.monotonic()
         try:
             self._run_leased(record)
@@ -156,6 +159,7 @@ class AgentTurn:
             log.exception("task %s: turn failed", self.task_id)
             self._failed(f"unexpected {type(exc).__name__}: {exc}")
         finally:
+            self.trace.end(self.outcome)
             self.lease.stop_heartbeat()
             if self.lease.release():
                 self.checkpoints.fault_point("after release")
@@ -239,6 +243,7 @@ class AgentTurn:
         if drained.oldest is not None:  # from the oldest message it drained being queued to now
             self.telemetry.observe("turn_start_seconds", max(0.0, time.time() - drained.oldest),
                                    {"start": start_kind(self.settings)})
+            self.trace.queue_wait(drained.oldest, start_kind(self.settings))
         log.info(
             "task %s: turn %d (%s, %d new messages)",
             self.task_id,
@@ -301,7 +306,9 @@ class AgentTurn:
 
     def _drain(self, *, first: bool) -> DrainResult:
         self.checkpoints.begin("drain")
-        drained = self.store.drain(self.lease.held, first_drain=first)
+        with self.trace.drain() as results:  # its span links the child reports it brings
+            drained = self.store.drain(self.lease.held, first_drain=first)
+            results.append(drained)
         self.checkpoints.begin("after drain")
         return drained
 

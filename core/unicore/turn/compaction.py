@@ -30,6 +30,7 @@ from unicore.errors import ModelError
 from unicore.providers.base import ModelRequest, ModelResponse, ToolSpec
 from unicore.providers.calling import CHARS_PER_TOKEN, estimate_input_tokens, flatten_tool_blocks
 from unicore.store.compactions import Compaction
+from unicore.traces import genai, spans
 from unicore.turn.history import ConverseMessage, build_request_messages, message_text, shape_converse_messages
 
 SUMMARY_SYSTEM = "You summarize agent conversations."
@@ -152,7 +153,9 @@ class Compactor:
         else:
             raise self._too_large(room)
         previous = self.view.compaction
-        summary = self._summary(previous, messages[:cut])
+        with spans.span(genai.COMPACTION, {genai.TASK_ID: self.task_id, "unicore.compaction.messages": cut,
+                                           "unicore.compaction.upto": messages[cut].seq}):
+            summary = self._summary(previous, messages[:cut])
         record = Compaction(
             upto=messages[cut].seq,
             summary=summary,

@@ -10,6 +10,7 @@ from unicore.log import get_logger
 from unicore.providers.base import Model, ModelRequest
 from unicore.store.records import TaskRecord, Turn
 from unicore.store.tasks import TaskStore
+from unicore.traces import genai, spans
 from unicore.turn.checkpoints import Checkpoints
 from unicore.turn.compaction import SUMMARY_SYSTEM, Compactor, HistoryView
 from unicore.turn.history import build_request_messages, message_text
@@ -98,7 +99,8 @@ class TurnEnding:
                 purpose="summary",
                 max_tokens=512,
             )
-            response = self.models.summary_call(model, request)
+            with spans.span(genai.SUMMARY, {genai.TASK_ID: self.task_id}):
+                response = self.models.summary_call(model, request)
         except (ModelError, ConfigError) as exc:
             log.warning("task %s: turn summary failed: %s", self.task_id, exc)
             return ""

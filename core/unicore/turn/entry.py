@@ -24,6 +24,7 @@ from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
+from unicore.traces import setup as traces
 from unicore.turn.context_window import ContextSettings
 from unicore.turn.outcome import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from unicore.turn.run import run_turn
@@ -78,6 +79,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     cancel = threading.Event()
     install_cancel_handlers(cancel)
     task: str = args.task or settings.task_id or ""
+    traces.start("unicore-turn")  # only when OTEL_* configure an exporter (unicore.traces.setup)
+    try:
+        code, last_line = _run(args, settings, context, cancel, task)
+    finally:
+        traces.stop()  # its spans leave before the process does (bounded), and before its last line
+    if last_line:
+        # one line, the process's last: on a cluster it is the container's termination message (the Job's
+        # terminationMessagePolicy), which the AgentTask's status and TurnFailed Event show
+        print(last_line, file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace, settings: RuntimeSettings, context: ContextSettings, cancel: threading.Event,
+         task: str) -> tuple[int, str]:
+    """The turn's exit code and the line to end with ("": none)."""
     try:
         client = connect(redis_url(settings))
         spawner = spawner_from_settings(client, settings) if args.warm else None  # a warm pod: before it waits
@@ -87,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             assignment = wait_for_turn(client, settings, os.environ.get(pod_env.POD_NAME) or socket.gethostname(),
                                        cancel)
             if assignment is None:
-                return EXIT_OK  # its wait ended unused (or SIGTERM): nothing ran
+                return EXIT_OK, ""  # its wait ended unused (or SIGTERM): nothing ran
             task = assignment.task_id
             os.environ[pod_env.TASK_ID] = task
             settings = settings.model_copy(update={"task_id": task, "workspace": tree_workspace(settings,
@@ -96,14 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             spawner = spawner_from_settings(client, settings)
         outcome = run_turn(task, redis=client, spawner=spawner, cancel=cancel, settings=settings,
                            context=context)
-        code = outcome.exit_code
         if outcome.error:
-            # one line, the process's last: on a cluster it is the container's termination message (the Job's
-            # terminationMessagePolicy), which the AgentTask's status and TurnFailed Event show
-            print(f"{PROG}: {task}: {printable(outcome.error, multiline=False)}", file=sys.stderr)
+            return outcome.exit_code, f"{PROG}: {task}: {printable(outcome.error, multiline=False)}"
+        return outcome.exit_code, ""
     except (ConfigError, redis.RedisError) as exc:
-        code = _fail(str(exc))
-    return code
+        return EXIT_FAILED, f"{PROG}: error: {printable(str(exc), multiline=False)}"
 
 
 if __name__ == "__main__":

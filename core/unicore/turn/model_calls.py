@@ -9,6 +9,7 @@ from unicore.errors import ConfigError, ModelError, TurnCancelled
 from unicore.providers.base import Model, ModelRequest, ModelResponse
 from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import StreamSettings, TokenStreamSink
+from unicore.traces import calls as call_traces
 from unicore.turn.budget import TreeBudget
 from unicore.turn.checkpoints import Checkpoints
 from unicore.turn.lease import TurnLease
@@ -49,7 +50,9 @@ class ModelCalls:
         self.checkpoints.begin(f"model call ({request.purpose})")
         sink = self._answer_sink(request)
         try:
-            response = model.converse(request, sink)
+            with call_traces.model_call(model, request, sink) as traced:  # its ``chat`` span (unicore.traces.calls)
+                response = model.converse(request, traced.sink(sink))
+                traced.answered(response)
         except (TurnCancelled, ModelError, ConfigError):
             self.usage_counted()  # nothing to count
             raise

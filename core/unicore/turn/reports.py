@@ -120,7 +120,8 @@ def deliver_report(store: TaskStore, task_id: str, expected_parent: str | None =
     if refusal:
         log.warning("task %s: report %r dropped: %s", task_id, owed.report_id, refusal)
     elif owed.parent:
-        message = InboxMessage(id=owed.report_id, type="completion", content=owed.text, sender=task_id)
+        message = InboxMessage(id=owed.report_id, type="completion", content=owed.text, sender=task_id,
+                               trace_link=owed.trace_link or None)  # the parent's next turn links to it
         try:
             if store.queue_message(owed.parent, message):
                 log.info("task %s: report %s queued for %s", task_id, owed.report_id, owed.parent)

@@ -14,6 +14,7 @@ from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.store.agents import read_agent
 from unicore.store.task_views import TaskView
 from unicore.store.tasks import TaskStore
+from unicore.traces import anchors
 
 from unicore_operator import agent_rbac, events, names, redis_identities
 from unicore_operator.admission import agent_refusal, vet_new_child
@@ -87,8 +88,12 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
             await asyncio.to_thread(ctx.kube.patch_status, namespace, name, {"phase": "Failed", "message": refused})
             return
         parent = vetted.parent
+    # where its turns hang in the tree's trace: its spawn call (a child's annotation), else a new ``task`` span
+    trace_parent = anchors.for_new_task(tid, name, parent=parent.id if parent is not None else None,
+                                        given=(body.get("metadata", {}).get("annotations") or {}).get(
+                                            names.TRACEPARENT_ANNOTATION))
     try:
-        created = await asyncio.to_thread(create_record, ctx.store, namespace, name, parsed, parent)
+        created = await asyncio.to_thread(create_record, ctx.store, namespace, name, parsed, parent, trace_parent)
     except AgentNotFound as exc:  # deleted a moment ago: the next try fails it (agent_not_ready)
         raise kopf.TemporaryError(str(exc), delay=2) from exc
     if parsed.agent_ref is not None:

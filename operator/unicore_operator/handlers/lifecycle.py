@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 from unicore.kube_config import load_api_client
 from unicore.store.tasks import TaskStore
+from unicore.traces import setup as traces
 
 from unicore_operator import activation, http_server, job_events, kopf_login, names
 from unicore_operator.context import OperatorContext
@@ -65,6 +66,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agenttask_in
                   warmpod_index: kopf.Index, trigger_index: kopf.Index, **_: Any) -> None:
     op = load_settings()
     tune_kopf(settings, op)
+    traces.start("unicore-operator")  # OTEL_* configure an exporter: root task spans, pod starts (unicore.traces)
     state = RedisState(op.redis_url)
     try:
         await state.aio.ping()
@@ -111,3 +113,4 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await asyncio.gather(*ctx.background, return_exceptions=True)
     ctx.job_executor.shutdown(wait=False, cancel_futures=True)
     await ctx.redis.close()
+    await asyncio.to_thread(traces.stop)
