@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 # Shipping targets (images, kind, helm deploy) live in their own fragment.
 -include hack/ship.mk
 
-.PHONY: help bootstrap k8s-bins node-bins kueue-bins images-local model-bins mcp-servers model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
+.PHONY: help bootstrap k8s-bins node-bins kueue-bins jaeger-bins images-local model-bins mcp-servers model-up model-down test test-fast lint demo demo-local cluster-up cluster-down bench images kind-up kind-load deploy e2e-kind
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,13 @@ node-bins: ## build (or reuse from cache) the real node's kubelet, kube-proxy, C
 kueue-bins: ## build (or reuse from cache) Kueue's manager and copy its CRDs and webhook manifests
 	@if [ "$${UNICORE_NO_CONTAINERS:-}" = 1 ]; then echo "kueue-bins: UNICORE_NO_CONTAINERS=1, not building Kueue" >&2; \
 	else hack/build-kueue.sh >/dev/null; fi
+
+# Jaeger v2's one binary (v1.76.0), built from its Go module as a tool of hack/jaeger/ (hack/build-jaeger.sh, cached by
+# the hash of hack/jaeger/go.mod and go.sum; ~5 min cold on 2 cores): `unicore traces up` and the trace tests run it
+# (client/unicore_client/traces/jaeger.py). UNICORE_NO_JAEGER=1 skips it (and makes the trace tests skip instead of fail).
+jaeger-bins: ## build (or reuse from cache) Jaeger v2, the trace store and query API of `unicore traces up` and the tests
+	@if [ "$${UNICORE_NO_JAEGER:-}" = 1 ]; then echo "jaeger-bins: UNICORE_NO_JAEGER=1, not building Jaeger" >&2; \
+	else hack/build-jaeger.sh >/dev/null; fi
 
 # No Docker, no registry: debootstrap + buildah, cached by content hash under ${UNICORE_CACHE:-~/.cache/unicore}/images (needs root).
 # UNICORE_NO_CONTAINERS=1 skips it (and makes the container tests skip instead of fail) on hosts without root.
@@ -65,10 +72,10 @@ model-down: ## stop the real model server
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-test: bootstrap k8s-bins node-bins kueue-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
+test: bootstrap k8s-bins node-bins kueue-bins jaeger-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
 	@$(WITH_K8S) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-test-fast: bootstrap mcp-servers ## unit + integration tests only (no control plane, no containers, no real model)
+test-fast: bootstrap mcp-servers jaeger-bins ## unit + integration tests only (no control plane, no containers, no real model)
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff and mypy

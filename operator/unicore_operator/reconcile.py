@@ -14,8 +14,8 @@ from typing import Any
 from unicore.api import contract
 from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_spec_of, parse_spec, task_spec_of
 from unicore.store.operator_state import TaskSnapshot
-from unicore.turn.reports import deliver_report, report_failure
 from unicore.traces.links import trace_status
+from unicore.turn.reports import deliver_report, report_failure
 
 from unicore_operator import approval_waits as approvals
 from unicore_operator import command_jobs, events, metrics, names, warm_pools

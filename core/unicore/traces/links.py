@@ -12,7 +12,7 @@ TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def trace_url(trace_id: str, template: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The page of trace ``trace_id`` ("" without a valid id or a template; default template: ``$UNICORE_TRACE_URL``)."""
+    """The page of trace ``trace_id`` ("" without a valid id or template; default template: ``$UNICORE_TRACE_URL``)."""
     if template is None:
         template = (os.environ if env is None else env).get(TRACE_URL_VARIABLE, "")
     if not template or "{trace_id}" not in template or not TRACE_ID.match(trace_id or ""):
