@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from unicore_operator import events, metrics, names
+from unicore_operator import events, metrics, names, turn_traces
 from unicore_operator.context import CreateFailure, OperatorContext
 from unicore_operator.indexes import TaskKey, first, job_task_key, job_view
 from unicore_operator.log import logger
@@ -116,12 +116,12 @@ async def record_job_end(ctx: OperatorContext, job: Mapping[str, Any], deleted: 
         ended = container_ends(ctx.turnpods.get(key) if ctx.turnpods is not None else None, summary.name)
         failure = f"{failure}; {ended}" if ended else failure
     async with ctx.locks[key]:
-        await record_end_locked(ctx, key, summary.name, summary.turn, outcome, failure)
+        await record_end_locked(ctx, key, summary.name, summary.turn, outcome, failure, job)
     return outcome
 
 
 async def record_end_locked(ctx: OperatorContext, key: TaskKey, job: str, turn: int, outcome: str,
-                            failure: str) -> int:
+                            failure: str, job_body: Mapping[str, Any] | None = None) -> int:
     """Record (once) that turn Job ``job`` ended with ``outcome``, post its Event; the caller holds the task's lock.
     Returns what ``account_job_end`` returned (-1: recorded before, or the task is not in Redis)."""
     tid = names.task_id(*key)
@@ -132,6 +132,9 @@ async def record_end_locked(ctx: OperatorContext, key: TaskKey, job: str, turn: 
     recorded = int(await asyncio.to_thread(ctx.redis.account_job_end, tid, job, turn, outcome, failure, delay))
     if recorded != -1 and outcome == "failed":
         metrics.job_failed(failure or "unknown")
+    if recorded != -1 and job_body is not None and snap.view is not None:  # once per Job: its wait and pod start
+        turn_traces.emit_start_spans(job_body, turn_traces.the_pod(ctx.turnpods.get(key) if ctx.turnpods else None,
+                                                                    job), snap.view.trace_parent, tid, turn)
     failures = recorded if recorded >= 0 else snap.failed_attempts
     event = job_end_event(job, turn, outcome, failure, recorded, failures, ctx.settings.max_turn_retries + 1)
     body = first(ctx.agenttasks.get(key)) if ctx.agenttasks is not None else None

@@ -73,6 +73,7 @@ from unicore_client.local.follow import block_lines as _block_lines
 from unicore_client.local.gc_command import add_gc_command
 from unicore_client.local.mcp_commands import add_mcp_arguments, mcp_for_run
 from unicore_client.local.schedule_command import add_schedule_command
+from unicore_client.local.traces_command import add_traces_command
 from unicore_client.local.tree_runs import (
     EXIT_FAILED,
     EXIT_OK,
@@ -389,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_control_commands(sub)
     add_ui_command(sub)
     add_schedule_command(sub)
+    add_traces_command(sub)
     return parser
 
 

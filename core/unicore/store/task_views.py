@@ -12,6 +12,7 @@ from typing import Any
 
 from unicore.api.schema import Limits
 from unicore.store.records import TaskRecord
+from unicore.traces.spans import parse as parse_traceparent
 
 __all__ = ["TaskView", "view_from_mapping"]
 
@@ -43,7 +44,12 @@ class TaskView:
     last_response: str = ""
     agent: str | None = None  # the agent the task narrows (``unicore.agents``)
     agents: list[str] | None = None  # the agents it may spawn by name (its agent's, as of its last turn start)
-    trace_id: str = ""  # its tree's trace ("": none; ``unicore.traces``)
+    trace_parent: str = ""  # where its turns hang in its tree's trace ("": none; ``unicore.traces``)
+
+    @property
+    def trace_id(self) -> str:
+        ref = parse_traceparent(self.trace_parent)
+        return ref.trace_id if ref is not None else ""
 
     @property
     def root_id(self) -> str:
@@ -60,7 +66,7 @@ class TaskView:
             output_tokens=record.output_tokens, total_tokens=record.total_tokens,
             tree_total_tokens=record.tree_total_tokens, created_at=record.created_at, updated_at=record.updated_at,
             last_response=record.last_response, agent=record.agent, agents=_copy(record.agents),
-            trace_id=record.trace_id,
+            trace_parent=record.trace_parent,
         )
 
 

@@ -182,7 +182,25 @@ seccompProfile:
   "UNICORE_WATCHDOG_INTERVAL_SECONDS" (toString $v.watchdog.intervalSeconds)
   "UNICORE_LOG_LEVEL" $v.operator.logLevel
   "UNICORE_OPENAI_ENDPOINTS" (toJson $v.provider.openai.endpoints)
+  "UNICORE_TRACE_URL" $v.tracing.traceUrl
+  "UNICORE_AGENT_EXTRA_ENV" (include "unicore.traceEnv" (dict "Values" $v "service" "unicore-turn"))
 -}}
+{{- $env = merge $env (include "unicore.traceEnv" (dict "Values" $v "service" "unicore-operator") | fromJson) -}}
+{{- $env | toJson -}}
+{{- end }}
+
+{{/* The OpenTelemetry variables of the operator and of turn pods (tracing.*; docs/observability.md), as JSON; {}
+     without tracing.otlpEndpoint. No OTLP headers or certificates: turn pods run tenants' code. */}}
+{{- define "unicore.traceEnv" -}}
+{{- $t := .Values.tracing -}}
+{{- $env := dict -}}
+{{- if $t.otlpEndpoint -}}
+{{- $_ := set $env "OTEL_EXPORTER_OTLP_ENDPOINT" $t.otlpEndpoint -}}
+{{- $_ := set $env "OTEL_SERVICE_NAME" .service -}}
+{{- with $t.sampler }}{{ $_ := set $env "OTEL_TRACES_SAMPLER" . }}{{ end -}}
+{{- with $t.samplerArg }}{{ $_ := set $env "OTEL_TRACES_SAMPLER_ARG" (toString .) }}{{ end -}}
+{{- if $t.captureMessageContent }}{{ $_ := set $env "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" "true" }}{{ end -}}
+{{- end -}}
 {{- $env | toJson -}}
 {{- end }}
 

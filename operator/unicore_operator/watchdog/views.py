@@ -124,6 +124,8 @@ class PodView:
     ended: str = ""  # how a container of it ended when it failed (``container_end``), e.g. OOMKilled
     workbench_failed: str = ""  # how its workbench (the run_command sidecar) last failed: its one line, else ""
     assigned_at: float | None = None  # a warm pod's: when it was given its turn (the turn started then, not with it)
+    scheduled_at: float | None = None  # when it was bound to a node (PodScheduled=True)
+    started_at: float | None = None  # when its turn container started (running or terminated startedAt)
 
     @property
     def key(self) -> str:
@@ -296,10 +298,18 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
             if owner.get("kind") == "Job":
                 job_name = str(owner.get("name") or "")
     unsched_reason = unsched_message = ""
+    scheduled_at: float | None = None
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             unsched_reason = str(cond.get("reason") or "")
             unsched_message = str(cond.get("message") or "")
+        elif cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            scheduled_at = parse_time(cond.get("lastTransitionTime"))
+    started_at: float | None = None
+    for cstatus in status.get("containerStatuses") or []:  # the turn container (the workbench is an init container)
+        state = cstatus.get("state") or {}
+        stamp = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+        started_at = started_at or parse_time(stamp)
     waiting_reason = waiting_message = ended = ""
     workbench = workbench_failure(list(status.get("initContainerStatuses") or []))
     for cstatus in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
@@ -327,4 +337,6 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         ended=ended,
         workbench_failed=workbench,
         assigned_at=parse_time((meta.get("annotations") or {}).get(contract.ASSIGNED_AT_ANNOTATION)),
+        scheduled_at=scheduled_at,
+        started_at=started_at,
     )
