@@ -18,6 +18,13 @@ if store.exists(root):
         store.delete_task(record.id)
 PY
 
+if [[ ${UNICORE_NO_JAEGER:-} != 1 ]]; then  # the tree's trace (docs/observability.md); UNICORE_NO_JAEGER=1: none
+  echo "== unicore traces up (a local Jaeger: the turns export their spans to it)"
+  hack/build-jaeger.sh >/dev/null
+  eval "$("$BIN/unicore" traces up)"
+  echo
+fi
+
 echo "== unicore run"
 "$BIN/unicore" run --model scripted:examples/demo-script.yaml --name "$NAME" \
   "Research three facts about water in parallel and report them."
@@ -27,3 +34,8 @@ echo "== unicore tree $NAME"
 echo
 echo "== unicore show $NAME"
 "$BIN/unicore" show "$NAME"
+if [[ ${UNICORE_NO_JAEGER:-} != 1 ]]; then
+  echo
+  echo "== the tree's trace in Jaeger (unicore traces url $NAME; unicore traces down stops Jaeger)"
+  "$BIN/unicore" traces url "$NAME"
+fi

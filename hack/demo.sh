@@ -48,6 +48,29 @@ eval "$("$BIN/unicore-devcluster" up --detach --node "$NODE")"
 export KUBECONFIG
 MODE=$("$BIN/python" -c 'from unicore_devcluster.cluster import read_state as r; s = r(); print("real" if s and s.get("real_node") else "runner")')
 
+# The traces (docs/observability.md): a real Jaeger as a host process (`unicore traces up`, its own home under
+# $DEMO_DIR), on an address the turn pods reach (the node IP on the real node). UNICORE_NO_JAEGER=1: no traces.
+OTEL_EXPORTER_OTLP_ENDPOINT="" UNICORE_TRACE_URL=""
+if [[ ${UNICORE_NO_JAEGER:-} != 1 ]]; then
+  TRACE_HOST=127.0.0.1
+  if [[ $MODE == real ]]; then
+    TRACE_HOST=$("$BIN/python" -c 'from unicore_devcluster.node_host import node_ip; print(node_ip() or "127.0.0.1")')
+  fi
+  say "starting Jaeger on $TRACE_HOST (unicore traces up; UNICORE_NO_JAEGER=1: none)"
+  hack/build-jaeger.sh >/dev/null
+  eval "$(UNICORE_HOME=$DEMO_DIR/home "$BIN/unicore" traces up --host "$TRACE_HOST")"
+fi
+
+print_trace() {  # the Jaeger page of AgentTask $1's trace (status.trace.url, written by the operator)
+  [[ -n $UNICORE_TRACE_URL ]] || return 0
+  local url=""
+  for _ in $(seq 100); do
+    url=$(kubectl get agenttask "$1" -n "$NS" -o jsonpath='{.status.trace.url}' 2>/dev/null || true)
+    [[ -n $url ]] && break; sleep 0.2
+  done
+  say "the trace of $1's tree, in Jaeger: ${url:-(none yet: kubectl get agenttask $1 -o jsonpath={.status.trace})}"
+}
+
 # ----------------------------------------------------------------------------------------- the demo tree, either way
 run_example() {  # EXAMPLE: apply it afresh, wait for its AgentTasks to settle, print their transcripts
   local tasks
@@ -157,6 +180,7 @@ RBAC
     echo
     say "transcript of $NS/$name with its tool calls (kubectl agenttask logs $name --tools)"
     PATH=$BIN:$PATH kubectl agenttask logs "$name" -n "$NS" --tools
+    print_trace "$name"
   done
   if [[ -n $schedules ]]; then
     echo
@@ -205,6 +229,7 @@ run_tree() {  # kubectl agenttask reaches the operator's task API through the AP
   echo
   say "transcript of $NS/demo (kubectl agenttask logs demo)"
   PATH=$BIN:$PATH kubectl agenttask logs demo -n "$NS"
+  print_trace demo
 }
 
 # --------------------------------------------------------------------------- real node: the chart, real containers
@@ -228,8 +253,12 @@ kind: PersistentVolumeClaim
 metadata: {name: unicore-workspace}
 spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}
 PVC
+  # the traces' endpoint and page (a values file: helm's --set would read {trace_id} as a list)
+  printf 'tracing:\n  otlpEndpoint: "%s"\n  traceUrl: "%s"\n' "$OTEL_EXPORTER_OTLP_ENDPOINT" "$UNICORE_TRACE_URL" \
+    > "$DEMO_DIR/tracing-values.yaml"
   helm upgrade --install unicore helm/unicore --namespace "$NS" "${image_args[@]}" \
-    --set agent.workspace.claimName=unicore-workspace --set triggers.enabled=true --wait --timeout 300s >/dev/null
+    --set agent.workspace.claimName=unicore-workspace --set triggers.enabled=true \
+    -f "$DEMO_DIR/tracing-values.yaml" --wait --timeout 300s >/dev/null
   run_tree
   echo
   say "the tree's pods: real containers on the real node (kubectl get pods -o wide)"
@@ -298,6 +327,8 @@ PY
     UNICORE_NAMESPACES=$NS UNICORE_HTTP_PORT=${UNICORE_HTTP_PORT:-18080} UNICORE_RESYNC_SECONDS=10 \
       UNICORE_TRIGGER_PORT=${UNICORE_TRIGGER_PORT:-18090} \
       UNICORE_TASK_API_PORT=${UNICORE_TASK_API_PORT:-18443} UNICORE_TASK_API_CERT_DIR=$cert_dir \
+      OTEL_EXPORTER_OTLP_ENDPOINT=$OTEL_EXPORTER_OTLP_ENDPOINT UNICORE_TRACE_URL=$UNICORE_TRACE_URL \
+      UNICORE_AGENT_EXTRA_ENV="{\"OTEL_EXPORTER_OTLP_ENDPOINT\": \"$OTEL_EXPORTER_OTLP_ENDPOINT\"}" \
       setsid "$BIN/unicore-operator" >>"$DEMO_DIR/operator.log" 2>&1 < /dev/null &
     echo $! > "$op_pid_file"
   fi

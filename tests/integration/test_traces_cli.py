@@ -21,6 +21,7 @@ from tests.unicore_cli import unicore
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 EXPORT = re.compile(r"^export OTEL_EXPORTER_OTLP_ENDPOINT=(http://127\.0\.0\.1:\d+)$")
+TRACE_URL = re.compile(r"^export UNICORE_TRACE_URL='(http://127\.0\.0\.1:\d+)/trace/\{trace_id\}'$")
 URL = re.compile(r"^# Jaeger: (http://127\.0\.0\.1:\d+) ")
 
 
@@ -44,9 +45,10 @@ def up(env: dict[str, str]) -> tuple[str, str, str]:
     done = unicore("traces", "up", "--otlp-port", "0", "--port", "0", env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 2, done.stdout
-    export, url = EXPORT.match(lines[0]), URL.match(lines[1])
-    assert export is not None and url is not None, done.stdout
+    assert len(lines) == 3, done.stdout
+    export, trace_url, url = EXPORT.match(lines[0]), TRACE_URL.match(lines[1]), URL.match(lines[2])
+    assert export is not None and trace_url is not None and url is not None, done.stdout
+    assert trace_url.group(1) == url.group(1)
     return done.stdout, export.group(1), url.group(1)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import shutil
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import IO, Any
 
 from unicore.api.spec import task_spec_of
 from unicore.terminal import printable
+from unicore.traces.links import TRACE_URL_VARIABLE
 
 from unicore_client.kubectl_plugin.approval_commands import fetch as fetch_approvals
 from unicore_client.kubectl_plugin.approval_commands import render_approvals
@@ -297,5 +299,6 @@ def cmd_describe(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> i
     approval = task_spec_of(obj).approval
     if status.get("phase") == "WaitingForApproval" or (approval is not None and approval.model_fields_set):
         approval_lines = render_approvals(fetch_approvals(kube, args.name), status.get("waitingFor"))
-    out.write(render_describe(obj, children, events, _now(), approval_lines))
+    out.write(render_describe(obj, children, events, _now(), approval_lines,
+                              trace_template=os.environ.get(TRACE_URL_VARIABLE, "")))
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from unicore.api.spec import AgentTaskSpec, spec_key, task_spec_of
 from unicore.terminal import printable
+from unicore.traces.links import trace_url
 
 from unicore_client.kubectl_plugin.humanize import human_duration, one_line, parse_time
 
@@ -29,14 +30,29 @@ def _field(label: str, value: Any, indent: int = 0) -> str:
     return f"{' ' * indent}{label + ':':<20}{'' if value is None else value}"
 
 
+def trace_text(trace: Any, template: str = "") -> str:
+    """The ``Trace:`` value of an AgentTask's ``status.trace`` ({id, url?}; "" without a trace): the operator's url,
+    else the id, with the page ``template`` (the user's ``UNICORE_TRACE_URL``) makes of it, if any."""
+    if not isinstance(trace, Mapping):
+        return ""
+    url = one_line(trace.get("url"), 1000)
+    if url:
+        return url
+    trace_id = one_line(trace.get("id"), 64)
+    built = trace_url(trace_id, template) if template and trace_id else ""
+    return f"{trace_id} ({one_line(built, 1000)})" if built else trace_id
+
+
 def render_describe(
     obj: Mapping[str, Any],
     children: Sequence[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     now: datetime.datetime,
     approvals: Sequence[str] = (),
+    trace_template: str = "",
 ) -> str:
-    """The text; ``approvals``: the lines of ``approvals.render_approvals`` (none: the section is left out)."""
+    """The text; ``approvals``: the lines of ``approvals.render_approvals`` (none: the section is left out);
+    ``trace_template``: the user's ``UNICORE_TRACE_URL`` (``unicore.traces.links``), for a trace without a url."""
     meta = obj.get("metadata") or {}
     spec = task_spec_of(obj)
     status = obj.get("status") or {}
@@ -94,6 +110,9 @@ def render_describe(
         lines.append(_field("Started By", f"{one_line(str(origin.get('kind', '')), 40)} "
                                           f"{one_line(str(origin.get('name', '')), 120)}"
                                           + (f" ({detail})" if detail else ""), 2))
+    trace = trace_text(status.get("trace"), trace_template)
+    if trace:  # the tree's OpenTelemetry trace (issue 32): its page, else its id
+        lines.append(_field("Trace", trace, 2))
     if last_turn:
         lines.append(
             _field(

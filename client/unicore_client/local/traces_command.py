@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import ipaddress
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from typing import Any
 
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import unicore_home
+from unicore.traces.links import TRACE_URL_VARIABLE
 
 from unicore_client.arguments import UsageError, int_between
 from unicore_client.traces.jaeger import (
@@ -108,6 +110,7 @@ def _answers(state: dict[str, Any]) -> bool:
 
 def _print_running(state: dict[str, Any]) -> None:
     print(f"export OTEL_EXPORTER_OTLP_ENDPOINT={state['otlp_endpoint']}")
+    print(f"export {TRACE_URL_VARIABLE}='{state['query_url']}/trace/{{trace_id}}'")
     print(f"# Jaeger: {state['query_url']} (unicore traces url TASK: a task's trace; unicore traces down: stop it)")
 
 
@@ -135,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if state is not None and pid is not None:
             return _print_again(state, pid, args)
         server = JaegerServer(find_jaeger_binary(args.jaeger), state_dir=where, otlp_port=args.otlp_port,
-                              query_port=args.port, assets_dir=bundled_viewer())
+                              query_port=args.port, assets_dir=bundled_viewer(), host=args.host)
         server.start()  # not stopped: it runs on after this command, in its own session
         assert server.pid is not None
         state = {
@@ -216,6 +219,14 @@ def _executable(text: str) -> str:
     return str(path.absolute())
 
 
+def _ipv4(text: str) -> str:
+    """An argparse ``type``: an IPv4 address of this host to listen on."""
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IPv4 address: {text!r}") from None
+
+
 def add_traces_command(sub: Any) -> None:
     """``unicore traces up|down|url``."""
     traces = sub.add_parser("traces", help="a local Jaeger for the turns' traces (up, down, url TASK)")
@@ -225,10 +236,12 @@ def add_traces_command(sub: Any) -> None:
     up.add_argument("--jaeger", type=_executable, metavar="PATH",
                     help="the jaeger binary (default: $UNICORE_JAEGER, jaeger on PATH, `make jaeger-bins`' build)")
     up.add_argument("--otlp-port", type=int_between(0, 65535), default=DEFAULT_OTLP_PORT, metavar="N",
-                    help=f"OTLP/HTTP port on 127.0.0.1 (0: any free one; default {DEFAULT_OTLP_PORT})")
+                    help=f"OTLP/HTTP port (0: any free one; default {DEFAULT_OTLP_PORT})")
     up.add_argument("--port", type=int_between(0, 65535), default=DEFAULT_QUERY_PORT, metavar="N",
-                    help=f"the query service's and UI's port on 127.0.0.1 (0: any free one; default "
+                    help=f"the query service's and UI's port (0: any free one; default "
                          f"{DEFAULT_QUERY_PORT})")
+    up.add_argument("--host", type=_ipv4, default="127.0.0.1", metavar="ADDRESS",
+                    help="the IPv4 address to listen on (default 127.0.0.1; a cluster's pods need one they reach)")
     up.set_defaults(func=cmd_up)
     down = actions.add_parser("down", help="stop the Jaeger of `unicore traces up`")
     down.set_defaults(func=cmd_down)

@@ -12,7 +12,8 @@ JSON shapes (what ``static/app.js`` reads):
   names what: ``"approval"`` or ``"input"``); times are epoch seconds;
 - ``task(id)``: a node plus ``children`` (ids), ``messages`` (stored messages) and ``pending_calls``
   (``[{call_id, tool, input}]``) and ``jobs`` (its command Jobs, submit_job: ``[{name, state, gpus, command,
-  exitCode once ended}]``);
+  exitCode once ended}]``) and ``trace`` (its tree's OpenTelemetry trace: ``{id, url}``, url "" without a page to
+  link to; ``None`` without a trace; ``unicore_client.ui.trace_links``);
 - a message: ``{seq, role, turn_number (from 0), content: [blocks]}``, blocks ``{"text"}``, ``{"toolUse": {toolUseId,
   name, input}}``, ``{"toolResult": {toolUseId, status, content: [{"text"} | {"json"}]}}``;
 - ``events(id)``: ``[{time, type, reason, message}]``, oldest first.

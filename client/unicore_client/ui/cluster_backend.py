@@ -32,6 +32,7 @@ from unicore_client.ui import cluster_nodes as ui_nodes
 from unicore_client.ui.backend_protocol import TaskEvent
 from unicore_client.ui.cluster_watch import TaskWatch, refusal
 from unicore_client.ui.local_backend import BadRequest, Cursor
+from unicore_client.ui.trace_links import cluster_trace
 
 API_TIMEOUT_SECONDS = 10.0  # retrying the task API while the operator restarts, per request
 STREAM_WAIT_SECONDS = 2.0  # a task stream's long poll (the task API allows 10); also how soon a phase change shows
@@ -147,6 +148,7 @@ class ClusterBackend:
         node["messages"] = int(state.get("messages") or 0)
         node["busy"] = bool(state.get("busy"))
         node["jobs"] = [job for job in status.get("jobs") or [] if isinstance(job, dict)]  # status.jobs as it is
+        node["trace"] = cluster_trace(status.get("trace"))  # status.trace: {id, url} (ui.trace_links); None: none
         node["pending_calls"] = []
         if node["waiting"] == "approval":
             listed = self._task_api(lambda: self.api.get(task_path(namespace, name, "approvals")))

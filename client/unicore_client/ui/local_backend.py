@@ -57,6 +57,7 @@ from unicore_client.local.tree_runs import check_model, known_tools_text, unknow
 from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
 from unicore_client.ui.manifest import parse_manifest
 from unicore_client.ui.scripts import ui_model
+from unicore_client.ui.trace_links import local_trace
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
 
 PAGE_MAX = 500  # messages per transcript page
@@ -135,6 +136,7 @@ class LocalBackend:
             for c in self.store.pending_calls(task_id)
         ]
         node["jobs"] = [command_jobs.shown(task_id, state) for state in command_jobs.job_states(self.store, task_id)]
+        node["trace"] = local_trace(record.trace_id)  # {id, url} of its tree's trace (ui.trace_links); None: none
         return node
 
     def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]:

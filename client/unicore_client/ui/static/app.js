@@ -279,7 +279,37 @@ for (const control of ["suspend", "resume", "stop"]) {
 // also in a list re-rendered meanwhile, so a double click decides once.
 const deciding = new Set();
 
+// A URL the page may link to: an absolute http or https URL (its parsed form), else null (javascript:, data:, a
+// relative or unparsable one: shown as text, never an href).
+function webUrl(text) {
+  if (typeof text !== "string" || !text) return null;
+  try {
+    const url = new URL(text);
+    return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// The task tree's trace (``trace``: {id, url} built by the server; null: none): a "Trace" link to its page when the
+// url is an http(s) one, the id as text always.
+function renderTrace(trace) {
+  const line = document.getElementById("task-trace");
+  if (!trace || !trace.id) {
+    line.replaceChildren();
+    line.hidden = true;
+    return;
+  }
+  const href = webUrl(trace.url);
+  const parts = [href ? el("a", { href, text: "Trace", target: "_blank", rel: "noopener noreferrer" }) : "Trace",
+    " ", el("code", { text: String(trace.id) })];
+  if (trace.url && !href) parts.push(` (${String(trace.url)})`);
+  line.replaceChildren(...parts);
+  line.hidden = false;
+}
+
 function renderLinks(info) {
+  renderTrace(info.trace);
   const links = [];
   if (info.parent) links.push("parent: ", el("a", { href: `#/task/${encodeURIComponent(info.parent)}`, text: info.parent }), " ");
   if (info.children.length) links.push("children: ");
@@ -320,6 +350,7 @@ async function showTask(id) {
   document.getElementById("transcript").replaceChildren();
   document.getElementById("live").replaceChildren();
   document.getElementById("events").replaceChildren();
+  renderTrace(null);
   task = { id, first: 0, shown: 0, turn: null, calls: new Map(), live: new Map(), clientId: null };
   try {
     const info = await api("GET", `/api/tasks/${encodeURIComponent(id)}`);
@@ -341,7 +372,10 @@ async function showTask(id) {
 }
 
 async function refreshLinks(id) {
-  try { renderLinks(await api("GET", `/api/tasks/${encodeURIComponent(id)}`)); } catch { /* the stream retries */ }
+  try {
+    const info = await api("GET", `/api/tasks/${encodeURIComponent(id)}`);
+    if (task && task.id === id) renderLinks(info);  // not another task's page the user moved to meanwhile
+  } catch { /* the stream retries */ }
 }
 
 // One page at a time: the button is disabled while its page loads (a double click loads it once), and a page that
