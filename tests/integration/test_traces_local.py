@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from unicore.store.keys import METRICS_HISTOGRAMS
 from unicore.store.tasks import TaskStore, connect
 from unicore_client.traces.jaeger import JaegerServer
 
@@ -105,6 +106,13 @@ def test_a_three_level_tree_is_one_trace_shaped_like_the_tree_across_a_killed_tu
     # no content unless opted in
     assert not any(key.startswith(("gen_ai.input", "gen_ai.output")) for span in tree.spans.values()
                    for key in span.tags)
+    # the duration histograms' exemplars name spans of this trace (a dashboard panel leads to it)
+    hist = store.redis.hgetall(METRICS_HISTOGRAMS)
+    exemplars = {field: value for field, value in hist.items() if "|ex=" in field}
+    for metric in ("turn_duration_seconds", "model_call_duration_seconds", "turn_start_seconds"):
+        mine = [value.split()[1] for field, value in exemplars.items()
+                if field.startswith(f"{metric}|") and value.startswith(trace_id)]
+        assert mine and all(span_id in tree.spans for span_id in mine), (metric, exemplars)
     # the turn's own steps: its queue wait and drains (the retry finds the prompt drained by the lost attempt)
     for turn in (root_turns[0], mid_turns[0]):
         inside = {span.name for span in tree.within(turn)}
@@ -134,6 +142,7 @@ def test_message_content_goes_on_spans_only_when_opted_in(cli_env, redis_url, tm
 NO_TRACING_PROBE = """
 import json, sys
 from unicore.api.schema import TaskSpec
+from unicore.store.keys import METRICS_HISTOGRAMS
 from unicore.store.tasks import TaskStore, connect
 from unicore.traces import setup, spans
 from unicore.turn.run import run_turn

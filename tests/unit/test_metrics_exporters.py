@@ -181,3 +181,21 @@ def test_the_catalogs_closed_label_sets_are_the_codes() -> None:
     # every outcome run_tool_call records is one of them (call_metrics.OK / ERROR / REFUSED / CANCELLED)
     used = set(re.findall(r"call_metrics\.([A-Z]+)\b", inspect.getsource(registry))) - {"OUTCOMES"}
     assert {getattr(call_metrics, name) for name in used} == set(TOOL_CALL_OUTCOMES)
+
+
+def test_a_bucket_carries_its_exemplar_trace_in_openmetrics_only() -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+
+    trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    hist = {"turn_duration_seconds||le=0.5": 0, "turn_duration_seconds||le=1": 1,
+            "turn_duration_seconds||le=+Inf": 1, "turn_duration_seconds||sum": 0.7,
+            "turn_duration_seconds||count": 1,
+            "turn_duration_seconds||ex=1": f"{trace} {span} 0.7 1790000000.000",
+            "turn_duration_seconds||ex=0.5": "not an exemplar"}
+    registry = CollectorRegistry()
+    registry.register(Static(families_from_hashes({}, hist, {}, empty_known=False)))
+    text = openmetrics(registry).decode()
+    [line] = [line for line in text.splitlines() if line.startswith('unicore_turn_duration_seconds_bucket{le="1.0"}')]
+    assert f'# {{span_id="{span}",trace_id="{trace}"}} 0.7 1790000000.0' in line, line
+    assert "# {" not in "".join(line for line in text.splitlines() if 'le="0.5"' in line)  # the malformed one
+    assert "trace_id" not in generate_latest(registry).decode()  # the classic format has no exemplars

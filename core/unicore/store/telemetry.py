@@ -2,13 +2,16 @@
 
 Counters and histograms live in two hashes shared by all tasks (not per task; named in ``store.keys``):
 ``uc:metrics:counters`` field ``<name>|<labels>`` -> float, and ``uc:metrics:hist`` fields
-``<name>|<labels>|le=<bound>`` (cumulative bucket counts), ``<name>|<labels>|sum`` and ``<name>|<labels>|count``.
+``<name>|<labels>|le=<bound>`` (cumulative bucket counts), ``<name>|<labels>|sum`` and ``<name>|<labels>|count``;
+while a trace is recorded, ``<name>|<labels>|ex=<bound>`` holds the newest exemplar of the bucket the value fell in
+(``<trace id> <span id> <value> <unix time>``: a dashboard's panel leads to that trace).
 ``<labels>`` is ``k=v,k=v`` sorted by key. Gauges set by processes go to ``uc:metrics:gauges``.
 Names follow Prometheus conventions without the exporter's ``unicore_`` prefix (e.g. ``model_calls_total``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -16,6 +19,7 @@ import redis
 
 from unicore.store.client import RedisClient
 from unicore.store.keys import METRICS_COUNTERS, METRICS_GAUGES, METRICS_HISTOGRAMS
+from unicore.traces import spans
 
 DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 # ``turn_start_seconds``: a warm pod starts a turn in tens of milliseconds, a cold one in about a second
@@ -57,13 +61,21 @@ class Telemetry:
         except redis.RedisError:
             pass
 
-    def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+    def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None,
+                trace: str | None = None) -> None:
+        """Count ``value``; ``trace``: the traceparent of its exemplar (default: the current span's, if any)."""
         base = f"{name}|{label_string(labels)}"
+        ref = spans.parse(trace if trace is not None else spans.current())
         try:
             pipe = self._redis.pipeline(transaction=False)
+            exemplar_bound = "+Inf"
             for bound in BUCKETS.get(name, self._buckets):
                 if value <= bound:
                     pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|le={bound:g}", 1)
+                    exemplar_bound = exemplar_bound if exemplar_bound != "+Inf" else f"{bound:g}"
+            if ref is not None:
+                pipe.hset(METRICS_HISTOGRAMS, f"{base}|ex={exemplar_bound}",
+                          f"{ref.trace_id} {ref.span_id} {value!r} {time.time():.3f}")
             pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|le=+Inf", 1)
             pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|sum", value)
             pipe.hincrbyfloat(METRICS_HISTOGRAMS, f"{base}|count", 1)

@@ -173,7 +173,7 @@ class AgentTurn:
         if self.outcome.turn_number is not None and self.outcome.exit_code != EXIT_LEASE_LOST:
             publish_turn_end(self.redis, self.task_id, self.outcome.turn_number, self.live)  # wakes live readers
         if self.outcome.turn_number is not None:
-            self.telemetry.observe("turn_duration_seconds", time.monotonic() - started)
+            self.telemetry.observe("turn_duration_seconds", time.monotonic() - started, trace=self.trace.traceparent)
         if self.outcome.exit_code == EXIT_OK and self.outcome.turn_number is not None:
             self.telemetry.incr("turns_finished_total")
         elif self.outcome.exit_code not in (EXIT_OK, EXIT_BUSY, EXIT_NOT_FOUND):

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import choose_encoder
 
 from unicore_operator.metrics.operator_metrics import REGISTRY
 from unicore_operator.metrics.redis_collector import RedisTelemetryCollector
@@ -48,12 +49,19 @@ def render(registry: CollectorRegistry = REGISTRY) -> bytes:
     return generate_latest(registry)
 
 
+def render_for(accept: str, registry: CollectorRegistry = REGISTRY) -> tuple[bytes, str]:
+    """(body, content type) for a scrape's Accept header: OpenMetrics, with the histograms' exemplars (trace ids),
+    when the scraper asks for it (Prometheus with exemplar storage does), else the classic text format."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
+
+
 async def metrics_handler(request: Any) -> Any:
     """aiohttp handler; the scrape runs in a thread (the collectors do one synchronous Redis read each)."""
     from aiohttp import web
 
-    body = await asyncio.to_thread(render)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    body, content_type = await asyncio.to_thread(render_for, request.headers.get("Accept", ""))
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 def make_wsgi(registry: CollectorRegistry = REGISTRY) -> Any:

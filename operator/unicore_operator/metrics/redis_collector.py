@@ -20,7 +20,7 @@ from itertools import product
 from typing import Any
 
 import redis
-from prometheus_client.core import Metric
+from prometheus_client.core import Exemplar, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from unicore.store.codec import text
@@ -52,6 +52,19 @@ def _split(field: str) -> tuple[str, str] | None:
         return None
     name, labels = field.split("|", 1)
     return name, labels
+
+
+def exemplar_of(raw: str) -> Exemplar | None:
+    """A bucket's exemplar as stored (``<trace id> <span id> <value> <unix time>``); None when malformed."""
+    parts = raw.split()
+    if len(parts) != 4 or len(parts[0]) != 32 or len(parts[1]) != 16:
+        return None
+    try:
+        int(parts[0], 16), int(parts[1], 16)
+        value, stamp = float(parts[2]), float(parts[3])
+    except ValueError:
+        return None
+    return Exemplar({"trace_id": parts[0], "span_id": parts[1]}, value, stamp)
 
 
 def _le_value(text: str) -> float:
@@ -121,9 +134,16 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         fam.add_sample(fam.name, parse_labels(labels), value)
 
     series: dict[tuple[str, str], dict[str, float]] = {}
+    exemplars: dict[tuple[str, str, str], Exemplar] = {}
     for raw_field, raw_value in histograms.items():
-        field, value = text(raw_field), _float(raw_value)
+        field = text(raw_field)
         pieces = field.split("|")
+        if len(pieces) == 3 and pieces[2].startswith("ex="):
+            found = exemplar_of(text(raw_value))
+            if found is not None:
+                exemplars[(pieces[0], pieces[1], floatToGoString(_le_value(pieces[2][3:])))] = found
+            continue
+        value = _float(raw_value)
         if len(pieces) != 3 or value is None:
             continue
         short, labels, part = pieces
@@ -138,7 +158,8 @@ def families_from_hashes(counters: Mapping[Any, Any], histograms: Mapping[Any, A
         for bound, cumulative in bounds:
             running = max(running, cumulative)  # cumulative by construction; max() guards a torn write
             saw_inf = saw_inf or math.isinf(bound)
-            fam.add_sample(fam.name + "_bucket", {**label_map, "le": floatToGoString(bound)}, running)
+            fam.add_sample(fam.name + "_bucket", {**label_map, "le": floatToGoString(bound)}, running,
+                           exemplar=exemplars.get((short, labels, floatToGoString(bound))))
         if not saw_inf:
             fam.add_sample(fam.name + "_bucket", {**label_map, "le": "+Inf"}, max(running, count))
         fam.add_sample(fam.name + "_count", label_map, count)
