@@ -168,3 +168,29 @@ def test_with_no_exporter_configured_a_turn_builds_no_span_and_imports_no_sdk(re
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"exit": 0, "active": configured, "sdk": configured, "trace": configured}
+
+
+def test_a_question_to_a_person_is_a_human_wait_span_in_the_turn_that_resumes(cli_env, redis_url, tmp_path, jaeger):
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"tasks": {"asks": [
+        {"tool_use": [{"name": "ask_user", "input": {"question": "Which colour?"}}]}, {"text": "Blue it is."}]}}))
+    env = _traced_env(cli_env, jaeger)
+    run = unicore("run", "--model", f"scripted:{script}", "--name", "asks", "--no-summary", "--ask-user",
+                  "Pick a colour.", env=env)
+    assert run.returncode == 0 and "asks asks (" in run.stdout, (run.stdout, run.stderr)
+    send = unicore("send", "asks", "Blue", env=env)
+    assert send.returncode == 0, send.stderr
+    trace_id = TaskStore(connect(redis_url)).get_task("asks").trace_id
+
+    def waited() -> TraceTree | None:
+        trace = jaeger.get_trace(trace_id)
+        tree = TraceTree(trace) if trace else None
+        return tree if tree and tree.named("human_wait") and len(tree.turns("asks")) == 2 else None
+
+    tree = wait_for(waited, timeout=30, what="the human_wait span")
+    [wait] = tree.named("human_wait")
+    assert wait.tags["unicore.wait.kind"] == "input" and wait.tags["unicore.wait.outcome"] == "answered"
+    assert wait.tags["gen_ai.tool.name"] == "ask_user" and wait.tags["gen_ai.tool.call.id"]
+    asked, resumed = tree.turns("asks")
+    assert tree.parent(wait).id == resumed.id  # in the turn that took the answer
+    assert wait.start >= asked.start and wait.duration > 0

@@ -28,6 +28,7 @@ tools differently now) is not run but answered with an error result. Results are
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
@@ -45,6 +46,7 @@ from unicore.terminal import printable
 from unicore.tools.ask_user import ASK_USER_TOOL
 from unicore.tools.base import Tool, ToolContext
 from unicore.tools.registry import run_tool_call
+from unicore.traces import genai, spans
 
 log = get_logger("approvals")
 
@@ -184,6 +186,11 @@ class ApprovalGate:
         writes.drop_entries(self.redis, self.lease, wakeups)
 
     def _resolve(self, call: PendingCall) -> None:
+        # its wait for a person, from the call to the decision (or the answer), in the trace of the turn resuming
+        spans.emit(genai.HUMAN_WAIT, start=call.requested_at, end=call.decided_at or time.time(), parent=None,
+                   attributes={"unicore.wait.kind": call.kind, genai.TOOL_NAME: call.tool,
+                               genai.TOOL_CALL_ID: call.call_id, "unicore.wait.outcome": call.status,
+                               "unicore.wait.decided_by": call.decided_by or None})
         answers = None
         if call.status == "answered":
             block = tool_result_block(call.call_id, call.answer)
