@@ -68,7 +68,8 @@ print_trace() {  # the Jaeger page of AgentTask $1's trace (status.trace.url, wr
     url=$(kubectl get agenttask "$1" -n "$NS" -o jsonpath='{.status.trace.url}' 2>/dev/null || true)
     [[ -n $url ]] && break; sleep 0.2
   done
-  say "the trace of $1's tree, in Jaeger: ${url:-(none yet: kubectl get agenttask $1 -o jsonpath={.status.trace})}"
+  [[ -n $url ]] || url="(none yet: kubectl get agenttask $1 -o jsonpath='{.status.trace}')"
+  say "the trace of $1's tree, in Jaeger: $url"
 }
 
 # ----------------------------------------------------------------------------------------- the demo tree, either way
