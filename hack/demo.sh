@@ -283,6 +283,7 @@ The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .ve
   kubectl logs -n $NS deploy/unicore-operator
 Stop it (the real node's tear-down removes every container, mount, rule and cgroup it made):
   make cluster-down            # or only the release: helm uninstall unicore -n $NS
+  UNICORE_HOME=$DEMO_DIR/home $BIN/unicore traces down   # Jaeger
 MSG
 }
 
@@ -345,6 +346,7 @@ The demo keeps running. Try it (only the kubeconfig is needed; the plugin is .ve
   kubectl get jobs,pods -n $NS -o wide
 Stop it:
   kill \$(cat $op_pid_file); redis-cli -s $redis_sock shutdown nosave; make cluster-down
+  UNICORE_HOME=$DEMO_DIR/home $BIN/unicore traces down   # Jaeger
 MSG
 }
 
