@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCES = [REPO / "core" / "unicore", REPO / "operator" / "unicore_operator", REPO / "client" / "unicore_client"]
 BUILDERS = {"prompt_message_id", "object_prompt_message_id", "completion_message_id", "failure_message_id",
             "tool_result_message_id", "reap_message_id", "job_result_message_id", "trigger_message_id",
-            "a2a_message_id"}
+            "a2a_message_id", "conversation_message_id"}
 # ids passed on, not made, where the message is built: a child's owed report (made by ``reports.completion_report``:
 # ``completion:<child>:<n>``) and a task API user's id (``user:<an id user_message_id accepted>``)
 PASSED_ON = {"owed.report_id", "USER_MESSAGE_PREFIX + request.id"}

@@ -42,6 +42,7 @@ from unicore.api.turn_numbers import shown_turn
 from unicore.errors import ConfigError, MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.launch.embedded_redis import redis_url
 from unicore.settings import RuntimeSettings
+from unicore.store import conversations
 from unicore.store.client import RedisURLError
 from unicore.store.records import TaskRecord
 from unicore.store.retention import archived_note
@@ -68,6 +69,7 @@ from unicore_client.local.agent_commands import (
 )
 from unicore_client.local.approval_commands import add_approval_commands, call_mark, print_waiting
 from unicore_client.local.control_commands import add_control_commands, print_suspended
+from unicore_client.local.conversation_command import add_conversation_command
 from unicore_client.local.follow import Follower
 from unicore_client.local.follow import block_lines as _block_lines
 from unicore_client.local.gc_command import add_gc_command
@@ -156,11 +158,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             added = (["ask_user"] if args.ask_user else []) + list(args.tool or ())
             spec.tools = list(dict.fromkeys([*DEFAULT_TOOLS, *added]))
     message_id = prompt_message_id(name)
+    for conversation in args.conversation or ():  # it must exist: checked before anything is created
+        conversations.read_meta(store, conversation)
     if not store.create_task(spec, trace_parent=anchors.for_new_task(spec.id, name, parent=None)):
         message_id = uuid.uuid4().hex
         store.queue_text(name, args.prompt, message_id=message_id)
         print(f"[unicore] task {name} exists: the prompt was sent to it as a new message"
               + (" (its MCP servers stay as they were)" if mcp_refs else ""), file=sys.stderr)
+    for conversation in args.conversation or ():  # before its first turn: that turn's answer is posted there
+        conversations.join(store, conversation, "task", name)
     store.activate(name, "run")
     code = settle(client, url, name, quiet=args.quiet, timeout=args.timeout)
     if code == EXIT_OK and (print_waiting(store, name) or print_suspended(store, name)):  # what to do next
@@ -355,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--agent", metavar="NAME|FILE",
                      help="run as this agent: a stored one, or an Agent file or directory (stored first; "
                           "docs/agents.md); the options above only narrow it")
+    run.add_argument("--conversation", action="append", metavar="NAME",
+                     help="take part in this shared conversation from the first turn (repeatable; unicore conv)")
     run.add_argument("--timeout", type=positive_seconds, help="give up after this many seconds")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
@@ -391,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ui_command(sub)
     add_schedule_command(sub)
     add_traces_command(sub)
+    add_conversation_command(sub)
     return parser
 
 

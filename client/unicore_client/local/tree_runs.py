@@ -89,19 +89,23 @@ def settle(client: RedisClient, url: str, task_id: str, *, quiet: bool, timeout:
     """Run the tree of ``task_id`` in this process until it settles (progress lines on stderr unless ``quiet``);
     EXIT_FAILED when it does not within ``timeout`` seconds or a turn failed. ``client``: the Redis of ``url``,
     connected (the supervisor works on it; its turn processes connect to ``url``)."""
+    return settle_roots(client, url, [TaskStore(client).get_task(task_id).root], quiet=quiet, timeout=timeout)
+
+
+def settle_roots(client: RedisClient, url: str, roots: list[str], *, quiet: bool, timeout: float | None) -> int:
+    """``settle`` for the trees under ``roots`` together (a conversation's participants hand work to each other)."""
     from unicore.launch.local import LocalSupervisor
 
     store = TaskStore(client)
-    root = store.get_task(task_id).root
 
     def events(text: str) -> None:
         if not quiet:
             print(f"[unicore] {printable(text)}", file=sys.stderr)
 
     supervisor = LocalSupervisor(client, url, log_dir=unicore_home() / "logs", on_event=events)
-    report = supervisor.run_until_settled(root, timeout=timeout)
+    report = supervisor.run_until_settled(roots, timeout=timeout)
     if not report.settled:
-        print(f"[unicore] the tree of {root} did not settle within {timeout}s", file=sys.stderr)
+        print(f"[unicore] the tree of {', '.join(roots)} did not settle within {timeout}s", file=sys.stderr)
         return EXIT_FAILED
     if report.failures:
         for failed, code in report.failures.items():
@@ -113,5 +117,5 @@ def settle(client: RedisClient, url: str, task_id: str, *, quiet: bool, timeout:
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "check_gated_tools", "check_model", "known_tools_text", "open_store",
-    "script_spec", "settle", "unknown_tools",
+    "script_spec", "settle", "settle_roots", "unknown_tools",
 ]

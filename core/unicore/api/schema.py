@@ -66,9 +66,10 @@ REAP_ID_PREFIX = "reap-"  # the watchdog's note on a reaped turn
 JOB_RESULT_ID_PREFIX = "cmdjob:"  # a command Job's result (submit_job, store.command_jobs)
 TRIGGER_ID_PREFIX = "trigger:"  # a webhook event's message to an AgentTrigger's task (unicore_operator.triggers)
 A2A_ID_PREFIX = "a2a:"  # an A2A client's message to an agent's task (unicore_operator.a2a_server)
+CONVERSATION_ID_PREFIX = "conv:"  # a conversation's post delivered to a participating task (unicore.conversations)
 RUNTIME_MESSAGE_ID_PREFIXES = (PROMPT_ID_PREFIX, OBJECT_PROMPT_ID_PREFIX, COMPLETION_ID_PREFIX, FAILURE_ID_PREFIX,
                                TOOL_RESULT_ID_PREFIX, DECISION_ID_PREFIX, REAP_ID_PREFIX, JOB_RESULT_ID_PREFIX,
-                               TRIGGER_ID_PREFIX, A2A_ID_PREFIX)
+                               TRIGGER_ID_PREFIX, A2A_ID_PREFIX, CONVERSATION_ID_PREFIX)
 
 
 def prompt_message_id(task_id: str) -> str:
@@ -118,6 +119,13 @@ def a2a_message_id(message_id: str) -> str:
     """The id of A2A message ``message_id`` (the client's ``messageId``) in a task's inbox: a retried send is
     queued once."""
     return f"{A2A_ID_PREFIX}{message_id}"
+
+
+def conversation_message_id(conversation: str, post_id: str, task_id: str) -> str:
+    """The id of conversation post ``post_id`` in participant ``task_id``'s inbox: the same on every delivery of it,
+    so it is queued once however often delivery runs (after a crash, by two deliverers at once)."""
+    digest = hashlib.sha256(f"{conversation}\0{post_id}\0{task_id}".encode()).hexdigest()
+    return f"{CONVERSATION_ID_PREFIX}{digest}"
 
 
 def user_message_id(message_id: str) -> str:

@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +48,7 @@ from unicore.store.activations import ActivationConsumer, missing_group
 from unicore.store.reads import busy, last_error
 from unicore.store.suspension import suspended_flags
 from unicore.store.tasks import TaskStore
-from unicore.turn.reports import deliver_report, report_failure
+from unicore.turn.reports import deliver_report, post_to_conversations, report_failure
 
 log = get_logger("launch.local")
 
@@ -196,6 +196,7 @@ class LocalSupervisor:
             # Its process is gone: a lease it still holds (killed before it could release) is broken at once, so
             # the next turn need not wait for the lease to expire (fencing keeps any write of it out).
             self.store.break_lease(task_id, f"{run.holder_host}:{run.process.pid}")
+            post_to_conversations(self.store, task_id)  # what a turn killed before its end owed them
             report.turns_run += 1
             report.exit_codes.append((task_id, code))
             if self.stopping.pop(task_id, None) is not None:  # suspended: stopped on purpose, not a failure
@@ -316,8 +317,14 @@ class LocalSupervisor:
 
     # ---- the loop
 
-    def run_until_settled(self, root_id: str, *, timeout: float | None = None) -> SettleReport:
-        """Run turns of the tree under ``root_id`` until it settles (or ``timeout`` seconds pass)."""
+    def trees_ids(self, roots: Sequence[str]) -> list[str]:
+        """The tasks of every tree under ``roots``, each once."""
+        return list(dict.fromkeys(task_id for root in roots for task_id in self.tree_ids(root)))
+
+    def run_until_settled(self, root_id: str | Sequence[str], *, timeout: float | None = None) -> SettleReport:
+        """Run turns of the tree under ``root_id`` (or of every tree under a list of roots: a conversation's
+        participants') until they settle (or ``timeout`` seconds pass)."""
+        roots = [root_id] if isinstance(root_id, str) else list(root_id)
         report = SettleReport(settled=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         next_scan = 0.0
@@ -328,8 +335,8 @@ class LocalSupervisor:
                 started = False
                 if now >= next_scan or not self.running:
                     self._stop_suspended(list(self.running))
-                    tree = self.tree_ids(root_id)
-                    jobs_outstanding = self.jobs.step(root_id, tree)
+                    tree = self.trees_ids(roots)
+                    jobs_outstanding = sum(self.jobs.step(root, self.tree_ids(root)) for root in roots)
                     for task_id in tree:
                         started |= self._maybe_start(task_id, report)
                     next_scan = now + self.scan_seconds
@@ -340,7 +347,7 @@ class LocalSupervisor:
                 if deadline is not None and time.monotonic() > deadline:
                     self.jobs.stop_all()  # none outlives the run: delivered as failed (ended before it did)
                     return report
-                tree_set = set(self.tree_ids(root_id))
+                tree_set = set(self.trees_ids(roots))
                 activated = self._read_activations(int(self.poll_seconds * 1000))
                 self._stop_suspended([t for t in activated if t in tree_set])
                 for task_id in activated:

@@ -22,6 +22,7 @@ FAULTS_PREFIX = "uc:faults:"  # faults: one key per armed kill point
 FAULTS_LOG = "uc:faults:log"  # faults: every kill, in order
 RETENTION_JOURNAL = "uc:retention:removing"  # store.retention: root id -> the tree being removed (JSON)
 AGENTS_INDEX = "uc:agents"  # store.agents: sorted set of the stored agent ids (score: when stored)
+CONVERSATIONS_INDEX = "uc:conversations"  # store.conversations: sorted set of conversation ids (score: created)
 # store.telemetry: metrics of short-lived processes (turn Jobs), shared by all tasks, exported by the operator.
 METRICS_COUNTERS = "uc:metrics:counters"  # hash: <name>|<labels> -> float
 METRICS_HISTOGRAMS = "uc:metrics:hist"  # hash: <name>|<labels>|le=<bound>, |sum, |count -> float
@@ -32,6 +33,12 @@ def agent_key(agent_id: str) -> str:
     """``uc:agent:{<agent id>}``: one agent definition as JSON (``store.agents``). Not under ``uc:{<id>}:`` so no
     task's key pattern (retention's SCAN of a task, a namespace's ACL patterns) ever covers it."""
     return f"uc:agent:{{{agent_id}}}"
+
+
+def conversation_key(conversation: str, part: str) -> str:
+    """``uc:conv:{<conversation id>}:<part>``: a shared conversation's keys (``store.conversations``): meta, posts,
+    post ids, members. One hash tag per conversation; not under ``uc:{<id>}:``, so no task's pattern covers them."""
+    return f"uc:conv:{{{conversation}}}:{part}"
 
 
 def namespace_key(namespace: str, part: str) -> str:
@@ -215,6 +222,18 @@ class TaskKeys:
         return task_key(self.task_id, "decisions")
 
     @property
+    def conversations(self) -> str:
+        """The conversations the task takes part in (``store.conversations``; the conversation's members are the
+        truth, this is the task's way to find them)."""
+        return task_key(self.task_id, "conversations")
+
+    @property
+    def conversation_outbox(self) -> str:
+        """The task's posts (``post_message``) waiting to go into their conversations: the task's own key, so a post's
+        sender is the task whose outbox it came from (``store.conversations.publish``)."""
+        return task_key(self.task_id, "convout")
+
+    @property
     def retired(self) -> str:
         """The task record while retention removes its tree (``store.retention``): renamed from ``task``, so the task
         no longer exists for any turn or producer, and renamed back if the tree turns out not to be idle."""
@@ -256,4 +275,6 @@ class TaskKeys:
             self.budget,
             self.command_jobs,
             self.operator_command_jobs,
+            self.conversations,
+            self.conversation_outbox,
         ]

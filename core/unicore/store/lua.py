@@ -370,3 +370,63 @@ elseif ARGV[3] == '0' then
 end
 return 0
 """
+
+
+# Conversations (store.conversations). A post: KEYS meta, posts, post ids; ARGV id, kind, sender kind, sender, text,
+# at, max posts kept, "1" when a closed conversation takes it (its own closing note). Returns its seq; 0: that id was
+# posted before; -1: no conversation; -2: closed.
+CONVERSATION_POST = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return 0 end
+if redis.call('HGET', KEYS[1], 'status') == 'closed' and ARGV[8] ~= '1' then return -2 end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('RPUSH', KEYS[2], cjson.encode({seq = seq, id = ARGV[1], kind = ARGV[2], sender_kind = ARGV[3],
+                                          sender = ARGV[4], text = ARGV[5], at = tonumber(ARGV[6])}))
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[6])
+return seq
+"""
+
+# A post delivered (store.conversations.deliver): KEYS meta, posts, post ids; ARGV the seq delivered up to as the
+# deliverer read it, the post's seq, hand-off "1", new round "1", held by the limit "1", the note's id and text, now,
+# max posts kept. Compare-and-set: 0 when another deliverer moved on first (nothing changed).
+CONVERSATION_DELIVERED = """
+if tonumber(redis.call('HGET', KEYS[1], 'delivered') or '0') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'delivered', ARGV[2])
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'handoffs', 0, 'limited', 0) end
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[1], 'handoffs', 1) end
+if ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'limited') ~= '1' then
+  redis.call('HSET', KEYS[1], 'limited', 1)
+  if redis.call('SISMEMBER', KEYS[3], ARGV[6]) == 0 then
+    local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+    redis.call('RPUSH', KEYS[2], cjson.encode({seq = seq, id = ARGV[6], kind = 'note', sender_kind = 'system',
+                                              sender = '', text = ARGV[7], at = tonumber(ARGV[8])}))
+    redis.call('SADD', KEYS[3], ARGV[6])
+    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[9]), -1)
+  end
+end
+return 1
+"""
+
+# A member's join or leave: KEYS meta, members; ARGV member key, its record (JSON, "since" filled in here with the
+# current seq), "join" | "leave". Returns 1 when it changed, 0 when it was so already, -1: no conversation, -2: closed.
+CONVERSATION_MEMBER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HGET', KEYS[1], 'status') == 'closed' then return -2 end
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if ARGV[3] == 'join' then
+  if held and not cjson.decode(held).left then return 0 end
+  local record = cjson.decode(ARGV[2])
+  record.since = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+  redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(record))
+  return 1
+end
+if not held then return 0 end
+local record = cjson.decode(held)
+if record.left then return 0 end
+record.left = true
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(record))
+return 1
+"""
+

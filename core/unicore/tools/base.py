@@ -54,6 +54,7 @@ class ToolContext:
     # Where the results of the answer whose tools run now will be stored, for live views (set by the turn).
     turn_number: int = 0
     result_seq: int = 0
+    tool_use_id: str = ""  # the call running now (``registry.run_tool_call`` sets it): ids of what a call writes
 
 
 class CommandOutputSink(Protocol):

@@ -220,6 +220,7 @@ def _run(ctx: ToolContext, tools: Iterable[Tool], use: Mapping[str, Any]) -> _Do
     except ValidationError as exc:
         return _Done(_error(tool_use_id, format_validation_error(tool.name, exc)), call_metrics.REFUSED, labels)
     started = time.monotonic()
+    ctx.tool_use_id = tool_use_id
     try:
         value = tool.run(ctx, args)
     except (

@@ -31,6 +31,7 @@ from unicore.store.records import DrainResult, TaskRecord, Turn
 from unicore.store.tasks import TaskStore
 from unicore.store.telemetry import Telemetry
 from unicore.store.token_stream import StreamSettings, publish_turn_end
+from unicore.tools import conversation_tools
 from unicore.tools.base import Spawner, Tool, ToolContext
 from unicore.tools.mcp_toolbox import McpToolbox
 from unicore.tools.registry import tool_specs, toolbox_for
@@ -63,7 +64,7 @@ from unicore.turn.outcome import (
     TurnOutcome,
     exit_reason,
 )
-from unicore.turn.reports import deliver_report
+from unicore.turn.reports import settle_owed
 from unicore.turn.tool_calls import ToolCalls
 from unicore.turn.tracing import TurnTrace
 
@@ -224,11 +225,7 @@ class AgentTurn:
             cancel=self.cancel, check_cancel=self.check_cancel, mark=self.checkpoints.begin,
         )
         kit = self._equip(record)
-        if deliver_report(self.store, self.task_id):
-            # The last turn ended but its process died before its report reached the parent: deliver it before
-            # this turn (whose end would store the next report) starts.
-            log.info("task %s: the report of the last turn was owed; delivered now", self.task_id)
-            self.checkpoints.fault_point("after notify")
+        settle_owed(self.store, self.task_id, self.checkpoints)  # its last turn's report and conversation posts
         gate = ApprovalGate(self.redis, self.lease.held, record, kit.ctx, kit.tools, self.checkpoints.begin)
         if gate.prepare() is Prepared.WAITING:  # a person has still to decide: no drain, no model call
             self.ending.end_waiting(record, gate.note)
@@ -261,6 +258,7 @@ class AgentTurn:
         if hasattr(model, "set_cancel_event"):
             model.set_cancel_event(self.cancel)
         tools = list(self.toolset_factory(record))
+        tools += conversation_tools.for_task(self.store, self.task_id, tools)  # post_message, in a conversation
         workspace = self.workspace or default_workspace(record.root or self.task_id, self.settings)
         workspace.mkdir(parents=True, exist_ok=True)
         if record.mcp_servers:

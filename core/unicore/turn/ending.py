@@ -17,7 +17,7 @@ from unicore.turn.history import build_request_messages, message_text
 from unicore.turn.lease import TurnLease
 from unicore.turn.model_calls import ModelCalls
 from unicore.turn.outcome import TurnOutcome
-from unicore.turn.reports import completion_report, deliver_report
+from unicore.turn.reports import completion_report, deliver_report, post_to_conversations
 
 log = get_logger("turn")
 
@@ -67,6 +67,8 @@ class TurnEnding:
         self.outcome.final_text, self.outcome.note = final_text, note
         deliver_report(self.store, self.task_id)  # owed until delivered: a crash here is redelivered later
         self.checkpoints.fault_point("after notify")
+        if report:  # its answer to the conversations it takes part in (found again after a crash: catch_up)
+            post_to_conversations(self.store, self.task_id)
         log.info("task %s: turn %d ended after %d model calls", self.task_id, shown_turn(turn.turn_number), iterations)
 
     def end_waiting(self, record: TaskRecord, note: str) -> None:

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from unicore.api.contract import same_namespace
 from unicore.api.schema import DEFAULT_MESSAGE_CAP_BYTES, InboxMessage, task_name
 from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.log import get_logger
+from unicore.store import conversations
 from unicore.store.records import TaskRecord
 from unicore.store.reports import clear_report, owed_report
 from unicore.store.tasks import TaskStore
+from unicore.turn.checkpoints import Checkpoints
 
 log = get_logger("reports")
 
@@ -134,6 +138,25 @@ def deliver_report(store: TaskStore, task_id: str, expected_parent: str | None =
     return True
 
 
+def settle_owed(store: TaskStore, task_id: str, checkpoints: Checkpoints) -> None:
+    """At a turn's start: what the last turn owed others if its process died before giving it. Its report is
+    delivered before this turn (whose end would store the next report) starts; its conversation posts and answer
+    are posted (``store.conversations.catch_up``)."""
+    if deliver_report(store, task_id):
+        log.info("task %s: the report of the last turn was owed; delivered now", task_id)
+        checkpoints.fault_point("after notify")
+    post_to_conversations(store, task_id)
+
+
+def post_to_conversations(store: TaskStore, task_id: str) -> None:
+    """Post (and deliver) what ``task_id`` owes its conversations; a turn pod that may not write them leaves it to
+    the operator (a conversation's sender is the task whose own keys the post came from)."""
+    try:
+        conversations.catch_up(store, task_id)
+    except redis.ResponseError as exc:
+        log.info("task %s: conversation posts left for the operator: %s", task_id, exc)
+
+
 def report_failure(store: TaskStore, task_id: str, reason: str, expected_parent: str | None = None) -> bool:
     """Tell the parent of ``task_id`` that it failed (idempotent per failed turn); True when newly queued.
     ``expected_parent`` as for ``deliver_report``."""
@@ -166,5 +189,7 @@ __all__ = [
     "deliver_report",
     "failure_message",
     "is_own_report_id",
+    "post_to_conversations",
     "report_failure",
+    "settle_owed",
 ]

@@ -1,0 +1,309 @@
+"""Shared conversations in Redis (issue 33; the rules: ``unicore.conversations``).
+
+Keys (``keys.conversation_key``): ``meta`` (hash: title, status, created_by, created_at, handoff_limit, seq: the last
+post's, delivered: the last post delivered, handoffs and limited: this round's hand-offs and whether its limit note
+was posted), ``posts`` (list of JSON posts, oldest first, the newest ``MAX_POSTS`` kept), ``postids`` (set: every
+post id, so a post is taken once), ``members`` (hash: ``task:<id>`` / ``user:<name>`` -> JSON). ``uc:conversations``
+indexes them; a task's ``conversations`` set and ``convout`` outbox live with the task.
+
+Exactly once, across crashes, without a lock: a post is taken once by its id (a person's: the client's id; an
+agent's post: its tool call's; an agent's answer: ``answer:<task>:<turn>``); delivery queues each post into each
+recipient's inbox under an id that is the same on every delivery (``schema.conversation_message_id``), then moves
+the conversation's ``delivered`` mark past it with a compare-and-set that also counts the hand-off, so the count and
+the limit note happen once even when two deliverers run at once. Whoever posts delivers; anyone may deliver again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from unicore import conversations as rules
+from unicore.api.schema import InboxMessage, conversation_message_id
+from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.log import get_logger
+from unicore.store import approvals, lua
+from unicore.store.keys import CONVERSATIONS_INDEX, TaskKeys, conversation_key
+from unicore.store.tasks import TaskStore
+
+log = get_logger("conversations")
+
+MAX_POSTS = 10_000
+DELIVERY_BATCH = 200
+
+
+class ConversationError(UniCoreError):
+    """A conversation that does not exist, is closed, or a participant that is not one."""
+
+
+@dataclass(frozen=True)
+class Meta:
+    id: str
+    title: str
+    status: rules.Status
+    created_by: str
+    created_at: float
+    handoff_limit: int
+    seq: int
+    delivered: int
+    handoffs: int
+
+
+def _keys(conversation: str) -> list[str]:
+    return [conversation_key(conversation, "meta"), conversation_key(conversation, "posts"),
+            conversation_key(conversation, "postids")]
+
+
+def _members_key(conversation: str) -> str:
+    return conversation_key(conversation, "members")
+
+
+def create(store: TaskStore, conversation: str, *, title: str, created_by: str,
+           handoff_limit: int = rules.DEFAULT_HANDOFF_LIMIT) -> bool:
+    """Create it (False: it exists, kept as it is)."""
+    now = time.time()
+    meta = conversation_key(conversation, "meta")
+    if not store.redis.hsetnx(meta, "id", conversation):
+        return False
+    store.redis.hset(meta, mapping={"title": title, "status": "open", "created_by": created_by,
+                                    "created_at": repr(now), "updated_at": repr(now),
+                                    "handoff_limit": str(handoff_limit), "seq": "0", "delivered": "0",
+                                    "handoffs": "0", "limited": "0"})
+    store.redis.zadd(CONVERSATIONS_INDEX, {conversation: now}, nx=True)
+    return True
+
+
+def read_meta(store: TaskStore, conversation: str) -> Meta:
+    raw = store.redis.hgetall(conversation_key(conversation, "meta"))
+    if not raw or "status" not in raw:
+        raise ConversationError(f"no conversation {conversation!r}")
+    return Meta(id=conversation, title=raw.get("title", ""), status=raw["status"],
+                created_by=raw.get("created_by", ""), created_at=float(raw.get("created_at") or 0),
+                handoff_limit=int(raw.get("handoff_limit") or rules.DEFAULT_HANDOFF_LIMIT),
+                seq=int(raw.get("seq") or 0), delivered=int(raw.get("delivered") or 0),
+                handoffs=int(raw.get("handoffs") or 0))
+
+
+def list_conversations(store: TaskStore) -> list[str]:
+    return list(store.redis.zrange(CONVERSATIONS_INDEX, 0, -1))
+
+
+def members(store: TaskStore, conversation: str) -> list[rules.Member]:
+    found = []
+    for raw in store.redis.hvals(_members_key(conversation)):
+        data = json.loads(raw)
+        found.append(rules.Member(kind=data["kind"], id=data["id"], since=int(data.get("since") or 0),
+                                  left=bool(data.get("left")), joined_at=float(data.get("joined_at") or 0)))
+    return sorted(found, key=lambda m: (m.since, m.kind, m.id))
+
+
+def posts(store: TaskStore, conversation: str, after: int = 0, limit: int = 0) -> list[rules.Post]:
+    """The posts with seq > ``after``, oldest first (at most ``limit``; 0: all kept)."""
+    key = conversation_key(conversation, "posts")
+    first = store.redis.lindex(key, 0)
+    if first is None:
+        return []
+    start = max(0, after - int(json.loads(first)["seq"]) + 1)
+    end = start + limit - 1 if limit else -1
+    return [_post(raw) for raw in store.redis.lrange(key, start, end)]
+
+
+def _post(raw: str) -> rules.Post:
+    data = json.loads(raw)
+    return rules.Post(seq=int(data["seq"]), id=str(data["id"]), kind=data["kind"], sender_kind=data["sender_kind"],
+                      sender=str(data.get("sender") or ""), text=str(data.get("text") or ""),
+                      at=float(data.get("at") or 0))
+
+
+def post(store: TaskStore, conversation: str, post_id: str, *, kind: rules.PostKind, sender_kind: rules.SenderKind,
+         sender: str, text: str, closing: bool = False) -> int:
+    """Append a post (its seq), or 0 when ``post_id`` was posted before; ConversationError when there is no such
+    conversation or it is closed. The caller delivers it (``deliver``)."""
+    seq = int(store.redis.eval(lua.CONVERSATION_POST, 3, *_keys(conversation), post_id, kind, sender_kind, sender,
+                               rules.fit(text), repr(time.time()), MAX_POSTS, "1" if closing else "0"))
+    if seq == -1:
+        raise ConversationError(f"no conversation {conversation!r}")
+    if seq == -2:
+        raise ConversationError(f"conversation {conversation} is closed")
+    return seq
+
+
+def join(store: TaskStore, conversation: str, kind: Literal["task", "user"], member: str) -> bool:
+    """Add a task or a person (True: it joined now); it gets the posts made from now on."""
+    record = json.dumps({"kind": kind, "id": member, "joined_at": time.time(), "left": False})
+    changed = _member(store, conversation, f"{kind}:{member}", record, "join")
+    if kind == "task":
+        store.redis.sadd(TaskKeys(member).conversations, conversation)
+    if changed:
+        post(store, conversation, f"joined:{kind}:{member}:{time.time_ns()}", kind="joined", sender_kind=kind,
+             sender=member, text=f"{member} joined")
+    return changed
+
+
+def leave(store: TaskStore, conversation: str, kind: Literal["task", "user"], member: str) -> bool:
+    """Take a participant out (True: it left now); it gets nothing posted from now on."""
+    changed = _member(store, conversation, f"{kind}:{member}", "", "leave")
+    if kind == "task":
+        store.redis.srem(TaskKeys(member).conversations, conversation)
+    if changed:
+        post(store, conversation, f"left:{kind}:{member}:{time.time_ns()}", kind="left", sender_kind=kind,
+             sender=member, text=f"{member} left")
+    return changed
+
+
+def _member(store: TaskStore, conversation: str, key: str, record: str, action: str) -> bool:
+    result = int(store.redis.eval(lua.CONVERSATION_MEMBER, 2, conversation_key(conversation, "meta"),
+                                  _members_key(conversation), key, record, action))
+    if result == -1:
+        raise ConversationError(f"no conversation {conversation!r}")
+    if result == -2:
+        raise ConversationError(f"conversation {conversation} is closed")
+    return result == 1
+
+
+def set_status(store: TaskStore, conversation: str, status: rules.Status, by: str) -> bool:
+    """Pause, resume (open) or close it, with a note; True when it changed. Resumed: what waited is delivered."""
+    meta = read_meta(store, conversation)
+    if meta.status == status:
+        return False
+    if meta.status == "closed":
+        raise ConversationError(f"conversation {conversation} is closed")
+    word = {"open": "resumed", "paused": "paused", "closed": "closed"}[status]
+    if status == "closed":
+        post(store, conversation, f"note:{word}:{time.time_ns()}", kind="note", sender_kind="system", sender="",
+             text=f"{by} {word} the conversation")
+    store.redis.hset(conversation_key(conversation, "meta"), "status", status)
+    if status != "closed":
+        post(store, conversation, f"note:{word}:{time.time_ns()}", kind="note", sender_kind="system", sender="",
+             text=f"{by} {word} the conversation")
+    if status == "open":
+        deliver(store, conversation)
+    return True
+
+
+def task_conversations(store: TaskStore, task_id: str) -> list[str]:
+    return sorted(store.redis.smembers(TaskKeys(task_id).conversations))
+
+
+def queue_outbox(store: TaskStore, task_id: str, conversation: str, post_id: str, text: str) -> None:
+    """An agent's post during its turn, kept in its own outbox until ``publish`` takes it."""
+    entry = json.dumps({"conversation": conversation, "id": post_id, "text": rules.fit(text)})
+    store.redis.rpush(TaskKeys(task_id).conversation_outbox, entry)
+
+
+def outbox(store: TaskStore, task_id: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in store.redis.lrange(TaskKeys(task_id).conversation_outbox, 0, -1)]
+
+
+def catch_up(store: TaskStore, task_id: str) -> list[str]:
+    """Post and deliver what ``task_id`` owes its conversations: its outbox, and the answer of its last ended turn
+    (not while it waits for a person). Idempotent: its turn calls it at its start and end, the local supervisor
+    after every turn process, so a crash anywhere in between loses no post and repeats none."""
+    if not task_conversations(store, task_id):
+        return []
+    return publish(store, task_id, answer=_last_answer(store, task_id))
+
+
+def _last_answer(store: TaskStore, task_id: str) -> tuple[int, str, float] | None:
+    try:
+        record = store.get_task(task_id)
+    except TaskNotFound:
+        return None
+    if record.turns <= 0 or approvals.waiting_for(store.redis, task_id) is not None:
+        return None
+    ended = store.turn_meta(task_id, record.turns - 1).get("ended_at")
+    if not ended:
+        return None  # the turn runs (or died before its end): its answer comes with its end
+    return record.turns - 1, record.last_response, float(ended)
+
+
+def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | None = None) -> list[str]:
+    """Post what ``task_id`` owes its conversations: its outbox's posts, and ``answer`` (turn number, text, when the
+    turn ended) to each conversation it had joined by then; then deliver them. The sender is ``task_id``: these come
+    from its own keys. Returns the conversations touched."""
+    touched: list[str] = []
+    joined = set(task_conversations(store, task_id))
+    key = TaskKeys(task_id).conversation_outbox
+    for raw in store.redis.lrange(key, 0, -1):
+        entry = json.loads(raw)
+        conversation = str(entry.get("conversation") or "")
+        if conversation in joined:
+            try:
+                post(store, conversation, str(entry["id"]), kind="post", sender_kind="task", sender=task_id,
+                     text=str(entry.get("text") or ""))
+                touched.append(conversation)
+            except ConversationError as exc:
+                log.warning("task %s: a post was dropped: %s", task_id, exc)
+        else:
+            log.warning("task %s: a post to %s was dropped: not a participant", task_id, conversation)
+        store.redis.lrem(key, 1, raw)
+    if answer is not None:
+        turn, text, ended_at = answer
+        for conversation in joined:
+            member = next((m for m in members(store, conversation) if m.kind == "task" and m.id == task_id), None)
+            if member is None or member.left or member.joined_at > ended_at:
+                continue  # that turn ended before it joined
+            try:
+                post(store, conversation, f"answer:{task_id}:{turn}", kind="answer", sender_kind="task",
+                     sender=task_id, text=text)
+                touched.append(conversation)
+            except ConversationError as exc:
+                log.info("task %s: its answer was not posted: %s", task_id, exc)
+    for conversation in dict.fromkeys(touched):
+        deliver(store, conversation)
+    return list(dict.fromkeys(touched))
+
+
+def deliver(store: TaskStore, conversation: str) -> int:
+    """Deliver every post not delivered yet, in order (see the module doc); how many inbox messages were queued.
+    Nothing while the conversation is paused or closed."""
+    queued = 0
+    for _ in range(1000):
+        meta = read_meta(store, conversation)
+        if meta.status != "open":
+            return queued
+        batch = posts(store, conversation, after=meta.delivered, limit=DELIVERY_BATCH)
+        if not batch:
+            return queued
+        present = members(store, conversation)
+        delivered, handoffs = meta.delivered, meta.handoffs
+        for item in batch:
+            if item.seq <= delivered:
+                continue
+            route = rules.route(item, present, handoffs, meta.handoff_limit)
+            queued += _queue(store, conversation, item, route.to)
+            done = int(store.redis.eval(
+                lua.CONVERSATION_DELIVERED, 3, *_keys(conversation), delivered, item.seq,
+                "1" if route.handoff else "0", "1" if route.new_round else "0", "1" if route.limited else "0",
+                f"note:limit:{item.seq}", rules.limit_note(meta.handoff_limit), repr(time.time()), MAX_POSTS))
+            if not done:
+                break  # another deliverer moved on: read again
+            delivered = item.seq
+            handoffs = 0 if route.new_round else handoffs + (1 if route.handoff else 0)
+    return queued
+
+
+def _queue(store: TaskStore, conversation: str, item: rules.Post, to: Sequence[str]) -> int:
+    queued = 0
+    for task_id in to:
+        message = InboxMessage(id=conversation_message_id(conversation, item.id, task_id), type="user",
+                               content=rules.inbox_text(conversation, item), sender=f"conversation:{conversation}",
+                               timestamp=item.at)
+        try:
+            if store.queue_message(task_id, message):
+                queued += 1
+            store.activate(task_id, f"conversation:{conversation}")
+        except TaskNotFound:
+            log.warning("conversation %s: participant %s is gone; post %d not delivered to it", conversation,
+                        task_id, item.seq)
+        except MessageTooLarge as exc:
+            log.error("conversation %s: post %d is too large for %s: %s", conversation, item.seq, task_id, exc)
+    return queued
+
+
+__all__ = ["MAX_POSTS", "ConversationError", "Meta", "catch_up", "create", "deliver", "join", "leave",
+           "list_conversations", "members", "outbox", "post", "posts", "publish", "queue_outbox", "read_meta",
+           "set_status", "task_conversations"]
