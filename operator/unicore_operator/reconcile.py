@@ -15,7 +15,7 @@ from unicore.api import contract
 from unicore.api.spec import AgentTaskSpec, SpecInvalid, agent_spec_of, parse_spec, task_spec_of
 from unicore.store.operator_state import TaskSnapshot
 from unicore.traces.links import trace_status
-from unicore.turn.reports import deliver_report, report_failure
+from unicore.turn.reports import deliver_report, post_to_conversations, report_failure
 
 from unicore_operator import approval_waits as approvals
 from unicore_operator import command_jobs, events, metrics, names, warm_pools
@@ -216,6 +216,8 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid, spec_parent(body))
         snap.report_delivered()
+    if not snap.lease_held:  # its posts and answers to its conversations (a turn pod may not write them)
+        await asyncio.to_thread(post_to_conversations, ctx.store, tid)
     if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
         snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
     if snap.jobs_outstanding and await command_jobs.step(ctx, key, body, snap, job_spec_of(ctx, key[0], body)):

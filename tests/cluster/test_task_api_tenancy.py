@@ -328,3 +328,67 @@ def test_an_operator_that_may_not_read_the_request_header_ca_says_so_at_start_up
     finally:
         core.delete_namespace(namespace)
         api.close()
+
+
+def as_user(env: Tenants, user: str, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """A request through the real API server (its RBAC, the aggregator, then the operator's own check) as ``user``,
+    with their client certificate: JSON in, JSON out."""
+    config = yaml.safe_load(env.users[user].read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    context = ssl.create_default_context(cafile=str(env.pki / "ca.crt"))
+    context.check_hostname = False
+    context.load_cert_chain(str(env.certs[user].cert), str(env.certs[user].key))
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{server}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:  # noqa: S310
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_a_conversation_is_read_and_posted_to_only_with_rights_in_its_namespace(tenants: Tenants) -> None:
+    """Issue 33 on the cluster: alice (messenger) creates a conversation with a task of her namespace through the task
+    API and posts to it as herself; the task gets the post, its answer is posted back by the operator (a turn pod may
+    not write conversations), and nobody without rights on the namespace can read or post: bob (another namespace's
+    messenger) and carol (a reader: she may read, not post) get 403, with nothing written."""
+    env = tenants
+    tasks = Tasks(kube_api(env), env.a)
+    tasks.create("writer", {"prompt": "You write.", "model": "scripted", "gpus": 0, "script": {"tasks": {"writer": [
+        {"text": "Writer, ready."}, {"text": "Tagline: agents as Jobs. @bob is not here."}]}}})
+    wait_for(lambda: tasks.phase("writer") == "Idle", timeout=SETTLE, what="writer Idle")
+    base = f"/apis/tasks.unicore.dev/v1alpha1/namespaces/{env.a}/conversations"
+    status, made = as_user(env, "alice", "POST", base, {"name": "room", "title": "Room", "tasks": ["writer"]})
+    assert status == 201, made
+    assert {p["name"] for p in made["participants"]} == {"alice", "writer"}
+    for user, code in (("bob", 403), ("carol", 403)):
+        status, refused = as_user(env, user, "POST", f"{base}/room/posts", {"id": "x1", "text": "hijack"})
+        assert status == code, refused
+    status, _ = as_user(env, "bob", "GET", f"{base}/room")
+    assert status == 403
+    status, read = as_user(env, "carol", "GET", f"{base}/room")  # the reader may read
+    assert status == 200 and read["title"] == "Room"
+    status, receipt = as_user(env, "alice", "POST", f"{base}/room/posts",
+                              {"id": "p1", "text": "@writer a tagline <b>please</b>"})
+    assert status == 201 and receipt["seq"] > 0, receipt
+    status, again = as_user(env, "alice", "POST", f"{base}/room/posts", {"id": "p1", "text": "@writer again?"})
+    assert status == 200 and again["duplicate"] is True  # the same client id: taken once
+
+    def answered() -> list[dict[str, Any]] | None:
+        code, page = as_user(env, "alice", "GET", f"{base}/room/posts?after={receipt['seq']}")
+        found = [p for p in page["posts"] if p["kind"] == "answer" and p["sender"] == f"{env.a}/writer"]
+        return found if code == 200 and found else None
+
+    [answer] = wait_for(answered, timeout=SETTLE, what="the writer's answer in the conversation")
+    assert answer["text"] == "Tagline: agents as Jobs. @bob is not here."
+    posts = as_user(env, "alice", "GET", f"{base}/room")[1]["posts"]
+    people = [p for p in posts if p["kind"] == "post"]
+    assert [(p["sender"], p["text"]) for p in people] == [("alice", "@writer a tagline <b>please</b>")]
+    assert all("hijack" not in p["text"] for p in posts)
+
+
+def kube_api(env: Tenants) -> Any:
+    from kubernetes import config as kube_config
+
+    return kube_config.new_client_from_config(str(env.kubeconfig))

@@ -145,6 +145,7 @@ class AgentTaskSpec(SchedulingSpec):
     mcp_servers: list[MCPServerRef] | None = None
     parent_ref: ParentRef | None = None
     agent_ref: AgentRef | None = None
+    conversations: list[str] | None = Field(default=None, max_length=16)  # shared conversations it takes part in
     suspend: bool = False
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from unicore import conversations as rules
+from unicore.api.contract import same_namespace
 from unicore.api.schema import InboxMessage, conversation_message_id
 from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
 from unicore.log import get_logger
@@ -132,7 +133,10 @@ def post(store: TaskStore, conversation: str, post_id: str, *, kind: rules.PostK
 
 
 def join(store: TaskStore, conversation: str, kind: Literal["task", "user"], member: str) -> bool:
-    """Add a task or a person (True: it joined now); it gets the posts made from now on."""
+    """Add a task or a person (True: it joined now); it gets the posts made from now on. A task of another
+    namespace cannot join (the tenant boundary)."""
+    if kind == "task" and not same_namespace(conversation, member):
+        raise ConversationError(f"task {member} is not in the namespace of conversation {conversation}")
     record = json.dumps({"kind": kind, "id": member, "joined_at": time.time(), "left": False})
     changed = _member(store, conversation, f"{kind}:{member}", record, "join")
     if kind == "task":
@@ -225,7 +229,10 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
     turn ended) to each conversation it had joined by then; then deliver them. The sender is ``task_id``: these come
     from its own keys. Returns the conversations touched."""
     touched: list[str] = []
-    joined = set(task_conversations(store, task_id))
+    # the task's own set says where to look; the conversation's members (which no turn pod can write) decide
+    joined = {conversation: member for conversation in task_conversations(store, task_id)
+              if same_namespace(conversation, task_id)
+              and (member := _member_of(store, conversation, task_id)) is not None and not member.left}
     key = TaskKeys(task_id).conversation_outbox
     for raw in store.redis.lrange(key, 0, -1):
         entry = json.loads(raw)
@@ -242,9 +249,8 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
         store.redis.lrem(key, 1, raw)
     if answer is not None:
         turn, text, ended_at = answer
-        for conversation in joined:
-            member = next((m for m in members(store, conversation) if m.kind == "task" and m.id == task_id), None)
-            if member is None or member.left or member.joined_at > ended_at:
+        for conversation, member in joined.items():
+            if member.joined_at > ended_at:
                 continue  # that turn ended before it joined
             try:
                 post(store, conversation, f"answer:{task_id}:{turn}", kind="answer", sender_kind="task",
@@ -255,6 +261,15 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
     for conversation in dict.fromkeys(touched):
         deliver(store, conversation)
     return list(dict.fromkeys(touched))
+
+
+def _member_of(store: TaskStore, conversation: str, task_id: str) -> rules.Member | None:
+    raw = store.redis.hget(_members_key(conversation), f"task:{task_id}")
+    if not raw:
+        return None
+    data = json.loads(raw)
+    return rules.Member(kind="task", id=task_id, since=int(data.get("since") or 0), left=bool(data.get("left")),
+                        joined_at=float(data.get("joined_at") or 0))
 
 
 def deliver(store: TaskStore, conversation: str) -> int:

@@ -11,6 +11,7 @@ from unicore.agents import AgentNotFound
 from unicore.api.schema import InboxMessage
 from unicore.api.spec import AgentTaskSpec, SpecInvalid, parse_spec, prompt_message, readable
 from unicore.errors import MessageTooLarge, TaskNotFound
+from unicore.store import conversations
 from unicore.store.agents import read_agent
 from unicore.store.task_views import TaskView
 from unicore.store.tasks import TaskStore
@@ -98,6 +99,11 @@ async def initialise(*, body: kopf.Body, spec: kopf.Spec, namespace: str | None,
         raise kopf.TemporaryError(str(exc), delay=2) from exc
     if parsed.agent_ref is not None:
         agent_handlers.request_status(ctx, namespace, parsed.agent_ref.name)
+    for conversation in parsed.conversations or ():  # before its prompt: its first answer is posted there
+        try:
+            await asyncio.to_thread(conversations.join, ctx.store, f"{namespace}/{conversation}", "task", tid)
+        except conversations.ConversationError as exc:
+            _post(ctx, task, events.WARNING, events.INVALID_SPEC, f"spec.conversations: {exc}")
     if prompt is not None:
         try:
             await asyncio.to_thread(ctx.store.queue_message, tid, prompt)

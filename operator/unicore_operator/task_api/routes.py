@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unicore_operator.task_api import conversation_routes as conv
 from unicore_operator.task_api.approval_routes import APPROVALS, get_approvals, post_decision
 from unicore_operator.task_api.authz import Attributes
 from unicore_operator.task_api.errors import ApiError
@@ -66,12 +67,14 @@ Handler = Callable[[TaskApi, str, str, str, bytes, str], tuple[int, dict[str, An
 
 @dataclass(frozen=True)
 class Route:
-    subresource: str
+    subresource: str  # "" for the resource itself (conversations)
     method: str
     verb: str  # the RBAC verb the API server derives from the method
     kind: str  # the answer's kind (discovery)
     handler: Handler = field(compare=False)
     doc: str = ""
+    resource: str = RESOURCE
+    collection: bool = False  # the namespace's collection (no name in the path): list, create
 
 
 ROUTES: tuple[Route, ...] = (
@@ -94,6 +97,28 @@ ROUTES: tuple[Route, ...] = (
     Route(APPROVALS, "POST", "create", "ApprovalReceipt",
           lambda api, ns, name, q, b, sender: post_decision(api, ns, name, b, sender=sender),
           'approve or deny a tool call (once): {"callId": "<id>", "decision": "approve"|"deny", "reason": "..."}'),
+    # shared conversations (conversation_routes.py)
+    Route("", "GET", "list", "ConversationList", lambda api, ns, name, q, b, sender: conv.list_conversations(api, ns),
+          "the namespace's conversations", conv.RESOURCE, collection=True),
+    Route("", "POST", "create", "Conversation", lambda api, ns, name, q, b, sender: conv.create(api, ns, b, sender),
+          'create one: {"name", "title", "handoffLimit", "tasks": [...]}', conv.RESOURCE, collection=True),
+    Route("", "GET", "get", "Conversation", lambda api, ns, name, q, b, sender: conv.get(api, ns, name, q),
+          "its participants and posts: ?after=<seq>", conv.RESOURCE),
+    Route("posts", "GET", "get", "ConversationPosts",
+          lambda api, ns, name, q, b, sender: conv.get_posts(api, ns, name, q),
+          "posts after ?after=<seq>, waiting up to ?wait=<seconds> (a long poll)", conv.RESOURCE),
+    Route("posts", "POST", "create", "PostReceipt",
+          lambda api, ns, name, q, b, sender: conv.post(api, ns, name, b, sender),
+          'post as yourself, once per id: {"id": "<client id>", "text": "..."}', conv.RESOURCE),
+    Route("members", "POST", "create", "MemberReceipt",
+          lambda api, ns, name, q, b, sender: conv.members(api, ns, name, b),
+          'a task joins or leaves: {"task": "<name>", "action": "join"|"leave"}', conv.RESOURCE),
+    Route("control", "POST", "create", "ControlReceipt",
+          lambda api, ns, name, q, b, sender: conv.control(api, ns, name, b, sender),
+          '{"action": "pause"|"resume"|"close"}', conv.RESOURCE),
+)
+_CONVERSATION = re.compile(
+    rf"^{re.escape(PREFIX)}/namespaces/(?P<namespace>[^/]+)/{conv.RESOURCE}(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
 )
 
 
@@ -107,19 +132,35 @@ class Target:
 
     def attributes(self) -> Attributes:
         return Attributes(verb=self.route.verb, namespace=self.namespace, name=self.name,
-                          subresource=self.route.subresource, group=GROUP, version=VERSION, resource=RESOURCE)
+                          subresource=self.route.subresource, group=GROUP, version=VERSION,
+                          resource=self.route.resource)
+
+
+def _resolve_conversation(method: str, match: re.Match[str], path: str) -> Target:
+    name, sub = match["name"] or "", match["sub"] or ""
+    routes = [r for r in ROUTES if r.resource == conv.RESOURCE and r.collection == (not name) and r.subresource == sub]
+    if not routes:
+        raise ApiError(404, f"no task API route for {method} {path}; see GET {PREFIX}")
+    for route in routes:
+        if route.method == method.upper():
+            return Target(route, match["namespace"], name)
+    allowed = ", ".join(sorted({route.method for route in routes}))
+    raise ApiError(405, f"{method} is not allowed on {path} (use {allowed})")
 
 
 def resolve(method: str, path: str) -> Target:
     """The route of ``method path`` (the path without the query); ApiError 404 or 405 when there is none."""
+    conversation = _CONVERSATION.match(path.rstrip("/"))
+    if conversation is not None:
+        return _resolve_conversation(method, conversation, path)
     match = _TASK.match(path.rstrip("/"))
     if match is None:
         raise ApiError(404, f"no task API route for {method} {path}; see GET {PREFIX}")
     sub = match["subresource"]
-    routes = [route for route in ROUTES if route.subresource == sub]
+    routes = [route for route in ROUTES if route.resource == RESOURCE and route.subresource == sub]
     if not routes:
         raise ApiError(404, f"agenttasks have no subresource {sub!r} here (they have "
-                            f"{', '.join(dict.fromkeys(r.subresource for r in ROUTES))})")
+                            f"{', '.join(dict.fromkeys(r.subresource for r in ROUTES if r.resource == RESOURCE))})")
     for route in routes:
         if route.method == method.upper():
             return Target(route, match["namespace"], match["name"])
@@ -140,9 +181,9 @@ def _resources() -> list[dict[str, Any]]:
     of its first route)."""
     found: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
-        entry = found.setdefault(route.subresource, {
-            "name": f"{RESOURCE}/{route.subresource}", "singularName": "", "namespaced": True, "kind": route.kind,
-            "verbs": []})
+        name = f"{route.resource}/{route.subresource}" if route.subresource else route.resource
+        entry = found.setdefault(name, {
+            "name": name, "singularName": "", "namespaced": True, "kind": route.kind, "verbs": []})
         if route.verb not in entry["verbs"]:
             entry["verbs"].append(route.verb)
     return list(found.values())
