@@ -94,10 +94,14 @@ def fault_point(step: str) -> None:
 
 # A turn whose answer calls a gated tool or ask_user, right after it recorded the calls (``approvals_turn``).
 APPROVAL_STEPS = ("after pending calls",)
+# Whoever posts a task's answer or outbox to its conversations (its turn, the local supervisor, the operator), right
+# after posting and before delivering (``store.conversations.publish``).
+CONVERSATION_STEPS = ("after conversation post",)
 
 # The operator's (``kill:<point>`` in its own environment): right after a warm pod was assigned a turn, before its Job
 # and pod got the task's labels (``unicore_operator.warm_pools``); right after a schedule created a run's AgentTask,
 # before its status recorded the run (``unicore_operator.schedules``).
 OPERATOR_STEPS = ("after warm assign", "after scheduled task created")
 
-__all__ = ["APPROVAL_STEPS", "ENV", "LOG_KEY", "OPERATOR_STEPS", "STEPS", "fault_point", "set_scope"]
+__all__ = ["APPROVAL_STEPS", "CONVERSATION_STEPS", "ENV", "LOG_KEY", "OPERATOR_STEPS", "STEPS", "fault_point",
+           "set_scope"]

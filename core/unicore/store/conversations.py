@@ -25,6 +25,7 @@ from unicore import conversations as rules
 from unicore.api.contract import same_namespace
 from unicore.api.schema import InboxMessage, conversation_message_id
 from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.store import approvals, lua
 from unicore.store.keys import CONVERSATIONS_INDEX, TaskKeys, conversation_key
@@ -258,6 +259,8 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
                 touched.append(conversation)
             except ConversationError as exc:
                 log.info("task %s: its answer was not posted: %s", task_id, exc)
+    if touched:
+        fault_point("after conversation post")  # posted, not delivered yet: whoever catches up next delivers
     for conversation in dict.fromkeys(touched):
         deliver(store, conversation)
     return list(dict.fromkeys(touched))
