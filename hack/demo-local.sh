@@ -25,6 +25,37 @@ if [[ ${UNICORE_NO_JAEGER:-} != 1 ]]; then  # the tree's trace (docs/observabili
   echo
 fi
 
+if [[ ${EXAMPLE:-} == examples/conversation.yaml ]]; then  # a writer, a critic and you in one conversation
+  ROOM=writers-room SCRIPT=examples/conversation-script.yaml
+  "$BIN/unicore" conv delete "$ROOM" >/dev/null 2>&1 || true  # an earlier run's
+  for task in writer critic; do "$BIN/python" - "$task" <<'PY'
+import sys
+from unicore.launch.embedded_redis import redis_url
+from unicore.store.tasks import TaskStore, connect
+store = TaskStore(connect(redis_url()))
+if store.exists(sys.argv[1]):
+    store.delete_task(sys.argv[1])
+PY
+  done
+  echo "== unicore conv create $ROOM"
+  "$BIN/unicore" conv create "$ROOM" --title "Writers' room"
+  echo
+  for task in writer critic; do
+    echo "== unicore run --name $task --conversation $ROOM (its first answer is posted there)"
+    "$BIN/unicore" run -q --name "$task" --conversation "$ROOM" --model "scripted:$SCRIPT" --no-summary \
+      "You are the $task in the conversation $ROOM. Say you are ready."
+    echo
+  done
+  echo "== unicore conv post $ROOM \"@writer ...\" (the agents hand it to each other by @mention)"
+  "$BIN/unicore" conv post -q "$ROOM" "@writer a one-line tagline for UniCore, please."
+  echo
+  echo "== unicore conv show $ROOM"
+  "$BIN/unicore" conv show "$ROOM"
+  echo
+  echo "The web UI shows it live (a post box, the participants): $BIN/unicore ui --open"
+  exit 0
+fi
+
 echo "== unicore run"
 "$BIN/unicore" run --model scripted:examples/demo-script.yaml --name "$NAME" \
   "Research three facts about water in parallel and report them."

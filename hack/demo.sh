@@ -96,7 +96,36 @@ yaml.safe_dump_all([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.
     done
     kubectl get pods -n "$NS" -l unicore.dev/warm-pool -o wide
   fi
+  local rooms  # shared conversations the example's AgentTasks take part in (docs/conversations.md): made first
+  rooms=$("$BIN/python" -c 'import sys, yaml
+print(" ".join(dict.fromkeys(c for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentTask"
+                             for c in (d.get("spec") or {}).get("conversations") or [])))' "$EXAMPLE")
+  for room in $rooms; do
+    say "kubectl agenttask conv create $room (a shared conversation, in the task API; you take part)"
+    PATH=$BIN:$PATH kubectl agenttask conv delete "$room" -n "$NS" >/dev/null 2>&1 || true  # an earlier run's
+    PATH=$BIN:$PATH kubectl agenttask conv create "$room" -n "$NS" --title "$room (make demo)"
+  done
   kubectl apply -n "$NS" -f "$EXAMPLE" >/dev/null
+  if [[ -n $rooms ]]; then
+    for name in $tasks; do
+      for _ in $(seq 900); do
+        [[ $(kubectl get agenttask "$name" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null) == Idle ]] && break
+        sleep 0.2
+      done
+    done
+    for room in $rooms; do
+      say "kubectl agenttask conv post $room \"@writer ...\" (a person's post: the writer answers, the critic and" \
+        "the writer hand it to each other by @mention)"
+      PATH=$BIN:$PATH kubectl agenttask conv post "$room" -n "$NS" \
+        "@writer a one-line tagline for UniCore, please."
+      for _ in $(seq 900); do  # the critic's approval ends the exchange
+        PATH=$BIN:$PATH kubectl agenttask conv show "$room" -n "$NS" 2>/dev/null | grep -q "Approved" && break
+        sleep 0.2
+      done
+      say "kubectl agenttask conv show $room"
+      PATH=$BIN:$PATH kubectl agenttask conv show "$room" -n "$NS"
+    done
+  fi
   local schedules
   schedules=$("$BIN/python" -c 'import sys, yaml
 print(" ".join(d["metadata"]["name"] for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "AgentSchedule"))' "$EXAMPLE")

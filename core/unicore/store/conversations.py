@@ -189,6 +189,19 @@ def set_status(store: TaskStore, conversation: str, status: rules.Status, by: st
     return True
 
 
+def delete(store: TaskStore, conversation: str) -> bool:
+    """Remove it, its posts and its members (and it from its tasks' sets); False when there was none."""
+    present = members(store, conversation)
+    pipe = store.redis.pipeline(transaction=False)
+    for key in (*_keys(conversation), _members_key(conversation)):  # one DEL each: separate slots on a cluster
+        pipe.delete(key)
+    pipe.zrem(CONVERSATIONS_INDEX, conversation)
+    for member in present:
+        if member.kind == "task":
+            pipe.srem(TaskKeys(member.id).conversations, conversation)
+    return bool(pipe.execute()[0])
+
+
 def task_conversations(store: TaskStore, task_id: str) -> list[str]:
     return sorted(store.redis.smembers(TaskKeys(task_id).conversations))
 
@@ -229,7 +242,8 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
     """Post what ``task_id`` owes its conversations: its outbox's posts, and ``answer`` (turn number, text, when the
     turn ended) to each conversation it had joined by then; then deliver them. The sender is ``task_id``: these come
     from its own keys. Returns the conversations touched."""
-    touched: list[str] = []
+    touched: list[str] = []  # where it posted now or before (delivered again: the last poster may have died first)
+    new = 0  # posts taken now
     # the task's own set says where to look; the conversation's members (which no turn pod can write) decide
     joined = {conversation: member for conversation in task_conversations(store, task_id)
               if same_namespace(conversation, task_id)
@@ -240,8 +254,8 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
         conversation = str(entry.get("conversation") or "")
         if conversation in joined:
             try:
-                post(store, conversation, str(entry["id"]), kind="post", sender_kind="task", sender=task_id,
-                     text=str(entry.get("text") or ""))
+                new += post(store, conversation, str(entry["id"]), kind="post", sender_kind="task", sender=task_id,
+                            text=str(entry.get("text") or "")) > 0
                 touched.append(conversation)
             except ConversationError as exc:
                 log.warning("task %s: a post was dropped: %s", task_id, exc)
@@ -254,12 +268,12 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
             if member.joined_at > ended_at:
                 continue  # that turn ended before it joined
             try:
-                post(store, conversation, f"answer:{task_id}:{turn}", kind="answer", sender_kind="task",
-                     sender=task_id, text=text)
+                new += post(store, conversation, f"answer:{task_id}:{turn}", kind="answer", sender_kind="task",
+                            sender=task_id, text=text) > 0
                 touched.append(conversation)
             except ConversationError as exc:
                 log.info("task %s: its answer was not posted: %s", task_id, exc)
-    if touched:
+    if new:  # (a repeat, e.g. a turn's start catching up an answer posted before, is no such point)
         fault_point("after conversation post")  # posted, not delivered yet: whoever catches up next delivers
     for conversation in dict.fromkeys(touched):
         deliver(store, conversation)
@@ -322,6 +336,6 @@ def _queue(store: TaskStore, conversation: str, item: rules.Post, to: Sequence[s
     return queued
 
 
-__all__ = ["MAX_POSTS", "ConversationError", "Meta", "catch_up", "create", "deliver", "join", "leave",
+__all__ = ["MAX_POSTS", "ConversationError", "Meta", "catch_up", "create", "delete", "deliver", "join", "leave",
            "list_conversations", "members", "outbox", "post", "posts", "publish", "queue_outbox", "read_meta",
            "set_status", "task_conversations"]

@@ -193,5 +193,14 @@ def control(api: TaskApi, namespace: str, name: str, body: bytes, sender: str) -
     return 200, {"kind": "ControlReceipt", "status": status, "changed": changed}
 
 
-__all__ = ["RESOURCE", "control", "create", "get", "get_posts", "list_conversations", "members", "post",
+def delete(api: TaskApi, namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+    """Remove the conversation, its posts and members (what tasks were delivered stays in their inboxes)."""
+    conversation = _conversation_id(namespace, name)
+    _meta(api, conversation)
+    store.delete(api.store, conversation)
+    return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                 "details": {"name": name, "group": "tasks.unicore.dev", "kind": RESOURCE}}
+
+
+__all__ = ["RESOURCE", "control", "create", "delete", "get", "get_posts", "list_conversations", "members", "post",
            "shape_post"]

@@ -104,6 +104,8 @@ ROUTES: tuple[Route, ...] = (
           'create one: {"name", "title", "handoffLimit", "tasks": [...]}', conv.RESOURCE, collection=True),
     Route("", "GET", "get", "Conversation", lambda api, ns, name, q, b, sender: conv.get(api, ns, name, q),
           "its participants and posts: ?after=<seq>", conv.RESOURCE),
+    Route("", "DELETE", "delete", "Status", lambda api, ns, name, q, b, sender: conv.delete(api, ns, name),
+          "remove it with its posts", conv.RESOURCE),
     Route("posts", "GET", "get", "ConversationPosts",
           lambda api, ns, name, q, b, sender: conv.get_posts(api, ns, name, q),
           "posts after ?after=<seq>, waiting up to ?wait=<seconds> (a long poll)", conv.RESOURCE),
