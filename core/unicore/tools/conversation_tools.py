@@ -49,6 +49,7 @@ class PostMessage(Tool):
             store_conversations.publish(ctx.store, ctx.task_id)
         except redis.ResponseError as exc:  # a turn pod may not write conversations: the operator publishes it
             log.info("task %s: post %s left for the operator: %s", ctx.task_id, post_id, exc)
+            ctx.store.activate(ctx.task_id, "conversation-post")  # the operator reconciles the task: it posts it
         return f"Posted to conversation {conversation}."
 
 
