@@ -216,9 +216,9 @@ async def _reconcile_locked(ctx: OperatorContext, key: TaskKey, reason: str) -> 
         # The turn ended but its pod died before the report reached the parent: deliver it (same id, once).
         await asyncio.to_thread(deliver_report, ctx.store, tid, spec_parent(body))
         snap.report_delivered()
-    # its posts and ended turns' answers to its conversations (a turn pod may not write them; a running turn's
-    # post_message activates it)
-    await asyncio.to_thread(post_to_conversations, ctx.store, tid)
+    if snap.conversations:  # its posts and ended turns' answers to them (a turn pod may not write them; a running
+        # turn's post_message activates it)
+        await asyncio.to_thread(post_to_conversations, ctx.store, tid)
     if snap.waiting_for == "approval" and not snap.lease_held and await _expire_overdue(ctx, key, body, snap):
         snap = await ctx.redis.snapshot(tid)  # the denial queued the task's wake-up
     if snap.jobs_outstanding and await command_jobs.step(ctx, key, body, snap, job_spec_of(ctx, key[0], body)):

@@ -64,6 +64,7 @@ class TaskSnapshot:
     pending_calls: tuple[approvals.PendingCall, ...] = ()  # read only when waiting_for is set
     inbox_wakes: bool = True  # the queued messages give the task a turn (``state.approvals.wakes``)
     command_jobs: tuple[command_jobs.JobState, ...] = ()  # its submit_job requests and what became of them
+    conversations: int = 0  # how many shared conversations it takes part in (``store.conversations``)
 
     @property
     def jobs_outstanding(self) -> int:
@@ -131,11 +132,12 @@ async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequ
     pipe.hmget(keys.approvals, list(records_of_calls.WAITING_FIELDS))
     pipe.hgetall(keys.command_jobs)
     pipe.hgetall(keys.operator_command_jobs)
+    pipe.scard(keys.conversations)
     if ended_jobs:
         pipe.smismember(keys.operator_jobs, list(ended_jobs))
     replies = await pipe.execute()
-    record_raw, pending, lease, op_raw, last_header, children, counters, requested, done = replies[:9]
-    recorded = replies[9] if ended_jobs else []
+    record_raw, pending, lease, op_raw, last_header, children, counters, requested, done, talks = replies[:10]
+    recorded = replies[10] if ended_jobs else []
     record = text_hash(record_raw)
     op = text_hash(op_raw)
     ended = {
@@ -157,6 +159,7 @@ async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequ
         children=tuple(child for child in (text(raw) for raw in children or ()) if same_namespace(task_id, child)),
         waiting_for=records_of_calls.waiting_from_counters(counters),
         command_jobs=tuple(command_jobs.states_of(text_hash(requested), text_hash(done))),
+        conversations=int(talks or 0),
     )
     if snap.waiting_for is not None:
         await _read_waiting(client, keys, snap)
