@@ -392,3 +392,56 @@ def kube_api(env: Tenants) -> Any:
     from kubernetes import config as kube_config
 
     return kube_config.new_client_from_config(str(env.kubeconfig))
+
+
+def test_the_plugins_conv_commands_take_part_as_the_user_with_the_rights_of_the_namespace(tenants: Tenants) -> None:
+    """`kubectl agenttask conv ...` (the real plugin on PATH, through the real API server): alice (messenger) creates a
+    conversation with a task, posts once per id, reads the task's answer with `show`, follows it until she closes
+    it; carol (reader) lists it but cannot post; bob (another namespace) cannot read it; nobody here may delete it
+    (the editor's right), and each refusal is one line naming the right."""
+    env = tenants
+    tasks = Tasks(kube_api(env), env.a)
+    tasks.create("poet", {"prompt": "You write poems.", "model": "scripted", "gpus": 0, "script": {"tasks": {
+        "poet": [{"text": "Poet, ready."}, {"text": "Roses are pods."}]}}})
+    wait_for(lambda: tasks.phase("poet") == "Idle", timeout=SETTLE, what="poet Idle")
+
+    def conv(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return env.plugin(user, "conv", *args, "-n", env.a)
+
+    made = conv("alice", "create", "lounge", "--title", "Lounge", "--task", "poet")
+    assert made.returncode == 0 and made.stdout == "conversation lounge: alice, poet\n", made.stderr
+    assert conv("alice", "post", "lounge", "   ").returncode == 2  # refused before anything is asked
+    posted = conv("alice", "post", "lounge", "--id", "lounge-1", "@poet", "a poem, please")
+    assert posted.returncode == 0 and posted.stdout.startswith("posted #"), posted.stderr
+    again = conv("alice", "post", "lounge", "--id", "lounge-1", "@poet again?")
+    assert again.stdout == "post lounge-1 was posted before: not again\n", again.stderr
+
+    def answered() -> str:
+        shown = conv("alice", "show", "lounge")
+        return shown.stdout if "poet (agent) answered: Roses are pods." in shown.stdout else ""
+
+    shown = wait_for(answered, timeout=SETTLE, what="the poet's answer in `conv show`")
+    assert shown.startswith(f"conversation {env.a}/lounge: Lounge [open]\nparticipants: alice, poet (agent)\n")
+    assert shown.count("alice posted: @poet a poem, please") == 1 and "again?" not in shown
+
+    listed = conv("carol", "list")
+    assert listed.returncode == 0 and "lounge  [open]  posts=" in listed.stdout, listed.stderr
+    assert forbidden(conv("carol", "post", "lounge", "hi")) == (
+        f"error: forbidden: carol cannot create conversations/posts (tasks.unicore.dev) in namespace {env.a}, so "
+        "cannot post to its conversations (ask for the unicore-agenttask-messenger role there)\n")
+    assert forbidden(conv("bob", "show", "lounge")).startswith(
+        f"error: forbidden: bob cannot get conversations (tasks.unicore.dev) in namespace {env.a}")
+    assert forbidden(conv("alice", "delete", "lounge")).startswith(
+        f"error: forbidden: alice cannot delete conversations (tasks.unicore.dev) in namespace {env.a}")
+
+    plugin_env = {**os.environ, "KUBECONFIG": str(env.users["alice"]),
+                  "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with subprocess.Popen(["kubectl", "agenttask", "conv", "show", "lounge", "-n", env.a, "--follow", "--timeout",
+                           "100"], env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as follow:
+        assert conv("alice", "pause", "lounge").stdout == "conversation lounge is now paused\n"
+        assert conv("alice", "resume", "lounge").stdout == "conversation lounge is now open\n"
+        assert conv("alice", "close", "lounge").stdout == "conversation lounge is now closed\n"
+        out, err = follow.communicate(timeout=60)  # ends at the close, long before its --timeout
+    assert follow.returncode == 0 and out.rstrip().endswith("note: alice closed the conversation"), err
+    assert "note: alice paused the conversation" in out
+    assert forbidden(conv("alice", "resume", "lounge")) == f"error: conversation {env.a}/lounge is closed\n"

@@ -1,5 +1,5 @@
 """``kubectl agenttask`` (console script ``kubectl-agenttask``): tree, send, logs, approve, deny, suspend, resume,
-describe, ui."""
+describe, ui, conv."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from unicore.terminal import printable
 
 from unicore_client.kubectl_plugin import approval_commands as approvals
 from unicore_client.kubectl_plugin import commands
+from unicore_client.kubectl_plugin import conversation_commands as conversations
 from unicore_client.kubectl_plugin.errors import PluginError
 from unicore_client.kubectl_plugin.kube import connect
 from unicore_client.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS
@@ -26,6 +27,9 @@ EPILOG = """examples:
   kubectl agenttask approve demo              let the tool call that waits for approval run (or: deny)
   kubectl agenttask describe demo
   kubectl agenttask ui -n demo                the web UI on 127.0.0.1, with your rights (prints its URL)
+  kubectl agenttask conv create room --task writer --task critic
+  kubectl agenttask conv post room "@writer a tagline, please"
+  kubectl agenttask conv show room --follow   the posts, then new ones as they come, until it is closed
 """
 
 
@@ -117,18 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
     describe.set_defaults(func=commands.cmd_describe)
 
     add_ui_parser(sub, common)
+    conversations.add_parser(sub, common)
     return parser
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command == "send" and not any(word.startswith("-") for word in extra):
+    takes_words = args.command == "send" or (args.command == "conv" and args.conv_command == "post")
+    if extra and takes_words and not any(word.startswith("-") for word in extra):
         args.text = [*args.text, *extra]  # `send NAME --id X words...`: words after an option
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "ui" and args.all_namespaces and getattr(args, "namespace", None):
         parser.error("give -n NAMESPACE or --all-namespaces, not both")
+    if args.command == "conv" and (problem := conversations.check(args)):
+        parser.error(problem)
     return args
 
 

@@ -3,12 +3,15 @@ credentials:
 
     /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/agenttasks/<name>/{transcript,tree,summary,stream,messages,
                                                                        approvals}
+    /apis/tasks.unicore.dev/v1alpha1/namespaces/<ns>/conversations[/<name>[/{posts,members,control}]]  (+ DELETE)
 
 RBAC in the task's namespace decides: ``get`` on ``agenttasks/transcript`` (``/tree``, ``/summary``, ``/stream``,
 ``/approvals``) to read, ``create`` on ``agenttasks/messages`` to send and on ``agenttasks/approvals`` to decide
 (group ``tasks.unicore.dev``; the chart's ClusterRoles unicore-agenttask-reader and -messenger, also aggregated into
-view and edit). Transient failures (operator restarting, task not initialised yet) are retried until a deadline;
-callers make retries safe (``send`` reuses its message id; a decision repeated answers 409 AlreadyDecided).
+view and edit; ``conversations``: ``get``/``list`` to read, ``create`` on the resource and its subresources to take
+part, in the same two roles; ``delete`` in the editor role). Transient failures (operator restarting, task not
+initialised yet) are retried until a deadline; callers make retries safe (``send`` reuses its message id, a post its
+client id; a decision repeated answers 409 AlreadyDecided).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ API_BASE = f"/apis/{GROUP}/{VERSION}"
 APISERVICE = f"{VERSION}.{GROUP}"
 READER_ROLE = "unicore-agenttask-reader"
 MESSENGER_ROLE = "unicore-agenttask-messenger"
+EDITOR_ROLE = "unicore-agenttask-editor"  # aggregated into edit and admin
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
@@ -41,6 +45,17 @@ def task_path(namespace: str, name: str, subresource: str) -> str:
     """The path of an AgentTask's task API subresource (``transcript``, ``tree``, ``summary``, ``stream``,
     ``messages``)."""
     return f"{API_BASE}/namespaces/{quote(namespace, safe='')}/agenttasks/{quote(name, safe='')}/{subresource}"
+
+
+def conversation_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    """The path of the namespace's ``conversations`` (a conversation with ``name``; its ``posts``, ``members`` or
+    ``control`` with ``subresource``)."""
+    path = f"{API_BASE}/namespaces/{quote(namespace, safe='')}/conversations"
+    if name is not None:
+        path += f"/{quote(name, safe='')}"
+        if subresource:
+            path += f"/{subresource}"
+    return path
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
@@ -58,6 +73,8 @@ def forbidden_message(status_message: str, *, method: str, path: str) -> str:
     parts = path.split("?", 1)[0].rstrip("/").split("/")
     subresource = parts[-1]
     namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts else "?"
+    if "conversations" in parts:
+        return _conversation_forbidden(user, method, namespace, parts[parts.index("conversations") + 1:])
     if method == "POST" and subresource == "approvals":
         verb, role, what = "create", MESSENGER_ROLE, "approve or deny tool calls of"
     elif method == "POST":
@@ -66,6 +83,26 @@ def forbidden_message(status_message: str, *, method: str, path: str) -> str:
         verb, role, what = "get", READER_ROLE, "read"
     return (f"forbidden: {user} cannot {verb} agenttasks/{subresource} ({GROUP}) in namespace {namespace}, so "
             f"cannot {what} its agent tasks (ask for the {role} role there)")
+
+
+# what a conversation request without its right could not do, by (method, subresource)
+_CONVERSATION_DOINGS = {("POST", ""): "create conversations", ("POST", "posts"): "post to its conversations",
+                        ("POST", "members"): "add tasks to or take tasks out of its conversations",
+                        ("POST", "control"): "pause, resume or close its conversations"}
+
+
+def _conversation_forbidden(user: str, method: str, namespace: str, rest: list[str]) -> str:
+    """``forbidden: <user> cannot <verb> conversations[/<sub>] ...`` (``rest``: the path after ``conversations``)."""
+    sub = rest[1] if len(rest) > 1 else ""
+    resource = f"conversations/{sub}" if sub else "conversations"
+    if method == "DELETE":
+        verb, role, what = "delete", EDITOR_ROLE, "delete its conversations"
+    elif method == "POST":
+        verb, role, what = "create", MESSENGER_ROLE, _CONVERSATION_DOINGS.get(("POST", sub), "change conversations")
+    else:
+        verb, role, what = ("get" if rest else "list"), READER_ROLE, "read its conversations"
+    return (f"forbidden: {user} cannot {verb} {resource} ({GROUP}) in namespace {namespace}, so cannot {what} "
+            f"(ask for the {role} role there)")
 
 
 class TaskApiClient:
@@ -87,6 +124,13 @@ class TaskApiClient:
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", path, (), body)
+
+    def delete(self, path: str) -> dict[str, Any]:
+        return self._request("DELETE", path, (), None)
+
+    def post_with_status(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``post``, with the answer's HTTP status (201: created; 200: it was there already)."""
+        return self._exchange("POST", path, (), body)
 
     def _once(
         self, method: str, path: str, query: Sequence[tuple[str, Any]], body: dict[str, Any] | None
@@ -126,6 +170,11 @@ class TaskApiClient:
     def _request(
         self, method: str, path: str, query: Sequence[tuple[str, Any]], body: dict[str, Any] | None
     ) -> dict[str, Any]:
+        return self._exchange(method, path, query, body)[1]
+
+    def _exchange(
+        self, method: str, path: str, query: Sequence[tuple[str, Any]], body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
         deadline = time.monotonic() + self.timeout
         delay = 0.2
         while True:
@@ -134,7 +183,7 @@ class TaskApiClient:
             except Exception as exc:  # urllib3 connection errors, TLS errors
                 status, payload = 0, {"message": f"cannot reach the Kubernetes API server: {exc}"}
             if 200 <= status < 300:
-                return payload
+                return status, payload
             if (status in RETRYABLE_STATUS or status == 0) and time.monotonic() + delay < deadline:
                 log.debug(
                     "retrying %s %s in %.1fs after HTTP %s: %s",
@@ -165,7 +214,7 @@ class TaskApiClient:
             return NotFound(message)
         if status == 0:
             return Unreachable(message)
-        if status == 409:  # a decision repeated (AlreadyDecided): the server says what was decided before
+        if status == 409:  # a decision repeated (AlreadyDecided), a closed conversation: the server says why
             return PluginError(message)
         if status in RETRYABLE_STATUS:
             if payload.get("reason") == "TaskNotReady":

@@ -16,11 +16,27 @@ JSON shapes (what ``static/app.js`` reads):
   link to; ``None`` without a trace; ``unicore_client.ui.trace_links``);
 - a message: ``{seq, role, turn_number (from 0), content: [blocks]}``, blocks ``{"text"}``, ``{"toolUse": {toolUseId,
   name, input}}``, ``{"toolResult": {toolUseId, status, content: [{"text"} | {"json"}]}}``;
-- ``events(id)``: ``[{time, type, reason, message}]``, oldest first.
+- ``events(id)``: ``[{time, type, reason, message}]``, oldest first;
+- shared conversations (issue 33; the rules: ``unicore.conversations``), local mode only so far (the cluster backend
+  answers ``NotSupported``):
+
+  - ``conversations()``: ``[{id, title, status, created_by, created_at, posts, agents, people}]``, newest first;
+    ``status`` ``open`` | ``paused`` | ``closed``, ``posts`` the last post's seq, ``agents`` / ``people`` the names
+    of those taking part now;
+  - ``conversation(name)``: ``{id, title, status, created_by, created_at, posts, handoff_limit, handoffs,
+    participants}``, a participant ``{kind: "task" | "user", id, name, left, joined_at, state, task}``: ``state``
+    one of ``PARTICIPANT_STATES`` (a task's from its tree row's ``phase``: ``done`` and ``queued`` are ``idle``;
+    a person's ``person``), ``task`` the task's tree node (above) or ``None`` (a person, a task gone);
+  - a post (``conversation_posts``, the ``post`` event): ``{seq, id, kind, sender_kind, sender, name, text, at}``,
+    ``kind`` post | answer | joined | left | note, ``sender_kind`` task | user | system, ``name`` the sender as
+    shown (a task's name, a person's user name, ``""`` for the conversation itself), ``at`` epoch seconds;
+  - ``conversation_post(name, text, client_id)``: ``{posted, seq}`` (``posted`` False, ``seq`` None: that client
+    id was posted before); ``conversation_control(name, action)``: ``{status, changed}``.
 
 Errors a backend raises and the server answers: ``unicore.errors.TaskNotFound`` 404,
-``unicore_client.ui.local_backend.BadRequest``
-(a ``ValueError``) 400, ``Forbidden`` 403 and ``Unavailable`` 503 (below), each with its one-line message.
+``unicore_client.ui.local_backend.BadRequest`` (a ``ValueError``) 400, and those of ``unicore_client.ui.refusals``
+(re-exported here): ``Forbidden`` 403, ``NotFound`` 404 (a conversation), ``Conflict`` 409 (a closed conversation's
+post or control), ``NotSupported`` 501 and ``Unavailable`` 503, each with its one-line message.
 """
 
 from __future__ import annotations
@@ -29,33 +45,22 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from unicore_client.ui.refusals import (
+    BackendRefusal,
+    Conflict,
+    Forbidden,
+    NotFound,
+    NotSupported,
+    Unavailable,
+)
+
 if TYPE_CHECKING:
     from unicore_client.ui.local_backend import Cursor
 
 PHASES = ("queued", "running", "waiting", "suspended", "done", "failed")
+PARTICIPANT_STATES = ("running", "idle", "waiting", "suspended", "failed", "gone", "left", "person")
+CONVERSATION_ACTIONS = ("pause", "resume", "close")
 TaskEvent = tuple[str, str, dict[str, Any]]  # (event id, event name, data); an empty name is a keepalive
-
-
-class BackendRefusal(Exception):
-    """A request the backend's source refused; the server answers ``status`` with the one-line message."""
-
-    status = 500
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = " ".join(message.split())  # one line, whatever the API server wrote
-
-
-class Forbidden(BackendRefusal):
-    """The user may not do this (the Kubernetes API server's or task API's 403, its reason in the message)."""
-
-    status = 403
-
-
-class Unavailable(BackendRefusal):
-    """The source cannot answer now (API server or task API unreachable); the page may retry."""
-
-    status = 503
 
 
 class UIBackend(Protocol):
@@ -108,5 +113,32 @@ class UIBackend(Protocol):
         """A task's SSE events (``message``, ``token``, ``task``; see ``LocalBackend.task_events``)."""
         ...
 
+    def conversations(self) -> list[dict[str, Any]]:
+        """Every conversation, newest first, bounded."""
+        ...
 
-__all__ = ["PHASES", "BackendRefusal", "Forbidden", "TaskEvent", "UIBackend", "Unavailable"]
+    def conversation(self, name: str) -> dict[str, Any]:
+        """One conversation: its meta and participants with their live state."""
+        ...
+
+    def conversation_posts(self, name: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """Its posts with seq > ``after``, oldest first, at most ``limit`` (bounded)."""
+        ...
+
+    def conversation_post(self, name: str, text: str, client_id: str) -> dict[str, Any]:
+        """Post ``text`` as the person using the UI, once per ``client_id``; the tasks it reaches run."""
+        ...
+
+    def conversation_control(self, name: str, action: str) -> dict[str, Any]:
+        """``pause``, ``resume`` or ``close`` it (one of ``CONVERSATION_ACTIONS``)."""
+        ...
+
+    def conversation_events(self, name: str, after: int, *, wait_seconds: float = ...,
+                            stop: threading.Event | None = None) -> Iterator[TaskEvent]:
+        """A conversation's SSE events: ``conversation`` (as ``conversation(name)``) first and when it changed,
+        ``post`` for each post after ``after``, in order; the event id is the last post's seq sent."""
+        ...
+
+
+__all__ = ["CONVERSATION_ACTIONS", "PARTICIPANT_STATES", "PHASES", "BackendRefusal", "Conflict", "Forbidden",
+           "NotFound", "NotSupported", "TaskEvent", "UIBackend", "Unavailable"]

@@ -6,7 +6,8 @@ request is authorized as that user:
 - a task, its transcript, its live answers, messages and approvals: the AgentTask (GET) and the task API's
   subresources (``summary``, ``transcript``, ``stream`` as a long poll, ``messages``, ``approvals``; ``proxy.py``);
 - suspend, resume, stop (the task and every descendant), create (a form or YAML): AgentTask PATCH/CREATE as the user;
-- Events: the AgentTask's core/v1 Events, listed as the user.
+- Events: the AgentTask's core/v1 Events, listed as the user;
+- shared conversations (issue 33): not yet; each of their methods answers ``NotSupported`` (501) with one line.
 
 Task ids are ``<namespace>/<name>``. A 403 becomes ``Forbidden`` with the API's reason (the server answers 403 with
 it), a 404 ``TaskNotFound``, an unreachable API ``Unavailable``; anything else the API refused ``BadRequest``.
@@ -29,7 +30,7 @@ from unicore_client.kubectl_plugin.errors import NotFound, PluginError
 from unicore_client.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeContext
 from unicore_client.kubectl_plugin.proxy import TaskApiClient, task_path
 from unicore_client.ui import cluster_nodes as ui_nodes
-from unicore_client.ui.backend_protocol import TaskEvent
+from unicore_client.ui.backend_protocol import NotSupported, TaskEvent
 from unicore_client.ui.cluster_watch import TaskWatch, refusal
 from unicore_client.ui.local_backend import BadRequest, Cursor
 from unicore_client.ui.trace_links import cluster_trace
@@ -39,6 +40,8 @@ STREAM_WAIT_SECONDS = 2.0  # a task stream's long poll (the task API allows 10);
 QUIET_SECONDS = 10.0  # the tree feed's keepalive after this long without a change
 COALESCE_SECONDS = 0.1  # after a change, this long for more before the forest is sent
 TRANSCRIPT_LIMIT = 1000  # the task API's page cap
+NO_CONVERSATIONS = ("shared conversations are not in the cluster web UI yet: use the local web UI (unicore ui) "
+                    "for local mode's conversations")
 T = TypeVar("T")
 
 
@@ -300,6 +303,27 @@ class ClusterBackend:
             if not entries and answer is not first:
                 yield cursor.text(), "", {}  # a quiet long poll: the server sends a keepalive
             answer = None
+
+    # ------------------------------------------------------------------ conversations (issue 33): not yet
+
+    def conversations(self) -> list[dict[str, Any]]:
+        raise NotSupported(NO_CONVERSATIONS)
+
+    def conversation(self, name: str) -> dict[str, Any]:
+        raise NotSupported(NO_CONVERSATIONS)
+
+    def conversation_posts(self, name: str, after: int, limit: int) -> list[dict[str, Any]]:
+        raise NotSupported(NO_CONVERSATIONS)
+
+    def conversation_post(self, name: str, text: str, client_id: str) -> dict[str, Any]:
+        raise NotSupported(NO_CONVERSATIONS)
+
+    def conversation_control(self, name: str, action: str) -> dict[str, Any]:
+        raise NotSupported(NO_CONVERSATIONS)
+
+    def conversation_events(self, name: str, after: int, *, wait_seconds: float = STREAM_WAIT_SECONDS,
+                            stop: threading.Event | None = None) -> Iterator[TaskEvent]:
+        raise NotSupported(NO_CONVERSATIONS)
 
 
 def _later(a: str, b: str) -> str:

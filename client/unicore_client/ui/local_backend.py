@@ -15,18 +15,29 @@ it reads only the rows of the tasks that changed, and the whole forest every 30 
 Running trees: a task created or sent a message from the UI is run by a ``LocalSupervisor`` in a thread of the UI
 process (one per root), as ``unicore run``/``unicore send`` do in the foreground; a message arriving while that
 thread settles makes it run again rather than starting a second supervisor for the same tree.
+
+Shared conversations (issue 33; ``unicore.store.conversations``): the person is the local user (the account running
+``unicore ui``, as for ``unicore conv``); a post from the page joins them, is taken once per client id
+(``user:<client id>``, the message box's exactly-once), is delivered, and the trees of the conversation's tasks then
+run together in one background thread (``run_conversation``: one supervisor over all of them, as ``unicore conv post``
+runs them, so a hand-off from one agent to another's tree is run too); a message, decision or resumption of a task
+that takes part in conversations runs them the same way. The page follows a conversation by SSE
+(``conversation_events``: Redis read every half second, since conversations have no change stream).
 """
 
 from __future__ import annotations
 
+import getpass
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from unicore import conversations as rules
 from unicore.api.schema import (
     APPROVE_ALL,
     Approval,
@@ -36,8 +47,10 @@ from unicore.api.schema import (
     user_message_id,
     validate_task_id,
 )
+from unicore.errors import TaskNotFound
 from unicore.launch.embedded_redis import unicore_home
 from unicore.store import command_jobs, suspension
+from unicore.store import conversations as store_conversations
 from unicore.store.client import RedisClient
 from unicore.store.messages import load_message
 from unicore.store.reads import read_message_slice
@@ -54,13 +67,25 @@ from unicore.store.ui_reads import read_all_rows, read_task_history
 from unicore.traces import anchors
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
+from unicore_client.ui.conversation_views import (
+    CLIENT_ID,
+    MAX_CONVERSATIONS,
+    POSTS_PAGE,
+    conversation_json,
+    participant_json,
+    post_json,
+    summary_json,
+)
 from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
 from unicore_client.ui.manifest import parse_manifest
+from unicore_client.ui.refusals import Conflict, NotFound
 from unicore_client.ui.scripts import ui_model
 from unicore_client.ui.trace_links import local_trace
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
 
 PAGE_MAX = 500  # messages per transcript page
+CONVERSATION_POLL_SECONDS = 0.5  # a conversation's SSE stream reads Redis this often
+STATUS_OF_ACTION: dict[str, rules.Status] = {"pause": "paused", "resume": "open", "close": "closed"}
 
 
 class BadRequest(ValueError):
@@ -101,14 +126,15 @@ class LocalBackend:
     supervisors of the trees it runs)."""
 
     def __init__(self, client: RedisClient, redis_url: str, *, tree_timing: FeedTiming | None = None,
-                 scripts: Path | None = None) -> None:
+                 scripts: Path | None = None, person: str | None = None) -> None:
         self.client = client
+        self.person = person or getpass.getuser()  # who posts to conversations: the account running ``unicore ui``
         self.store = TaskStore(client)
         self.redis_url = redis_url
         self.scripts = scripts  # ``unicore ui --scripts DIR``: where the UI's scripted:NAME is read (ui.scripts)
         self.tree_timing = tree_timing or FeedTiming()
         self._lock = threading.Lock()
-        self._runners: dict[str, bool] = {}  # root -> run again after settling
+        self._runners: dict[str, bool] = {}  # root or "conversation:<name>" -> run again after settling
 
     # ------------------------------------------------------------------ reads
 
@@ -137,6 +163,7 @@ class LocalBackend:
         ]
         node["jobs"] = [command_jobs.shown(task_id, state) for state in command_jobs.job_states(self.store, task_id)]
         node["trace"] = local_trace(record.trace_id)  # {id, url} of its tree's trace (ui.trace_links); None: none
+        node["conversations"] = store_conversations.task_conversations(self.store, task_id)
         return node
 
     def messages(self, task_id: str, start: int, count: int) -> list[dict[str, Any]]:
@@ -199,7 +226,7 @@ class LocalBackend:
 
     def resume(self, task_id: str) -> None:
         suspension.resume(self.store, _local_id(task_id))
-        self.run_tree(self.store.get_task(task_id).root)
+        self._run_for(task_id)
 
     def stop(self, task_id: str) -> list[str]:
         """Suspend the task and every descendant (the subtree's turns are stopped and none starts); the ids suspended
@@ -217,37 +244,180 @@ class LocalBackend:
             raise BadRequest("the message is empty")
         queued = self.store.queue_text(task_id, text, message_id=client_id)
         self.store.activate(task_id, "send")
-        self.run_tree(self.store.get_task(task_id).root)
+        self._run_for(task_id)
         return queued
 
     def decide(self, task_id: str, call_id: str, approve: bool) -> None:
         self.store.decide(task_id, call_id, approve, by="ui", reason="")
-        self.run_tree(self.store.get_task(task_id).root)
+        self._run_for(task_id)
 
     def run_tree(self, root: str) -> None:
-        with self._lock:
-            if root in self._runners:
-                self._runners[root] = True
-                return
-            self._runners[root] = False
-        threading.Thread(target=self._run, args=(root,), name=f"ui-run-{root}", daemon=True).start()
+        """Run the tree of ``root`` until it settles, in a thread of this process (module doc)."""
+        self._run_in_background(root, lambda: [root])
 
-    def _run(self, root: str) -> None:
+    def _run_for(self, task_id: str) -> None:
+        """Run what a message, decision or resumption of ``task_id`` sets going: its tree, or, when it takes part in
+        conversations, their participants' trees together (its answer is posted there and may hand work to another
+        participant's tree)."""
+        joined = store_conversations.task_conversations(self.store, task_id)
+        for name in joined:
+            self.run_conversation(name)
+        if not joined:
+            self.run_tree(self.store.get_task(task_id).root)
+
+    def run_conversation(self, name: str) -> None:
+        """Run the trees of the conversation's participating tasks together until they settle, in a thread (module
+        doc); the participants are read again each time it runs again."""
+        self._run_in_background(f"conversation:{name}", lambda: self._conversation_roots(name))
+
+    def _run_in_background(self, key: str, roots: Callable[[], list[str]]) -> None:
+        with self._lock:
+            if key in self._runners:
+                self._runners[key] = True
+                return
+            self._runners[key] = False
+        threading.Thread(target=self._run, args=(key, roots), name=f"ui-run-{key}", daemon=True).start()
+
+    def _run(self, key: str, roots: Callable[[], list[str]]) -> None:
         from unicore.launch.local import LocalSupervisor
 
         supervisor = LocalSupervisor(self.client, self.redis_url, log_dir=unicore_home() / "logs")
         while True:
             try:
-                supervisor.run_until_settled(root)
+                found = roots()
+                if found:
+                    supervisor.run_until_settled(found)
             finally:
                 with self._lock:
-                    again = self._runners.get(root, False)
+                    again = self._runners.get(key, False)
                     if not again:
-                        self._runners.pop(root, None)
+                        self._runners.pop(key, None)
                     else:
-                        self._runners[root] = False
+                        self._runners[key] = False
             if not again:
                 return
+
+    def _conversation_roots(self, name: str) -> list[str]:
+        roots: list[str] = []
+        for task_id in rules.active_tasks(store_conversations.members(self.store, name)):
+            try:
+                roots.append(self.store.get_task(task_id).root or task_id)
+            except TaskNotFound:
+                continue
+        return list(dict.fromkeys(roots))
+
+    # ------------------------------------------------------------------ conversations (issue 33)
+
+    def conversations(self) -> list[dict[str, Any]]:
+        """Every conversation (at most ``MAX_CONVERSATIONS``), newest first."""
+        found = []
+        for name in reversed(store_conversations.list_conversations(self.store)[-MAX_CONVERSATIONS:]):
+            try:
+                meta = store_conversations.read_meta(self.store, name)
+            except store_conversations.ConversationError:
+                continue  # removed meanwhile
+            found.append(summary_json(meta, store_conversations.members(self.store, name)))
+        return found
+
+    def _meta(self, name: str) -> store_conversations.Meta:
+        """The conversation's meta; BadRequest for a name that is none, NotFound for one that does not exist."""
+        try:
+            rules.check_name(name)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        try:
+            return store_conversations.read_meta(self.store, name)
+        except store_conversations.ConversationError as exc:
+            raise NotFound(str(exc)) from None
+
+    def _refused(self, name: str, exc: store_conversations.ConversationError, what: str) -> Exception:
+        """A store's refusal as the UI answers it: NotFound when the conversation is gone, else Conflict (closed)."""
+        self._meta(name)
+        return Conflict(f"{exc}: {what}")
+
+    def conversation(self, name: str) -> dict[str, Any]:
+        """Its meta and participants, each task with its tree node and state (``conversation_views``)."""
+        meta = self._meta(name)
+        participants = []
+        for member in store_conversations.members(self.store, name):
+            node = None
+            if member.kind == "task":
+                try:
+                    record = self.store.get_task(member.id)
+                    node = node_json(record.depth, record, self.store.waiting_for(member.id))
+                except TaskNotFound:
+                    node = None  # removed (retention): shown as gone
+            participants.append(participant_json(member, node))
+        return conversation_json(meta, participants)
+
+    def conversation_posts(self, name: str, after: int, limit: int) -> list[dict[str, Any]]:
+        self._meta(name)
+        count = max(1, min(limit, POSTS_PAGE))
+        return [post_json(item) for item in store_conversations.posts(self.store, name, after=max(0, after),
+                                                                      limit=count)]
+
+    def conversation_post(self, name: str, text: str, client_id: str) -> dict[str, Any]:
+        """Post ``text`` as the local user (who joins first, as ``unicore conv post``), once per ``client_id``; deliver
+        it and run the participants' trees in the background. A repeated id posts nothing and still delivers and
+        runs (a request that failed after its post did not)."""
+        if not CLIENT_ID.match(client_id or ""):
+            raise BadRequest("id: 8-64 letters, digits or '-'")
+        if not text.strip():
+            raise BadRequest("the post is empty")
+        if len(text.encode()) > rules.MAX_POST_BYTES:
+            raise BadRequest(f"the post is too long: at most {rules.MAX_POST_BYTES} bytes of UTF-8")
+        self._meta(name)
+        try:
+            present = store_conversations.members(self.store, name)
+            if not any(m.kind == "user" and m.id == self.person and not m.left for m in present):
+                store_conversations.join(self.store, name, "user", self.person)
+            seq = store_conversations.post(self.store, name, f"user:{client_id}", kind="post", sender_kind="user",
+                                           sender=self.person, text=text)
+        except store_conversations.ConversationError as exc:
+            raise self._refused(name, exc, "it takes no more posts") from None
+        store_conversations.deliver(self.store, name)
+        self.run_conversation(name)
+        return {"posted": seq > 0, "seq": seq or None}
+
+    def conversation_control(self, name: str, action: str) -> dict[str, Any]:
+        """Pause (posts kept, none delivered), resume (what waited is delivered, the trees run) or close (no more
+        posts) it, as the local user."""
+        status = STATUS_OF_ACTION.get(action)
+        if status is None:
+            raise BadRequest(f"{action!r}: pause, resume or close")
+        self._meta(name)
+        try:
+            changed = store_conversations.set_status(self.store, name, status, self.person)
+        except store_conversations.ConversationError as exc:
+            raise self._refused(name, exc, f"it cannot {action}") from None
+        if status == "open":
+            self.run_conversation(name)
+        return {"status": status, "changed": changed}
+
+    def conversation_events(self, name: str, after: int, *, wait_seconds: float = CONVERSATION_POLL_SECONDS,
+                            stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """The conversation's posts after ``after`` (``post``, in order) and its state (``conversation``: first, then
+        when it changed), read every ``wait_seconds``; an empty name when nothing changed (a keepalive). The event id
+        is the seq of the last post sent, so ``Last-Event-ID`` resumes with no gap and no duplicate."""
+        self._meta(name)  # BadRequest / NotFound before the stream starts
+        after = max(0, after)
+        last_state: dict[str, Any] | None = None
+        while stop is None or not stop.is_set():
+            batch = store_conversations.posts(self.store, name, after=after, limit=POSTS_PAGE)
+            for item in batch:
+                after = item.seq
+                yield str(after), "post", post_json(item)
+            state = self.conversation(name)
+            if state != last_state:
+                last_state = state
+                yield str(after), "conversation", state
+            elif not batch:
+                yield str(after), "", {}
+            if len(batch) < POSTS_PAGE:
+                if stop is not None:
+                    stop.wait(wait_seconds)
+                else:
+                    time.sleep(wait_seconds)
 
     # ------------------------------------------------------------------ live events
 

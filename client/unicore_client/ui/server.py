@@ -18,6 +18,15 @@ API (JSON; the cluster-mode backend serves the same):
 ``POST /api/tasks/T/messages``                  {text, client_id} -> {queued}
 ``POST /api/tasks/T/calls/C``                   {approve: bool}
 ``POST /api/tasks/T/suspend|resume|stop``       {} (stop: the task and every descendant)
+``GET  /api/conversations``                     shared conversations (issue 33): {conversations: [...]}
+``GET  /api/conversations/C``                   one: meta and participants with their live state
+``GET  /api/conversations/C/posts?after=&limit=`` its posts after a seq: {posts: [...]}
+``GET  /api/conversations/C/events?after=N``    SSE ``post``/``conversation`` (``Last-Event-ID`` resumes)
+``POST /api/conversations/C/posts``             {text, id} -> {posted, seq} (the same id twice posts once)
+``POST /api/conversations/C/pause|resume|close`` {} -> {status, changed}
+
+A conversation's refusals: 404 (no such conversation), 409 (closed: no post, no pause or resume), 501 (the cluster
+backend: not yet).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import json
 import secrets
 import threading
 import webbrowser
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +48,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from unicore.errors import AlreadyDecided, MessageTooLarge, TaskNotFound, UniCoreError
 
 from unicore_client.arguments import UsageError
-from unicore_client.ui.backend_protocol import BackendRefusal, UIBackend
+from unicore_client.ui.backend_protocol import BackendRefusal, TaskEvent, UIBackend
 from unicore_client.ui.local_backend import BadRequest, Cursor
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -188,6 +198,17 @@ class UIHandler(BaseHTTPRequestHandler):
             resume = self.headers.get("Last-Event-ID")
             cursor: Cursor | int = Cursor.parse(resume) if resume else _int(query, "from", 0)
             self._task_events(segments[2], cursor)
+        elif segments == ["api", "conversations"]:
+            self._json(HTTPStatus.OK, {"conversations": backend.conversations()})
+        elif len(segments) == 3 and segments[:2] == ["api", "conversations"]:
+            self._json(HTTPStatus.OK, backend.conversation(segments[2]))
+        elif len(segments) == 4 and segments[:2] == ["api", "conversations"] and segments[3] == "posts":
+            posts = backend.conversation_posts(segments[2], _int(query, "after", 0), _int(query, "limit", 500))
+            self._json(HTTPStatus.OK, {"posts": posts})
+        elif len(segments) == 4 and segments[:2] == ["api", "conversations"] and segments[3] == "events":
+            resume = self.headers.get("Last-Event-ID")
+            after = _seq(resume) if resume else _int(query, "after", 0)
+            self._stream(backend.conversation_events(segments[2], after, stop=self.server.stopping))
         else:
             self._error(HTTPStatus.NOT_FOUND, "no such page")
 
@@ -262,6 +283,11 @@ class UIHandler(BaseHTTPRequestHandler):
                 raise BadRequest("approve: true or false (a JSON boolean)")
             backend.decide(segments[2], segments[4], approve)
             self._json(HTTPStatus.OK, {"ok": True})
+        elif len(segments) == 4 and segments[:2] == ["api", "conversations"] and segments[3] == "posts":
+            self._json(HTTPStatus.OK, backend.conversation_post(segments[2], _text(body, "text"), _text(body, "id")))
+        elif (len(segments) == 4 and segments[:2] == ["api", "conversations"]
+              and segments[3] in ("pause", "resume", "close")):
+            self._json(HTTPStatus.OK, backend.conversation_control(segments[2], segments[3]))
         else:
             self._error(HTTPStatus.NOT_FOUND, "no such endpoint")
 
@@ -280,7 +306,11 @@ class UIHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _task_events(self, task_id: str, cursor: Cursor | int) -> None:
-        events = self.server.backend.task_events(task_id, cursor, stop=self.server.stopping)
+        self._stream(self.server.backend.task_events(task_id, cursor, stop=self.server.stopping))
+
+    def _stream(self, events: Iterator[TaskEvent]) -> None:
+        """An SSE stream of ``events`` (a task's, a conversation's): its first event before the headers, so that an
+        error to start with (TaskNotFound, NotFound, BadRequest, a refusal) is an HTTP error, not a stream."""
         first = next(events)  # TaskNotFound / BadRequest before the headers go out
         self._sse_start()
         self._event(*first)
@@ -288,7 +318,7 @@ class UIHandler(BaseHTTPRequestHandler):
             for event in events:
                 self._event(*event)
         except (UniCoreError, BackendRefusal):  # e.g. the task removed (retention) or a right revoked: the stream
-            return  # ends, the page reconnects and sees the 404 or 403
+            return  # ends, the page reconnects and sees the 404 or 403 (a conversation's page the same)
 
     def _tree_events(self) -> None:
         """The backend's tree feed (``UIBackend.tree_changes``): the forest each time it changed, a keepalive when
@@ -314,6 +344,13 @@ def _int(query: dict[str, list[str]], name: str, default: int) -> int:
         return int((query.get(name) or [str(default)])[0])
     except ValueError:
         raise BadRequest(f"{name}: a number") from None
+
+
+def _seq(value: str) -> int:
+    """A conversation stream's ``Last-Event-ID``: the seq of the last post it sent."""
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest(f"bad event id {value[:40]!r}")
+    return int(value)
 
 
 def _limits(body: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,10 +1,26 @@
-// UniCore UI: the task tree and a task's transcript, live by Server-Sent Events. Every text that comes from a
-// model, a user or a tool is set with textContent (never innerHTML).
+// UniCore UI: the task tree and a task's transcript, live by Server-Sent Events; shared conversations (their list,
+// polled; a conversation's posts and participants, live by Server-Sent Events). Every text that comes from a model, a
+// user or a tool is set with textContent (never innerHTML).
 const csrf = document.querySelector('meta[name="csrf-token"]').content;
 const PAGE = 200;
 const ICONS = { running: "\u25b6", done: "\u2713", waiting: "?", suspended: "\u23f8", failed: "\u2717", queued: "\u25cb" };
+const VIEWS = ["tree-view", "task-view", "conversations-view", "conversation-view"];
 let source = null;
 let view = 0; // bumped by every route change: a view whose awaits finish after the user moved on does nothing
+let listTimer = null; // the conversation list's refresh, while it is shown
+
+// Show one view (the others hidden); a new view number, so that what the last one awaited is dropped.
+function showView(id) {
+  view += 1;
+  if (listTimer) { clearInterval(listTimer); listTimer = null; }
+  for (const name of VIEWS) document.getElementById(name).hidden = name !== id;
+  return view;
+}
+
+function disconnect() {
+  if (source) { source.close(); source = null; }
+  document.getElementById("conn").textContent = "";
+}
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -111,9 +127,7 @@ function renderTree(nodes) {
 }
 
 function showTree() {
-  view += 1;
-  document.getElementById("task-view").hidden = true;
-  document.getElementById("tree-view").hidden = false;
+  showView("tree-view");
   document.title = "UniCore";
   connect("/api/events", { tree: renderTree }, "/api/tree");
 }
@@ -310,6 +324,11 @@ function renderTrace(trace) {
 
 function renderLinks(info) {
   renderTrace(info.trace);
+  const conversations = info.conversations || []; // the shared conversations it takes part in (local mode)
+  const line = document.getElementById("task-conversations");
+  line.replaceChildren(...(conversations.length ? ["conversations: ", ...conversations.flatMap((name) => [
+    el("a", { href: `#/conversation/${encodeURIComponent(name)}`, text: name }), " "])] : []));
+  line.hidden = conversations.length === 0;
   const links = [];
   if (info.parent) links.push("parent: ", el("a", { href: `#/task/${encodeURIComponent(info.parent)}`, text: info.parent }), " ");
   if (info.children.length) links.push("children: ");
@@ -342,9 +361,7 @@ function renderLinks(info) {
 }
 
 async function showTask(id) {
-  const mine = ++view;
-  document.getElementById("tree-view").hidden = true;
-  document.getElementById("task-view").hidden = false;
+  const mine = showView("task-view");
   document.getElementById("task-title").textContent = id;
   document.title = `${id} \u00b7 UniCore`;
   document.getElementById("transcript").replaceChildren();
@@ -422,18 +439,214 @@ document.getElementById("send-form").addEventListener("submit", async (event) =>
   }
 });
 
+// ------------------------------------------------------------------ conversations (issue 33)
+
+const LIST_POLL_MS = 2000; // the list is read again this often while shown (a conversation's page is live by SSE)
+const POSTS = 500; // a conversation's page opens with its newest POSTS posts
+const KIND_LABELS = { post: "posted", answer: "answered", joined: "joined", left: "left", note: "note" };
+let listShown = ""; // the list as last rendered (JSON): rendered again only when it changed, so focus stays
+let conv = null; // {name, last: seq of the last post shown, status, clientId, shown: participants as rendered}
+
+function conversationRow(item) {
+  const title = item.title && item.title !== item.id ? item.title : "";
+  return el("li", { "data-conversation": item.id, "data-status": item.status },
+    el("a", { href: `#/conversation/${encodeURIComponent(item.id)}`, text: item.id }),
+    el("span", { text: title }),
+    el("span", { class: "meta", text: `${item.status} \u00b7 ${item.posts} posts \u00b7 agents `
+      + `${item.agents.join(", ") || "-"} \u00b7 people ${item.people.join(", ") || "-"}` }));
+}
+
+async function loadConversations(mine) {
+  const error = document.getElementById("conversations-error");
+  try {
+    const data = await api("GET", "/api/conversations");
+    if (mine !== view) return;
+    error.textContent = "";
+    const shown = JSON.stringify(data.conversations);
+    if (shown === listShown) return;
+    listShown = shown;
+    document.getElementById("conversations").replaceChildren(...data.conversations.map(conversationRow));
+    document.getElementById("conversations-empty").hidden = data.conversations.length > 0;
+  } catch (err) {  // e.g. the cluster backend: not yet (501), one line
+    if (mine === view) error.textContent = err.message;
+  }
+}
+
+function showConversations() {
+  disconnect();
+  const mine = showView("conversations-view");
+  document.title = "Conversations \u00b7 UniCore";
+  listShown = "";
+  loadConversations(mine);
+  listTimer = setInterval(() => loadConversations(mine), LIST_POLL_MS);
+}
+
+function timeOf(at) {
+  const when = new Date((Number(at) || 0) * 1000);
+  return el("time", { class: "when", datetime: when.toISOString(), text: when.toLocaleTimeString() });
+}
+
+// A post: who, what kind, when, and its text, all as text. Joins, leaves and notes are one quiet line.
+function postNode(post) {
+  const label = KIND_LABELS[post.kind] || String(post.kind);
+  const attrs = { "data-seq": String(post.seq), "data-kind": String(post.kind), "data-sender": String(post.sender_kind) };
+  if (post.kind === "joined" || post.kind === "left" || post.kind === "note") {
+    return el("li", { class: `msg post-event post-${post.kind}`, ...attrs },
+      el("span", { class: "who", text: post.kind === "note" ? `#${post.seq} note: ` : `#${post.seq} ` }),
+      el("span", { class: "text", text: String(post.text) }), timeOf(post.at));
+  }
+  const who = post.sender_kind === "task" ? `${post.name} (agent)` : String(post.name);
+  const person = post.sender_kind === "user" ? " post-person" : "";
+  return el("li", { class: `msg post-${post.kind}${person}`, ...attrs },
+    el("div", { class: "who" }, `#${post.seq} `, el("span", { class: "sender", text: who }), ` ${label}`, timeOf(post.at)),
+    el("div", { class: "text", text: String(post.text) }));
+}
+
+function addPost(post) {
+  if (!conv || post.seq <= conv.last) return; // resumed streams and the first page overlap: each post once
+  const list = document.getElementById("posts");
+  list.append(postNode(post));
+  conv.last = post.seq;
+  list.dataset.last = String(post.seq);
+}
+
+function participantNode(item) {
+  let state = item.state;
+  if (state === "waiting" && item.task && item.task.waiting) state = `waiting for ${item.task.waiting}`;
+  const name = item.kind === "task" && item.state !== "gone"
+    ? el("a", { href: `#/task/${encodeURIComponent(item.id)}`, text: item.name }) : el("span", { text: item.name });
+  const what = item.kind === "task" ? `agent \u00b7 ${state}` : (item.left ? "person \u00b7 left" : "person");
+  return el("li", { class: `state-${item.state}`, "data-participant": item.id, "data-kind": item.kind,
+    "data-state": item.state }, name, " ", el("span", { class: "state", text: what }));
+}
+
+function onConversation(info) {
+  if (!conv || info.id !== conv.name) return;
+  conv.status = info.status;
+  document.getElementById("conversation-title").textContent =
+    info.title && info.title !== info.id ? `${info.title} (${info.id})` : info.id;
+  const line = document.getElementById("conversation-status");
+  line.textContent = `${info.status} \u00b7 ${info.posts} posts \u00b7 agent hand-offs ${info.handoffs} of `
+    + `${info.handoff_limit} since the last person's post \u00b7 created by ${info.created_by}`;
+  line.dataset.status = info.status;
+  const shown = JSON.stringify(info.participants.map((p) => [p.id, p.kind, p.name, p.state, p.task && p.task.waiting]));
+  if (shown !== conv.shown) {  // only when what it shows changed: a focused link stays
+    conv.shown = shown;
+    document.getElementById("participants").replaceChildren(...info.participants.map(participantNode));
+  }
+  const closed = info.status === "closed";
+  document.getElementById("conversation-pause").disabled = info.status !== "open";
+  document.getElementById("conversation-resume").disabled = info.status !== "paused";
+  document.getElementById("conversation-close").disabled = closed;
+  const form = document.getElementById("post-form");
+  form.text.disabled = closed;
+  form.querySelector("button").disabled = closed;
+  const note = document.getElementById("post-paused");
+  note.textContent = closed ? "The conversation is closed: it takes no more posts."
+    : "The conversation is paused: your post is kept and delivered when it is resumed.";
+  note.hidden = info.status === "open";
+}
+
+async function showConversation(name) {
+  disconnect();
+  const mine = showView("conversation-view");
+  const path = `/api/conversations/${encodeURIComponent(name)}`;
+  document.title = `${name} \u00b7 UniCore`;
+  document.getElementById("conversation-title").textContent = name;
+  document.getElementById("conversation-status").textContent = "";
+  document.getElementById("conversation-error").textContent = "";
+  document.getElementById("post-error").textContent = "";
+  document.getElementById("participants").replaceChildren();
+  document.getElementById("posts").replaceChildren();
+  conv = { name, last: 0, status: null, clientId: null, shown: "" };
+  try {
+    const info = await api("GET", path);
+    if (mine !== view) return;
+    onConversation(info);
+    const first = Math.max(0, info.posts - POSTS);
+    const page = await api("GET", `${path}/posts?after=${first}&limit=${POSTS}`);
+    if (mine !== view) return;
+    if (first > 0) {
+      document.getElementById("posts").append(el("li", { class: "msg post-event",
+        text: `${first} earlier posts not shown (unicore conv show ${name})` }));
+    }
+    conv.last = first;
+    page.posts.forEach(addPost);
+    connect(`${path}/events?after=${conv.last}`, { post: addPost, conversation: onConversation }, path);
+  } catch (err) {
+    if (mine === view) document.getElementById("conversation-error").textContent = err.message;
+  }
+}
+
+// Exactly once per post: its client id is kept until the server took it, so a retry after an error is not posted
+// twice (the server takes an id once).
+document.getElementById("post-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const button = form.querySelector("button");
+  if (!conv || button.disabled) return;
+  const current = conv;
+  const error = document.getElementById("post-error");
+  error.textContent = "";
+  current.clientId = current.clientId || crypto.randomUUID();
+  button.disabled = true;
+  try {
+    await api("POST", `/api/conversations/${encodeURIComponent(current.name)}/posts`,
+      { text: form.text.value, id: current.clientId });
+    current.clientId = null;
+    if (conv === current) form.text.value = "";
+  } catch (err) {
+    if (conv === current) error.textContent = err.message;
+  } finally {
+    button.disabled = conv !== null && conv.status === "closed";
+  }
+});
+
+for (const action of ["pause", "resume", "close"]) {
+  document.getElementById(`conversation-${action}`).addEventListener("click", async (event) => {
+    const button = event.currentTarget;
+    if (!conv || button.disabled) return;
+    const current = conv;
+    const path = `/api/conversations/${encodeURIComponent(current.name)}`;
+    const error = document.getElementById("conversation-error");
+    error.textContent = "";
+    button.disabled = true;
+    try {
+      await api("POST", `${path}/${action}`, {});
+      const info = await api("GET", path); // the buttons at once; the stream says it too
+      if (conv === current) onConversation(info);
+    } catch (err) {  // e.g. closed meanwhile (409): one line
+      if (conv === current) { error.textContent = err.message; button.disabled = false; }
+    }
+  });
+}
+
 // ------------------------------------------------------------------ routing
 
-function route() {
-  const match = location.hash.match(/^#\/task\/(.+)$/);
-  let id = null;
+function decoded(match) {
   try {
-    id = match ? decodeURIComponent(match[1]) : null;
+    return match ? decodeURIComponent(match[1]) : null;
   } catch {  // URIError: not percent-encoded UTF-8 (a hand-edited or cut link)
-    id = null;
+    return null;
   }
-  document.getElementById("route-error").textContent =
-    match && id === null ? `${location.hash.slice(0, 100)}: not a task address` : "";
+}
+
+function route() {
+  if (location.hash === "#/conversations") {
+    showConversations();
+    return;
+  }
+  const conversation = location.hash.match(/^#\/conversation\/(.+)$/);
+  const name = decoded(conversation);
+  if (name !== null) {
+    showConversation(name);
+    return;
+  }
+  const match = location.hash.match(/^#\/task\/(.+)$/);
+  const id = decoded(match);
+  document.getElementById("route-error").textContent = match && id === null
+    ? `${location.hash.slice(0, 100)}: not a task address`
+    : conversation ? `${location.hash.slice(0, 100)}: not a conversation address` : "";
   if (id !== null) showTask(id); else showTree();
 }
 window.addEventListener("hashchange", route);
