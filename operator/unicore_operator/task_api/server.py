@@ -38,13 +38,13 @@ from unicore_operator.indexes import first
 from unicore_operator.kube import KubeClients
 from unicore_operator.log import logger
 from unicore_operator.settings import OperatorSettings
+from unicore_operator.task_api import conversation_routes as conv
 from unicore_operator.task_api.authz import Authorizer
 from unicore_operator.task_api.bodies import BODY_METHODS, MAX_BODY_BYTES, declared_length, media_type_problem, over_cap
 from unicore_operator.task_api.errors import ApiError, task_not_found
 from unicore_operator.task_api.lookup import LookupUnavailable, TaskLookup
 from unicore_operator.task_api.routes import (
     GROUP,
-    RESOURCE,
     ApiResponse,
     discovery,
     dispatch,
@@ -143,14 +143,18 @@ async def handle(request: web.Request) -> web.Response:
                                                     f"{exc}; retry", retry_after=1)))
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
-        return _status(403, f'{RESOURCE}.{GROUP} "{target.name}" is forbidden: User "{user.name}" cannot '
-                            f"{attrs.describe()}{why}", name=target.name, group=GROUP, kind=RESOURCE)
+        resource = target.route.resource
+        return _status(403, f'{resource}.{GROUP} "{target.name}" is forbidden: User "{user.name}" cannot '
+                            f"{attrs.describe()}{why}", name=target.name, group=GROUP, kind=resource)
     try:
         body = await read_body(request) if takes_body else b""
     except ApiError as exc:
         return _to_web(error_response(exc))
     call = functools.partial(dispatch, state["api"], target, request.query_string, body, sender=sender_of(user.name))
-    if target.route.subresource == STREAM:  # long polls wait in their own pool, never in the default executor's
+    long_poll = target.route.subresource == STREAM or (target.route.resource == conv.RESOURCE
+                                                       and target.route.subresource == "posts"
+                                                       and target.route.method == "GET")
+    if long_poll:  # long polls wait in their own pool, never in the default executor's
         response = await asyncio.get_running_loop().run_in_executor(state["stream_pool"], call)
     else:
         response = await asyncio.to_thread(call)
