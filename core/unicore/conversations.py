@@ -144,7 +144,7 @@ def fit(text: str, limit: int = MAX_POST_BYTES) -> str:
 
 def check_name(name: str) -> str:
     """A conversation name, or a ValueError of one line."""
-    if not re.match(NAME_PATTERN, name or ""):
+    if not re.fullmatch(NAME_PATTERN, name or ""):  # fullmatch: "$" alone lets a trailing newline through
         raise ValueError(f"not a conversation name: {name!r} (lowercase letters, digits, '-' and '.', at most 63, "
                          "starting and ending with a letter or digit)")
     return name

@@ -4,11 +4,13 @@
     unicore conv join NAME TASK...          unicore conv leave NAME TASK...
     unicore conv post NAME TEXT [--id ID] [--no-wait] [--timeout S]
     unicore conv show NAME [--json] [--follow [--timeout S]]
-    unicore conv pause|resume|close NAME    unicore conv list
+    unicore conv pause|close NAME           unicore conv resume NAME [--no-wait] [--timeout S]
+    unicore conv list
 
 The person is the local user (the account running the command: authenticated, not claimed). ``post`` delivers the
 post, then runs the participating tasks' trees together until they settle (their answers, and the hand-offs between
-them, go on in the conversation) and prints the posts that followed its own.
+them, go on in the conversation) and prints the posts that followed its own; ``resume`` delivers the posts that
+waited and runs them the same way.
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ def cmd_post(args: argparse.Namespace) -> int:
         print(f"[unicore] post {args.id} was posted before: not again", file=sys.stderr)
         return EXIT_OK
     conversations.deliver(store, args.name)
+    if conversations.read_meta(store, args.name).status == "paused":
+        print(f"[unicore] conversation {args.name} is paused: post #{seq} is delivered when it is resumed "
+              f"(unicore conv resume {args.name})", file=sys.stderr)
     if args.no_wait:
         print(f"posted #{seq} to {args.name}")
         return EXIT_OK
@@ -165,10 +170,27 @@ def _follow(store: TaskStore, name: str, after: int, timeout: float | None) -> i
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    store = TaskStore(connect(redis_url()))
+    url = redis_url()
+    client = connect(url)
+    store = TaskStore(client)
     status: rules.Status = {"pause": "paused", "resume": "open", "close": "closed"}[args.conv_command]  # type: ignore[assignment]
     changed = conversations.set_status(store, args.name, status, person())
     print(f"conversation {args.name} {'is now' if changed else 'was already'} {status}")
+    if status != "open" or not changed or getattr(args, "no_wait", True):
+        return EXIT_OK
+    # resumed: the posts that waited are in the participants' inboxes; run them, as a post does
+    after = conversations.read_meta(store, args.name).seq
+    code = settle_roots(client, url, _roots(store, args.name), quiet=args.quiet, timeout=args.timeout)
+    for item in conversations.posts(store, args.name, after=after):
+        _print_post(item)
+    return code
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = TaskStore(connect(redis_url()))
+    conversations.read_meta(store, args.name)  # one line when there is none
+    conversations.delete(store, args.name)
+    print(f"conversation {args.name} deleted")
     return EXIT_OK
 
 
@@ -217,11 +239,19 @@ def add_conversation_command(sub: Any) -> None:
     show.add_argument("--follow", "-f", action="store_true", help="then print new posts as they come")
     show.add_argument("--timeout", type=positive_seconds, help="with --follow: stop after this many seconds")
     show.set_defaults(func=cmd_show)
-    for verb, text in (("pause", "keep posts, deliver nothing until resumed"), ("resume", "deliver what waited"),
+    for verb, text in (("pause", "keep posts, deliver nothing until resumed"),
+                       ("resume", "deliver what waited, then run the tasks it reaches (what follows is printed)"),
                        ("close", "take no more posts")):
         action = actions.add_parser(verb, help=text)
         action.add_argument("name", type=_name)
         action.set_defaults(func=cmd_status)
+        if verb == "resume":  # (argparse: set_defaults would win over these arguments' own defaults)
+            action.add_argument("--no-wait", action="store_true", help="deliver only; run no turns")
+            action.add_argument("--timeout", type=positive_seconds)
+            action.add_argument("--quiet", "-q", action="store_true")
+    delete = actions.add_parser("delete", help="remove it with its posts (what tasks got stays in their inboxes)")
+    delete.add_argument("name", type=_name)
+    delete.set_defaults(func=cmd_delete)
     listing = actions.add_parser("list", help="every conversation")
     listing.set_defaults(func=cmd_list)
 

@@ -249,7 +249,8 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
               if same_namespace(conversation, task_id)
               and (member := _member_of(store, conversation, task_id)) is not None and not member.left}
     key = TaskKeys(task_id).conversation_outbox
-    for raw in store.redis.lrange(key, 0, -1):
+    taken = store.redis.lrange(key, 0, -1)  # out of the outbox once delivered: a crash before keeps them to repeat
+    for raw in taken:
         entry = json.loads(raw)
         conversation = str(entry.get("conversation") or "")
         if conversation in joined:
@@ -261,7 +262,6 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
                 log.warning("task %s: a post was dropped: %s", task_id, exc)
         else:
             log.warning("task %s: a post to %s was dropped: not a participant", task_id, conversation)
-        store.redis.lrem(key, 1, raw)
     if answer is not None:
         turn, text, ended_at = answer
         for conversation, member in joined.items():
@@ -276,7 +276,12 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
     if new:  # (a repeat, e.g. a turn's start catching up an answer posted before, is no such point)
         fault_point("after conversation post")  # posted, not delivered yet: whoever catches up next delivers
     for conversation in dict.fromkeys(touched):
-        deliver(store, conversation)
+        try:
+            deliver(store, conversation)
+        except ConversationError as exc:  # deleted since
+            log.info("task %s: conversation %s not delivered: %s", task_id, conversation, exc)
+    for raw in taken:  # only now: a post taken whose delivery was cut short (a crash) is posted (once) and
+        store.redis.lrem(key, 1, raw)  # delivered by the next catch-up, though its turn may never end
     return list(dict.fromkeys(touched))
 
 
