@@ -12,7 +12,7 @@ def test_kubernetes_names_are_task_ids(task_id: str) -> None:
 
 
 @pytest.mark.parametrize("task_id", ["ns/a..b", "a..b", "ns/a.", "ns/.a", "ns/a.-b", "ns/a-.b", "ns/A", "ns/a_b",
-                                     "n.s/a", "/a", "ns/", ""])
+                                     "n.s/a", "/a", "ns/", "", "demo\n", "ns/demo\n"])
 def test_other_strings_are_refused_with_one_line(task_id: str) -> None:
     with pytest.raises(ValueError, match="invalid task id") as caught:
         validate_task_id(task_id)

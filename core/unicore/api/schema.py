@@ -167,7 +167,7 @@ Prompt = Annotated[str, AfterValidator(check_prompt), Field(json_schema_extra={"
 def validate_task_id(task_id: str) -> str:
     name = task_name(task_id)
     namespace = task_id[: -len(name) - 1] if len(name) < len(task_id) else ""
-    if len(name) > MAX_TASK_NAME or len(namespace) > MAX_NAMESPACE or not TASK_ID_RE.match(task_id):
+    if len(name) > MAX_TASK_NAME or len(namespace) > MAX_NAMESPACE or not TASK_ID_RE.fullmatch(task_id):
         shown = repr(task_id) if len(task_id) <= 80 else f"{task_id[:60]!r}... ({len(task_id)} characters)"
         raise ValueError(
             f"invalid task id {shown}: use lowercase letters, digits and '-' (optionally '<namespace>/<name>'), "
@@ -286,7 +286,7 @@ class TaskSpec(BaseModel):
     @field_validator("agent")
     @classmethod
     def _agent_id(cls, agent: str | None) -> str | None:
-        if agent is not None and not TASK_ID_RE.match(agent):
+        if agent is not None and not TASK_ID_RE.fullmatch(agent):
             raise ValueError(f"invalid agent id {agent[:80]!r}: '[<namespace>/]<name>', a Kubernetes object name")
         return agent
 
