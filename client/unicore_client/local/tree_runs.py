@@ -16,6 +16,7 @@ import redis
 from unicore.api.schema import APPROVE_ALL, MCPServerRef
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import redis_url, unicore_home
+from unicore.store import conversations
 from unicore.store.client import RedisClient
 from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
@@ -89,7 +90,10 @@ def settle(client: RedisClient, url: str, task_id: str, *, quiet: bool, timeout:
     """Run the tree of ``task_id`` in this process until it settles (progress lines on stderr unless ``quiet``);
     EXIT_FAILED when it does not within ``timeout`` seconds or a turn failed. ``client``: the Redis of ``url``,
     connected (the supervisor works on it; its turn processes connect to ``url``)."""
-    return settle_roots(client, url, [TaskStore(client).get_task(task_id).root], quiet=quiet, timeout=timeout)
+    store = TaskStore(client)
+    # with the trees of the tasks it shares a conversation with: what it hands to them runs too (docs/conversations.md)
+    roots = list(dict.fromkeys([store.get_task(task_id).root, *conversations.partner_roots(store, task_id)]))
+    return settle_roots(client, url, roots, quiet=quiet, timeout=timeout)
 
 
 def settle_roots(client: RedisClient, url: str, roots: list[str], *, quiet: bool, timeout: float | None) -> int:

@@ -202,6 +202,20 @@ def delete(store: TaskStore, conversation: str) -> bool:
     return bool(pipe.execute()[0])
 
 
+def partner_roots(store: TaskStore, task_id: str) -> list[str]:
+    """The roots of the trees of every task that shares a conversation with ``task_id`` (local mode runs them with
+    its tree: what its answer hands to them runs too)."""
+    roots: list[str] = []
+    for conversation in task_conversations(store, task_id):
+        for member in members(store, conversation):
+            if member.kind == "task" and not member.left and member.id != task_id:
+                try:
+                    roots.append(store.get_task(member.id).root or member.id)
+                except TaskNotFound:
+                    continue
+    return list(dict.fromkeys(roots))
+
+
 def task_conversations(store: TaskStore, task_id: str) -> list[str]:
     return sorted(store.redis.smembers(TaskKeys(task_id).conversations))
 
@@ -342,5 +356,5 @@ def _queue(store: TaskStore, conversation: str, item: rules.Post, to: Sequence[s
 
 
 __all__ = ["MAX_POSTS", "ConversationError", "Meta", "catch_up", "create", "delete", "deliver", "join", "leave",
-           "list_conversations", "members", "outbox", "post", "posts", "publish", "queue_outbox", "read_meta",
-           "set_status", "task_conversations"]
+           "list_conversations", "members", "outbox", "partner_roots", "post", "posts", "publish", "queue_outbox",
+           "read_meta", "set_status", "task_conversations"]
