@@ -10,6 +10,19 @@ CHAT_ATTRIBUTES = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.requ
                    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons")
 TOOL_ATTRIBUTES = ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type")
 AGENT_ATTRIBUTES = ("gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.agent.id", "gen_ai.conversation.id")
+ROOT, MID, LEAF = "tr", "tr-mid", "tr-mid-leaf"
+
+
+def three_level_script(leaf: dict[str, Any]) -> dict[str, Any]:
+    """A scripted tree ROOT -> MID -> LEAF whose turns report up (``leaf``: the leaf's one step). Each of mid's turns
+    reports, so the root runs a turn for each (or one for both)."""
+    spawn = [{"name": "spawn_task", "input": {"name": "mid", "prompt": "Ask a leaf."}}]
+    return {"default": "Done.", "tasks": {
+        ROOT: [{"tool_use": spawn}, {"text": "Waiting for mid."}],
+        MID: [{"tool_use": [{"name": "spawn_task", "input": {"name": "leaf", "prompt": "Answer."}}]},
+              {"text": "Waiting for the leaf."}, {"text": "Mid: the leaf reported."}],
+        LEAF: [leaf],
+    }}
 
 
 @dataclass

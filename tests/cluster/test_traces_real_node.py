@@ -21,23 +21,22 @@ from unicore_devcluster.node_host import node_ip
 from tests.cluster.operator_harness import StartOperator, Tasks, operator_factory
 from tests.cluster.real_node import container_id, kill_container
 from tests.jaeger_binary import jaeger_binary
-from tests.trace_tree import AGENT_ATTRIBUTES, CHAT_ATTRIBUTES, TOOL_ATTRIBUTES, TraceTree, missing
+from tests.trace_tree import (
+    AGENT_ATTRIBUTES,
+    CHAT_ATTRIBUTES,
+    LEAF,
+    MID,
+    ROOT,
+    TOOL_ATTRIBUTES,
+    TraceTree,
+    missing,
+    three_level_script,
+)
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_node]
 
-ROOT, MID, LEAF = "tr", "tr-mid", "tr-mid-leaf"
-SCRIPT = {
-    "default": "Done.",
-    "tasks": {
-        ROOT: [{"tool_use": [{"name": "spawn_task", "input": {"name": "mid", "prompt": "Ask a leaf."}}]},
-               {"text": "Waiting for mid."}],
-        MID: [{"tool_use": [{"name": "spawn_task", "input": {"name": "leaf", "prompt": "Answer."}}]},
-              {"text": "Waiting for the leaf."},
-              {"text": "Mid: the leaf reported."}],
-        LEAF: [{"gate": "killed", "text": "Leaf: 42."}],
-    },
-}
+SCRIPT = three_level_script({"gate": "killed", "text": "Leaf: 42."})
 
 
 @pytest.fixture

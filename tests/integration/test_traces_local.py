@@ -18,24 +18,22 @@ from unicore.store.tasks import TaskStore, connect
 from unicore_client.traces.jaeger import JaegerServer
 
 from tests.jaeger_binary import jaeger_binary
-from tests.trace_tree import AGENT_ATTRIBUTES, CHAT_ATTRIBUTES, TOOL_ATTRIBUTES, TraceTree, missing
+from tests.trace_tree import (
+    AGENT_ATTRIBUTES,
+    CHAT_ATTRIBUTES,
+    LEAF,
+    MID,
+    ROOT,
+    TOOL_ATTRIBUTES,
+    TraceTree,
+    missing,
+    three_level_script,
+)
 from tests.unicore_cli import unicore
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT, MID, LEAF = "tr", "tr-mid", "tr-mid-leaf"
-SCRIPT = {
-    "default": "Done.",
-    "tasks": {
-        # each of mid's turns reports: the root runs a turn for each (or one for both)
-        ROOT: [{"tool_use": [{"name": "spawn_task", "input": {"name": "mid", "prompt": "Ask a leaf."}}]},
-               {"text": "Waiting for mid."}],
-        MID: [{"tool_use": [{"name": "spawn_task", "input": {"name": "leaf", "prompt": "Answer."}}]},
-              {"text": "Waiting for the leaf."},
-              {"text": "Mid: the leaf reported."}],
-        LEAF: [{"text": "Leaf: 42."}],
-    },
-}
+SCRIPT = three_level_script({"text": "Leaf: 42."})
 
 
 @pytest.fixture(scope="module")

@@ -18,20 +18,19 @@ that Jaeger only while its command line names that folder's ``jaeger.json`` (a p
 from __future__ import annotations
 
 import argparse
-import fcntl
 import ipaddress
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from unicore.errors import ConfigError
 from unicore.launch.embedded_redis import unicore_home
+from unicore.launch.file_lock import exclusive
 from unicore.traces.links import TRACE_URL_VARIABLE
 
 from unicore_client.arguments import UsageError, int_between
@@ -58,21 +57,9 @@ def jaeger_home() -> Path:
     return unicore_home() / "jaeger"
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path) -> AbstractContextManager[None]:
     """Hold an exclusive flock on ``path`` (one command at a time starts or stops this home's Jaeger)."""
-    deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
-    with open(path, "w") as lock:
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfigError(f"another unicore command holds {path} (starting or stopping Jaeger); "
-                                      "try again") from None
-                time.sleep(0.1)
-        yield
+    return exclusive(path, time.monotonic() + LOCK_TIMEOUT_SECONDS, "starting or stopping Jaeger")
 
 
 def read_state(where: Path) -> dict[str, Any] | None:

@@ -22,13 +22,13 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import redis
 
 from unicore.errors import ConfigError
+from unicore.launch.file_lock import exclusive
 from unicore.log import get_logger
 from unicore.settings import RuntimeSettings
 from unicore.store.client import check_url
@@ -56,20 +56,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-@contextmanager
-def _locked(path: Path, deadline: float) -> Iterator[None]:
+def _locked(path: Path, deadline: float) -> AbstractContextManager[None]:
     """Hold an exclusive flock on ``path``; ConfigError if another process holds it past ``deadline``."""
-    with open(path, "w") as lock:
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfigError(f"another unicore command holds {path} (starting the embedded "
-                                      "redis-server); try again") from None
-                time.sleep(_POLL_SECONDS)
-        yield
+    return exclusive(path, deadline, "starting the embedded redis-server", _POLL_SECONDS)
 
 
 def _owner_lock(where: Path) -> int | None:
