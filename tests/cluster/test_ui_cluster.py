@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import redis
 import yaml
 from kubernetes import client
 from unicore.store.tasks import TaskStore
+from unicore_client.ui.backend_protocol import Conflict
 
 from tests.cluster.operator_harness import VENV_BIN, OperatorProcess, Tasks, install_agent_rbac, install_crd
 from tests.cluster.task_api_harness import aggregated_task_api, ca_pair
@@ -318,6 +320,71 @@ def test_a_user_without_rights_in_the_namespace_gets_a_clear_403(env: Env, bob_u
     assert run.returncode == 1 and run.stdout == ""
     assert run.stderr.startswith(f"error: forbidden: you cannot list agenttasks in namespace {env.a}")
     assert run.stderr.count("\n") == 1 and 'User "bob" cannot list resource "agenttasks"' in run.stderr
+
+
+def test_a_conversation_created_through_the_task_api_is_read_and_posted_to_from_the_ui(env: Env, alice_ui: UI,
+                                                                                        bob_ui: UI) -> None:
+    """Issue 33 in cluster mode: alice makes a conversation with a task through the task API; her UI's backend lists
+    it, shows the task's live state, posts once per client id and follows the task's answer (posted by the
+    operator) in its live feed; the page's URL of it answers through her real UI server; bob's UI gets a 403
+    naming the right."""
+    from unicore_client.kubectl_plugin.kube import connect
+    from unicore_client.kubectl_plugin.proxy import TaskApiClient, conversation_path
+    from unicore_client.ui.cluster_backend import ClusterBackend
+
+    a = env.a
+    tasks = env.tasks(a)
+    tasks.create("talker", {"prompt": "Say you are here.", "model": "scripted", "gpus": 0, "script": {"tasks": {
+        "talker": [{"text": "Talker, here."}, {"text": "Talker heard the room."}]}}})
+    wait_for(lambda: env.idle(a, "talker"), timeout=SETTLE, what="talker Idle")
+    alice = connect(kubeconfig=str(env.users["alice"]))
+    made = TaskApiClient(alice).post(conversation_path(a), {"name": "room", "title": "Room", "tasks": ["talker"]})
+    assert {p["name"] for p in made["participants"]} == {"alice", "talker"}
+    room = f"{a}/room"
+    backend = ClusterBackend(alice, a).start()
+    stop = threading.Event()
+    try:
+        listed = backend.conversations()
+        assert [(c["id"], c["title"], c["status"], c["agents"], c["people"]) for c in listed] == [
+            (room, "Room", "open", ["talker"], ["alice"])]
+        shown = backend.conversation(room)
+        assert shown["posts"] == listed[0]["posts"] == 2 and shown["created_by"] == "alice"
+        states = {p["name"]: p["state"] for p in shown["participants"]}
+        assert states == {"alice": "person", "talker": "idle"}
+        feed = backend.conversation_events(room, shown["posts"], stop=stop)
+        assert next(feed)[1] == "conversation"
+        client_id = f"ui-{uuid.uuid4().hex[:12]}"
+        assert backend.conversation_post(room, "hello room", client_id) == {"posted": True, "seq": 3}
+        assert backend.conversation_post(room, "hello room", client_id) == {"posted": False, "seq": None}  # once
+        seen: list[tuple[str, str, dict[str, Any]]] = []
+
+        def answered() -> bool:
+            seen.append(next(feed))
+            return any(e[1] == "post" and e[2]["kind"] == "answer" for e in seen)
+
+        wait_for(answered, timeout=SETTLE, interval=0, what="talker's answer in the UI's live feed")
+        posts = [e[2] for e in seen if e[1] == "post"]
+        assert [(p["seq"], p["kind"], p["name"]) for p in posts[:1]] == [(3, "post", "alice")]
+        answer = next(p for p in posts if p["kind"] == "answer")
+        assert (answer["sender"], answer["name"], answer["text"]) == (f"{a}/talker", "talker", "Talker heard the room.")
+        assert [p["text"] for p in backend.conversation_posts(room, 2, 500)].count("hello room") == 1
+        assert backend.conversation_control(room, "close") == {"status": "closed", "changed": True}
+        with pytest.raises(Conflict, match="closed"):
+            backend.conversation_post(room, "too late", f"ui-{uuid.uuid4().hex[:12]}")
+    finally:
+        stop.set()
+        backend.close()
+
+    jar = cookie(alice_ui)
+    status, page = get_json(alice_ui, jar, f"/api/conversations/{quote(room, safe='')}")
+    assert status == 200 and page["id"] == room and page["status"] == "closed"
+    jar = cookie(bob_ui)
+    status, denied = get_json(bob_ui, jar, f"/api/conversations/{quote(room, safe='')}")
+    assert status == 403 and denied["error"].startswith("forbidden: bob cannot get conversations"), denied
+    assert f"in namespace {a}" in denied["error"] and "\n" not in denied["error"]
+    status, denied = post(bob_ui, jar, f"/api/conversations/{quote(room, safe='')}/posts",
+                          {"text": "let me in", "id": "bob-00000001"})
+    assert status == 403 and denied["error"].startswith("forbidden: bob cannot create conversations/posts"), denied
 
 
 # ---------------------------------------------------------------------------------------------------- browser

@@ -17,8 +17,9 @@ JSON shapes (what ``static/app.js`` reads):
 - a message: ``{seq, role, turn_number (from 0), content: [blocks]}``, blocks ``{"text"}``, ``{"toolUse": {toolUseId,
   name, input}}``, ``{"toolResult": {toolUseId, status, content: [{"text"} | {"json"}]}}``;
 - ``events(id)``: ``[{time, type, reason, message}]``, oldest first;
-- shared conversations (issue 33; the rules: ``unicore.conversations``), local mode only so far (the cluster backend
-  answers ``NotSupported``):
+- shared conversations (issue 33; the rules: ``unicore.conversations``), in both modes (a conversation's id: its
+  name in local mode, ``<namespace>/<name>`` in cluster mode, where what the task API does not say is None:
+  ``handoffs`` and a participant's ``joined_at``; ``unicore_client.ui.cluster_conversations``):
 
   - ``conversations()``: ``[{id, title, status, created_by, created_at, posts, agents, people}]``, newest first;
     ``status`` ``open`` | ``paused`` | ``closed``, ``posts`` the last post's seq, ``agents`` / ``people`` the names

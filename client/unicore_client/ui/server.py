@@ -25,8 +25,8 @@ API (JSON; the cluster-mode backend serves the same):
 ``POST /api/conversations/C/posts``             {text, id} -> {posted, seq} (the same id twice posts once)
 ``POST /api/conversations/C/pause|resume|close`` {} -> {status, changed}
 
-A conversation's refusals: 404 (no such conversation), 409 (closed: no post, no pause or resume), 501 (the cluster
-backend: not yet).
+A conversation's refusals: 404 (no such conversation), 409 (closed: no post, no pause or resume); in cluster mode
+(C is ``<namespace>/<name>``, percent-encoded as one segment) also 403 (RBAC: the right that is missing) and 503.
 """
 
 from __future__ import annotations

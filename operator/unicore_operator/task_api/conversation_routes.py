@@ -103,9 +103,10 @@ def _shape(api: TaskApi, meta: store.Meta, after: int) -> dict[str, Any]:
         "kind": "Conversation", "apiVersion": "tasks.unicore.dev/v1alpha1",
         "metadata": {"name": meta.id.split("/", 1)[1], "namespace": meta.id.split("/", 1)[0]},
         "title": meta.title, "status": meta.status, "createdBy": meta.created_by, "createdAt": meta.created_at,
-        "handoffLimit": meta.handoff_limit, "posts": [shape_post(p) for p in
-                                                      store.posts(api.store, meta.id, after=after, limit=POSTS_PAGE)],
-        "participants": [{"kind": m.kind, "name": m.name, "id": m.id, "left": m.left} for m in members],
+        "handoffLimit": meta.handoff_limit, "handoffs": meta.handoffs, "seq": meta.seq,
+        "posts": [shape_post(p) for p in store.posts(api.store, meta.id, after=after, limit=POSTS_PAGE)],
+        "participants": [{"kind": m.kind, "name": m.name, "id": m.id, "left": m.left, "joinedAt": m.joined_at}
+                         for m in members],
     }
 
 

@@ -467,7 +467,7 @@ async function loadConversations(mine) {
     listShown = shown;
     document.getElementById("conversations").replaceChildren(...data.conversations.map(conversationRow));
     document.getElementById("conversations-empty").hidden = data.conversations.length > 0;
-  } catch (err) {  // e.g. the cluster backend: not yet (501), one line
+  } catch (err) {  // e.g. a 403 in cluster mode (no right to list conversations), one line
     if (mine === view) error.textContent = err.message;
   }
 }
@@ -526,8 +526,10 @@ function onConversation(info) {
   document.getElementById("conversation-title").textContent =
     info.title && info.title !== info.id ? `${info.title} (${info.id})` : info.id;
   const line = document.getElementById("conversation-status");
-  line.textContent = `${info.status} \u00b7 ${info.posts} posts \u00b7 agent hand-offs ${info.handoffs} of `
-    + `${info.handoff_limit} since the last person's post \u00b7 created by ${info.created_by}`;
+  const handoffs = info.handoffs === null || info.handoffs === undefined  // cluster mode: the task API does not say
+    ? `agent hand-offs at most ${info.handoff_limit} per person's post`
+    : `agent hand-offs ${info.handoffs} of ${info.handoff_limit} since the last person's post`;
+  line.textContent = `${info.status} \u00b7 ${info.posts} posts \u00b7 ${handoffs} \u00b7 created by ${info.created_by}`;
   line.dataset.status = info.status;
   const shown = JSON.stringify(info.participants.map((p) => [p.id, p.kind, p.name, p.state, p.task && p.task.waiting]));
   if (shown !== conv.shown) {  // only when what it shows changed: a focused link stays
@@ -568,7 +570,8 @@ async function showConversation(name) {
     if (mine !== view) return;
     if (first > 0) {
       document.getElementById("posts").append(el("li", { class: "msg post-event",
-        text: `${first} earlier posts not shown (unicore conv show ${name})` }));
+        text: `${first} earlier posts not shown (unicore conv show prints them all; on a cluster kubectl agenttask `
+          + "conv show)" }));
     }
     conv.last = first;
     page.posts.forEach(addPost);

@@ -1,0 +1,498 @@
+"""``kubectl agenttask ui``'s shared conversations (issue 33): ``ClusterBackend``'s conversation methods against a
+local HTTP stub of the task API's ``conversations`` (the semantics of ``task_api/conversation_routes.py``: a post
+once per id, 409 once closed, 404 with its details, a long poll of ``posts``) that a kubeconfig points the plugin's
+real client at, as tests/unit/test_plugin_conversations.py does; the AgentTasks come from the backend's watch cache.
+Then the refusals through the real HTTP server: 403 (one line naming the right), 404, 409, 503."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import pytest
+from unicore_client.kubectl_plugin.kube import connect
+from unicore_client.ui.backend_protocol import PARTICIPANT_STATES, Conflict, Forbidden, NotFound, Unavailable
+from unicore_client.ui.cluster_backend import ClusterBackend
+from unicore_client.ui.cluster_conversations import split_conversation
+from unicore_client.ui.local_backend import BadRequest
+from unicore_client.ui.server import COOKIE, UIServer
+
+PREFIX = "/apis/tasks.unicore.dev/v1alpha1/namespaces/"
+CLIENT = "c0ffee00-0000-4000-8000-000000000001"
+
+
+# ------------------------------------------------------------------------------------------------ the fake task API
+
+
+@dataclass
+class Call:
+    method: str
+    namespace: str
+    name: str
+    sub: str
+    query: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Conversation:
+    title: str
+    created_at: float
+    created_by: str = "alice"
+    status: str = "open"
+    handoff_limit: int = 4
+    posts: list[dict[str, Any]] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    participants: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, kind: str, sender_kind: str, sender: str, text: str, post_id: str = "") -> int:
+        seq = len(self.posts) + 1
+        self.posts.append({"seq": seq, "id": post_id or f"{kind}:{seq}", "kind": kind, "senderKind": sender_kind,
+                           "sender": sender, "text": text, "at": 100.0 + seq})
+        return seq
+
+    def join(self, kind: str, member: str) -> None:
+        name = member.rsplit("/", 1)[-1]
+        self.participants.append({"kind": kind, "name": name, "id": member, "left": False})
+        self.add("joined", kind, member, f"{member} joined")
+
+
+@dataclass
+class FakeTaskApi:
+    """The task API's conversations in memory, answered as ``conversation_routes`` answers; ``denied``: (namespace,
+    method, subresource) the API server refuses with its 403 (subresource "list" for the collection, "" for the
+    object);
+    ``failures``: statuses answered first, one per request."""
+
+    conversations: dict[tuple[str, str], Conversation] = field(default_factory=dict)
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
+    failures: list[int] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def create(self, namespace: str, name: str, *tasks: str, title: str = "", created_at: float = 1.0) -> Conversation:
+        conversation = Conversation(title=title or name, created_at=created_at)
+        conversation.join("user", "alice")
+        for task in tasks:
+            conversation.join("task", f"{namespace}/{task}")
+        self.conversations[(namespace, name)] = conversation
+        return conversation
+
+    def shape(self, namespace: str, name: str, conversation: Conversation, after: int) -> dict[str, Any]:
+        return {"kind": "Conversation", "apiVersion": "tasks.unicore.dev/v1alpha1",
+                "metadata": {"name": name, "namespace": namespace}, "title": conversation.title,
+                "status": conversation.status, "createdBy": conversation.created_by,
+                "createdAt": conversation.created_at, "handoffLimit": conversation.handoff_limit,
+                "posts": [p for p in conversation.posts if p["seq"] > after][:500],
+                "participants": [dict(p) for p in conversation.participants]}
+
+    def answer(self, call: Call, *, record: bool = True) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            if record:
+                self.calls.append(call)
+            if self.failures:
+                status = self.failures.pop(0)
+                return status, {"kind": "Status", "code": status, "message": "the operator is restarting"}
+            what = "conversations" + (f"/{call.sub}" if call.sub else "")
+            verb = {"GET": "get" if call.name else "list", "POST": "create", "DELETE": "delete"}[call.method]
+            if (call.namespace, call.method, call.sub if call.name else "list") in self.denied:
+                return 403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": (
+                    f'{what}.tasks.unicore.dev "{call.name}" is forbidden: User "bob" cannot {verb} resource '
+                    f'"{what}" in API group "tasks.unicore.dev" in the namespace "{call.namespace}"')}
+            if not call.name:
+                items = [{"name": name, "title": c.title, "status": c.status, "posts": len(c.posts)}
+                         for (ns, name), c in self.conversations.items() if ns == call.namespace]
+                return 200, {"kind": "ConversationList", "items": items}
+            conversation = self.conversations.get((call.namespace, call.name))
+            if conversation is None:
+                return 404, {"kind": "Status", "code": 404, "reason": "NotFound",
+                             "message": f"conversation {call.namespace}/{call.name} not found",
+                             "details": {"name": call.name, "group": "tasks.unicore.dev", "kind": "conversations"}}
+            after = int(call.query.get("after") or 0)
+            if call.method == "GET" and not call.sub:
+                return 200, self.shape(call.namespace, call.name, conversation, after)
+            if call.method == "GET" and call.sub == "posts":
+                found = [p for p in conversation.posts if p["seq"] > after][:500]
+                return 200, {"kind": "ConversationPosts", "status": conversation.status, "posts": found}
+            if call.sub == "posts":
+                if conversation.status == "closed":
+                    return 409, {"kind": "Status", "code": 409, "reason": "Conflict",
+                                 "message": f"conversation {call.namespace}/{call.name} is closed"}
+                key = f"user:{call.body['id']}"
+                if key in conversation.ids:
+                    return 200, {"kind": "PostReceipt", "seq": 0, "duplicate": True}
+                conversation.ids.add(key)
+                seq = conversation.add("post", "user", "alice", call.body["text"], key)
+                return 201, {"kind": "PostReceipt", "seq": seq, "duplicate": False}
+            if call.sub == "control":
+                status = {"pause": "paused", "resume": "open", "close": "closed"}[call.body["action"]]
+                if conversation.status == status:
+                    return 200, {"kind": "ControlReceipt", "status": status, "changed": False}
+                if conversation.status == "closed":
+                    return 409, {"kind": "Status", "code": 409, "reason": "Conflict",
+                                 "message": f"conversation {call.namespace}/{call.name} is closed"}
+                conversation.status = status
+                conversation.add("note", "system", "", f"alice {call.body['action']}d the conversation")
+                return 200, {"kind": "ControlReceipt", "status": status, "changed": True}
+            return 404, {"kind": "Status", "code": 404, "message": "no route"}
+
+    def long_poll(self, call: Call) -> tuple[int, dict[str, Any]]:
+        """``posts?wait=``: held (briefly here) until a post after ``after`` comes."""
+        deadline = time.monotonic() + min(float(call.query.get("wait") or 0), 0.3)
+        status, body = self.answer(call)
+        while status == 200 and not body.get("posts") and time.monotonic() < deadline:
+            time.sleep(0.02)
+            status, body = self.answer(call, record=False)  # one request, however long it is held
+        return status, body
+
+    def sent(self, method: str | None = None, sub: str | None = None) -> list[Call]:
+        return [c for c in self.calls if (method is None or c.method == method) and (sub is None or c.sub == sub)]
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[tuple[FakeTaskApi, Path]]:
+    api = FakeTaskApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            assert parts.path.startswith(PREFIX), parts.path
+            namespace, _, rest = parts.path[len(PREFIX):].partition("/")
+            segments = [unquote(s) for s in rest.split("/")]
+            assert segments[0] == "conversations", parts.path
+            length = int(self.headers.get("Content-Length") or 0)
+            call = Call(self.command, namespace, segments[1] if len(segments) > 1 else "",
+                        segments[2] if len(segments) > 2 else "", dict(parse_qsl(parts.query)),
+                        json.loads(self.rfile.read(length)) if length else None)
+            status, body = api.long_poll(call) if "wait" in call.query else api.answer(call)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _serve
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
+        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "alice", "user": {"token": "alice-token"}}],
+        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "alice", "namespace": "team-a"}}],
+    }))
+    try:
+        yield api, kubeconfig
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def agenttask(namespace: str, name: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-11-22T10:00:00Z"},
+            "spec": {"prompt": "go"}, "status": {"phase": phase, "turns": 1}}
+
+
+def backend_for(kubeconfig: Path, namespace: str | None = "team-a", *, timeout: float = 2.0,
+                tasks: tuple[tuple[str, str, str], ...] = (("team-a", "writer", "Running"),
+                                                          ("team-a", "critic", "Idle"))) -> ClusterBackend:
+    """A ClusterBackend over the stub, its watch's cache holding ``tasks`` (namespace, name, phase): not started,
+    so no AgentTask is listed or watched."""
+    backend = ClusterBackend(connect(kubeconfig=str(kubeconfig)), namespace, api_timeout=timeout)
+    for ns, name, phase in tasks:
+        backend.watch.objects[(ns, name)] = agenttask(ns, name, phase)
+    return backend
+
+
+# ------------------------------------------------------------------------------------------------ reads
+
+
+def test_ids_are_namespace_slash_name_and_a_bare_name_is_the_contexts_namespace() -> None:
+    assert split_conversation("team-b/room", "team-a") == ("team-b", "room")
+    assert split_conversation("room", "team-a") == ("team-a", "room")
+    for bad in ("", "team-a/", "Team/room", "team-a/Room", "a/b/c", "team-a/room\n", "x" * 64):
+        with pytest.raises(ValueError, match="bad conversation id"):
+            split_conversation(bad, "team-a")
+
+
+def test_the_list_is_the_namespaces_conversations_newest_first_with_who_takes_part(fake) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "old", "writer", created_at=1.0)
+    api.create("team-a", "new", "writer", "critic", title="New room", created_at=2.0)
+    api.create("team-b", "elsewhere", created_at=3.0)  # not the UI's namespace
+    backend = backend_for(kubeconfig)
+    listed = backend.conversations()
+    assert listed == [
+        {"id": "team-a/new", "title": "New room", "status": "open", "created_by": "alice", "created_at": 2.0,
+         "posts": 3, "agents": ["writer", "critic"], "people": ["alice"]},
+        {"id": "team-a/old", "title": "old", "status": "open", "created_by": "alice", "created_at": 1.0,
+         "posts": 2, "agents": ["writer"], "people": ["alice"]}]
+    assert {c.namespace for c in api.calls} == {"team-a"}
+    gets = len(api.sent("GET"))
+    assert backend.conversations() == listed
+    assert len(api.sent("GET")) == gets + 1  # the list only: a row's details are kept while its last seq is
+    api.conversations[("team-a", "old")].participants[1]["left"] = True
+    api.conversations[("team-a", "old")].add("left", "task", "team-a/writer", "team-a/writer left")
+    again = backend.conversations()
+    assert again[1]["agents"] == [] and again[1]["posts"] == 3
+
+
+def test_every_namespace_lists_those_of_the_tasks_shown_and_leaves_out_one_it_may_not_list(fake) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room", created_at=1.0)
+    api.create("team-b", "hall", created_at=2.0)
+    api.create("team-c", "closet", created_at=3.0)  # no AgentTask of team-c is shown: not listed
+    backend = backend_for(kubeconfig, None, tasks=(("team-a", "writer", "Idle"), ("team-b", "critic", "Idle")))
+    assert [c["id"] for c in backend.conversations()] == ["team-b/hall", "team-a/room"]
+    api.denied.add(("team-b", "GET", "list"))
+    assert [c["id"] for c in backend.conversations()] == ["team-a/room"]
+    api.denied.add(("team-a", "GET", "list"))
+    with pytest.raises(Forbidden, match="^forbidden: bob cannot list conversations .* in namespace team-a"):
+        backend.conversations()
+
+
+def test_a_conversation_has_its_participants_live_state_from_their_agenttasks(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room", "writer", "critic", "gone", title="Room")
+    room.participants[2]["left"] = True  # critic left
+    room.add("post", "user", "alice", "hello @writer")
+    backend = backend_for(kubeconfig)
+    shown = backend.conversation("team-a/room")
+    assert {k: v for k, v in shown.items() if k != "participants"} == {
+        "id": "team-a/room", "title": "Room", "status": "open", "created_by": "alice", "created_at": 1.0,
+        "posts": 5, "handoff_limit": 4, "handoffs": None}
+    states = {p["id"]: (p["kind"], p["name"], p["state"]) for p in shown["participants"]}
+    assert states == {"alice": ("user", "alice", "person"), "team-a/writer": ("task", "writer", "running"),
+                      "team-a/critic": ("task", "critic", "left"), "team-a/gone": ("task", "gone", "gone")}
+    assert all(p["state"] in PARTICIPANT_STATES for p in shown["participants"])
+    writer = next(p for p in shown["participants"] if p["id"] == "team-a/writer")
+    assert writer["task"]["id"] == "team-a/writer" and writer["task"]["status"] == "Running"
+    assert writer["joined_at"] is None
+    assert backend.conversation("room")["id"] == "team-a/room"  # a bare name: the context's namespace
+    json.dumps(shown)
+
+
+def test_a_conversation_of_a_namespace_the_watch_does_not_cover_reads_its_agenttasks(fake, monkeypatch) -> None:
+    api, kubeconfig = fake
+    api.create("team-b", "hall", "critic")
+    backend = backend_for(kubeconfig)  # the tree: team-a
+    asked: list[tuple[str, str]] = []
+
+    def get(namespace: str, name: str) -> dict[str, Any]:
+        asked.append((namespace, name))
+        return agenttask(namespace, name, "WaitingForApproval")
+
+    monkeypatch.setattr(backend, "_get", get)
+    critic = backend.conversation("team-b/hall")["participants"][1]
+    assert asked == [("team-b", "critic")] and critic["state"] == "waiting" and critic["task"]["waiting"] == "approval"
+
+
+def test_who_may_get_but_not_list_gets_the_post_count_by_reading_the_posts(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room")
+    for n in range(600):  # more than one page of the posts route
+        room.add("post", "user", "alice", f"post {n}")
+    api.denied.add(("team-a", "GET", "list"))
+    assert backend_for(kubeconfig).conversation("team-a/room")["posts"] == 601
+    assert [c.query.get("after") for c in api.sent("GET", "posts")] == ["0", "500"]
+
+
+def test_posts_after_a_seq_as_the_page_shows_them(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room", "writer")
+    room.add("answer", "task", "team-a/writer", "<b>done</b>")
+    room.add("note", "system", "", "alice paused the conversation")
+    posts = backend_for(kubeconfig).conversation_posts("team-a/room", 2, 500)
+    assert posts == [
+        {"seq": 3, "id": "answer:3", "kind": "answer", "sender_kind": "task", "sender": "team-a/writer",
+         "name": "writer", "text": "<b>done</b>", "at": 103.0},
+        {"seq": 4, "id": "note:4", "kind": "note", "sender_kind": "system", "sender": "", "name": "",
+         "text": "alice paused the conversation", "at": 104.0}]
+    assert api.sent("GET", "posts")[-1].query == {"after": "2"}
+    assert len(backend_for(kubeconfig).conversation_posts("team-a/room", 0, 1)) == 1
+
+
+# ------------------------------------------------------------------------------------------------ writes
+
+
+def test_a_post_is_taken_once_per_client_id_which_is_the_task_apis_post_id(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room", "writer")
+    backend = backend_for(kubeconfig)
+    assert backend.conversation_post("team-a/room", "hello @writer", CLIENT) == {"posted": True, "seq": 3}
+    assert backend.conversation_post("team-a/room", "hello @writer", CLIENT) == {"posted": False, "seq": None}
+    assert [c.body for c in api.sent("POST", "posts")] == [{"id": CLIENT, "text": "hello @writer"}] * 2
+    assert [p["text"] for p in room.posts].count("hello @writer") == 1
+
+
+def test_a_post_retried_after_the_operator_restarted_is_taken_once(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room")
+    api.failures.extend([503, 502])  # the client retries the same request (the same id) until its deadline
+    assert backend_for(kubeconfig).conversation_post("room", "once", CLIENT) == {"posted": True, "seq": 2}
+    assert [c.body["id"] for c in api.sent("POST", "posts")] == [CLIENT] * 3
+    assert [p["text"] for p in room.posts].count("once") == 1
+
+
+@pytest.mark.parametrize(("text", "client_id", "needle"), [
+    ("hi", "short", "id: 8-64 letters"), ("hi", "x" * 65, "id: 8-64 letters"), ("hi", "bad id!!", "id: 8-64"),
+    ("  \n", CLIENT, "the post is empty"), ("x" * (64 * 1024 + 1), CLIENT, "the post is too long"),
+], ids=["short-id", "long-id", "bad-id", "empty", "too-long"])
+def test_a_bad_post_is_refused_before_any_request(fake, text: str, client_id: str, needle: str) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room")
+    with pytest.raises(BadRequest, match=needle):
+        backend_for(kubeconfig).conversation_post("team-a/room", text, client_id)
+    assert api.sent("POST") == []
+
+
+def test_pause_resume_close_and_then_409(fake) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room")
+    backend = backend_for(kubeconfig)
+    assert backend.conversation_control("team-a/room", "pause") == {"status": "paused", "changed": True}
+    assert backend.conversation_control("team-a/room", "pause") == {"status": "paused", "changed": False}
+    assert backend.conversation_control("team-a/room", "resume") == {"status": "open", "changed": True}
+    assert backend.conversation_control("team-a/room", "close") == {"status": "closed", "changed": True}
+    assert [c.body for c in api.sent("POST", "control")] == [{"action": a} for a in ("pause", "pause", "resume",
+                                                                                     "close")]
+    with pytest.raises(Conflict, match="^conversation team-a/room is closed$"):
+        backend.conversation_post("team-a/room", "too late", CLIENT)
+    with pytest.raises(Conflict, match="is closed"):
+        backend.conversation_control("team-a/room", "resume")
+    with pytest.raises(BadRequest, match="pause, resume or close"):
+        backend.conversation_control("team-a/room", "delete")
+
+
+def test_refusals_forbidden_names_the_right_404_and_503(fake) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room")
+    backend = backend_for(kubeconfig, timeout=0.3)
+    api.denied.add(("team-a", "POST", "posts"))
+    with pytest.raises(Forbidden) as denied:
+        backend.conversation_post("team-a/room", "let me in", CLIENT)
+    assert denied.value.message == (
+        "forbidden: bob cannot create conversations/posts (tasks.unicore.dev) in namespace team-a, so cannot post to "
+        "its conversations (ask for the unicore-agenttask-messenger role there)")
+    api.denied.add(("team-a", "POST", "control"))
+    with pytest.raises(Forbidden, match="cannot create conversations/control .* so cannot pause, resume or close"):
+        backend.conversation_control("team-a/room", "close")
+    api.denied.add(("team-a", "GET", "posts"))
+    with pytest.raises(Forbidden, match="cannot get conversations/posts .* unicore-agenttask-reader role"):
+        backend.conversation_posts("team-a/room", 0, 10)
+    with pytest.raises(NotFound, match="^conversation team-a/nope not found$"):
+        backend.conversation("team-a/nope")
+    with pytest.raises(BadRequest, match="bad conversation id"):
+        backend.conversation("team-a/No")
+    api.failures.extend([503] * 50)
+    with pytest.raises(Unavailable, match="not reachable through the API server"):
+        backend.conversation_posts("team-a/room", 0, 10)
+
+
+# ------------------------------------------------------------------------------------------------ the live feed
+
+
+def test_the_feed_sends_posts_after_the_seq_then_the_conversation_then_what_comes(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room", "writer")
+    room.add("post", "user", "alice", "first")
+    backend = backend_for(kubeconfig)
+    stop = threading.Event()
+    feed = backend.conversation_events("team-a/room", 2, wait_seconds=1, stop=stop)
+    first = [next(feed), next(feed)]
+    assert [(e[0], e[1]) for e in first] == [("3", "post"), ("3", "conversation")]
+    assert first[0][2]["text"] == "first" and first[1][2]["posts"] == 3
+    assert "wait" not in api.sent("GET", "posts")[0].query  # the first round answers at once
+    assert next(feed) == ("3", "", {})  # a quiet long poll: a keepalive
+    assert api.sent("GET", "posts")[-1].query == {"after": "3", "wait": "1"}
+
+    room.join("task", "team-a/critic")  # a join is a post: the participants are read again
+    joined = [next(feed), next(feed)]
+    assert [(e[0], e[1]) for e in joined] == [("4", "post"), ("4", "conversation")]
+    assert joined[0][2]["kind"] == "joined"
+    assert [p["name"] for p in joined[1][2]["participants"]] == ["alice", "writer", "critic"]
+    assert joined[1][2]["posts"] == 4
+
+    backend.watch.objects[("team-a", "writer")] = agenttask("team-a", "writer", "Idle")  # a phase change: no post
+    changed = next(feed)
+    assert changed[1] == "conversation"
+    assert {p["name"]: p["state"] for p in changed[2]["participants"]}["writer"] == "idle"
+
+    room.status = "paused"
+    room.add("note", "system", "", "alice paused the conversation")
+    assert [e[1] for e in (next(feed), next(feed))] == ["post", "conversation"]
+    stop.set()
+    assert list(feed) == []
+
+
+def test_the_feed_of_a_missing_conversation_raises_before_its_first_event(fake) -> None:
+    api, kubeconfig = fake
+    with pytest.raises(NotFound):
+        next(backend_for(kubeconfig).conversation_events("team-a/nope", 0))
+    api.create("team-a", "room")
+    api.denied |= {("team-a", "GET", "list"), ("team-a", "GET", "posts")}  # may neither list nor read posts
+    with pytest.raises(Forbidden, match="cannot get conversations/posts"):
+        next(backend_for(kubeconfig).conversation_events("team-a/room", 0))
+
+
+# ------------------------------------------------------------------------------------------------ HTTP
+
+
+@pytest.fixture
+def ui(fake) -> Iterator[tuple[FakeTaskApi, UIServer]]:
+    api, kubeconfig = fake
+    server = UIServer(backend_for(kubeconfig, timeout=0.3))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield api, server
+    server.shutdown()
+    server.server_close()
+
+
+def call(server: UIServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Host": f"127.0.0.1:{server.port}", "Cookie": f"{COOKIE.format(port=server.port)}={server.token}"}
+    if method == "POST":
+        headers["X-CSRF-Token"] = server.csrf
+    conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=headers)
+    reply = conn.getresponse()
+    return reply.status, json.loads(reply.read() or b"null")
+
+
+def test_the_pages_urls_work_in_cluster_mode_with_the_refusals_as_one_line(ui) -> None:
+    api, server = ui
+    api.create("team-a", "room", "writer")
+    assert call(server, "GET", "/api/conversations")[1]["conversations"][0]["id"] == "team-a/room"
+    path = "/api/conversations/team-a%2Froom"  # the page's encodeURIComponent of the id
+    status, shown = call(server, "GET", path)
+    assert status == 200 and shown["id"] == "team-a/room" and shown["posts"] == 2
+    assert call(server, "POST", f"{path}/posts", {"text": "hi", "id": CLIENT}) == (200, {"posted": True, "seq": 3})
+    assert call(server, "POST", f"{path}/posts", {"text": "hi", "id": CLIENT}) == (200, {"posted": False, "seq": None})
+    assert [p["text"] for p in call(server, "GET", f"{path}/posts?after=2&limit=500")[1]["posts"]] == ["hi"]
+    assert call(server, "POST", f"{path}/close", {}) == (200, {"status": "closed", "changed": True})
+    status, refused = call(server, "POST", f"{path}/posts", {"text": "late", "id": CLIENT.replace("1", "2")})
+    assert (status, refused) == (409, {"error": "conversation team-a/room is closed"})
+    assert call(server, "GET", "/api/conversations/team-a%2Fnope")[0] == 404
+    assert call(server, "GET", "/api/conversations/team-a%2Fnope/events?after=0")[0] == 404
+    api.denied.add(("team-a", "GET", "list"))
+    status, refused = call(server, "GET", "/api/conversations")
+    assert status == 403 and refused["error"].startswith("forbidden: bob cannot list conversations (tasks.unicore.dev)")
+    assert "\n" not in refused["error"]
+    assert refused["error"].endswith("(ask for the unicore-agenttask-reader role there)")
+    api.failures.extend([503] * 50)
+    status, refused = call(server, "GET", f"{path}/posts?after=0")
+    assert status == 503 and "\n" not in refused["error"]
