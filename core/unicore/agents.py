@@ -108,6 +108,8 @@ class AgentDefinition(BaseModel):
     agents: list[AgentName] = Field(default_factory=list, max_length=64)
     limits: Limits = Field(default_factory=Limits)
     approval: Approval | None = None
+    # shared conversations of its namespace its tasks take part in from their creation (docs/conversations.md)
+    conversations: list[str] = Field(default_factory=list, max_length=16)
 
     @field_validator("tools", "agents")
     @classmethod

@@ -491,3 +491,21 @@ def test_bad_input_is_a_one_line_error(cli_env, store):
     no_room = unicore("run", "--name", "x", "--conversation", "nowhere", "hi", env=cli_env)
     assert no_room.returncode == 1 and no_room.stderr.count("\n") == 1 and "no conversation" in no_room.stderr
     assert not store.exists("x")  # checked before the task was created
+
+
+def test_an_agents_conversations_are_joined_by_its_tasks_on_creation(cli_env, store, tmp_path):
+    """An Agent that names conversations (spec.conversations) puts each task that runs as it into them before its
+    first turn (its first answer is posted there); one that does not exist is skipped and the task runs all the same."""
+    assert unicore("conv", "create", ROOM, env=cli_env).returncode == 0
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(yaml.safe_dump({
+        "apiVersion": "unicore.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "scribe"},
+        "spec": {"model": "scripted", "conversations": [ROOM, "no-such-room"]}}))
+    assert unicore("agents", "apply", "-f", str(agent), env=cli_env).returncode == 0
+    script = tmp_path / "scribe.yaml"
+    script.write_text(yaml.safe_dump({"default": "Scribe, ready."}))
+    run = unicore("run", "-q", "--agent", "scribe", "--name", "scribe-1", "--script", str(script), "Hello.",
+                  env=cli_env)
+    assert run.returncode == 0, run.stderr
+    assert ROOM in conversations.task_conversations(store, "scribe-1")
+    assert answers(store, "scribe-1") == ["Scribe, ready."]

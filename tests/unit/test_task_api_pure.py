@@ -124,15 +124,26 @@ def test_every_route_is_a_subresource_with_the_verb_the_api_server_checks() -> N
         "create", "messages", "team-a", "demo")
     decide = resolve("POST", f"{BASE}/namespaces/team-a/agenttasks/demo/approvals")
     assert (decide.route.verb, decide.route.subresource) == ("create", "approvals")
-    assert {(r.method, r.subresource) for r in ROUTES} == {("GET", "summary"), ("GET", "tree"),
-                                                          ("GET", "transcript"), ("GET", "stream"),
-                                                          ("POST", "messages"), ("GET", "approvals"),
-                                                          ("POST", "approvals")}
+    assert {(r.method, r.subresource) for r in ROUTES if r.resource == "agenttasks"} == {
+        ("GET", "summary"), ("GET", "tree"), ("GET", "transcript"), ("GET", "stream"), ("POST", "messages"),
+        ("GET", "approvals"), ("POST", "approvals")}
+    # the conversations resource (issue 33): the collection, an object and its subresources
+    assert {(r.method, r.subresource, r.collection) for r in ROUTES if r.resource == "conversations"} == {
+        ("GET", "", True), ("POST", "", True), ("GET", "", False), ("DELETE", "", False), ("GET", "posts", False),
+        ("POST", "posts", False), ("POST", "members", False), ("POST", "control", False)}
+    listing = resolve("GET", f"{BASE}/namespaces/team-a/conversations")
+    assert listing.attributes() == Attributes(verb="list", namespace="team-a", name="", subresource="",
+                                              group="tasks.unicore.dev", version="v1alpha1", resource="conversations")
+    posting = resolve("POST", f"{BASE}/namespaces/team-a/conversations/room/posts")
+    assert (posting.route.verb, posting.route.resource, posting.route.subresource, posting.name) == (
+        "create", "conversations", "posts", "room")
     for method, path, code in (
         ("DELETE", f"{BASE}/namespaces/a/agenttasks/b/messages", 405),
         ("POST", f"{BASE}/namespaces/a/agenttasks/b/transcript", 405),
         ("GET", f"{BASE}/namespaces/a/agenttasks/b/logs", 404),
         ("GET", f"{BASE}/namespaces/a/agenttasks/b", 404),  # no bare resource: agenttasks are the CRD's
+        ("PUT", f"{BASE}/namespaces/a/conversations/room", 405),
+        ("GET", f"{BASE}/namespaces/a/conversations/room/logs", 404),
         ("GET", "/v1/namespaces/a/agenttasks/b/transcript", 404),  # the old service-proxy paths are gone
         ("GET", "/apis/unicore.dev/v1alpha1/namespaces/a/agenttasks/b/transcript", 404),
     ):
@@ -159,6 +170,10 @@ def test_discovery_lists_only_the_subresources() -> None:
         "agenttasks/stream": (["get"], True, "TokenStream"),
         "agenttasks/messages": (["create"], True, "MessageReceipt"),
         "agenttasks/approvals": (["get", "create"], True, "ApprovalList"),  # one entry, both routes' verbs
+        "conversations": (["list", "create", "get", "delete"], True, "ConversationList"),
+        "conversations/posts": (["get", "create"], True, "ConversationPosts"),
+        "conversations/members": (["create"], True, "MemberReceipt"),
+        "conversations/control": (["create"], True, "ControlReceipt"),
     }
     assert discovery("/apis/unicore.dev") is None and discovery(f"{BASE}/namespaces") is None
 

@@ -20,6 +20,8 @@ from unicore_client.ui import trace_links
 from unicore_client.ui.cluster_backend import ClusterBackend
 from unicore_client.ui.trace_links import cluster_trace, jaeger_trace_url, local_trace_url, trace_json
 
+from tests.waiting import wait_for
+
 NOW = datetime.datetime(2026, 11, 22, 10, 5, tzinfo=datetime.UTC)
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PAGE = f"https://jaeger.example.com/trace/{TRACE_ID}"
@@ -132,6 +134,9 @@ def running_jaeger(tmp_path: Path) -> Iterator[Path]:
     where.mkdir()
     config = where / "jaeger.json"
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(config)])
+    cmdline = Path(f"/proc/{process.pid}/cmdline")  # forked first, then exec'd: wait for its own command line
+    wait_for(lambda: str(config).encode() in cmdline.read_bytes() or None, timeout=30, interval=0.01,
+             what="the stand-in's command line")
     state = {"pid": process.pid, "query_url": "http://127.0.0.1:16686", "config": str(config)}
     (where / "state.json").write_text(json.dumps(state))
     try:

@@ -184,6 +184,7 @@ class AgentSpec(SchedulingSpec):
     mcp_servers: list[MCPServerRef] | None = None
     warm_pool: WarmPoolSpec | None = None
     a2a: A2ASpec | None = Field(default=None, alias="a2a")  # not the generator's "a2A"
+    conversations: list[str] | None = Field(default=None, max_length=16)  # its tasks take part in them
 
 
 class TemplateMetadata(CamelModel):

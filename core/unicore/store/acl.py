@@ -86,7 +86,6 @@ TASK_COMMANDS = (
     "llen", "lrange", "lindex", "rpush", "ltrim",
     "hdel", "lset", "lrem",  # state/approvals.py: a held result queued, an ask_user answer taken from the inbox
     "zadd", "zrem", "zrange", "zcard", "zscore",
-    "smembers",  # store/conversations.py: the conversations a task takes part in (read; only people add it to one)
     "xadd",  # the live token stream (state/token_stream.py): written, never read, by a turn
     "eval", "evalsha",
 )

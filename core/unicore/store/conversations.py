@@ -24,21 +24,18 @@ from typing import Any, Literal
 from unicore import conversations as rules
 from unicore.api.contract import same_namespace
 from unicore.api.schema import InboxMessage, conversation_message_id
-from unicore.errors import MessageTooLarge, TaskNotFound, UniCoreError
+from unicore.errors import MessageTooLarge, TaskNotFound
 from unicore.faults import fault_point
 from unicore.log import get_logger
 from unicore.store import approvals, lua
+from unicore.store import conversation_writes as writes
+from unicore.store.conversation_writes import MAX_POSTS, ConversationError
 from unicore.store.keys import CONVERSATIONS_INDEX, TaskKeys, conversation_key
 from unicore.store.tasks import TaskStore
 
 log = get_logger("conversations")
 
-MAX_POSTS = 10_000
 DELIVERY_BATCH = 200
-
-
-class ConversationError(UniCoreError):
-    """A conversation that does not exist, is closed, or a participant that is not one."""
 
 
 @dataclass(frozen=True)
@@ -52,15 +49,6 @@ class Meta:
     seq: int
     delivered: int
     handoffs: int
-
-
-def _keys(conversation: str) -> list[str]:
-    return [conversation_key(conversation, "meta"), conversation_key(conversation, "posts"),
-            conversation_key(conversation, "postids")]
-
-
-def _members_key(conversation: str) -> str:
-    return conversation_key(conversation, "members")
 
 
 def create(store: TaskStore, conversation: str, *, title: str, created_by: str,
@@ -95,7 +83,7 @@ def list_conversations(store: TaskStore) -> list[str]:
 
 def members(store: TaskStore, conversation: str) -> list[rules.Member]:
     found = []
-    for raw in store.redis.hvals(_members_key(conversation)):
+    for raw in store.redis.hvals(writes.members_key(conversation)):
         data = json.loads(raw)
         found.append(rules.Member(kind=data["kind"], id=data["id"], since=int(data.get("since") or 0),
                                   left=bool(data.get("left")), joined_at=float(data.get("joined_at") or 0)))
@@ -122,51 +110,19 @@ def _post(raw: str) -> rules.Post:
 
 def post(store: TaskStore, conversation: str, post_id: str, *, kind: rules.PostKind, sender_kind: rules.SenderKind,
          sender: str, text: str, closing: bool = False) -> int:
-    """Append a post (its seq), or 0 when ``post_id`` was posted before; ConversationError when there is no such
-    conversation or it is closed. The caller delivers it (``deliver``)."""
-    seq = int(store.redis.eval(lua.CONVERSATION_POST, 3, *_keys(conversation), post_id, kind, sender_kind, sender,
-                               rules.fit(text), repr(time.time()), MAX_POSTS, "1" if closing else "0"))
-    if seq == -1:
-        raise ConversationError(f"no conversation {conversation!r}")
-    if seq == -2:
-        raise ConversationError(f"conversation {conversation} is closed")
-    return seq
+    """``conversation_writes.post`` on the store's client."""
+    return writes.post(store.redis, conversation, post_id, kind=kind, sender_kind=sender_kind, sender=sender,
+                       text=text, closing=closing)
 
 
 def join(store: TaskStore, conversation: str, kind: Literal["task", "user"], member: str) -> bool:
-    """Add a task or a person (True: it joined now); it gets the posts made from now on. A task of another
-    namespace cannot join (the tenant boundary)."""
-    if kind == "task" and not same_namespace(conversation, member):
-        raise ConversationError(f"task {member} is not in the namespace of conversation {conversation}")
-    record = json.dumps({"kind": kind, "id": member, "joined_at": time.time(), "left": False})
-    changed = _member(store, conversation, f"{kind}:{member}", record, "join")
-    if kind == "task":
-        store.redis.sadd(TaskKeys(member).conversations, conversation)
-    if changed:
-        post(store, conversation, f"joined:{kind}:{member}:{time.time_ns()}", kind="joined", sender_kind=kind,
-             sender=member, text=f"{member} joined")
-    return changed
+    """``conversation_writes.join`` on the store's client."""
+    return writes.join(store.redis, conversation, kind, member)
 
 
 def leave(store: TaskStore, conversation: str, kind: Literal["task", "user"], member: str) -> bool:
-    """Take a participant out (True: it left now); it gets nothing posted from now on."""
-    changed = _member(store, conversation, f"{kind}:{member}", "", "leave")
-    if kind == "task":
-        store.redis.srem(TaskKeys(member).conversations, conversation)
-    if changed:
-        post(store, conversation, f"left:{kind}:{member}:{time.time_ns()}", kind="left", sender_kind=kind,
-             sender=member, text=f"{member} left")
-    return changed
-
-
-def _member(store: TaskStore, conversation: str, key: str, record: str, action: str) -> bool:
-    result = int(store.redis.eval(lua.CONVERSATION_MEMBER, 2, conversation_key(conversation, "meta"),
-                                  _members_key(conversation), key, record, action))
-    if result == -1:
-        raise ConversationError(f"no conversation {conversation!r}")
-    if result == -2:
-        raise ConversationError(f"conversation {conversation} is closed")
-    return result == 1
+    """``conversation_writes.leave`` on the store's client."""
+    return writes.leave(store.redis, conversation, kind, member)
 
 
 def set_status(store: TaskStore, conversation: str, status: rules.Status, by: str) -> bool:
@@ -193,12 +149,13 @@ def delete(store: TaskStore, conversation: str) -> bool:
     """Remove it, its posts and its members (and it from its tasks' sets); False when there was none."""
     present = members(store, conversation)
     pipe = store.redis.pipeline(transaction=False)
-    for key in (*_keys(conversation), _members_key(conversation)):  # one DEL each: separate slots on a cluster
+    # one DEL each: separate slots on a cluster
+    for key in (*writes.post_keys(conversation), writes.members_key(conversation)):
         pipe.delete(key)
     pipe.zrem(CONVERSATIONS_INDEX, conversation)
     for member in present:
         if member.kind == "task":
-            pipe.srem(TaskKeys(member.id).conversations, conversation)
+            pipe.hdel(TaskKeys(member.id).conversations, conversation)
     return bool(pipe.execute()[0])
 
 
@@ -217,7 +174,7 @@ def partner_roots(store: TaskStore, task_id: str) -> list[str]:
 
 
 def task_conversations(store: TaskStore, task_id: str) -> list[str]:
-    return sorted(store.redis.smembers(TaskKeys(task_id).conversations))
+    return sorted(store.redis.hgetall(TaskKeys(task_id).conversations))  # HGETALL: what a turn pod may read
 
 
 def queue_outbox(store: TaskStore, task_id: str, conversation: str, post_id: str, text: str) -> None:
@@ -300,7 +257,7 @@ def publish(store: TaskStore, task_id: str, answer: tuple[int, str, float] | Non
 
 
 def _member_of(store: TaskStore, conversation: str, task_id: str) -> rules.Member | None:
-    raw = store.redis.hget(_members_key(conversation), f"task:{task_id}")
+    raw = store.redis.hget(writes.members_key(conversation), f"task:{task_id}")
     if not raw:
         return None
     data = json.loads(raw)
@@ -327,7 +284,7 @@ def deliver(store: TaskStore, conversation: str) -> int:
             route = rules.route(item, present, handoffs, meta.handoff_limit)
             queued += _queue(store, conversation, item, route.to)
             done = int(store.redis.eval(
-                lua.CONVERSATION_DELIVERED, 3, *_keys(conversation), delivered, item.seq,
+                lua.CONVERSATION_DELIVERED, 3, *writes.post_keys(conversation), delivered, item.seq,
                 "1" if route.handoff else "0", "1" if route.new_round else "0", "1" if route.limited else "0",
                 f"note:limit:{item.seq}", rules.limit_note(meta.handoff_limit), repr(time.time()), MAX_POSTS))
             if not done:

@@ -223,8 +223,8 @@ class TaskKeys:
 
     @property
     def conversations(self) -> str:
-        """The conversations the task takes part in (``store.conversations``; the conversation's members are the
-        truth, this is the task's way to find them)."""
+        """The conversations the task takes part in, a hash (id -> when it joined; ``store.conversations``): the
+        conversation's members are the truth, this is the task's way to find them."""
         return task_key(self.task_id, "conversations")
 
     @property

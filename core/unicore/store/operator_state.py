@@ -132,7 +132,7 @@ async def read_snapshot(client: AsyncRedisClient, task_id: str, ended_jobs: Sequ
     pipe.hmget(keys.approvals, list(records_of_calls.WAITING_FIELDS))
     pipe.hgetall(keys.command_jobs)
     pipe.hgetall(keys.operator_command_jobs)
-    pipe.scard(keys.conversations)
+    pipe.hlen(keys.conversations)
     if ended_jobs:
         pipe.smismember(keys.operator_jobs, list(ended_jobs))
     replies = await pipe.execute()

@@ -8,9 +8,10 @@ import time
 from typing import Any
 
 from unicore.agents import AgentNotFound, effective_spec, own_settings
+from unicore.api.contract import task_namespace
 from unicore.api.schema import SCHEMA_VERSION, Approval, InboxMessage, TaskSpec, prompt_message_id, task_name
 from unicore.log import get_logger
-from unicore.store import changes
+from unicore.store import changes, conversation_writes
 from unicore.store.keys import HEARTBEATS_INDEX, TASKS_INDEX
 from unicore.store.records import TaskRecord
 from unicore.store.task_reads import TaskReads
@@ -46,6 +47,7 @@ class TaskWrites(TaskReads):
         now = time.time()
         own: dict[str, Any] | None = None
         agents: list[str] | None = None
+        definition = None
         if spec.agent is not None:  # the agent's definition, narrowed by what the creator set (unicore.agents)
             own = own_settings(spec)
             approval = inherited_approval(spec.approval, parent.approval if parent else None)
@@ -105,7 +107,20 @@ class TaskWrites(TaskReads):
             pipe.zadd(self.keys(spec.parent).children, {spec.id: now}, nx=True)
         changes.execute_with_changes(pipe, [(spec.id, "created")])
         log.info("created task %s (parent %s)", spec.id, spec.parent or "-")
+        if definition is not None and definition.conversations:
+            self._join_agents_conversations(spec.id, definition.conversations)
         return True
+
+    def _join_agents_conversations(self, task_id: str, names: list[str]) -> None:
+        """Its agent's conversations (``AgentDefinition.conversations``, of the task's namespace), joined before its
+        first turn; one that does not exist is skipped with a warning (the task runs all the same)."""
+        namespace = task_namespace(task_id)
+        for name in names:
+            conversation = f"{namespace}/{name}" if namespace else name
+            try:
+                conversation_writes.join(self.redis, conversation, "task", task_id)
+            except conversation_writes.ConversationError as exc:
+                log.warning("task %s: its agent's conversation %s: %s", task_id, conversation, exc)
 
     def delete_task(self, task_id: str) -> None:
         """Remove every key of the task and its index entries (its children are not deleted)."""
