@@ -23,6 +23,13 @@ READS = {"apiGroups": [GROUP], "resources": ["agenttasks/transcript", "agenttask
          "verbs": ["get"]}
 # sending messages and deciding approvals (kubectl agenttask send / approve / deny)
 SENDS = {"apiGroups": [GROUP], "resources": ["agenttasks/messages", "agenttasks/approvals"], "verbs": ["create"]}
+# shared conversations (docs/conversations.md): reading them, taking part, deleting (the editor's)
+CONVERSATION_READS = {"apiGroups": [GROUP], "resources": ["conversations", "conversations/posts"],
+                      "verbs": ["get", "list"]}
+CONVERSATION_SENDS = {"apiGroups": [GROUP], "resources": ["conversations", "conversations/posts",
+                                                          "conversations/members", "conversations/control"],
+                      "verbs": ["create"]}
+CONVERSATION_DELETES = {"apiGroups": [GROUP], "resources": ["conversations"], "verbs": ["delete"]}
 
 
 def settings_of(objs: list[dict[str, Any]]) -> Any:
@@ -86,7 +93,10 @@ def test_the_user_roles_grant_the_task_apis_subresources() -> None:
     assert not any(key.startswith("rbac.authorization.k8s.io/aggregate") for key in labels["reader"])
     assert not any(key.startswith("rbac.authorization.k8s.io/aggregate") for key in labels["messenger"])
     task_api = {name: [r for r in role["rules"] if r["apiGroups"] == [GROUP]] for name, role in roles.items()}
-    assert task_api == {"viewer": [READS], "reader": [READS], "editor": [READS, SENDS], "messenger": [READS, SENDS]}
+    assert task_api == {
+        "viewer": [READS, CONVERSATION_READS], "reader": [READS, CONVERSATION_READS],
+        "editor": [READS, SENDS, CONVERSATION_READS, CONVERSATION_SENDS, CONVERSATION_DELETES],
+        "messenger": [READS, SENDS, CONVERSATION_READS, CONVERSATION_SENDS]}
     # the reader and messenger also see the AgentTasks (`tree`, `describe`, `logs --follow`), and change none
     for name in ("reader", "messenger"):
         crd_rules = [r for r in roles[name]["rules"] if r["apiGroups"] == ["unicore.dev"]]

@@ -302,34 +302,6 @@ def test_the_operators_port_gives_no_task_data_without_the_front_proxy_certifica
     assert status == 401 and "names no user" in text
 
 
-def test_an_operator_that_may_not_read_the_request_header_ca_says_so_at_start_up(
-        control_plane: Any, redis_server: Any, tmp_path: Path) -> None:
-    """Without the chart's kube-system RoleBinding the task API cannot authenticate anyone: the operator stops at
-    start-up with one line saying why (exit 2, no traceback) instead of serving it."""
-    api = control_plane.api_client()
-    core = client.CoreV1Api(api)
-    namespace = f"norbac-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    try:
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": "bare"}})
-        bare = token_kubeconfig(Path(control_plane.kubeconfig), tmp_path, namespace, "bare")
-        with aggregated_task_api(control_plane, namespace, tmp_path) as endpoint:
-            operator = OperatorProcess(bare, redis_server.url, namespace, tmp_path / "operator.log", **endpoint.env)
-            operator.start()
-            assert operator.proc is not None
-            try:
-                assert operator.proc.wait(60) == 2
-            finally:
-                operator.stop()
-        assert operator.log().strip() == (
-            f"unicore-operator: the task API (UNICORE_TASK_API_PORT={endpoint.task_api_port}) cannot authenticate the "
-            "API server: the operator may not read the ConfigMap kube-system/extension-apiserver-authentication (bind "
-            "it the Role extension-apiserver-authentication-reader in kube-system, as the chart does)")
-    finally:
-        core.delete_namespace(namespace)
-        api.close()
-
-
 def as_user(env: Tenants, user: str, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     """A request through the real API server (its RBAC, the aggregator, then the operator's own check) as ``user``,
     with their client certificate: JSON in, JSON out."""
@@ -445,3 +417,32 @@ def test_the_plugins_conv_commands_take_part_as_the_user_with_the_rights_of_the_
     assert follow.returncode == 0 and out.rstrip().endswith("note: alice closed the conversation"), err
     assert "note: alice paused the conversation" in out
     assert forbidden(conv("alice", "resume", "lounge")) == f"error: conversation {env.a}/lounge is closed\n"
+
+
+# Last in the module: it points the APIService at an operator of its own, which the tests above must not see.
+def test_an_operator_that_may_not_read_the_request_header_ca_says_so_at_start_up(
+        control_plane: Any, redis_server: Any, tmp_path: Path) -> None:
+    """Without the chart's kube-system RoleBinding the task API cannot authenticate anyone: the operator stops at
+    start-up with one line saying why (exit 2, no traceback) instead of serving it."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    namespace = f"norbac-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "bare"}})
+        bare = token_kubeconfig(Path(control_plane.kubeconfig), tmp_path, namespace, "bare")
+        with aggregated_task_api(control_plane, namespace, tmp_path) as endpoint:
+            operator = OperatorProcess(bare, redis_server.url, namespace, tmp_path / "operator.log", **endpoint.env)
+            operator.start()
+            assert operator.proc is not None
+            try:
+                assert operator.proc.wait(60) == 2
+            finally:
+                operator.stop()
+        assert operator.log().strip() == (
+            f"unicore-operator: the task API (UNICORE_TASK_API_PORT={endpoint.task_api_port}) cannot authenticate the "
+            "API server: the operator may not read the ConfigMap kube-system/extension-apiserver-authentication (bind "
+            "it the Role extension-apiserver-authentication-reader in kube-system, as the chart does)")
+    finally:
+        core.delete_namespace(namespace)
+        api.close()

@@ -79,6 +79,16 @@ def test_a_tree_of_real_turn_pods_is_one_trace_shaped_like_the_tree_across_a_kil
         return running[0] if running else None
 
     pod = wait_for(leaf_mid_turn, timeout=180, interval=0.2, what="the leaf's turn container inside its model call")
+    store = TaskStore(redis_client)
+    trace_id = store.get_task(leaf_id).trace_id
+
+    def drain_exported() -> bool | None:  # the attempt's own steps reached Jaeger (its batch went out) before the kill
+        trace = jaeger.get_trace(trace_id)
+        names = {span.name for span in TraceTree(trace).spans.values()
+                 if span.tags.get("unicore.task.id") == leaf_id} if trace is not None else set()
+        return names >= {"inbox_drain", "queue_wait"} or None
+
+    wait_for(drain_exported, timeout=60, what="the leaf attempt's inbox_drain and queue_wait spans in Jaeger")
     kill_container(crd, container_id(pod))
     # the retry waits at the same gate once the first attempt's end is recorded
     wait_for(lambda: _status(tasks, LEAF).get("failedAttempts") == 1 or None, timeout=90,
@@ -87,7 +97,6 @@ def test_a_tree_of_real_turn_pods_is_one_trace_shaped_like_the_tree_across_a_kil
     wait_for(lambda: _status(tasks, MID).get("turns") == 2 and _status(tasks, MID).get("phase") == "Idle" or None,
              timeout=180, what="mid's second turn (after the leaf's report)")
 
-    store = TaskStore(redis_client)
     trace_ids = {store.get_task(f"{ns}/{name}").trace_id for name in (ROOT, MID, LEAF)}
     assert len(trace_ids) == 1 and "" not in trace_ids, trace_ids
     (trace_id,) = trace_ids
