@@ -37,7 +37,15 @@ def test_a_double_click_on_load_earlier_loads_each_page_once(page: Any, ui: UI, 
     page.goto(f"{ui.base}/#/task/long")
     transcript = page.locator("#transcript")
     expect(transcript.locator('[data-seq="999"]')).to_have_text("Assistantmessage 999", timeout=SETTLE)
+    # the page's request is held until both clicks are in: a loaded machine cannot let the first page finish between
+    # them (a second click after it had loaded is a user's second click, and loads the next page)
+    held: list[Any] = []
+    page.route("**/api/tasks/long/messages*", lambda route: held.append(route))
     page.get_by_role("button", name="Load earlier messages").dblclick()
+    expect(page.get_by_role("button", name="Load earlier messages")).to_be_disabled()
+    assert len(held) == 1, [route.request.url for route in held]
+    held[0].continue_()
+    page.unroute("**/api/tasks/long/messages*")
     expect(transcript.locator('[data-seq="600"]')).to_have_text("Usermessage 600")
     page.get_by_role("button", name="Load earlier messages").click()  # one more: the page after them, once
     expect(transcript.locator('[data-seq="400"]')).to_have_text("Usermessage 400")
