@@ -102,4 +102,5 @@ def test_suspending_the_task_cancels_its_running_job(
     assert "Job sleeper-j1" in inbox[0] and "suspended or stopped" in inbox[0]
     wait_for(lambda: not [j for j in tasks.jobs() if j.metadata.name == "sleeper-j1"], timeout=60,
              what="the Job deleted")
-    assert phase(tasks, "sleeper") == "Suspended"
+    # The reconcile that deletes the Job writes the phase after it: wait for it rather than read it at once.
+    wait_for(lambda: phase(tasks, "sleeper") == "Suspended", timeout=60, interval=0.2, what="the task Suspended")
