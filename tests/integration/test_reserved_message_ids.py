@@ -15,7 +15,8 @@ import redis
 from unicore.api.schema import TaskSpec
 from unicore.errors import TaskNotFound
 from unicore.store.tasks import TaskStore
-from unicore_client.ui.local_backend import BadRequest, LocalBackend
+from unicore_client.ui.local_backend import LocalBackend
+from unicore_client.ui.refusals import BadRequest
 from unicore_operator.task_api import answer
 from unicore_operator.task_api.lookup import static_lookup
 from unicore_operator.task_api.service import TaskApi

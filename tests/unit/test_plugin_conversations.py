@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from unicore import conversations as rules
@@ -25,6 +22,8 @@ from unicore_client.kubectl_plugin.conversation_commands import (
 )
 from unicore_client.kubectl_plugin.proxy import conversation_path, forbidden_message
 
+from tests.task_api_stub import JsonRequest, serve_task_api
+
 BASE = "/apis/tasks.unicore.dev/v1alpha1/namespaces/team-a/conversations"
 ESC, RLO, OSC_TITLE = "\x1b[2J", "\u202e", "\x1b]0;pwned\x07"
 
@@ -33,26 +32,17 @@ ESC, RLO, OSC_TITLE = "\x1b[2J", "\u202e", "\x1b]0;pwned\x07"
 
 
 @dataclass
-class Call:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any
-    authorization: str
-
-
-@dataclass
 class Stub:
     """Answers ``(method, path)`` with the next scripted ``(status, body)`` (the last one again when they run out);
     a long poll (``wait``) with nothing scripted for it waits a little, as the server would, and finds nothing."""
 
     answers: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
-    calls: list[Call] = field(default_factory=list)
+    calls: list[JsonRequest] = field(default_factory=list)
 
     def on(self, method: str, path: str, *answers: tuple[int, dict[str, Any]]) -> None:
         self.answers[(method, path)] = list(answers)
 
-    def answer(self, call: Call) -> tuple[int, dict[str, Any]]:
+    def answer(self, call: JsonRequest) -> tuple[int, dict[str, Any]]:
         self.calls.append(call)
         scripted = self.answers.get((call.method, call.path))
         if not scripted:
@@ -66,42 +56,8 @@ class Stub:
 @pytest.fixture
 def stub(tmp_path: Path) -> Iterator[tuple[Stub, Path]]:
     state = Stub()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            call = Call(self.command, parts.path, dict(parse_qsl(parts.query)), json.loads(raw) if raw else None,
-                        self.headers.get("Authorization", ""))
-            status, body = state.answer(call)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = _serve
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
-        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "users": [{"name": "alice", "user": {"token": "alice-token"}}],
-        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "alice", "namespace": "team-a"}}],
-    }))
-    try:
+    with serve_task_api(state.answer, tmp_path) as kubeconfig:
         yield state, kubeconfig
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def run(kubeconfig: Path, *argv: str) -> tuple[int, str, str]:

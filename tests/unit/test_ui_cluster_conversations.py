@@ -12,18 +12,19 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 import pytest
 from unicore_client.kubectl_plugin.kube import connect
 from unicore_client.ui.backend_protocol import PARTICIPANT_STATES, Conflict, Forbidden, NotFound, Unavailable
 from unicore_client.ui.cluster_backend import ClusterBackend
 from unicore_client.ui.cluster_conversations import split_conversation
-from unicore_client.ui.local_backend import BadRequest
+from unicore_client.ui.refusals import BadRequest
 from unicore_client.ui.server import COOKIE, UIServer
+
+from tests.task_api_stub import JsonRequest, serve_task_api
 
 PREFIX = "/apis/tasks.unicore.dev/v1alpha1/namespaces/"
 CLIENT = "c0ffee00-0000-4000-8000-000000000001"
@@ -161,45 +162,17 @@ class FakeTaskApi:
 def fake(tmp_path: Path) -> Iterator[tuple[FakeTaskApi, Path]]:
     api = FakeTaskApi()
 
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            assert parts.path.startswith(PREFIX), parts.path
-            namespace, _, rest = parts.path[len(PREFIX):].partition("/")
-            segments = [unquote(s) for s in rest.split("/")]
-            assert segments[0] == "conversations", parts.path
-            length = int(self.headers.get("Content-Length") or 0)
-            call = Call(self.command, namespace, segments[1] if len(segments) > 1 else "",
-                        segments[2] if len(segments) > 2 else "", dict(parse_qsl(parts.query)),
-                        json.loads(self.rfile.read(length)) if length else None)
-            status, body = api.long_poll(call) if "wait" in call.query else api.answer(call)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(request: JsonRequest) -> tuple[int, dict[str, Any]]:
+        assert request.path.startswith(PREFIX), request.path
+        namespace, _, rest = request.path[len(PREFIX):].partition("/")
+        segments = [unquote(s) for s in rest.split("/")]
+        assert segments[0] == "conversations", request.path
+        call = Call(request.method, namespace, segments[1] if len(segments) > 1 else "",
+                    segments[2] if len(segments) > 2 else "", request.query, request.body)
+        return api.long_poll(call) if "wait" in call.query else api.answer(call)
 
-        do_GET = do_POST = do_DELETE = _serve
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
-        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "users": [{"name": "alice", "user": {"token": "alice-token"}}],
-        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "alice", "namespace": "team-a"}}],
-    }))
-    try:
+    with serve_task_api(answer, tmp_path) as kubeconfig:
         yield api, kubeconfig
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def agenttask(namespace: str, name: str, phase: str) -> dict[str, Any]:

@@ -34,10 +34,10 @@ JSON shapes (what ``static/app.js`` reads):
   - ``conversation_post(name, text, client_id)``: ``{posted, seq}`` (``posted`` False, ``seq`` None: that client
     id was posted before); ``conversation_control(name, action)``: ``{status, changed}``.
 
-Errors a backend raises and the server answers: ``unicore.errors.TaskNotFound`` 404,
-``unicore_client.ui.local_backend.BadRequest`` (a ``ValueError``) 400, and those of ``unicore_client.ui.refusals``
-(re-exported here): ``Forbidden`` 403, ``NotFound`` 404 (a conversation), ``Conflict`` 409 (a closed conversation's
-post or control), ``NotSupported`` 501 and ``Unavailable`` 503, each with its one-line message.
+Errors a backend raises and the server answers: ``unicore.errors.TaskNotFound`` 404, and those of
+``unicore_client.ui.refusals`` (re-exported here): ``BadRequest`` (a ``ValueError``) 400, ``Forbidden`` 403,
+``NotFound`` 404 (a conversation), ``Conflict`` 409 (a closed conversation's post or control), ``NotSupported`` 501
+and ``Unavailable`` 503, each with its one-line message.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from unicore_client.ui.refusals import (
     BackendRefusal,
+    BadRequest,
     Conflict,
     Forbidden,
     NotFound,
@@ -141,5 +142,5 @@ class UIBackend(Protocol):
         ...
 
 
-__all__ = ["CONVERSATION_ACTIONS", "PARTICIPANT_STATES", "PHASES", "BackendRefusal", "Conflict", "Forbidden",
-           "NotFound", "NotSupported", "TaskEvent", "UIBackend", "Unavailable"]
+__all__ = ["CONVERSATION_ACTIONS", "PARTICIPANT_STATES", "PHASES", "BackendRefusal", "BadRequest", "Conflict",
+           "Forbidden", "NotFound", "NotSupported", "TaskEvent", "UIBackend", "Unavailable"]

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import yaml
-from unicore import conversations as rules
 from unicore.errors import TaskNotFound
 from unicore.store.token_stream import SHOWN_KINDS
 
@@ -39,10 +38,11 @@ from unicore_client.kubectl_plugin.kube import GROUP, PLURAL, VERSION, KubeConte
 from unicore_client.kubectl_plugin.proxy import TaskApiClient, conversation_path, task_path
 from unicore_client.ui import cluster_conversations as conv_views
 from unicore_client.ui import cluster_nodes as ui_nodes
-from unicore_client.ui.backend_protocol import CONVERSATION_ACTIONS, Conflict, Forbidden, NotFound, TaskEvent
+from unicore_client.ui.backend_protocol import Conflict, Forbidden, NotFound, TaskEvent
 from unicore_client.ui.cluster_watch import TaskWatch, refusal
-from unicore_client.ui.conversation_views import CLIENT_ID, MAX_CONVERSATIONS, POSTS_PAGE
-from unicore_client.ui.local_backend import STATUS_OF_ACTION, BadRequest, Cursor
+from unicore_client.ui.conversation_views import MAX_CONVERSATIONS, POSTS_PAGE, check_post, status_of_action
+from unicore_client.ui.local_backend import Cursor
+from unicore_client.ui.refusals import BadRequest
 from unicore_client.ui.trace_links import cluster_trace
 
 API_TIMEOUT_SECONDS = 10.0  # retrying the task API while the operator restarts, per request
@@ -455,12 +455,7 @@ class ClusterBackend:
         ``client_id`` is the task API's post id, which it takes once (a retry, the page's or the client's after a
         5xx, posts nothing). The operator delivers it and runs the turns it starts."""
         namespace, short = self._conv_id(name)
-        if not CLIENT_ID.match(client_id or ""):
-            raise BadRequest("id: 8-64 letters, digits or '-'")
-        if not text.strip():
-            raise BadRequest("the post is empty")
-        if len(text.encode()) > rules.MAX_POST_BYTES:
-            raise BadRequest(f"the post is too long: at most {rules.MAX_POST_BYTES} bytes of UTF-8")
+        check_post(text, client_id)
         receipt = self._conv_post(namespace, short, "posts", {"id": client_id, "text": text})
         seq = int(receipt.get("seq") or 0)
         posted = not receipt.get("duplicate") and seq > 0
@@ -469,10 +464,9 @@ class ClusterBackend:
     def conversation_control(self, name: str, action: str) -> dict[str, Any]:
         """Pause, resume or close it as the user (the operator delivers what waited once it is resumed)."""
         namespace, short = self._conv_id(name)
-        if action not in CONVERSATION_ACTIONS:
-            raise BadRequest(f"{action!r}: pause, resume or close")
+        status = status_of_action(action)
         receipt = self._conv_post(namespace, short, "control", {"action": action})
-        return {"status": str(receipt.get("status") or STATUS_OF_ACTION[action]),
+        return {"status": str(receipt.get("status") or status),
                 "changed": bool(receipt.get("changed"))}
 
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = STREAM_WAIT_SECONDS,

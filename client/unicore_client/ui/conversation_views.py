@@ -13,9 +13,30 @@ from typing import Any
 from unicore import conversations as rules
 from unicore.store.conversations import Meta
 
+from unicore_client.ui.refusals import BadRequest
+
 MAX_CONVERSATIONS = 200  # conversations listed (newest first)
 POSTS_PAGE = 500  # posts per read (the page opens with the newest POSTS_PAGE, then follows live)
 CLIENT_ID = re.compile(r"^[A-Za-z0-9-]{8,64}$")  # a post's client id: the message box's rule
+STATUS_OF_ACTION: dict[str, rules.Status] = {"pause": "paused", "resume": "open", "close": "closed"}
+
+
+def check_post(text: str, client_id: str) -> None:
+    """What both backends refuse of a person's post before anything is sent or stored (``BadRequest``)."""
+    if not CLIENT_ID.match(client_id or ""):
+        raise BadRequest("id: 8-64 letters, digits or '-'")
+    if not text.strip():
+        raise BadRequest("the post is empty")
+    if len(text.encode()) > rules.MAX_POST_BYTES:
+        raise BadRequest(f"the post is too long: at most {rules.MAX_POST_BYTES} bytes of UTF-8")
+
+
+def status_of_action(action: str) -> rules.Status:
+    """The status a control ``action`` (one of ``backend_protocol.CONVERSATION_ACTIONS``) sets, or ``BadRequest``."""
+    status = STATUS_OF_ACTION.get(action)
+    if status is None:
+        raise BadRequest(f"{action!r}: pause, resume or close")
+    return status
 
 
 def participant_state(member: rules.Member, node: dict[str, Any] | None) -> str:
@@ -59,5 +80,5 @@ def conversation_json(meta: Meta, participants: list[dict[str, Any]]) -> dict[st
             "participants": participants}
 
 
-__all__ = ["CLIENT_ID", "MAX_CONVERSATIONS", "POSTS_PAGE", "conversation_json", "participant_json",
-           "participant_state", "post_json", "summary_json"]
+__all__ = ["CLIENT_ID", "MAX_CONVERSATIONS", "POSTS_PAGE", "STATUS_OF_ACTION", "check_post", "conversation_json",
+           "participant_json", "participant_state", "post_json", "status_of_action", "summary_json"]

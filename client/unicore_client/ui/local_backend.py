@@ -68,28 +68,24 @@ from unicore.traces import anchors
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
 from unicore_client.ui.conversation_views import (
-    CLIENT_ID,
     MAX_CONVERSATIONS,
     POSTS_PAGE,
+    check_post,
     conversation_json,
     participant_json,
     post_json,
+    status_of_action,
     summary_json,
 )
 from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
 from unicore_client.ui.manifest import parse_manifest
-from unicore_client.ui.refusals import Conflict, NotFound
+from unicore_client.ui.refusals import BadRequest, Conflict, NotFound
 from unicore_client.ui.scripts import ui_model
 from unicore_client.ui.trace_links import local_trace
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
 
 PAGE_MAX = 500  # messages per transcript page
 CONVERSATION_POLL_SECONDS = 0.5  # a conversation's SSE stream reads Redis this often
-STATUS_OF_ACTION: dict[str, rules.Status] = {"pause": "paused", "resume": "open", "close": "closed"}
-
-
-class BadRequest(ValueError):
-    """A request the UI refuses with 400 (the message is shown to the user)."""
 
 
 @dataclass(frozen=True)
@@ -360,12 +356,7 @@ class LocalBackend:
         """Post ``text`` as the local user (who joins first, as ``unicore conv post``), once per ``client_id``; deliver
         it and run the participants' trees in the background. A repeated id posts nothing and still delivers and
         runs (a request that failed after its post did not)."""
-        if not CLIENT_ID.match(client_id or ""):
-            raise BadRequest("id: 8-64 letters, digits or '-'")
-        if not text.strip():
-            raise BadRequest("the post is empty")
-        if len(text.encode()) > rules.MAX_POST_BYTES:
-            raise BadRequest(f"the post is too long: at most {rules.MAX_POST_BYTES} bytes of UTF-8")
+        check_post(text, client_id)
         self._meta(name)
         try:
             present = store_conversations.members(self.store, name)
@@ -382,9 +373,7 @@ class LocalBackend:
     def conversation_control(self, name: str, action: str) -> dict[str, Any]:
         """Pause (posts kept, none delivered), resume (what waited is delivered, the trees run) or close (no more
         posts) it, as the local user."""
-        status = STATUS_OF_ACTION.get(action)
-        if status is None:
-            raise BadRequest(f"{action!r}: pause, resume or close")
+        status = status_of_action(action)
         self._meta(name)
         try:
             changed = store_conversations.set_status(self.store, name, status, self.person)

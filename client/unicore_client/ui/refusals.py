@@ -1,8 +1,13 @@
-"""What a web UI backend refuses, as the server answers it: each a ``BackendRefusal`` with an HTTP status and a
-one-line message (``unicore_client.ui.backend_protocol`` re-exports them). A module of its own, importing nothing of the
-UI, so that both backends and the protocol can use them without an import cycle."""
+"""What a web UI backend refuses, as the server answers it: ``BadRequest`` (400, the request is wrong) and each
+``BackendRefusal`` with an HTTP status and a one-line message (``unicore_client.ui.backend_protocol`` re-exports them).
+A module of its own, importing nothing of the UI, so that both backends and the protocol can use them without an import
+cycle."""
 
 from __future__ import annotations
+
+
+class BadRequest(ValueError):
+    """A request the UI refuses with 400: the request itself is wrong (the message is shown to the user)."""
 
 
 class BackendRefusal(Exception):
@@ -45,4 +50,4 @@ class Unavailable(BackendRefusal):
     status = 503
 
 
-__all__ = ["BackendRefusal", "Conflict", "Forbidden", "NotFound", "NotSupported", "Unavailable"]
+__all__ = ["BackendRefusal", "BadRequest", "Conflict", "Forbidden", "NotFound", "NotSupported", "Unavailable"]

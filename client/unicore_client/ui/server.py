@@ -49,7 +49,8 @@ from unicore.errors import AlreadyDecided, MessageTooLarge, TaskNotFound, UniCor
 
 from unicore_client.arguments import UsageError
 from unicore_client.ui.backend_protocol import BackendRefusal, TaskEvent, UIBackend
-from unicore_client.ui.local_backend import BadRequest, Cursor
+from unicore_client.ui.local_backend import Cursor
+from unicore_client.ui.refusals import BadRequest
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
