@@ -269,7 +269,7 @@ def test_a_conversation_of_a_namespace_the_watch_does_not_cover_reads_its_agentt
         asked.append((namespace, name))
         return agenttask(namespace, name, "WaitingForApproval")
 
-    monkeypatch.setattr(backend, "_get", get)
+    monkeypatch.setattr(backend.conversation_source, "_get", get)
     critic = backend.conversation("team-b/hall")["participants"][1]
     assert asked == [("team-b", "critic")] and critic["state"] == "waiting" and critic["task"]["waiting"] == "approval"
 
