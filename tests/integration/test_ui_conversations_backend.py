@@ -14,7 +14,8 @@ from unicore.api.schema import TaskSpec
 from unicore.store import conversations
 from unicore.store.tasks import TaskStore
 from unicore_client.ui.backend_protocol import Conflict, NotFound
-from unicore_client.ui.local_backend import BadRequest, LocalBackend
+from unicore_client.ui.local_backend import LocalBackend
+from unicore_client.ui.refusals import BadRequest
 
 CLIENT_ID = "5f0c1b2a-0000-4000-8000-000000000001"
 

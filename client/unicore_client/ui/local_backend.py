@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import getpass
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,25 +66,15 @@ from unicore.store.ui_reads import read_all_rows, read_task_history
 from unicore.traces import anchors
 
 from unicore_client.local.tree_runs import check_model, known_tools_text, unknown_tools
-from unicore_client.ui.conversation_views import (
-    MAX_CONVERSATIONS,
-    POSTS_PAGE,
-    check_post,
-    conversation_json,
-    participant_json,
-    post_json,
-    status_of_action,
-    summary_json,
-)
+from unicore_client.ui.local_conversations import CONVERSATION_POLL_SECONDS, LocalConversations
 from unicore_client.ui.local_views import EVENT_TURNS, forest_json, node_json, task_events
 from unicore_client.ui.manifest import parse_manifest
-from unicore_client.ui.refusals import BadRequest, Conflict, NotFound
+from unicore_client.ui.refusals import BadRequest
 from unicore_client.ui.scripts import ui_model
 from unicore_client.ui.trace_links import local_trace
 from unicore_client.ui.tree_feed import FeedTiming, tree_changes
 
 PAGE_MAX = 500  # messages per transcript page
-CONVERSATION_POLL_SECONDS = 0.5  # a conversation's SSE stream reads Redis this often
 
 
 @dataclass(frozen=True)
@@ -131,6 +120,7 @@ class LocalBackend:
         self.tree_timing = tree_timing or FeedTiming()
         self._lock = threading.Lock()
         self._runners: dict[str, bool] = {}  # root or "conversation:<name>" -> run again after settling
+        self.conversation_source = LocalConversations(self.store, self.person, self.run_conversation)
 
     # ------------------------------------------------------------------ reads
 
@@ -305,108 +295,23 @@ class LocalBackend:
     # ------------------------------------------------------------------ conversations (issue 33)
 
     def conversations(self) -> list[dict[str, Any]]:
-        """Every conversation (at most ``MAX_CONVERSATIONS``), newest first."""
-        found = []
-        for name in reversed(store_conversations.list_conversations(self.store)[-MAX_CONVERSATIONS:]):
-            try:
-                meta = store_conversations.read_meta(self.store, name)
-            except store_conversations.ConversationError:
-                continue  # removed meanwhile
-            found.append(summary_json(meta, store_conversations.members(self.store, name)))
-        return found
-
-    def _meta(self, name: str) -> store_conversations.Meta:
-        """The conversation's meta; BadRequest for a name that is none, NotFound for one that does not exist."""
-        try:
-            rules.check_name(name)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-        try:
-            return store_conversations.read_meta(self.store, name)
-        except store_conversations.ConversationError as exc:
-            raise NotFound(str(exc)) from None
-
-    def _refused(self, name: str, exc: store_conversations.ConversationError, what: str) -> Exception:
-        """A store's refusal as the UI answers it: NotFound when the conversation is gone, else Conflict (closed)."""
-        self._meta(name)
-        return Conflict(f"{exc}: {what}")
+        return self.conversation_source.conversations()
 
     def conversation(self, name: str) -> dict[str, Any]:
-        """Its meta and participants, each task with its tree node and state (``conversation_views``)."""
-        meta = self._meta(name)
-        participants = []
-        for member in store_conversations.members(self.store, name):
-            node = None
-            if member.kind == "task":
-                try:
-                    record = self.store.get_task(member.id)
-                    node = node_json(record.depth, record, self.store.waiting_for(member.id))
-                except TaskNotFound:
-                    node = None  # removed (retention): shown as gone
-            participants.append(participant_json(member, node))
-        return conversation_json(meta, participants)
+        return self.conversation_source.conversation(name)
 
     def conversation_posts(self, name: str, after: int, limit: int) -> list[dict[str, Any]]:
-        self._meta(name)
-        count = max(1, min(limit, POSTS_PAGE))
-        return [post_json(item) for item in store_conversations.posts(self.store, name, after=max(0, after),
-                                                                      limit=count)]
+        return self.conversation_source.conversation_posts(name, after, limit)
 
     def conversation_post(self, name: str, text: str, client_id: str) -> dict[str, Any]:
-        """Post ``text`` as the local user (who joins first, as ``unicore conv post``), once per ``client_id``; deliver
-        it and run the participants' trees in the background. A repeated id posts nothing and still delivers and
-        runs (a request that failed after its post did not)."""
-        check_post(text, client_id)
-        self._meta(name)
-        try:
-            present = store_conversations.members(self.store, name)
-            if not any(m.kind == "user" and m.id == self.person and not m.left for m in present):
-                store_conversations.join(self.store, name, "user", self.person)
-            seq = store_conversations.post(self.store, name, f"user:{client_id}", kind="post", sender_kind="user",
-                                           sender=self.person, text=text)
-        except store_conversations.ConversationError as exc:
-            raise self._refused(name, exc, "it takes no more posts") from None
-        store_conversations.deliver(self.store, name)
-        self.run_conversation(name)
-        return {"posted": seq > 0, "seq": seq or None}
+        return self.conversation_source.conversation_post(name, text, client_id)
 
     def conversation_control(self, name: str, action: str) -> dict[str, Any]:
-        """Pause (posts kept, none delivered), resume (what waited is delivered, the trees run) or close (no more
-        posts) it, as the local user."""
-        status = status_of_action(action)
-        self._meta(name)
-        try:
-            changed = store_conversations.set_status(self.store, name, status, self.person)
-        except store_conversations.ConversationError as exc:
-            raise self._refused(name, exc, f"it cannot {action}") from None
-        if status == "open":
-            self.run_conversation(name)
-        return {"status": status, "changed": changed}
+        return self.conversation_source.conversation_control(name, action)
 
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = CONVERSATION_POLL_SECONDS,
                             stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
-        """The conversation's posts after ``after`` (``post``, in order) and its state (``conversation``: first, then
-        when it changed), read every ``wait_seconds``; an empty name when nothing changed (a keepalive). The event id
-        is the seq of the last post sent, so ``Last-Event-ID`` resumes with no gap and no duplicate."""
-        self._meta(name)  # BadRequest / NotFound before the stream starts
-        after = max(0, after)
-        last_state: dict[str, Any] | None = None
-        while stop is None or not stop.is_set():
-            batch = store_conversations.posts(self.store, name, after=after, limit=POSTS_PAGE)
-            for item in batch:
-                after = item.seq
-                yield str(after), "post", post_json(item)
-            state = self.conversation(name)
-            if state != last_state:
-                last_state = state
-                yield str(after), "conversation", state
-            elif not batch:
-                yield str(after), "", {}
-            if len(batch) < POSTS_PAGE:
-                if stop is not None:
-                    stop.wait(wait_seconds)
-                else:
-                    time.sleep(wait_seconds)
+        return self.conversation_source.conversation_events(name, after, wait_seconds=wait_seconds, stop=stop)
 
     # ------------------------------------------------------------------ live events
 
