@@ -1,5 +1,7 @@
 """Retention on Kubernetes: every ``UNICORE_RETENTION_INTERVAL_SECONDS`` one pass (``unicore.retention``) archives and
-removes the task trees idle longer than ``UNICORE_RETENTION_TTL_SECONDS``, then marks their AgentTasks.
+removes the task trees idle longer than ``UNICORE_RETENTION_TTL_SECONDS``, then marks their AgentTasks; then the
+shared conversations of the watched namespaces idle as long (``unicore.conversation_retention``; logged: they have
+no object of their own).
 
 Why one loop and not a ``kopf.timer`` per root: a timer is an asyncio task per AgentTask and one Redis read each;
 the loop reads the operator's AgentTask index (no API call) and each candidate root's record in one pipelined round
@@ -28,7 +30,9 @@ from typing import Any
 from unicore.api import contract
 from unicore.api.spec import task_spec_of
 from unicore.archive import sink_for
+from unicore.conversation_retention import ConversationOutcome, ConversationRetention
 from unicore.retention import Outcome, Retention
+from unicore.store import conversation_retention as conversation_state
 from unicore.store.retention import ArchivedNote, archived_notes
 
 from unicore_operator import events, names
@@ -76,7 +80,9 @@ class RetentionLoop:
         settings = ctx.settings
         url = settings.retention_archive_url
         self.ttl = settings.retention_ttl_seconds
-        self.retention = Retention(ctx.redis.sync, self.ttl, sink_for(url) if url else None)
+        sink = sink_for(url) if url else None
+        self.retention = Retention(ctx.redis.sync, self.ttl, sink)
+        self.conversations = ConversationRetention(ctx.redis.sync, self.ttl, sink)
 
     def view(self) -> tuple[list[str], set[str], set[str], list[str]]:
         """(roots, failed, kept, settled) task ids from the AgentTask index: ``kept`` may not be removed (not
@@ -131,6 +137,21 @@ class RetentionLoop:
         unmarked = await asyncio.to_thread(archived_notes, self.ctx.redis.sync, settled)
         for task_id, note in unmarked.items():
             await self.mark(task_id, note)
+        await self.run_conversations()
+        return outcomes
+
+    async def run_conversations(self) -> list[ConversationOutcome]:
+        """The same pass over the shared conversations of the namespaces this operator watches."""
+        ids = await asyncio.to_thread(conversation_state.conversation_ids, self.ctx.redis.sync)
+        mine = [c for c in ids if (key := contract.split_task_id(c)) is not None and self.ctx.watches(key[0])]
+        outcomes = await asyncio.to_thread(self.conversations.run, mine)
+        for outcome in outcomes:
+            if outcome.action == "archive-failed":
+                logger.warning("retention kept conversation %s: %s", outcome.conversation, outcome.reason)
+            elif outcome.action == "removed":
+                where = f"archived to {outcome.url}" if outcome.url else "not archived (no archive configured)"
+                logger.info("conversation %s idle for more than %gs: %d post(s) %s and removed from Redis",
+                            outcome.conversation, self.ttl, outcome.posts, where)
         return outcomes
 
     async def report(self, outcome: Outcome) -> None:

@@ -1,6 +1,6 @@
 """Retention on the real control plane (issue 15, item 4): the operator archives an idle tree to a directory, removes
 it from Redis and the AgentTask says Archived (phase, status.archive, conditions, an Event); a suspended tree past
-the same TTL is kept."""
+the same TTL is kept. The shared conversations of the namespaces it watches go the same way (issue 33)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 import redis
 from unicore.archive import read_document
-from unicore.store.keys import TaskKeys
+from unicore.conversation_retention import read_conversation_document
+from unicore.store import conversations
+from unicore.store.keys import CONVERSATIONS_INDEX, TaskKeys, conversation_key
+from unicore.store.tasks import TaskStore
 
 from tests.cluster.operator_harness import OperatorProcess, Tasks, install_agent_rbac, task_events
 from tests.waiting import wait_for
@@ -68,6 +71,26 @@ def test_an_idle_tree_is_archived_and_its_agenttask_says_archived(
     tasks.delete("old")
     wait_for(lambda: tasks.get("old") is None, timeout=30, what="old to be deleted")
     assert not redis_client.exists(TaskKeys(task_id).archived)
+
+
+def test_an_idle_conversation_of_the_watched_namespace_is_archived_and_removed(
+    retaining_operator: OperatorProcess, redis_client: redis.Redis, k8s_namespace: str, tmp_path: Path,
+) -> None:
+    store = TaskStore(redis_client)
+    hall, paused, elsewhere = f"{k8s_namespace}/hall", f"{k8s_namespace}/quiet", "not-watched/hall"
+    for name in (hall, paused, elsewhere):
+        assert conversations.create(store, name, title=name, created_by="alice")
+        conversations.join(store, name, "user", "alice")
+    conversations.set_status(store, paused, "paused", "alice")
+    wait_for(lambda: not redis_client.exists(conversation_key(hall, "meta")), timeout=60,
+             what="the idle conversation removed by the operator's retention pass")
+    [archive] = list((tmp_path / "archive" / k8s_namespace / "conversations").glob("hall-*.jsonl"))
+    header, meta, members, posts = read_conversation_document(archive.read_bytes())
+    assert header["conversation"] == hall and meta["title"] == hall and list(members) == ["user:alice"]
+    assert [p["kind"] for p in posts] == ["joined"]
+    assert set(redis_client.zrange(CONVERSATIONS_INDEX, 0, -1)) == {paused, elsewhere}
+    assert redis_client.exists(conversation_key(paused, "meta")) and redis_client.exists(
+        conversation_key(elsewhere, "meta"))  # paused: kept; another namespace's: not this operator's
 
 
 def test_the_chart_passes_the_retention_values_and_refuses_bad_ones() -> None:

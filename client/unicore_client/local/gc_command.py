@@ -1,5 +1,6 @@
 """``unicore gc [--ttl S] [--archive URL] [--dry-run]``: one retention pass (``unicore.retention.Retention``) over
-local mode's trees: those idle longer than the TTL are archived (when an archive is given) and removed from Redis.
+local mode's trees: those idle longer than the TTL are archived (when an archive is given) and removed from Redis;
+then the same over local mode's shared conversations (``unicore.conversation_retention``).
 
 Without options it reads local mode's retention variables (``RetentionSettings``); on Kubernetes the operator runs
 the same pass on its own schedule with its own settings.
@@ -13,11 +14,14 @@ import time
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
-from unicore.archive import check_archive_url, sink_for
+from unicore.archive import ArchiveSink, check_archive_url, sink_for
+from unicore.conversation_retention import ConversationRetention
 from unicore.launch.embedded_redis import redis_url
 from unicore.retention import Retention
 from unicore.settings import EnvSettings
+from unicore.store import conversation_retention as conversation_state
 from unicore.store import retention as state
+from unicore.store.client import RedisClient
 from unicore.store.tasks import connect
 
 from unicore_client.arguments import UsageError
@@ -41,11 +45,13 @@ class RetentionSettings(EnvSettings):
 
 def add_gc_command(sub: Any) -> None:
     """``unicore gc``: one retention pass over local mode's trees."""
-    gc = sub.add_parser("gc", help="archive and remove task trees idle longer than the retention TTL")
+    gc = sub.add_parser("gc", help="archive and remove task trees and conversations idle longer than the retention "
+                                   "TTL")
     gc.add_argument("--ttl", type=_seconds, help="idle seconds (default: $UNICORE_RETENTION_TTL_SECONDS)")
     gc.add_argument("--archive", type=_url, help="file:///path or s3://bucket/prefix "
                                                  "(default: $UNICORE_RETENTION_ARCHIVE_URL; none: not archived)")
-    gc.add_argument("--dry-run", action="store_true", help="say which trees would go; change nothing")
+    gc.add_argument("--dry-run", action="store_true", help="say which trees and conversations would go; change "
+                                                           "nothing")
     gc.set_defaults(func=cmd_gc)
 
 
@@ -80,8 +86,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
             tree = state.read_tree(client, root)
             reason = tree.not_removable(now=now, ttl=ttl) if tree else "no record"
             print(f"{root}: {'kept: ' + reason if reason else 'would be removed'}")
+        conversations = ConversationRetention(client, ttl)
+        for name in conversations.candidates(_local_conversations(client))[0]:
+            reason = conversations.reason_kept(name)
+            print(f"conversation {name}: {'kept: ' + reason if reason else 'would be removed'}")
         return 0
-    outcomes = Retention(client, ttl, sink_for(url) if url else None).run(roots)
+    sink = sink_for(url) if url else None
+    outcomes = Retention(client, ttl, sink).run(roots)
     code = 0
     for outcome in outcomes:
         if outcome.action == "removed":
@@ -92,6 +103,25 @@ def cmd_gc(args: argparse.Namespace) -> int:
             code = 1
         elif outcome.action == "changed":
             print(f"{outcome.root}: kept: {outcome.reason}")
+    return max(code, _conversations_gc(client, ttl, sink))
+
+
+def _local_conversations(client: RedisClient) -> list[str]:
+    """Local mode's conversations (a bare name; ``<namespace>/<name>`` ones are a cluster's)."""
+    return [name for name in conversation_state.conversation_ids(client) if "/" not in name]
+
+
+def _conversations_gc(client: RedisClient, ttl: float, sink: ArchiveSink | None) -> int:
+    code = 0
+    for outcome in ConversationRetention(client, ttl, sink).run(_local_conversations(client)):
+        if outcome.action == "removed":
+            where = f"archived to {outcome.url}" if outcome.url else "not archived"
+            print(f"conversation {outcome.conversation}: removed ({outcome.posts} posts), {where}")
+        elif outcome.action == "archive-failed":
+            print(f"conversation {outcome.conversation}: kept: {outcome.reason}", file=sys.stderr)
+            code = 1
+        elif outcome.action == "changed":
+            print(f"conversation {outcome.conversation}: kept: {outcome.reason}")
     return code
 
 

@@ -430,3 +430,14 @@ redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(record))
 return 1
 """
 
+
+# A conversation removed by retention (store.conversation_retention): KEYS meta, posts, post ids, members; ARGV the
+# meta's seq, status, delivered and updated_at as archived. 1: removed; 0: it changed since (nothing removed).
+CONVERSATION_REMOVE = """
+local now = redis.call('HMGET', KEYS[1], 'seq', 'status', 'delivered', 'updated_at')
+for i = 1, 4 do
+  if (now[i] or '') ~= ARGV[i] then return 0 end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return 1
+"""
