@@ -172,7 +172,7 @@ func (s *server) run(conn net.Conn, r *bufio.Reader, req request) {
 	close(live)
 	_ = conn.SetWriteDeadline(time.Now().Add(finalWindow))
 	<-writerDone
-	if gone {
+	if gone || s.shuttingDown() { // killed by the server's SIGTERM: no result, the connection just closes
 		return
 	}
 	end := exitLine{

@@ -306,7 +306,10 @@ def test_a_client_that_does_not_read_never_blocks_the_command(server: Server) ->
     assert live < 20_000_000  # live chunks were dropped, the totals and the tail were not
 
 
-def test_sigterm_to_the_server_kills_running_commands(server: Server) -> None:
+def test_sigterm_to_the_server_kills_running_commands(start_server: Callable[..., Server]) -> None:
+    # --stop-grace holds the server between its kill and its exit: the killed command's end comes in that window,
+    # and the client must still hear that the server went away, not "killed by SIGKILL" (CI saw that under load).
+    server = start_server("--stop-grace", "1s")
     output = Output()
     job = Background(lambda: run(server, "echo $$; sleep 600 & sleep 600; wait", on_output=output, timeout=300))
     (shell,) = pids_from(output, 1)
