@@ -273,8 +273,8 @@ def test_show_follow_long_polls_until_the_conversation_is_closed(stub: tuple[Stu
     assert (code, err) == (0, "")
     assert out.splitlines()[2:] == ["#1 alice posted: hello", "#2 writer (agent) answered: hi\\x1b[2J",
                                     "#3 - note: alice closed the conversation"]
-    assert [c.query for c in state.calls[1:]] == [{"after": "1", "wait": "20"}, {"after": "2", "wait": "20"},
-                                                  {"after": "2", "wait": "20"}]
+    assert [c.query for c in state.calls[1:] if c.path == f"{BASE}/room/posts"] == [
+        {"after": "1", "wait": "20"}, {"after": "2", "wait": "20"}, {"after": "2", "wait": "20"}]
 
 
 def test_show_follow_stops_at_its_timeout_and_at_once_when_closed(stub: tuple[Stub, Path]) -> None:
@@ -283,13 +283,96 @@ def test_show_follow_stops_at_its_timeout_and_at_once_when_closed(stub: tuple[St
     started = time.monotonic()
     assert run(kubeconfig, "show", "room", "-f", "--timeout", "0.5")[0] == 0
     assert time.monotonic() - started < 10
-    polls = [c.query for c in state.calls[1:]]
+    polls = [c.query for c in state.calls[1:] if c.path == f"{BASE}/room/posts"]
     assert polls and all(query == {"after": "0", "wait": "1"} for query in polls)  # never past the timeout
 
     state.calls.clear()
     state.on("GET", f"{BASE}/room", (200, conversation([post(1, "bye")], status="closed")))
     assert run(kubeconfig, "show", "room", "-f")[0] == 0
     assert sent(state) == [("GET", f"{BASE}/room", {}, None)]
+
+
+TASKS = "/apis/tasks.unicore.dev/v1alpha1/namespaces/team-a/agenttasks"
+
+
+def entry(entry_id: str, kind: str, text: str = "", *, seq: int = 3, attempt: int = 1) -> dict[str, Any]:
+    """One entry of a task's ``stream`` answer (``task_api/stream.py``)."""
+    return {"id": entry_id, "turn": 2, "call": 0, "seq": seq, "attempt": attempt, "kind": kind, "text": text}
+
+
+def stream(entries: list[dict[str, Any]], next_id: str, *, busy: bool) -> tuple[int, dict[str, Any]]:
+    return 200, {"kind": "TokenStream", "task": "team-a/writer", "next": next_id, "more": False, "entries": entries,
+                 "state": {"status": "running" if busy else "idle", "initialised": True, "pending": 0, "busy": busy,
+                           "messages": 2}}
+
+
+def test_show_follow_prints_the_agents_live_text_escaped_then_their_posts(stub: tuple[Stub, Path]) -> None:
+    state, kubeconfig = stub
+    state.on("GET", f"{BASE}/room", (200, conversation([post(1, "@writer a tagline")])))
+    state.on("GET", f"{TASKS}/writer/stream",
+             stream([entry("1-0", "attempt"), entry("1-1", "text", "Draft")], "1-1", busy=True),
+             stream([entry("2-0", "text", f": tag{ESC}{RLO}line\nsecond")], "2-0", busy=True),
+             stream([entry("3-0", "end")], "3-0", busy=False),
+             stream([], "3-0", busy=False))
+    state.on("GET", f"{BASE}/room/posts",
+             (200, {"kind": "ConversationPosts", "status": "open", "posts": []}),
+             (200, {"kind": "ConversationPosts", "status": "open", "posts": [
+                 post(2, "Draft: tagline", kind="answer", sender_kind="task", sender="team-a/writer")]}),
+             (200, {"kind": "ConversationPosts", "status": "closed", "posts": [
+                 post(3, "alice closed the conversation", kind="note", sender_kind="system", sender="")]}))
+    code, out, err = run(kubeconfig, "show", "room", "--follow")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[2:] == ["#1 alice posted: @writer a tagline",
+                                    "writer (live): Draft: tag\\x1b[2J\\u202eline",
+                                    "writer (live): second",
+                                    "#2 writer (agent) answered: Draft: tagline",
+                                    "#3 - note: alice closed the conversation"]
+    assert "\x1b" not in out and RLO not in out
+    # the writer's stream from its call in progress, long polls of it while it is busy (the posts then without
+    # waiting), the long poll of the posts once it is not; the critic left: its stream is never read
+    streams = [c.query for c in state.calls if c.path.endswith("/stream")]
+    assert streams[:2] == [{}, {"after": "1-1", "wait": "1"}] and streams[-1] == {"after": "3-0"}
+    assert [q.get("after") for q in streams][:4] == [None, "1-1", "2-0", "3-0"]  # (2-0: a long poll unless slow)
+    assert {c.path for c in state.calls} == {f"{BASE}/room", f"{BASE}/room/posts", f"{TASKS}/writer/stream"}
+    assert [c.query for c in state.calls if c.path == f"{BASE}/room/posts"] == [
+        {"after": "1"}, {"after": "1", "wait": "20"}, {"after": "2", "wait": "20"}]
+
+
+def test_show_follow_json_has_token_events_and_a_task_that_joins_is_followed(
+        stub: tuple[Stub, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    state, kubeconfig = stub
+    joined = conversation([], participants=[{"kind": "user", "name": "alice", "id": "alice", "left": False},
+                                            {"kind": "task", "name": "writer", "id": "team-a/writer", "left": False},
+                                            {"kind": "task", "name": "editor", "id": "team-a/editor", "left": False}])
+    state.on("GET", f"{BASE}/room", (200, conversation([post(1, "hello")])), (200, joined))
+    state.on("GET", f"{TASKS}/writer/stream",
+             stream([entry("1-0", "attempt"), entry("1-1", "text", f"Hi{ESC}")], "1-1", busy=False),
+             stream([], "1-1", busy=False))
+    state.on("GET", f"{TASKS}/editor/stream", (403, {
+        "kind": "Status", "code": 403, "reason": "Forbidden",
+        "message": 'User "alice" cannot get resource "agenttasks/stream" in API group "tasks.unicore.dev"'}))
+    editor_joined = post(2, "editor joined", kind="joined", sender_kind="system", sender="")
+    closing = post(3, "alice closed the conversation", kind="note", sender_kind="system", sender="")
+    state.on("GET", f"{BASE}/room/posts", (200, {"kind": "ConversationPosts", "status": "open",
+                                                 "posts": [editor_joined]}),
+             (200, {"kind": "ConversationPosts", "status": "closed", "posts": [closing]}))
+    code, out, _ = run(kubeconfig, "show", "room", "-f", "--json")
+    lines = out.splitlines()
+    followed = [json.loads(line) for line in lines[lines.index("}") + 1:]]
+    assert code == 0 and followed == [
+        {"event": "token", "task": "team-a/writer", "seq": 3, "attempt": 1, "text": f"Hi{ESC}"},  # JSON: exact
+        editor_joined, closing]
+    assert [(c.path, c.query) for c in state.calls if "/stream" in c.path or c.path == f"{BASE}/room"] == [
+        (f"{BASE}/room", {}), (f"{TASKS}/writer/stream", {}), (f"{BASE}/room", {"after": "2"}),
+        (f"{TASKS}/writer/stream", {"after": "1-1"}), (f"{TASKS}/editor/stream", {})]
+    assert capsys.readouterr().err == (  # a stream it may not read: a note; its posts still come
+        "note: no live answers of team-a/editor (forbidden: alice cannot get agenttasks/stream (tasks.unicore.dev) "
+        "in namespace team-a, so cannot read its agent tasks (ask for the unicore-agenttask-reader role there)); its "
+        "posts still come\n")
+
+    state.calls.clear()  # --no-tokens: posts only
+    assert run(kubeconfig, "show", "room", "-f", "--no-tokens")[0] == 0
+    assert [c.path for c in state.calls] == [f"{BASE}/room", f"{BASE}/room/posts"]
 
 
 def test_pause_resume_close_delete_and_list(stub: tuple[Stub, Path]) -> None:

@@ -5,17 +5,19 @@ the output of local mode's ``unicore conv`` (``unicore_client.local.conversation
     kubectl agenttask conv create NAME [--title T] [--task TASK]... [--handoff-limit N]
     kubectl agenttask conv join NAME TASK...          kubectl agenttask conv leave NAME TASK...
     kubectl agenttask conv post NAME TEXT [--id ID]
-    kubectl agenttask conv show NAME [--json] [--follow [--timeout S]]
+    kubectl agenttask conv show NAME [--json] [--follow [--timeout S] [--no-tokens]]
     kubectl agenttask conv pause|resume|close|delete NAME
     kubectl agenttask conv list
 
 The person is the user the API server authenticated (never a name the command gives); the tasks are AgentTasks of
 the conversation's namespace (``-n``). A post is taken once per id (``--id``; default a new one), so a retried
 request posts once. The operator delivers posts and runs the turns they start: ``post`` returns at once (``show
---follow`` prints what follows). RBAC: ``get``/``list conversations`` and ``get conversations/posts`` to read,
-``create conversations`` (and ``/posts``, ``/members``, ``/control``) to take part (the chart's reader and messenger
-roles), ``delete conversations`` to delete (the editor role: ``edit``, ``admin``). Text from people and models is
-printed with ``printable``.
+--follow`` prints what follows: new posts, and the agents' answers as they are written, ``<name> (live): ...``;
+``unicore_client.kubectl_plugin.conversation_follow``). RBAC: ``get``/``list conversations`` and ``get
+conversations/posts`` to read (and ``get agenttasks/stream`` for the live answers), ``create conversations`` (and
+``/posts``, ``/members``, ``/control``) to take part (the chart's reader and messenger roles), ``delete
+conversations`` to delete (the editor role: ``edit``, ``admin``). Text from people and models is printed with
+``printable``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import json
 import math
 import re
 import sys
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -34,12 +35,13 @@ from unicore import conversations as rules
 from unicore.api.schema import MAX_TASK_NAME, task_name, user_message_id
 from unicore.terminal import printable
 
+from unicore_client.kubectl_plugin.conversation_follow import WAIT_SECONDS as FOLLOW_WAIT_SECONDS
+from unicore_client.kubectl_plugin.conversation_follow import ConversationFollower
 from unicore_client.kubectl_plugin.errors import PluginError
 from unicore_client.kubectl_plugin.kube import KubeContext
 from unicore_client.kubectl_plugin.proxy import DEFAULT_TIMEOUT_SECONDS, TaskApiClient, conversation_path
 
 POSTS_PAGE = 500  # the most posts one answer holds (conversation_routes.POSTS_PAGE): a full page means more
-FOLLOW_WAIT_SECONDS = 20  # one long poll (the server holds it at most 30 s; the API server allows 60 s)
 MAX_TITLE_CHARS = 256
 MAX_TASKS = 64
 MAX_POST_ID_CHARS = 256
@@ -258,30 +260,22 @@ def cmd_show(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
             return 0
         posts = conversation.get("posts") or []
         follow(api, kube.namespace, args.name, int(posts[-1].get("seq") or 0) if posts else 0, out,
-               timeout=args.timeout, as_json=args.json)
+               timeout=args.timeout, as_json=args.json, participants=conversation.get("participants") or [],
+               tokens=not args.no_tokens)
     except KeyboardInterrupt:
         return 0
     return 0
 
 
 def follow(api: TaskApiClient, namespace: str, name: str, after: int, out: IO[str], *, timeout: float | None,
-           as_json: bool = False, wait_seconds: int = FOLLOW_WAIT_SECONDS) -> None:
-    """Print the posts after ``after`` as they come (a long poll of ``posts``), until the conversation is closed or
-    ``timeout`` seconds have passed (``--json``: one JSON object a line)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    path = conversation_path(namespace, name, "posts")
-    while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return
-        wait = wait_seconds if left is None else max(1, min(wait_seconds, math.ceil(left)))
-        answer = api.get(path, [("after", after), ("wait", wait)])
-        for post in answer.get("posts") or []:
-            out.write(json.dumps(post) + "\n" if as_json else render_post(post))
-            after = max(after, int(post.get("seq") or 0))
-        out.flush()
-        if answer.get("status") == "closed":
-            return
+           as_json: bool = False, participants: Sequence[Mapping[str, Any]] = (), tokens: bool = True,
+           wait_seconds: int = FOLLOW_WAIT_SECONDS) -> None:
+    """Print the posts after ``after`` as they come (a long poll of ``posts``) and the live answers of the task
+    ``participants`` that have not left (``tokens``), until the conversation is closed or ``timeout`` seconds have
+    passed (``--json``: one JSON object a line; ``conversation_follow``)."""
+    ConversationFollower(api, namespace, name, after=after, participants=participants, out=out,
+                         render_post=render_post, as_json=as_json, tokens=tokens,
+                         wait_seconds=wait_seconds).run(timeout)
 
 
 def cmd_status(args: argparse.Namespace, kube: KubeContext, out: IO[str]) -> int:
@@ -339,8 +333,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     show.add_argument("name", type=conversation_name)
     show.add_argument("--json", action="store_true", help="the task API's Conversation object (with every post)")
     show.add_argument("-f", "--follow", action="store_true",
-                      help="then print new posts as they come, until it is closed (or --timeout, or Ctrl-C)")
+                      help="then print new posts as they come and the agents' answers as they are written "
+                           "('NAME (live): ...' lines), until it is closed (or --timeout, or Ctrl-C)")
     show.add_argument("--timeout", type=seconds, metavar="S", help="with --follow: stop after S seconds")
+    show.add_argument("--no-tokens", action="store_true", help="with --follow: new posts only, no live answers")
     show.set_defaults(func=cmd_show)
 
     for verb, text in (("pause", "keep posts, deliver nothing until resumed"),

@@ -3,14 +3,15 @@
     unicore conv create NAME [--title T] [--task TASK]... [--handoff-limit N]
     unicore conv join NAME TASK...          unicore conv leave NAME TASK...
     unicore conv post NAME TEXT [--id ID] [--no-wait] [--timeout S]
-    unicore conv show NAME [--json] [--follow [--timeout S]]
+    unicore conv show NAME [--json] [--follow [--timeout S] [--no-tokens]]
     unicore conv pause|close NAME           unicore conv resume NAME [--no-wait] [--timeout S]
     unicore conv list
 
 The person is the local user (the account running the command: authenticated, not claimed). ``post`` delivers the
 post, then runs the participating tasks' trees together until they settle (their answers, and the hand-offs between
 them, go on in the conversation) and prints the posts that followed its own; ``resume`` delivers the posts that
-waited and runs them the same way.
+waited and runs them the same way. ``show --follow`` prints new posts and, while they are written, the participating
+agents' answers as ``<name> (live): ...`` lines (``unicore_client.local.conversation_follow``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import getpass
 import json
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -32,9 +32,8 @@ from unicore.store.tasks import TaskStore, connect
 from unicore.terminal import printable
 
 from unicore_client.arguments import UsageError, int_between, positive_seconds
+from unicore_client.local.conversation_follow import ConversationFollower, post_line
 from unicore_client.local.tree_runs import EXIT_FAILED, EXIT_OK, settle_roots
-
-FOLLOW_POLL_SECONDS = 0.3
 
 
 def person() -> str:
@@ -63,10 +62,7 @@ def _existing_tasks(store: TaskStore, tasks: list[str]) -> None:
 
 
 def _print_post(item: rules.Post) -> None:
-    who = {"user": item.sender, "task": f"{item.sender} (agent)"}.get(item.sender_kind, "-")
-    label = {"answer": "answered", "post": "posted", "note": "note", "joined": "joined", "left": "left"}[item.kind]
-    text = item.text if item.kind in ("post", "answer") else item.text
-    print(f"#{item.seq} {printable(who, multiline=False)} {label}: {printable(text)}")
+    print(post_line(item))
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -148,24 +144,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     for item in items:
         _print_post(item)
     if args.follow:
-        return _follow(store, args.name, items[-1].seq if items else 0, args.timeout)
-    return EXIT_OK
-
-
-def _follow(store: TaskStore, name: str, after: int, timeout: float | None) -> int:
-    """Print new posts as they come, until the conversation is closed (or ``timeout``, or Ctrl-C)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        while deadline is None or time.monotonic() < deadline:
-            for item in conversations.posts(store, name, after=after):
-                _print_post(item)
-                after = item.seq
-            sys.stdout.flush()
-            if conversations.read_meta(store, name).status == "closed":
-                return EXIT_OK
-            time.sleep(FOLLOW_POLL_SECONDS)
-    except KeyboardInterrupt:
-        return EXIT_OK
+        sys.stdout.flush()
+        follower = ConversationFollower(store, args.name, after=items[-1].seq if items else 0,
+                                        tokens=not args.no_tokens)
+        try:
+            follower.run(args.timeout)
+        except KeyboardInterrupt:
+            return EXIT_OK
     return EXIT_OK
 
 
@@ -236,8 +221,11 @@ def add_conversation_command(sub: Any) -> None:
     show = actions.add_parser("show", help="print the conversation: participants and posts")
     show.add_argument("name", type=_name)
     show.add_argument("--json", action="store_true")
-    show.add_argument("--follow", "-f", action="store_true", help="then print new posts as they come")
+    show.add_argument("--follow", "-f", action="store_true",
+                      help="then print new posts as they come and the agents' answers as they are written "
+                           "('NAME (live): ...' lines), until it is closed")
     show.add_argument("--timeout", type=positive_seconds, help="with --follow: stop after this many seconds")
+    show.add_argument("--no-tokens", action="store_true", help="with --follow: new posts only, no live answers")
     show.set_defaults(func=cmd_show)
     for verb, text in (("pause", "keep posts, deliver nothing until resumed"),
                        ("resume", "deliver what waited, then run the tasks it reaches (what follows is printed)"),
