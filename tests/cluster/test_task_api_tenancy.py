@@ -415,6 +415,7 @@ def test_the_plugins_conv_commands_take_part_as_the_user_with_the_rights_of_the_
         assert conv("alice", "close", "lounge").stdout == "conversation lounge is now closed\n"
         out, err = follow.communicate(timeout=60)  # ends at the close, long before its --timeout
     assert follow.returncode == 0 and out.rstrip().endswith("note: alice closed the conversation"), err
+    assert err == ""  # the poet's live text was followed too: the messenger may read its stream
     assert "note: alice paused the conversation" in out
     assert forbidden(conv("alice", "resume", "lounge")) == f"error: conversation {env.a}/lounge is closed\n"
 
