@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from typing import IO
 
 import pytest
 from unicore.store import conversations
 from unicore.store.tasks import TaskStore
 from unicore.store.token_stream import StreamSettings, TokenStreamSink, current_call
 
-from tests.unicore_cli import REPO
+from tests.unicore_cli import REPO, OutputReader
 from tests.waiting import wait_for
 
 ROOM = "room"
@@ -23,20 +21,7 @@ ESC, RLO = "\x1b[2J", "\u202e"
 FAST = StreamSettings(flush_chars=1, flush_seconds=0.0)
 
 
-class Output:
-    """Reads a process's stdout on a thread, so a test can wait for what it printed."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.text = ""
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for chunk in iter(lambda: stream.read(1), ""):
-            self.text += chunk
-
-
-Followers = list[tuple[subprocess.Popen[str], Output]]
+Followers = list[tuple[subprocess.Popen[str], OutputReader]]
 
 
 @pytest.fixture
@@ -50,12 +35,13 @@ def follower() -> Iterator[Followers]:
         print(f"the follower printed: {out.text!r}")  # shown when the test fails
 
 
-def start_follow(cli_env: dict[str, str], started: Followers, *options: str) -> tuple[subprocess.Popen[str], Output]:
+def start_follow(cli_env: dict[str, str], started: Followers,
+                 *options: str) -> tuple[subprocess.Popen[str], OutputReader]:
     proc = subprocess.Popen([sys.executable, "-m", "unicore_client.local.main", "conv", "show", ROOM, "--follow",
                              "--timeout", "120", *options], env={**cli_env, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
     assert proc.stdout is not None
-    started.append((proc, Output(proc.stdout)))
+    started.append((proc, OutputReader(proc.stdout)))
     return started[-1]
 
 

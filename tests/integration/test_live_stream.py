@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import redis
@@ -32,6 +32,7 @@ from unicore.store.token_stream import (
 from unicore.turn.outcome import TurnOutcome
 
 from tests.integration.conftest import TurnRunner
+from tests.unicore_cli import OutputReader
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,29 +202,16 @@ def follow_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "REDIS_URL": redis_url, "UNICORE_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
 
 
-class Lines:
-    """Reads a process's stdout on a thread, so a test can wait for what it printed."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.text = ""
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for chunk in iter(lambda: stream.read(1), ""):
-            self.text += chunk
-
-
 @pytest.fixture
 def follow(follow_env: dict[str, str]) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start(task_id: str) -> tuple[subprocess.Popen[str], Lines]:
+    def start(task_id: str) -> tuple[subprocess.Popen[str], OutputReader]:
         proc = subprocess.Popen([sys.executable, "-m", "unicore_client.local.main", "show", task_id, "--follow"],
                                 env=follow_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         assert proc.stdout is not None
-        return proc, Lines(proc.stdout)
+        return proc, OutputReader(proc.stdout)
 
     yield start
     for proc in procs:

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import yaml
 from unicore.errors import TaskNotFound
 from unicore.store.tasks import TaskStore, connect
 
-from tests.unicore_cli import REPO, UNICORE, unicore
+from tests.unicore_cli import REPO, UNICORE, OutputReader, unicore
 from tests.waiting import wait_for
 
 SECRET = "the-runtime-home-secret-4242"
@@ -148,19 +147,6 @@ def test_an_unknown_tool_is_one_line_and_exit_code_2(env: dict[str, str], redis_
         TaskStore(connect(redis_url)).get_task("nope")
 
 
-class Reader:
-    """Reads a process's stdout on a thread, so a test can wait for what it printed."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.text = ""
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for chunk in iter(lambda: stream.read(1), ""):
-            self.text += chunk
-
-
 def test_show_follow_prints_a_commands_output_while_it_runs(env: dict[str, str], redis_url: str,
                                                             tmp_path: Path) -> None:
     command = "echo started; while [ ! -e stop ]; do sleep 0.05; done; echo finished"
@@ -168,7 +154,7 @@ def test_show_follow_prints_a_commands_output_while_it_runs(env: dict[str, str],
     store = TaskStore(connect(redis_url))
     workspace = Path(env["UNICORE_HOME"]) / "workspaces" / "live"
     procs: list[subprocess.Popen[str]] = []
-    out: Reader | None = None
+    out: OutputReader | None = None
     try:
         run = subprocess.Popen([UNICORE, "run", "--tool", "run_command", "--script", str(path), "--name", "live",
                                 "go"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -178,7 +164,7 @@ def test_show_follow_prints_a_commands_output_while_it_runs(env: dict[str, str],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         procs.append(follow)
         assert follow.stdout is not None
-        out = reader = Reader(follow.stdout)
+        out = reader = OutputReader(follow.stdout)
         live = f"[run_command] $ {command}\nstarted\n"
         wait_for(lambda: live in reader.text, timeout=60, what="the command's live line and output")
         # printed while the command runs: it cannot end before the stop file exists
