@@ -303,6 +303,14 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return ARGV[2]
 """
 
+# KEYS: task   ARGV: field, expected value, field to set, its value. Sets it only while the first field holds the
+# expected value (1; else 0): a compare-and-set of a task's own hash (store.trace_marks.end_attempt).
+HSET_IF_HELD = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+return 1
+"""
+
 # KEYS: lease, task   ARGV: token, now, field, value, ...
 SET_FIELDS = (
     _FENCE

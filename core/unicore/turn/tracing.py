@@ -85,7 +85,7 @@ class TurnTrace:
             span.fail(reason, outcome.error or reason)
         self.opened.close()
         try:
-            trace_marks.end_attempt(self.store, self.task_id)
+            trace_marks.end_attempt(self.store, self.task_id, self.traceparent)
         except redis.RedisError as exc:
             log.warning("task %s: trace mark not cleared: %s", self.task_id, exc)
 
