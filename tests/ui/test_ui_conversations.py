@@ -1,11 +1,13 @@
 """Shared conversations in the web UI (issue 33, local mode): the Conversations list and a conversation's page in a
 real browser (Debian's chromium via Playwright), with ``unicore ui``, its supervisor and two scripted agents' turn
-processes running for real; and the HTTP API without a browser (a client id posted once, a closed conversation's
-409, the guards of the other POST routes)."""
+processes running for real; a conversation created from the list page's form and a task added and removed on its
+page; and the HTTP API without a browser (a client id posted once, a closed conversation's 409, the guards of the
+other POST routes)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from tests.ui.test_ui_http import cookie, csrf, read_events, request
 pytestmark = pytest.mark.ui
 SETTLE = 90_000  # ms: two agents' turns on a busy 2-core machine
 HOSTILE = "Morning! <img src=x onerror=alert(1)> What is the status?"
+HOSTILE_TITLE = "War room <img src=x onerror=alert(1)> \u202eevil"
 AGENTS = """
 default: "Noted."
 tasks:
@@ -156,3 +159,64 @@ def test_a_client_id_posts_once_and_a_closed_conversation_refuses_with_409(ui: U
     assert request(ui, "GET", "/api/conversations/nope", headers={"Cookie": jar}).status == 404
     assert request(ui, "POST", "/api/conversations/nope/posts", headers=headers, body=body).status == 404
     assert request(ui, "GET", "/api/conversations/standup/events?after=0").status == 401  # no token cookie
+
+
+def test_a_conversation_created_from_the_list_with_a_task_then_another_added_on_its_page(page: Any, ui: UI,
+                                                                                        redis_url: str) -> None:
+    store = TaskStore(connect(redis_url))
+    for agent in ("alice", "bob"):
+        store.create_task(TaskSpec(id=agent, model="scripted"))  # no prompt: idle
+    page.goto(ui.url)
+    page.get_by_role("link", name="Conversations").click()
+    form = page.locator("#conversation-create-form")
+    form.get_by_label("Name").fill("war-room")
+    form.get_by_label("Title").fill(HOSTILE_TITLE)
+    form.get_by_label("Tasks that take part").fill("alice")
+    form.get_by_role("button", name="Create conversation").click()
+
+    expect(page).to_have_url(re.compile(r"#/conversation/war-room$"))
+    expect(page.locator("#conversation-title")).to_have_text(f"{HOSTILE_TITLE} (war-room)")
+    expect(page.locator("#conn")).to_have_text("live")
+    participants = page.locator("#participants")
+    expect(participants.locator('li[data-participant="alice"]')).to_have_attribute("data-state", "idle")
+    expect(participants.locator('li[data-participant="ana"]')).to_have_text("ana person")  # who created it
+
+    page.get_by_label("Add a task").fill("bob")
+    page.get_by_role("button", name="Add", exact=True).click()
+    bob = participants.locator('li[data-participant="bob"]')
+    expect(bob).to_have_attribute("data-state", "idle")
+    expect(bob).to_contain_text("agent \u00b7 idle")
+    expect(page.get_by_label("Add a task")).to_have_value("")
+    expect(page.locator("#posts li[data-kind=joined]")).to_have_count(3)  # ana, alice, bob: live, in order
+    page.get_by_label("Add a task").fill("ghost")
+    page.get_by_role("button", name="Add", exact=True).click()
+    expect(page.locator("#member-error")).to_have_text(
+        "no task ghost: run it first (unicore run ... --name NAME, or New task)")
+    participants.get_by_role("button", name="Remove alice").click()
+    expect(participants.locator('li[data-participant="alice"]')).to_have_attribute("data-state", "left")
+    expect(participants.get_by_role("button", name="Remove alice")).to_have_count(0)
+
+    meta = conversations.read_meta(store, "war-room")
+    assert (meta.title, meta.created_by) == (HOSTILE_TITLE, "ana")  # stored as typed
+    assert {(m.id, m.left) for m in conversations.members(store, "war-room")} == {
+        ("ana", False), ("alice", True), ("bob", False)}
+    assert page.locator("img").count() == 0 and ui.dialogs == []  # the title is text: no element, no dialog
+
+    page.get_by_role("link", name="All conversations").click()
+    row = page.locator('li[data-conversation="war-room"]')
+    expect(row).to_contain_text(HOSTILE_TITLE)
+    expect(row).to_contain_text("agents bob")
+    form.get_by_label("Name").fill("war-room")  # again: not an error, kept as it is; alice, named, joins again
+    form.get_by_label("Title").fill("Another title")
+    form.get_by_label("Tasks that take part").fill("alice,")
+    form.get_by_role("button", name="Create conversation").click()
+    expect(page.locator("#conversation-note")).to_have_text(
+        "war-room existed: kept as it is (the tasks named take part).")
+    expect(page.locator("#conversation-title")).to_have_text(f"{HOSTILE_TITLE} (war-room)")
+    expect(participants.locator('li[data-participant="alice"]')).to_have_attribute("data-state", "idle")
+    page.get_by_role("link", name="All conversations").click()
+    form.get_by_label("Name").fill("Not A Name")
+    form.get_by_role("button", name="Create conversation").click()
+    expect(page.locator("#conversation-create-error")).to_contain_text("not a conversation name: 'Not A Name'")
+    assert page.locator("img").count() == 0 and ui.dialogs == []
+

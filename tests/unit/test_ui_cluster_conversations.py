@@ -1,8 +1,9 @@
 """``kubectl agenttask ui``'s shared conversations (issue 33): ``ClusterBackend``'s conversation methods against a
 local HTTP stub of the task API's ``conversations`` (the semantics of ``task_api/conversation_routes.py``: a post
-once per id, 409 once closed, 404 with its details, a long poll of ``posts``) that a kubeconfig points the plugin's
-real client at, as tests/unit/test_plugin_conversations.py does; the AgentTasks come from the backend's watch cache.
-Then the refusals through the real HTTP server: 403 (one line naming the right), 404, 409, 503."""
+once per id, 409 once closed, 404 with its details, a long poll of ``posts``, a create that says 201 or 200, a
+task's join and leave, a task that does not exist its 404) that a kubeconfig points the plugin's real client at, as
+tests/unit/test_plugin_conversations.py does; the AgentTasks come from the backend's watch cache. Then the refusals
+through the real HTTP server: 403 (one line naming the right), 404, 409, 503."""
 
 from __future__ import annotations
 
@@ -60,10 +61,25 @@ class Conversation:
                            "sender": sender, "text": text, "at": 100.0 + seq})
         return seq
 
-    def join(self, kind: str, member: str) -> None:
+    def join(self, kind: str, member: str) -> bool:
+        """As the store's: True when it joined now (one that takes part already: nothing)."""
+        held = next((p for p in self.participants if p["id"] == member and p["kind"] == kind), None)
+        if held is not None and not held["left"]:
+            return False
+        if held is not None:
+            self.participants.remove(held)
         name = member.rsplit("/", 1)[-1]
         self.participants.append({"kind": kind, "name": name, "id": member, "left": False})
         self.add("joined", kind, member, f"{member} joined")
+        return True
+
+    def leave(self, kind: str, member: str) -> bool:
+        held = next((p for p in self.participants if p["id"] == member and p["kind"] == kind), None)
+        if held is None or held["left"]:
+            return False
+        held["left"] = True
+        self.add("left", kind, member, f"{member} left")
+        return True
 
 
 @dataclass
@@ -71,9 +87,11 @@ class FakeTaskApi:
     """The task API's conversations in memory, answered as ``conversation_routes`` answers; ``denied``: (namespace,
     method, subresource) the API server refuses with its 403 (subresource "list" for the collection, "" for the
     object);
-    ``failures``: statuses answered first, one per request."""
+    ``failures``: statuses answered first, one per request; ``tasks``: the AgentTasks (namespace, name) that exist,
+    which a create or a join may name (any other is the task API's 404)."""
 
     conversations: dict[tuple[str, str], Conversation] = field(default_factory=dict)
+    tasks: set[tuple[str, str]] = field(default_factory=lambda: {("team-a", "writer"), ("team-a", "critic")})
     denied: set[tuple[str, str, str]] = field(default_factory=set)
     failures: list[int] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
@@ -108,6 +126,8 @@ class FakeTaskApi:
                 return 403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": (
                     f'{what}.tasks.unicore.dev "{call.name}" is forbidden: User "bob" cannot {verb} resource '
                     f'"{what}" in API group "tasks.unicore.dev" in the namespace "{call.namespace}"')}
+            if not call.name and call.method == "POST":
+                return self.create_posted(call)
             if not call.name:
                 items = [{"name": name, "title": c.title, "status": c.status, "posts": len(c.posts)}
                          for (ns, name), c in self.conversations.items() if ns == call.namespace]
@@ -143,7 +163,45 @@ class FakeTaskApi:
                 conversation.status = status
                 conversation.add("note", "system", "", f"alice {call.body['action']}d the conversation")
                 return 200, {"kind": "ControlReceipt", "status": status, "changed": True}
+            if call.sub == "members":
+                return self.members_posted(call, conversation)
             return 404, {"kind": "Status", "code": 404, "message": "no route"}
+
+    def missing_task(self, namespace: str, name: str) -> tuple[int, dict[str, Any]] | None:
+        if (namespace, name) in self.tasks:
+            return None
+        return 404, {"kind": "Status", "code": 404, "reason": "NotFound",
+                     "message": f'agenttask "{namespace}/{name}" not found',
+                     "details": {"name": name, "group": "unicore.dev", "kind": "agenttasks"}}
+
+    def create_posted(self, call: Call) -> tuple[int, dict[str, Any]]:
+        """``POST .../conversations``: the tasks must exist; 201 made, 200 it existed (kept; the user and the tasks
+        join it), as ``conversation_routes.create``."""
+        body = call.body
+        for task in body.get("tasks") or []:
+            if (missing := self.missing_task(call.namespace, task)) is not None:
+                return missing
+        key = (call.namespace, body["name"])
+        made = key not in self.conversations
+        if made:
+            self.conversations[key] = Conversation(title=body.get("title") or body["name"], created_at=5.0,
+                                                   handoff_limit=body.get("handoffLimit", 4))
+        conversation = self.conversations[key]
+        conversation.join("user", "alice")
+        for task in body.get("tasks") or []:
+            conversation.join("task", f"{call.namespace}/{task}")
+        return (201 if made else 200), self.shape(call.namespace, body["name"], conversation, 0)
+
+    def members_posted(self, call: Call, conversation: Conversation) -> tuple[int, dict[str, Any]]:
+        if (missing := self.missing_task(call.namespace, call.body["task"])) is not None:
+            return missing
+        if conversation.status == "closed":
+            return 409, {"kind": "Status", "code": 409, "reason": "Conflict",
+                         "message": f"conversation {call.namespace}/{call.name} is closed"}
+        task = f"{call.namespace}/{call.body['task']}"
+        changed = (conversation.join if call.body["action"] == "join" else conversation.leave)("task", task)
+        return 200, {"kind": "MemberReceipt", "task": call.body["task"], "action": call.body["action"],
+                     "changed": changed}
 
     def long_poll(self, call: Call) -> tuple[int, dict[str, Any]]:
         """``posts?wait=``: held (briefly here) until a post after ``after`` comes."""
@@ -376,6 +434,96 @@ def test_refusals_forbidden_names_the_right_404_and_503(fake) -> None:
         backend.conversation_posts("team-a/room", 0, 10)
 
 
+# ------------------------------------------------------------------------------------------------ create, join, leave
+
+
+def test_create_sends_the_task_apis_body_and_says_whether_it_made_it(fake) -> None:
+    api, kubeconfig = fake
+    backend = backend_for(kubeconfig)
+    made = backend.conversation_create("room", "<img src=x onerror=alert(1)> \u202e", ["team-a/writer", "critic"], 3)
+    assert made == {"id": "team-a/room", "created": True}
+    create = api.sent("POST", "")
+    assert [(c.namespace, c.name, c.body) for c in create] == [("team-a", "", {
+        "name": "room", "title": "<img src=x onerror=alert(1)> \u202e", "handoffLimit": 3,
+        "tasks": ["writer", "critic"]})]  # a bare task name: of the conversation's namespace
+    shown = backend.conversation("team-a/room")
+    assert shown["title"] == "<img src=x onerror=alert(1)> \u202e" and shown["handoff_limit"] == 3
+    assert [(p["kind"], p["id"]) for p in shown["participants"]] == [
+        ("user", "alice"), ("task", "team-a/writer"), ("task", "team-a/critic")]
+
+    again = backend.conversation_create("team-a/room", "Other", ["writer"], 5)
+    assert again == {"id": "team-a/room", "created": False}  # the task API's 200: kept as it is
+    assert backend.conversation("room")["title"] == "<img src=x onerror=alert(1)> \u202e"
+    assert backend.conversation_create("team-a/empty", "", [], 4) == {"id": "team-a/empty", "created": True}
+    assert api.sent("POST", "")[-1].body == {"name": "empty", "title": "", "handoffLimit": 4, "tasks": []}
+    with pytest.raises(NotFound, match='^agenttask "team-a/ghost" not found$'):
+        backend.conversation_create("team-a/haunted", "", ["ghost"], 4)
+    assert ("team-a", "haunted") not in api.conversations
+
+
+def test_a_task_joins_and_leaves_through_members_and_a_closed_one_is_409(fake) -> None:
+    api, kubeconfig = fake
+    room = api.create("team-a", "room", "writer")
+    backend = backend_for(kubeconfig)
+    assert backend.conversation_member("team-a/room", "team-a/critic", "join") == {"changed": True}
+    assert backend.conversation_member("room", "critic", "join") == {"changed": False}
+    assert backend.conversation_member("team-a/room", "team-a/writer", "leave") == {"changed": True}
+    assert [(c.name, c.body) for c in api.sent("POST", "members")] == [
+        ("room", {"task": "critic", "action": "join"}), ("room", {"task": "critic", "action": "join"}),
+        ("room", {"task": "writer", "action": "leave"})]
+    states = {p["name"]: p["state"] for p in backend.conversation("team-a/room")["participants"]}
+    assert states == {"alice": "person", "writer": "left", "critic": "idle"}
+    with pytest.raises(NotFound, match='^agenttask "team-a/ghost" not found$'):
+        backend.conversation_member("team-a/room", "ghost", "join")
+    with pytest.raises(NotFound, match="^conversation team-a/nope not found$"):
+        backend.conversation_member("team-a/nope", "writer", "join")
+    room.status = "closed"
+    with pytest.raises(Conflict, match="^conversation team-a/room is closed$") as refused:
+        backend.conversation_member("team-a/room", "writer", "join")
+    assert refused.value.status == 409
+
+
+@pytest.mark.parametrize(("call", "needle"), [
+    (lambda b: b.conversation_create("team-a/room", "", ["team-b/critic"], 4),
+     "^task team-b/critic is not in namespace team-a: a conversation's tasks are AgentTasks of its namespace$"),
+    (lambda b: b.conversation_member("team-a/room", "team-b/critic", "join"),
+     "^task team-b/critic is not in namespace"),
+    (lambda b: b.conversation_create("team-b/room", "", ["writer", "team-a/critic"], 4),
+     "^task team-a/critic is not in namespace team-b"),
+    (lambda b: b.conversation_create("team-a/room", "", ["Writer!"], 4), "^bad task id 'Writer!'"),
+    (lambda b: b.conversation_create("team-a/Room", "", [], 4), "^bad conversation id"),
+    (lambda b: b.conversation_create("team-a/room", "x" * 257, [], 4), "^the title is 257 characters"),
+    (lambda b: b.conversation_create("team-a/room", "", [], -1), "^handoff_limit: a whole number from 0 to 100"),
+    (lambda b: b.conversation_create("team-a/room", "", [f"t{n}" for n in range(65)], 4), "^65 tasks: at most 64"),
+    (lambda b: b.conversation_member("team-a/room", "writer", "kick"), "^action 'kick': join or leave$"),
+], ids=["create-other-namespace", "join-other-namespace", "create-mixed", "task-id", "name", "title", "limit",
+        "too-many", "action"])
+def test_a_task_of_another_namespace_or_bad_input_is_refused_before_any_request(fake, call, needle: str) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room", "writer")
+    with pytest.raises(BadRequest, match=needle):
+        call(backend_for(kubeconfig))
+    assert api.sent("POST") == []
+
+
+def test_create_and_members_without_the_right_are_403_naming_it(fake) -> None:
+    api, kubeconfig = fake
+    api.create("team-a", "room")
+    backend = backend_for(kubeconfig)
+    api.denied |= {("team-a", "POST", "list"), ("team-a", "POST", "members")}
+    with pytest.raises(Forbidden) as denied:
+        backend.conversation_create("team-a/new", "", ["writer"], 4)
+    assert denied.value.status == 403 and denied.value.message == (
+        "forbidden: bob cannot create conversations (tasks.unicore.dev) in namespace team-a, so cannot create "
+        "conversations (ask for the unicore-agenttask-messenger role there)")
+    with pytest.raises(Forbidden) as denied:
+        backend.conversation_member("team-a/room", "writer", "join")
+    assert denied.value.message == (
+        "forbidden: bob cannot create conversations/members (tasks.unicore.dev) in namespace team-a, so cannot add "
+        "tasks to or take tasks out of its conversations (ask for the unicore-agenttask-messenger role there)")
+    assert ("team-a", "new") not in api.conversations
+
+
 # ------------------------------------------------------------------------------------------------ the live feed
 
 
@@ -469,3 +617,22 @@ def test_the_pages_urls_work_in_cluster_mode_with_the_refusals_as_one_line(ui) -
     api.failures.extend([503] * 50)
     status, refused = call(server, "GET", f"{path}/posts?after=0")
     assert status == 503 and "\n" not in refused["error"]
+
+
+def test_the_create_and_members_routes_in_cluster_mode(ui) -> None:
+    api, server = ui
+    body = {"name": "team-a/room", "title": "Room", "tasks": ["team-a/writer"], "handoff_limit": 2}
+    assert call(server, "POST", "/api/conversations", body) == (201, {"id": "team-a/room", "created": True})
+    assert call(server, "POST", "/api/conversations", body) == (200, {"id": "team-a/room", "created": False})
+    assert api.sent("POST", "")[0].body == {"name": "room", "title": "Room", "handoffLimit": 2, "tasks": ["writer"]}
+    members = "/api/conversations/team-a%2Froom/members"
+    assert call(server, "POST", members, {"task": "team-a/critic", "action": "join"}) == (200, {"changed": True})
+    assert call(server, "POST", members, {"task": "team-a/critic", "action": "leave"}) == (200, {"changed": True})
+    status, refused = call(server, "POST", members, {"task": "team-b/critic", "action": "join"})
+    assert status == 400 and refused["error"].startswith("task team-b/critic is not in namespace team-a")
+    status, refused = call(server, "POST", "/api/conversations", {"name": "team-a/x", "tasks": ["ghost"]})
+    assert (status, refused) == (404, {"error": 'agenttask "team-a/ghost" not found'})
+    api.denied.add(("team-a", "POST", "members"))
+    status, refused = call(server, "POST", members, {"task": "team-a/critic", "action": "join"})
+    assert status == 403 and "cannot create conversations/members" in refused["error"] and "\n" not in refused["error"]
+    assert len(api.sent("POST", "members")) == 3  # the one of another namespace was never sent

@@ -32,12 +32,18 @@ JSON shapes (what ``static/app.js`` reads):
     ``kind`` post | answer | joined | left | note, ``sender_kind`` task | user | system, ``name`` the sender as
     shown (a task's name, a person's user name, ``""`` for the conversation itself), ``at`` epoch seconds;
   - ``conversation_post(name, text, client_id)``: ``{posted, seq}`` (``posted`` False, ``seq`` None: that client
-    id was posted before); ``conversation_control(name, action)``: ``{status, changed}``.
+    id was posted before); ``conversation_control(name, action)``: ``{status, changed}``;
+  - ``conversation_create(name, title, tasks, handoff_limit)``: ``{id, created}`` (``id`` the conversation's, as
+    above; ``created`` False: it existed and is kept as it is, title and limit unchanged, and the person and the
+    tasks join it, as ``unicore conv create`` and the task API do); the person using the UI takes part; ``tasks``
+    are task ids (cluster mode: of the conversation's namespace, a bare name in it), at most 64, that must exist;
+  - ``conversation_member(name, task, action)``: ``{changed}`` (``action`` ``join`` | ``leave``; False: the task took
+    part already, or did not).
 
 Errors a backend raises and the server answers: ``unicore.errors.TaskNotFound`` 404, and those of
 ``unicore_client.ui.refusals`` (re-exported here): ``BadRequest`` (a ``ValueError``) 400, ``Forbidden`` 403,
-``NotFound`` 404 (a conversation), ``Conflict`` 409 (a closed conversation's post or control), ``NotSupported`` 501
-and ``Unavailable`` 503, each with its one-line message.
+``NotFound`` 404 (a conversation; a task a conversation names), ``Conflict`` 409 (a closed conversation's post,
+control, join or leave), ``NotSupported`` 501 and ``Unavailable`` 503, each with its one-line message.
 """
 
 from __future__ import annotations
@@ -133,6 +139,16 @@ class UIBackend(Protocol):
 
     def conversation_control(self, name: str, action: str) -> dict[str, Any]:
         """``pause``, ``resume`` or ``close`` it (one of ``CONVERSATION_ACTIONS``)."""
+        ...
+
+    def conversation_create(self, name: str, title: str, tasks: list[str], handoff_limit: int) -> dict[str, Any]:
+        """Create it as the person using the UI (who takes part), titled ``title`` (its name when empty), with
+        ``tasks`` taking part and ``handoff_limit`` hand-offs per person's post; one that exists is kept."""
+        ...
+
+    def conversation_member(self, name: str, task: str, action: str) -> dict[str, Any]:
+        """``task`` joins (``action`` ``join``: it gets the posts made from now on) or leaves (``leave``: it gets no
+        more)."""
         ...
 
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = ...,

@@ -3,7 +3,10 @@ writes them through the task API's ``conversations`` (``proxy.conversation_path`
 conv``) as the user, and ``ClusterBackend`` hands the UI's conversation methods to it: the list of the tree's
 namespace(s), one conversation with its participants (a task's state from its AgentTask's status.phase, as the tree
 shows it), posts after a seq, a post as the user (the page's client id is the task API's post id: taken once),
-pause/resume/close, and the live feed (a long poll of ``posts``); the JSON as in local mode (``cluster_conversations``).
+pause/resume/close, the live feed (a long poll of ``posts``), a new conversation (the user takes part) and a task's
+join or leave (the requests of ``kubectl agenttask conv create|join|leave``); the JSON as in local mode
+(``cluster_conversations``). Tasks are AgentTasks of the conversation's namespace (``<namespace>/<name>``, a bare
+name in it): a task of another namespace is refused before any request.
 
 A 403 becomes ``Forbidden`` (naming the right and the role), a 404 ``NotFound``, a 409 (closed) ``Conflict``, an
 unreachable task API ``Unavailable``, anything else it refused ``BadRequest``.
@@ -26,7 +29,14 @@ from unicore_client.ui import cluster_conversations as conv_views
 from unicore_client.ui import cluster_nodes as ui_nodes
 from unicore_client.ui.backend_protocol import Conflict, Forbidden, NotFound, TaskEvent
 from unicore_client.ui.cluster_watch import TaskWatch, refusal
-from unicore_client.ui.conversation_views import MAX_CONVERSATIONS, POSTS_PAGE, check_post, status_of_action
+from unicore_client.ui.conversation_views import (
+    MAX_CONVERSATIONS,
+    POSTS_PAGE,
+    check_create,
+    check_member_action,
+    check_post,
+    status_of_action,
+)
 from unicore_client.ui.refusals import BadRequest
 
 CONVERSATION_WAIT_SECONDS = 2.0  # the live feed's long poll by default (as a task stream's)
@@ -199,6 +209,39 @@ class ClusterConversations:
         return {"status": str(receipt.get("status") or status),
                 "changed": bool(receipt.get("changed"))}
 
+    def _task_names(self, namespace: str, tasks: Sequence[str]) -> list[str]:
+        """The AgentTask names of ``tasks`` (``<namespace>/<name>``, a bare name in ``namespace``); BadRequest, before
+        any request, for an id that is none or a task of another namespace (a conversation's tasks are of its)."""
+        names = []
+        for task in tasks:
+            try:
+                task_namespace, name = ui_nodes.split_id(task, namespace)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            if task_namespace != namespace:
+                raise BadRequest(f"task {task_namespace}/{name} is not in namespace {namespace}: a conversation's "
+                                 "tasks are AgentTasks of its namespace")
+            names.append(name)
+        return names
+
+    def conversation_create(self, name: str, title: str, tasks: list[str], handoff_limit: int) -> dict[str, Any]:
+        """Create it as the user (who takes part, as ``kubectl agenttask conv create``) with ``tasks`` taking part;
+        the task API answers 201 when it made it and 200 when it existed (kept as it is; the user and the tasks
+        join it). A task that does not exist is its 404."""
+        namespace, short = self._conv_id(name)
+        names = self._task_names(namespace, check_create(title, tasks, handoff_limit))
+        body = {"name": short, "title": title, "handoffLimit": handoff_limit, "tasks": names}
+        status, _ = self._conv_api(lambda: self.conv_api.post_with_status(conversation_path(namespace), body))
+        return {"id": f"{namespace}/{short}", "created": status == 201}
+
+    def conversation_member(self, name: str, task: str, action: str) -> dict[str, Any]:
+        """``task`` joins or leaves it (``POST .../members``, as ``kubectl agenttask conv join|leave``)."""
+        namespace, short = self._conv_id(name)
+        check_member_action(action)
+        (task_name,) = self._task_names(namespace, [task])
+        receipt = self._conv_post(namespace, short, "members", {"task": task_name, "action": action})
+        return {"changed": bool(receipt.get("changed"))}
+
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = CONVERSATION_WAIT_SECONDS,
                             stop: threading.Event | None = None) -> Iterator[TaskEvent]:
         """As ``LocalBackend.conversation_events``, from the task API: each round one long poll of ``posts`` (``wait``
@@ -258,8 +301,6 @@ def _conversation_refused(exc: PluginError) -> Exception:
     if exc.__class__ is PluginError:
         return BadRequest(exc.message)
     return refusal(exc)
-
-
 
 
 __all__ = ["CONVERSATION_WAIT_MAX", "CONVERSATION_WAIT_SECONDS", "ClusterConversations", "ConversationApiClient"]

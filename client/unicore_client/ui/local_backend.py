@@ -309,6 +309,12 @@ class LocalBackend:
     def conversation_control(self, name: str, action: str) -> dict[str, Any]:
         return self.conversation_source.conversation_control(name, action)
 
+    def conversation_create(self, name: str, title: str, tasks: list[str], handoff_limit: int) -> dict[str, Any]:
+        return self.conversation_source.conversation_create(name, title, tasks, handoff_limit)
+
+    def conversation_member(self, name: str, task: str, action: str) -> dict[str, Any]:
+        return self.conversation_source.conversation_member(name, task, action)
+
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = CONVERSATION_POLL_SECONDS,
                             stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:
         return self.conversation_source.conversation_events(name, after, wait_seconds=wait_seconds, stop=stop)

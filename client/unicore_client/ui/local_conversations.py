@@ -1,9 +1,11 @@
 """The web UI's shared conversations (issue 33) in local mode: ``LocalConversations`` reads and writes them through
 the store (``unicore.store.conversations``) as the local user, and ``LocalBackend`` hands the UI's conversation
 methods to it. What a post or a resumption sets going (the participants' trees) is run by the backend (``run``).
+Creating one and adding or taking out tasks do what ``unicore conv create|join|leave`` do
+(``unicore_client.local.conversation_command``): the person who creates it takes part, the tasks must exist.
 
-A bad name is ``BadRequest``, a conversation that does not exist ``NotFound``, a post or control it refuses (closed)
-``Conflict``.
+A bad name or task id is ``BadRequest``, a conversation or a task that does not exist ``NotFound``, a post, control,
+join or leave it refuses (closed) ``Conflict``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from unicore import conversations as rules
+from unicore.api.schema import validate_task_id
 from unicore.errors import TaskNotFound
 from unicore.store import conversations as store_conversations
 from unicore.store.tasks import TaskStore
@@ -21,6 +24,8 @@ from unicore.store.tasks import TaskStore
 from unicore_client.ui.conversation_views import (
     MAX_CONVERSATIONS,
     POSTS_PAGE,
+    check_create,
+    check_member_action,
     check_post,
     conversation_json,
     participant_json,
@@ -54,12 +59,16 @@ class LocalConversations:
             found.append(summary_json(meta, store_conversations.members(self.store, name)))
         return found
 
-    def _meta(self, name: str) -> store_conversations.Meta:
-        """The conversation's meta; BadRequest for a name that is none, NotFound for one that does not exist."""
+    @staticmethod
+    def _name(name: str) -> str:
         try:
-            rules.check_name(name)
+            return rules.check_name(name)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
+
+    def _meta(self, name: str) -> store_conversations.Meta:
+        """The conversation's meta; BadRequest for a name that is none, NotFound for one that does not exist."""
+        self._name(name)
         try:
             return store_conversations.read_meta(self.store, name)
         except store_conversations.ConversationError as exc:
@@ -121,6 +130,50 @@ class LocalConversations:
         if status == "open":
             self._run(name)
         return {"status": status, "changed": changed}
+
+    def _tasks(self, tasks: list[str], *, existing: bool = True) -> list[str]:
+        """``tasks`` when each is a task id (else BadRequest) and, with ``existing``, a task of the store (else
+        NotFound naming those that are not, as ``unicore conv create|join`` says it)."""
+        for task in tasks:
+            try:
+                validate_task_id(task)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+        missing = [task for task in tasks if existing and not self.store.exists(task)]
+        if missing:
+            raise NotFound(f"no task {', '.join(missing)}: run it first (unicore run ... --name NAME, or New task)")
+        return tasks
+
+    def conversation_create(self, name: str, title: str, tasks: list[str], handoff_limit: int) -> dict[str, Any]:
+        """Create it as ``unicore conv create`` does: titled ``title`` (its name when empty), created by the local
+        user, who takes part, with ``tasks`` (which must exist) taking part. One that exists is kept as it is
+        (``created`` False: title and limit unchanged), and the person and the tasks join it (idempotent). Nothing
+        runs: joins are delivered to no one."""
+        self._name(name)
+        joining = self._tasks(check_create(title, tasks, handoff_limit))
+        created = store_conversations.create(self.store, name, title=title or name, created_by=self.person,
+                                             handoff_limit=handoff_limit)
+        try:
+            store_conversations.join(self.store, name, "user", self.person)
+            for task in joining:
+                store_conversations.join(self.store, name, "task", task)
+        except store_conversations.ConversationError as exc:
+            raise self._refused(name, exc, "it takes no new participants") from None
+        return {"id": name, "created": created}
+
+    def conversation_member(self, name: str, task: str, action: str) -> dict[str, Any]:
+        """``join``: ``task`` (which must exist) takes part and gets the posts made from now on; ``leave``: it gets
+        no more (a task removed since may leave too), as ``unicore conv join|leave``. ``changed`` False: it took part
+        already, or did not."""
+        check_member_action(action)
+        self._meta(name)
+        self._tasks([task], existing=action == "join")
+        change = store_conversations.join if action == "join" else store_conversations.leave
+        try:
+            changed = change(self.store, name, "task", task)
+        except store_conversations.ConversationError as exc:
+            raise self._refused(name, exc, f"{task} cannot {action}") from None
+        return {"changed": changed}
 
     def conversation_events(self, name: str, after: int, *, wait_seconds: float = CONVERSATION_POLL_SECONDS,
                             stop: threading.Event | None = None) -> Iterator[tuple[str, str, dict[str, Any]]]:

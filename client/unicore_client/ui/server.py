@@ -24,9 +24,13 @@ API (JSON; the cluster-mode backend serves the same):
 ``GET  /api/conversations/C/events?after=N``    SSE ``post``/``conversation`` (``Last-Event-ID`` resumes)
 ``POST /api/conversations/C/posts``             {text, id} -> {posted, seq} (the same id twice posts once)
 ``POST /api/conversations/C/pause|resume|close`` {} -> {status, changed}
+``POST /api/conversations``                     {name, title?, tasks?, handoff_limit?} -> 201/200 {id, created}
+                                                (200: it existed, kept as it is; the person and tasks join it)
+``POST /api/conversations/C/members``           {task, action: join|leave} -> {changed}
 
-A conversation's refusals: 404 (no such conversation), 409 (closed: no post, no pause or resume); in cluster mode
-(C is ``<namespace>/<name>``, percent-encoded as one segment) also 403 (RBAC: the right that is missing) and 503.
+A conversation's refusals: 404 (no such conversation, or a task named that does not exist), 409 (closed: no post, no
+pause or resume, no join or leave); in cluster mode (C is ``<namespace>/<name>``, percent-encoded as one segment, a
+task ``<namespace>/<name>`` of its namespace) also 403 (RBAC: the right that is missing) and 503.
 """
 
 from __future__ import annotations
@@ -49,13 +53,15 @@ from unicore.errors import AlreadyDecided, MessageTooLarge, TaskNotFound, UniCor
 
 from unicore_client.arguments import UsageError
 from unicore_client.ui.backend_protocol import BackendRefusal, TaskEvent, UIBackend
+from unicore_client.ui.conversation_views import create_request
 from unicore_client.ui.local_backend import Cursor
 from unicore_client.ui.refusals import BadRequest
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 COOKIE = "unicore_ui_{port}"  # per port: cookies ignore ports, and two runs must not overwrite each other's
-STATIC = {"/app.js": "text/javascript", "/app.css": "text/css"}
+STATIC = {"/app.js": "text/javascript", "/common.js": "text/javascript", "/conversations.js": "text/javascript",
+          "/app.css": "text/css"}  # app.js imports the other two (ES modules)
 MAX_BODY = 1 << 20
 
 
@@ -284,6 +290,12 @@ class UIHandler(BaseHTTPRequestHandler):
                 raise BadRequest("approve: true or false (a JSON boolean)")
             backend.decide(segments[2], segments[4], approve)
             self._json(HTTPStatus.OK, {"ok": True})
+        elif segments == ["api", "conversations"]:  # 201 created, 200 it existed (kept as it is)
+            made = backend.conversation_create(*create_request(body))
+            self._json(HTTPStatus.CREATED if made["created"] else HTTPStatus.OK, made)
+        elif len(segments) == 4 and segments[:2] == ["api", "conversations"] and segments[3] == "members":
+            self._json(HTTPStatus.OK, backend.conversation_member(segments[2], _text(body, "task"),
+                                                                  _text(body, "action") or "join"))
         elif len(segments) == 4 and segments[:2] == ["api", "conversations"] and segments[3] == "posts":
             self._json(HTTPStatus.OK, backend.conversation_post(segments[2], _text(body, "text"), _text(body, "id")))
         elif (len(segments) == 4 and segments[:2] == ["api", "conversations"]
