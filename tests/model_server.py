@@ -51,7 +51,8 @@ def _last_line(cmd: list[str], timeout: float) -> str:
 
 
 def server_binary(timeout: float = 3600) -> Path:
-    """llama-server from the cache, built first if missing (make test's model-bins builds it beforehand)."""
+    """llama-server from the cache, built first if missing (make test's model-bins builds it alongside the tests:
+    the script's lock makes this wait for that build rather than start another)."""
     return Path(_last_line(["bash", str(BUILD)], timeout))
 
 
