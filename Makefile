@@ -72,20 +72,8 @@ model-down: ## stop the real model server
 # The recipes that use the control plane put its bin dir (which also holds a matching kubectl and helm) first on PATH.
 WITH_K8S := assets="$$(hack/build-k8s.sh | tail -n 1)" && export KUBEBUILDER_ASSETS="$$assets" PATH="$$assets:$$PATH" &&
 
-# What only some tests need (Kueue, the model server and its models, Jaeger: about 8 of the 18 minutes a cold cache's
-# prerequisites take on 2 cores) is built at the lowest CPU priority while the suite runs: its workers leave about a
-# third of the CPU idle (they wait on processes, pods and the model). A test that needs one first waits for it: the
-# fixtures run the same scripts, which build one at a time (a lock each). On a warm cache they return at once.
-# (`make`, not $(MAKE), so that `make -n test` stays a dry run.)
-LATE_BUILDS := kueue-bins model-bins jaeger-bins
-
-test: bootstrap k8s-bins node-bins images-local mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
-	@log="$${UNICORE_CACHE:-$$HOME/.cache/unicore}/logs/late-builds.log"; mkdir -p "$$(dirname "$$log")"; \
-	echo "make test: building $(LATE_BUILDS) at nice 19 while the tests run (log: $$log)" >&2; \
-	nice -n 19 make --no-print-directory $(LATE_BUILDS) >"$$log" 2>&1 & late=$$!; \
-	$(WITH_K8S) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); code=$$?; \
-	if ! wait $$late; then echo "make test: $(LATE_BUILDS) failed (log: $$log):" >&2; tail -n 20 "$$log" >&2; code=1; fi; \
-	exit $$code
+test: bootstrap k8s-bins node-bins kueue-bins jaeger-bins images-local model-bins mcp-servers ## everything CI runs: unit, integration (real Redis), cluster tests (real control plane), node tests (real containers), real-model tests (llama-server)
+	@$(WITH_K8S) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: bootstrap mcp-servers jaeger-bins ## unit + integration tests only (no control plane, no containers, no real model)
 	$(BIN)/pytest -m "not cluster and not kind and not node and not model" $(PYTEST_ARGS)

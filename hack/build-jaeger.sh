@@ -31,13 +31,8 @@ BIN="$OUT_DIR/jaeger"
 total_start=$SECONDS
 
 if [[ ! -x "$BIN" ]]; then
-  mkdir -p "$OUT_DIR"
-  # one build at a time: `make test` builds it in the background while the tests that need it may ask for it too
-  exec 9>"$OUT_DIR/.build.lock"
-  flock 9
-fi
-if [[ ! -x "$BIN" ]]; then  # (not built by whoever held the lock before us)
   command -v go >/dev/null || { log "go is not on PATH (Jaeger is built from its Go module)"; exit 1; }
+  mkdir -p "$OUT_DIR"
   tmp="$OUT_DIR/.jaeger.tmp.$$"
   trap 'rm -f "$tmp"' EXIT
   log "building $MODULE/cmd/jaeger@$JAEGER_VERSION into $OUT_DIR"

@@ -19,9 +19,6 @@ log() { echo "[build-kueue] $*" >&2; }
 
 BIN_DIR="${UNICORE_CACHE:-$HOME/.cache/unicore}/kueue-${KUEUE_VERSION}"
 mkdir -p "$BIN_DIR"
-# one build at a time: `make test` builds it in the background while the tests that need it may ask for it too
-exec 9>"$BIN_DIR/.build.lock"
-flock 9
 trap 'rm -rf "$BIN_DIR"/.*.tmp.$$ "$BIN_DIR"/webhook/.*.tmp.$$' EXIT
 total_start=$SECONDS
 

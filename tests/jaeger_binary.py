@@ -1,6 +1,5 @@
 """The real Jaeger of the trace tests: ``$UNICORE_JAEGER`` when set, else hack/build-jaeger.sh's binary (make test's
-``jaeger-bins``, built alongside the tests: the script's lock makes this wait for that build; a cold cache is built
-here otherwise, about 5 minutes on 2 cores).
+``jaeger-bins`` prerequisite; a cold cache is built here, about 5 minutes on 2 cores).
 
 ``UNICORE_NO_JAEGER=1`` makes these tests skip (as it makes ``make jaeger-bins`` build nothing); otherwise a binary
 that cannot be built FAILS them with the script's own error, never skips.

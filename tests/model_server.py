@@ -51,8 +51,7 @@ def _last_line(cmd: list[str], timeout: float) -> str:
 
 
 def server_binary(timeout: float = 3600) -> Path:
-    """llama-server from the cache, built first if missing (make test's model-bins builds it alongside the tests:
-    the script's lock makes this wait for that build rather than start another)."""
+    """llama-server from the cache, built first if missing (make test's model-bins builds it beforehand)."""
     return Path(_last_line(["bash", str(BUILD)], timeout))
 
 

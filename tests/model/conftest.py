@@ -2,9 +2,8 @@
 tests/conftest.py, shared with the real node's model pod tests; one llama-server each per session
 (tests/model_server.py).
 
-It comes from the cache that ``make test`` fills (``model-bins``, built at nice 19 while the suite runs:
-hack/build-model-server.sh and hack/fetch-model.py, each behind a lock, so a test that comes first waits for it); a
-cold cache is built here otherwise. Where it cannot be built or started, the tests FAIL with the
+It comes from the cache that ``make test`` fills first (its ``model-bins`` prerequisite: hack/build-model-server.sh
+and hack/fetch-model.py); a cold cache is built here. Where it cannot be built or started, the tests FAIL with the
 reason, unless UNICORE_NO_MODEL=1 says to skip them.
 """
 
