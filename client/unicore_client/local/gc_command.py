@@ -14,7 +14,7 @@ import time
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
-from unicore.archive import ArchiveSink, check_archive_url, sink_for
+from unicore.archive import check_archive_url, sink_for
 from unicore.conversation_retention import ConversationRetention
 from unicore.launch.embedded_redis import redis_url
 from unicore.retention import Retention
@@ -92,18 +92,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
             print(f"conversation {name}: {'kept: ' + reason if reason else 'would be removed'}")
         return 0
     sink = sink_for(url) if url else None
-    outcomes = Retention(client, ttl, sink).run(roots)
-    code = 0
-    for outcome in outcomes:
-        if outcome.action == "removed":
-            where = f"archived to {outcome.url}" if outcome.url else "not archived"
-            print(f"{outcome.root}: removed {len(outcome.tasks)} task(s), {where}")
-        elif outcome.action == "archive-failed":
-            print(f"{outcome.root}: kept: {outcome.reason}", file=sys.stderr)
-            code = 1
-        elif outcome.action == "changed":
-            print(f"{outcome.root}: kept: {outcome.reason}")
-    return max(code, _conversations_gc(client, ttl, sink))
+    failed = [_say(o.root, o.action, o.reason, o.url, f"removed {len(o.tasks)} task(s)")
+              for o in Retention(client, ttl, sink).run(roots)]
+    failed += [_say(f"conversation {o.conversation}", o.action, o.reason, o.url, f"removed ({o.posts} posts)")
+               for o in ConversationRetention(client, ttl, sink).run(_local_conversations(client))]
+    return 1 if any(failed) else 0
 
 
 def _local_conversations(client: RedisClient) -> list[str]:
@@ -111,18 +104,16 @@ def _local_conversations(client: RedisClient) -> list[str]:
     return [name for name in conversation_state.conversation_ids(client) if "/" not in name]
 
 
-def _conversations_gc(client: RedisClient, ttl: float, sink: ArchiveSink | None) -> int:
-    code = 0
-    for outcome in ConversationRetention(client, ttl, sink).run(_local_conversations(client)):
-        if outcome.action == "removed":
-            where = f"archived to {outcome.url}" if outcome.url else "not archived"
-            print(f"conversation {outcome.conversation}: removed ({outcome.posts} posts), {where}")
-        elif outcome.action == "archive-failed":
-            print(f"conversation {outcome.conversation}: kept: {outcome.reason}", file=sys.stderr)
-            code = 1
-        elif outcome.action == "changed":
-            print(f"conversation {outcome.conversation}: kept: {outcome.reason}")
-    return code
+def _say(what: str, action: str, reason: str, url: str, removed: str) -> bool:
+    """Print one outcome of the pass (a tree's or a conversation's); True when its archive failed (exit 1)."""
+    if action == "removed":
+        print(f"{what}: {removed}, {f'archived to {url}' if url else 'not archived'}")
+    elif action == "archive-failed":
+        print(f"{what}: kept: {reason}", file=sys.stderr)
+        return True
+    elif action == "changed":
+        print(f"{what}: kept: {reason}")
+    return False
 
 
 __all__ = ["RetentionSettings", "add_gc_command", "cmd_gc"]
