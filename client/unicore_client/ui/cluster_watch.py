@@ -73,7 +73,10 @@ class TaskWatch:
         self._closed.set()
         response = self._response
         if response is not None:
-            response.shutdown()  # unblocks the watch thread's read
+            try:
+                response.shutdown()  # unblocks the watch thread's read
+            except OSError:  # its connection was closed meanwhile (the watch ended): nothing to unblock
+                pass
         with self._changed:
             self._changed.notify_all()
 
